@@ -1,0 +1,68 @@
+/* backend.h: the small compute interface that every device implements.
+ *
+ * After ggml-backend: a backend is an interface table (iface) plus a context.
+ * The CPU backend (OpenBLAS + fused C loops) is always present and is the
+ * reference; the CUDA slots exist so a GPU backend plugs in without touching
+ * callers, and td_backend_open("cuda") fails with TD_EDEVICE when it is not
+ * compiled in or no device is present. Callers only use the td_backend_* wrappers.
+ * Pointers passed to ops are device pointers from td_backend_alloc(). */
+#ifndef TD_BACKEND_H
+#define TD_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct td_backend td_backend_t;
+
+typedef enum {
+  TD_ACT_NONE = 0,
+  TD_ACT_RELU,
+} td_act_t;
+
+typedef struct {
+  float lr;
+  float momentum;     /* 0 disables the velocity buffer update */
+  float weight_decay; /* L2, added to the gradient */
+  bool nesterov;
+} td_sgd_hparams_t;
+
+/* Open a backend by name: "cpu" or "cuda". threads <= 0 keeps the BLAS default.
+ * TD_EDEVICE (with why) when the backend is not compiled in or has no device.
+ * Caller owns *out. */
+int td_backend_open(td_backend_t **out, const char *name, int threads, char *why, size_t why_len);
+void td_backend_close(td_backend_t **self_p);
+const char *td_backend_name(const td_backend_t *be);
+/* Whether a backend of that name is compiled in (not whether a device exists). */
+bool td_backend_available(const char *name);
+
+/* Device memory: 64-byte aligned, zero-filled; NULL on failure. */
+void *td_backend_alloc(td_backend_t *be, size_t bytes);
+void td_backend_free(td_backend_t *be, void *ptr);
+int td_backend_upload(td_backend_t *be, void *dst, const void *host_src, size_t bytes);
+int td_backend_download(td_backend_t *be, void *host_dst, const void *src, size_t bytes);
+void td_backend_synchronize(td_backend_t *be);
+
+/* C[m x n] = alpha * op(A) op(B) + beta * C, row-major, op = transpose if t*. */
+void td_backend_gemm(td_backend_t *be, bool trans_a, bool trans_b, int m, int n, int k,
+                     float alpha, const float *a, int lda, const float *b, int ldb, float beta,
+                     float *c, int ldc);
+/* In place: y[r][c] = act(y[r][c] + bias[c]) for rows x cols. */
+void td_backend_bias_act(td_backend_t *be, float *y, const float *bias, int rows, int cols,
+                         td_act_t act);
+/* Backward of bias_act: dy[r][c] *= act'(y[r][c]) (y is the activated output),
+ * then dbias[c] = sum_r dy[r][c]. */
+void td_backend_act_backward(td_backend_t *be, float *dy, const float *y, float *dbias, int rows,
+                             int cols, td_act_t act);
+/* Softmax cross-entropy over rows x cols logits with labels in [0, cols):
+ * dlogits = (softmax - onehot) * grad_scale (dlogits may be NULL for evaluation).
+ * Returns the SUM of per-row losses (double); *correct counts argmax hits. */
+double td_backend_softmax_xent(td_backend_t *be, const float *logits, const int32_t *labels,
+                               float *dlogits, float grad_scale, int rows, int cols,
+                               int *correct);
+/* One fused SGD pass over n floats: g' = g + wd*w; v = mu*v + g';
+ * w -= lr * (nesterov ? g' + mu*v : v)   (v untouched and w -= lr*g' when mu == 0). */
+void td_backend_sgd_step(td_backend_t *be, float *w, const float *g, float *v, size_t n,
+                         const td_sgd_hparams_t *hp);
+
+#endif

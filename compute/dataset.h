@@ -1,0 +1,77 @@
+/* dataset.h: labelled datasets held in memory as float features + int32 labels.
+ *
+ * Loads IDX files (plain or gzip, via zlib) and CSV files (label first), resolves
+ * the run key `dataset` (fashion-mnist | idx:... | csv:...), normalises features
+ * and shuffles rows in place so a training step reads a contiguous batch with no
+ * copy. A dataset owns its feature and label arrays. Nothing here trusts a file:
+ * sizes in headers are checked against the bytes actually present. */
+#ifndef TD_DATASET_H
+#define TD_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compute/rng.h"
+
+/* Where Debian's dataset-fashion-mnist installs its files. The environment
+ * variable TRAIND_FASHION_MNIST_DIR overrides it (used by tests). */
+#define TD_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+#define TD_FASHION_MNIST_PKG "dataset-fashion-mnist"
+
+/* Hard limits that bound what a hostile file can make us allocate. */
+#define TD_DATASET_MAX_ROWS 100000000u
+#define TD_DATASET_MAX_DIM 1048576u
+#define TD_DATASET_MAX_CLASSES 65536
+
+typedef struct td_dataset td_dataset_t;
+
+/* Load an IDX image file (idx3 ubyte or float, any number of dims >= 1: each
+ * item is flattened) and an idx1 ubyte label file; plain or .gz (detected by the
+ * gzip magic, not by the name). ubyte pixels are scaled to [0, 1]. On failure
+ * returns TD_ENOENT / TD_EIO / TD_ECORRUPT / TD_ENOMEM and fills why. Caller
+ * owns *out and closes it with td_dataset_close(). */
+int td_dataset_load_idx(td_dataset_t **out, const char *images_path, const char *labels_path,
+                        char *why, size_t why_len);
+
+/* Load a CSV file: one row per sample, label (integer >= 0) first, then the
+ * features; a first line that does not parse as numbers is taken as a header.
+ * Every row must have the same number of columns. Caller owns *out. */
+int td_dataset_load_csv(td_dataset_t **out, const char *path, char *why, size_t why_len);
+
+/* Resolve a `dataset` run key into a train and a test set:
+ *   fashion-mnist                         Debian's package (TD_FASHION_MNIST_DIR)
+ *   idx:TRAIN_IMAGES,TRAIN_LABELS[,TEST_IMAGES,TEST_LABELS]
+ *   csv:TRAIN_PATH[,TEST_PATH]
+ * Without a test set, *test is set to NULL. A missing fashion-mnist file names
+ * the path and the Debian package in why. Caller owns both results. */
+int td_dataset_open(td_dataset_t **train, td_dataset_t **test, const char *spec, char *why,
+                    size_t why_len);
+
+/* NULL-safe; sets *self_p to NULL. */
+void td_dataset_close(td_dataset_t **self_p);
+
+size_t td_dataset_rows(const td_dataset_t *ds);
+size_t td_dataset_dim(const td_dataset_t *ds);
+/* Number of classes = max label + 1. */
+int td_dataset_classes(const td_dataset_t *ds);
+/* Row-major rows x dim features; borrowed, valid until close. */
+float *td_dataset_features(td_dataset_t *ds);
+const float *td_dataset_features_const(const td_dataset_t *ds);
+/* rows labels; borrowed. */
+int32_t *td_dataset_labels(td_dataset_t *ds);
+const int32_t *td_dataset_labels_const(const td_dataset_t *ds);
+
+/* Scalar mean and standard deviation over all features (computed in double). */
+void td_dataset_stats(const td_dataset_t *ds, double *mean, double *std);
+/* x = (x - mean) / std for every feature; std <= 0 is treated as 1. */
+void td_dataset_normalize(td_dataset_t *ds, double mean, double std);
+
+/* New dataset holding copies of rows idx[0..n) of src (in that order); classes
+ * is inherited from src so a subset never shrinks the label space. Indices out of
+ * range give TD_ERANGE. Caller owns *out. */
+int td_dataset_subset(td_dataset_t **out, const td_dataset_t *src, const uint32_t *idx, size_t n);
+
+/* Permute the rows in place (features and labels together), Fisher-Yates. */
+void td_dataset_shuffle(td_dataset_t *ds, td_rng_t *rng);
+
+#endif

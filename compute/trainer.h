@@ -1,0 +1,64 @@
+/* trainer.h: local training on one node's partition.
+ *
+ * A trainer ties a model, an SGD optimizer and a learning-rate schedule to a
+ * training set it walks in seeded, shuffled order (rows are permuted in place
+ * once per epoch, so a step reads a contiguous batch: no copy, no allocation).
+ * The standalone mode drives it epoch by epoch; the daemon's compute thread will
+ * drive it H steps at a time. One trainer belongs to one thread. */
+#ifndef TD_TRAINER_H
+#define TD_TRAINER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compute/backend.h"
+#include "compute/dataset.h"
+#include "compute/model.h"
+#include "compute/optim.h"
+
+typedef struct {
+  const char *model_spec;
+  unsigned batch;  /* rows per step */
+  uint64_t seed;   /* init and shuffling */
+  double lr;
+  const char *lr_schedule; /* constant | cosine | step:E[:G] */
+  unsigned long warmup_steps;
+  unsigned epochs; /* sizes the schedule (cosine end) */
+  unsigned long total_steps; /* overrides epochs * steps per epoch when > 0 */
+  td_sgd_opts_t sgd;
+} td_trainer_opts_t;
+
+typedef struct {
+  unsigned long steps;
+  unsigned long samples;
+  double loss;      /* mean training loss over the steps */
+  double accuracy;  /* training accuracy over the steps */
+  double seconds;   /* wall time spent computing */
+  double lr;        /* learning rate of the last step */
+} td_train_stats_t;
+
+typedef struct td_trainer td_trainer_t;
+
+/* train is borrowed and permuted in place; be is borrowed. Checks that the
+ * dataset fits the model (features == input width, labels < outputs) and fails
+ * with TD_ESHAPE / TD_ECONFIG and a why otherwise. Caller owns *out. */
+int td_trainer_open(td_trainer_t **out, td_backend_t *be, td_dataset_t *train,
+                    const td_trainer_opts_t *opts, char *why, size_t why_len);
+void td_trainer_close(td_trainer_t **self_p);
+
+/* Steps in one epoch (ceil(rows / batch)). */
+unsigned long td_trainer_steps_per_epoch(const td_trainer_t *tr);
+/* Run n SGD steps, continuing where the last call stopped and reshuffling at
+ * every epoch boundary. TD_ENUMERIC (with why) if the loss stops being finite. */
+int td_trainer_steps(td_trainer_t *tr, unsigned long n, td_train_stats_t *stats, char *why,
+                     size_t why_len);
+/* Loss and accuracy on a dataset (batched forward passes, no state change). */
+int td_trainer_evaluate(td_trainer_t *tr, const td_dataset_t *ds, double *loss,
+                        double *accuracy, char *why, size_t why_len);
+/* Check that a dataset fits the model. */
+int td_trainer_check_dataset(const td_trainer_t *tr, const td_dataset_t *ds, char *why,
+                             size_t why_len);
+td_model_t *td_trainer_model(td_trainer_t *tr);
+unsigned long td_trainer_global_step(const td_trainer_t *tr);
+
+#endif
