@@ -1,0 +1,212 @@
+/* wire.c: packing, unpacking and validation of every message traind exchanges.
+ *
+ * protobuf-c's unpacker is memory-safe on arbitrary bytes but allocates in
+ * proportion to the input, so the size limit is applied first; the semantic
+ * limits (counts, lengths, chunk indices) are applied after. */
+#include "proto/wire.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "compute/error.h"
+
+static int pack_common(const ProtobufCMessage *msg, size_t limit, uint8_t **out, size_t *len) {
+  size_t n = protobuf_c_message_get_packed_size(msg);
+  if (n > limit)
+    return TD_ERANGE;
+  uint8_t *buf = malloc(n ? n : 1);
+  if (buf == NULL)
+    return TD_ENOMEM;
+  size_t written = protobuf_c_message_pack(msg, buf);
+  if (written != n) {
+    free(buf);
+    return TD_EPROTO;
+  }
+  *out = buf;
+  *len = n;
+  return 0;
+}
+
+int td_wire_pack(Traind__Envelope *env, uint8_t **out, size_t *len) {
+  env->version = TD_WIRE_VERSION;
+  return pack_common(&env->base, TD_WIRE_MAX_MESSAGE, out, len);
+}
+
+static int check_string(const char *s, size_t max, const char *what, char *why, size_t n) {
+  if (s != NULL && strlen(s) > max)
+    return td_why(why, n, TD_EPROTO, "%s longer than %zu bytes", what, max);
+  return 0;
+}
+
+static int check_peers(Traind__PeerInfo **peers, size_t count, char *why, size_t n) {
+  if (count > TD_WIRE_MAX_PEERS)
+    return td_why(why, n, TD_EPROTO, "%zu peers in one message (limit %d)", count,
+                  TD_WIRE_MAX_PEERS);
+  for (size_t i = 0; i < count; i++) {
+    int rc = check_string(peers[i]->endpoint, TD_WIRE_MAX_STRING, "peer endpoint", why, n);
+    if (rc != 0)
+      return rc;
+    if (peers[i]->state > 3)
+      return td_why(why, n, TD_EPROTO, "peer state %u unknown", peers[i]->state);
+  }
+  return 0;
+}
+
+static int check_chunk(uint32_t chunk, uint32_t chunks, uint64_t total, size_t payload,
+                       char *why, size_t n) {
+  if (chunks == 0 || chunks > TD_WIRE_MAX_CHUNKS || chunk >= chunks)
+    return td_why(why, n, TD_EPROTO, "chunk %u of %u is out of range", chunk, chunks);
+  if (payload > TD_WIRE_MAX_CHUNK)
+    return td_why(why, n, TD_EPROTO, "chunk payload of %zu bytes (limit %u)", payload,
+                  TD_WIRE_MAX_CHUNK);
+  if (total > TD_WIRE_MAX_TRANSFER || payload > total)
+    return td_why(why, n, TD_EPROTO, "transfer size %llu is inconsistent",
+                  (unsigned long long)total);
+  return 0;
+}
+
+static int validate(const Traind__Envelope *e, char *why, size_t n) {
+  if (e->version != TD_WIRE_VERSION)
+    return td_why(why, n, TD_EPROTO, "protocol version %u (this node speaks %d)", e->version,
+                  TD_WIRE_VERSION);
+  switch (e->body_case) {
+  case TRAIND__ENVELOPE__BODY_HELLO:
+    return check_string(e->hello->endpoint, TD_WIRE_MAX_STRING, "hello endpoint", why, n);
+  case TRAIND__ENVELOPE__BODY_WELCOME: {
+    int rc = check_peers(e->welcome->peers, e->welcome->n_peers, why, n);
+    return rc ? rc : check_string(e->welcome->run_spec, TD_WIRE_MAX_SPEC, "run spec", why, n);
+  }
+  case TRAIND__ENVELOPE__BODY_HEARTBEAT:
+    return check_peers(e->heartbeat->peers, e->heartbeat->n_peers, why, n);
+  case TRAIND__ENVELOPE__BODY_LEAVE:
+    return check_string(e->leave->reason, TD_WIRE_MAX_STRING, "leave reason", why, n);
+  case TRAIND__ENVELOPE__BODY_RUN_START:
+    if (e->run_start->n_members == 0 || e->run_start->n_members > TD_WIRE_MAX_PEERS)
+      return td_why(why, n, TD_EPROTO, "run start with %zu members", e->run_start->n_members);
+    return check_string(e->run_start->spec, TD_WIRE_MAX_SPEC, "run spec", why, n);
+  case TRAIND__ENVELOPE__BODY_RUN_STOP:
+    return check_string(e->run_stop->reason, TD_WIRE_MAX_STRING, "stop reason", why, n);
+  case TRAIND__ENVELOPE__BODY_UPDATE:
+    return check_chunk(e->update->chunk, e->update->chunks, e->update->total_bytes,
+                       e->update->payload.len, why, n);
+  case TRAIND__ENVELOPE__BODY_SNAPSHOT_CHUNK:
+    if (e->snapshot_chunk->payload.len > TD_WIRE_MAX_CHUNK ||
+        e->snapshot_chunk->total_bytes > TD_WIRE_MAX_TRANSFER ||
+        e->snapshot_chunk->offset > e->snapshot_chunk->total_bytes ||
+        e->snapshot_chunk->payload.len >
+            e->snapshot_chunk->total_bytes - e->snapshot_chunk->offset)
+      return td_why(why, n, TD_EPROTO, "snapshot chunk out of range");
+    return 0;
+  case TRAIND__ENVELOPE__BODY_ACK:
+  case TRAIND__ENVELOPE__BODY_SNAPSHOT_REQUEST:
+  case TRAIND__ENVELOPE__BODY_EVAL_REPORT:
+    return 0;
+  case TRAIND__ENVELOPE__BODY__NOT_SET:
+  default:
+    return td_why(why, n, TD_EPROTO, "message without a body");
+  }
+}
+
+int td_wire_unpack(Traind__Envelope **out, const uint8_t *buf, size_t len, char *why,
+                   size_t why_len) {
+  *out = NULL;
+  if (len > TD_WIRE_MAX_MESSAGE)
+    return td_why(why, why_len, TD_EPROTO, "message of %zu bytes (limit %u)", len,
+                  TD_WIRE_MAX_MESSAGE);
+  Traind__Envelope *e = traind__envelope__unpack(NULL, len, buf);
+  if (e == NULL)
+    return td_why(why, why_len, TD_EPROTO, "undecodable message of %zu bytes", len);
+  int rc = validate(e, why, why_len);
+  if (rc != 0) {
+    traind__envelope__free_unpacked(e, NULL);
+    return rc;
+  }
+  *out = e;
+  return 0;
+}
+
+void td_wire_free(Traind__Envelope **env_p) {
+  if (env_p == NULL || *env_p == NULL)
+    return;
+  traind__envelope__free_unpacked(*env_p, NULL);
+  *env_p = NULL;
+}
+
+int td_wire_pack_request(Traind__ControlRequest *req, uint8_t **out, size_t *len) {
+  req->version = TD_WIRE_VERSION;
+  return pack_common(&req->base, TD_WIRE_MAX_CONTROL, out, len);
+}
+
+int td_wire_unpack_request(Traind__ControlRequest **out, const uint8_t *buf, size_t len,
+                           char *why, size_t why_len) {
+  *out = NULL;
+  if (len > TD_WIRE_MAX_CONTROL)
+    return td_why(why, why_len, TD_EPROTO, "control request of %zu bytes (limit %u)", len,
+                  TD_WIRE_MAX_CONTROL);
+  Traind__ControlRequest *r = traind__control_request__unpack(NULL, len, buf);
+  if (r == NULL)
+    return td_why(why, why_len, TD_EPROTO, "undecodable control request");
+  if (r->version != TD_WIRE_VERSION) {
+    int v = (int)r->version;
+    traind__control_request__free_unpacked(r, NULL);
+    return td_why(why, why_len, TD_EPROTO,
+                  "trainctl speaks protocol version %d, traind speaks %d", v, TD_WIRE_VERSION);
+  }
+  *out = r;
+  return 0;
+}
+
+void td_wire_free_request(Traind__ControlRequest **req_p) {
+  if (req_p == NULL || *req_p == NULL)
+    return;
+  traind__control_request__free_unpacked(*req_p, NULL);
+  *req_p = NULL;
+}
+
+int td_wire_pack_response(Traind__ControlResponse *resp, uint8_t **out, size_t *len) {
+  resp->version = TD_WIRE_VERSION;
+  return pack_common(&resp->base, TD_WIRE_MAX_CONTROL, out, len);
+}
+
+int td_wire_unpack_response(Traind__ControlResponse **out, const uint8_t *buf, size_t len,
+                            char *why, size_t why_len) {
+  *out = NULL;
+  if (len > TD_WIRE_MAX_CONTROL)
+    return td_why(why, why_len, TD_EPROTO, "control response of %zu bytes (limit %u)", len,
+                  TD_WIRE_MAX_CONTROL);
+  Traind__ControlResponse *r = traind__control_response__unpack(NULL, len, buf);
+  if (r == NULL)
+    return td_why(why, why_len, TD_EPROTO, "undecodable control response");
+  if (r->version != TD_WIRE_VERSION) {
+    int v = (int)r->version;
+    traind__control_response__free_unpacked(r, NULL);
+    return td_why(why, why_len, TD_EPROTO,
+                  "traind speaks protocol version %d, trainctl speaks %d", v, TD_WIRE_VERSION);
+  }
+  *out = r;
+  return 0;
+}
+
+void td_wire_free_response(Traind__ControlResponse **resp_p) {
+  if (resp_p == NULL || *resp_p == NULL)
+    return;
+  traind__control_response__free_unpacked(*resp_p, NULL);
+  *resp_p = NULL;
+}
+
+const char *td_wire_body_name(const Traind__Envelope *env) {
+  switch (env->body_case) {
+  case TRAIND__ENVELOPE__BODY_HELLO: return "hello";
+  case TRAIND__ENVELOPE__BODY_WELCOME: return "welcome";
+  case TRAIND__ENVELOPE__BODY_HEARTBEAT: return "heartbeat";
+  case TRAIND__ENVELOPE__BODY_LEAVE: return "leave";
+  case TRAIND__ENVELOPE__BODY_UPDATE: return "update";
+  case TRAIND__ENVELOPE__BODY_ACK: return "ack";
+  case TRAIND__ENVELOPE__BODY_SNAPSHOT_REQUEST: return "snapshot_request";
+  case TRAIND__ENVELOPE__BODY_SNAPSHOT_CHUNK: return "snapshot_chunk";
+  case TRAIND__ENVELOPE__BODY_EVAL_REPORT: return "eval_report";
+  case TRAIND__ENVELOPE__BODY_RUN_START: return "run_start";
+  case TRAIND__ENVELOPE__BODY_RUN_STOP: return "run_stop";
+  default: return "none";
+  }
+}

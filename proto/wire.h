@@ -1,0 +1,52 @@
+/* wire.h: the one place where peer and control messages are packed and unpacked.
+ *
+ * Messages are protobuf-c structures generated from proto/traind.proto at build
+ * time. Nothing that arrives from a socket is trusted: td_wire_unpack() refuses
+ * a buffer over the size limit before protobuf-c allocates anything, then checks
+ * the version, that a body is present, and every count, length and index in it
+ * against the limits below, and answers TD_EPROTO with a one-line reason. The
+ * caller counts and logs the drop; nothing here asserts on input. */
+#ifndef TD_WIRE_H
+#define TD_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/traind.pb-c.h"
+
+#define TD_WIRE_VERSION 1
+/* Largest envelope accepted on a peer socket. */
+#define TD_WIRE_MAX_MESSAGE (1u << 20)
+/* Largest payload in one UpdateChunk / SnapshotChunk (DESIGN.md section 4). */
+#define TD_WIRE_MAX_CHUNK (64u * 1024u)
+/* Largest whole update or snapshot, and chunks per transfer. */
+#define TD_WIRE_MAX_TRANSFER (1ull << 32)
+#define TD_WIRE_MAX_CHUNKS (1u << 20)
+#define TD_WIRE_MAX_PEERS 64
+#define TD_WIRE_MAX_STRING 256
+#define TD_WIRE_MAX_SPEC 16384
+/* Largest control message (trainctl <-> traind). */
+#define TD_WIRE_MAX_CONTROL (4u << 20)
+
+/* Serialise an envelope, setting its version. Caller owns *out (free()). */
+int td_wire_pack(Traind__Envelope *env, uint8_t **out, size_t *len);
+/* Parse and validate an envelope. Caller owns *out and releases it with
+ * td_wire_free(). TD_EPROTO + why for anything malformed or out of limits. */
+int td_wire_unpack(Traind__Envelope **out, const uint8_t *buf, size_t len, char *why,
+                   size_t why_len);
+void td_wire_free(Traind__Envelope **env_p);
+
+/* The same pair for control messages. */
+int td_wire_pack_request(Traind__ControlRequest *req, uint8_t **out, size_t *len);
+int td_wire_unpack_request(Traind__ControlRequest **out, const uint8_t *buf, size_t len,
+                           char *why, size_t why_len);
+void td_wire_free_request(Traind__ControlRequest **req_p);
+int td_wire_pack_response(Traind__ControlResponse *resp, uint8_t **out, size_t *len);
+int td_wire_unpack_response(Traind__ControlResponse **out, const uint8_t *buf, size_t len,
+                            char *why, size_t why_len);
+void td_wire_free_response(Traind__ControlResponse **resp_p);
+
+/* Name of an envelope body ("heartbeat", "update", ...) for logs and counters. */
+const char *td_wire_body_name(const Traind__Envelope *env);
+
+#endif

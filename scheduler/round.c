@@ -1,0 +1,247 @@
+/* round.c: two-slot update collection and sample-weighted aggregation.
+ *
+ * Each slot holds, per peer, an assembly buffer of numel floats, a bitmap of
+ * the chunks received and the update's metadata. A slot is recycled when the
+ * round advances. Every size in a chunk is checked before memory is touched. */
+#include "scheduler/round.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compute/error.h"
+
+typedef struct {
+  uint64_t peer;
+  bool used, expected, complete;
+  uint64_t samples;
+  uint32_t chunks, received;
+  uint8_t *seen; /* one byte per chunk */
+  uint64_t bytes;
+  double loss;
+  float *data;
+} slot_entry_t;
+
+typedef struct {
+  uint64_t round;
+  slot_entry_t e[TD_ROUND_MAX_PEERS];
+} slot_t;
+
+struct td_round {
+  size_t numel;
+  uint32_t max_chunks;
+  slot_t slots[2]; /* [0] current round, [1] the next */
+};
+
+uint32_t td_round_chunk_count(uint64_t total_bytes) {
+  return (uint32_t)((total_bytes + TD_ROUND_CHUNK_BYTES - 1) / TD_ROUND_CHUNK_BYTES);
+}
+
+int td_round_open(td_round_t **out, size_t numel) {
+  td_round_t *r = calloc(1, sizeof *r);
+  if (r == NULL)
+    return TD_ENOMEM;
+  r->numel = numel;
+  r->max_chunks = td_round_chunk_count((uint64_t)numel * 4);
+  for (int s = 0; s < 2; s++) {
+    r->slots[s].round = (uint64_t)s;
+    for (int i = 0; i < TD_ROUND_MAX_PEERS; i++) {
+      slot_entry_t *e = &r->slots[s].e[i];
+      e->data = malloc(numel * sizeof(float) + 1);
+      e->seen = calloc(r->max_chunks + 1, 1);
+      if (e->data == NULL || e->seen == NULL) {
+        td_round_close(&r);
+        return TD_ENOMEM;
+      }
+    }
+  }
+  *out = r;
+  return 0;
+}
+
+void td_round_close(td_round_t **self_p) {
+  if (self_p == NULL || *self_p == NULL)
+    return;
+  td_round_t *r = *self_p;
+  for (int s = 0; s < 2; s++)
+    for (int i = 0; i < TD_ROUND_MAX_PEERS; i++) {
+      free(r->slots[s].e[i].data);
+      free(r->slots[s].e[i].seen);
+    }
+  free(r);
+  *self_p = NULL;
+}
+
+static void clear_entry(td_round_t *r, slot_entry_t *e) {
+  e->used = e->expected = e->complete = false;
+  e->peer = e->samples = e->bytes = 0;
+  e->chunks = e->received = 0;
+  e->loss = 0;
+  memset(e->seen, 0, r->max_chunks + 1);
+}
+
+static slot_entry_t *find(slot_t *s, uint64_t peer) {
+  for (int i = 0; i < TD_ROUND_MAX_PEERS; i++)
+    if (s->e[i].used && s->e[i].peer == peer)
+      return &s->e[i];
+  return NULL;
+}
+
+static slot_entry_t *find_or_add(slot_t *s, uint64_t peer) {
+  slot_entry_t *e = find(s, peer);
+  if (e != NULL)
+    return e;
+  for (int i = 0; i < TD_ROUND_MAX_PEERS; i++)
+    if (!s->e[i].used) {
+      s->e[i].used = true;
+      s->e[i].peer = peer;
+      return &s->e[i];
+    }
+  return NULL;
+}
+
+void td_round_begin(td_round_t *r, uint64_t round, const uint64_t *peers, size_t n_peers) {
+  if (round == r->slots[1].round) {
+    /* advance by one: the next slot becomes current, keep what it buffered */
+    slot_t tmp = r->slots[0];
+    r->slots[0] = r->slots[1];
+    r->slots[1] = tmp;
+  } else if (round != r->slots[0].round) {
+    for (int i = 0; i < TD_ROUND_MAX_PEERS; i++)
+      clear_entry(r, &r->slots[0].e[i]);
+  }
+  for (int i = 0; i < TD_ROUND_MAX_PEERS; i++)
+    clear_entry(r, &r->slots[1].e[i]);
+  r->slots[0].round = round;
+  r->slots[1].round = round + 1;
+  for (int i = 0; i < TD_ROUND_MAX_PEERS; i++)
+    r->slots[0].e[i].expected = false;
+  for (size_t i = 0; i < n_peers; i++) {
+    slot_entry_t *e = find_or_add(&r->slots[0], peers[i]);
+    if (e != NULL)
+      e->expected = true;
+  }
+}
+
+uint64_t td_round_current(const td_round_t *r) { return r->slots[0].round; }
+
+int td_round_add_chunk(td_round_t *r, uint64_t peer, uint64_t round, uint64_t samples,
+                       uint32_t chunk, uint32_t chunks, uint64_t total_bytes,
+                       const uint8_t *payload, size_t len, double loss,
+                       td_chunk_result_t *result, td_update_info_t *info) {
+  uint64_t want_bytes = (uint64_t)r->numel * 4;
+  if (total_bytes != want_bytes || chunks != r->max_chunks || chunk >= chunks)
+    return TD_EPROTO;
+  uint64_t offset = (uint64_t)chunk * TD_ROUND_CHUNK_BYTES;
+  uint64_t expect_len =
+      chunk + 1 < chunks ? TD_ROUND_CHUNK_BYTES : total_bytes - offset;
+  if (len != expect_len)
+    return TD_EPROTO;
+  if (round < r->slots[0].round) {
+    *result = TD_CHUNK_LATE;
+    return 0;
+  }
+  if (round > r->slots[1].round) {
+    *result = TD_CHUNK_AHEAD;
+    return 0;
+  }
+  slot_t *s = &r->slots[round == r->slots[0].round ? 0 : 1];
+  slot_entry_t *e = find_or_add(s, peer);
+  if (e == NULL) {
+    *result = TD_CHUNK_AHEAD; /* table full: treat as unusable */
+    return 0;
+  }
+  if (e->complete || e->seen[chunk]) {
+    *result = TD_CHUNK_DUPLICATE;
+    return 0;
+  }
+  if (e->received == 0) {
+    e->samples = samples;
+    e->chunks = chunks;
+    e->loss = loss;
+  } else if (e->samples != samples) {
+    return TD_EPROTO;
+  }
+  memcpy((uint8_t *)e->data + offset, payload, len);
+  e->seen[chunk] = 1;
+  e->received++;
+  e->bytes += len;
+  *result = TD_CHUNK_ACCEPTED;
+  if (e->received == e->chunks) {
+    float sum = 0;
+    for (size_t i = 0; i < r->numel; i++)
+      sum += e->data[i] * 0.0f; /* NaN/Inf survive multiplication by zero */
+    if (!isfinite(sum)) {
+      /* drop it and never use it: forget the data, keep it marked complete */
+      e->samples = 0;
+      e->complete = true;
+      *result = TD_CHUNK_NONFINITE;
+    } else {
+      e->complete = true;
+      *result = TD_CHUNK_COMPLETED;
+    }
+    if (info != NULL)
+      *info = (td_update_info_t){.peer = peer, .round = round, .samples = e->samples,
+                                 .bytes = e->bytes, .loss = e->loss};
+  }
+  return 0;
+}
+
+void td_round_forget_peer(td_round_t *r, uint64_t peer) {
+  slot_entry_t *e = find(&r->slots[0], peer);
+  if (e != NULL)
+    e->expected = false;
+}
+
+bool td_round_complete(const td_round_t *r) {
+  for (int i = 0; i < TD_ROUND_MAX_PEERS; i++) {
+    const slot_entry_t *e = &r->slots[0].e[i];
+    if (e->used && e->expected && !e->complete)
+      return false;
+  }
+  return true;
+}
+
+size_t td_round_missing(const td_round_t *r, uint64_t *peers, size_t cap) {
+  size_t n = 0;
+  for (int i = 0; i < TD_ROUND_MAX_PEERS && n < cap; i++) {
+    const slot_entry_t *e = &r->slots[0].e[i];
+    if (e->used && e->expected && !e->complete)
+      peers[n++] = e->peer;
+  }
+  return n;
+}
+
+size_t td_round_aggregate(td_round_t *r, const float *own_delta, uint64_t own_samples,
+                          float *anchor) {
+  const float *deltas[TD_ROUND_MAX_PEERS + 1];
+  double weights[TD_ROUND_MAX_PEERS + 1];
+  size_t n = 0, used = 0;
+  double total = 0;
+  if (own_delta != NULL && own_samples > 0) {
+    deltas[n] = own_delta;
+    weights[n++] = (double)own_samples;
+    total += (double)own_samples;
+  }
+  for (int i = 0; i < TD_ROUND_MAX_PEERS; i++) {
+    slot_entry_t *e = &r->slots[0].e[i];
+    if (e->used && e->complete && e->samples > 0) {
+      deltas[n] = e->data;
+      weights[n++] = (double)e->samples;
+      total += (double)e->samples;
+      used++;
+    }
+  }
+  if (total <= 0)
+    return 0;
+  float w[TD_ROUND_MAX_PEERS + 1];
+  for (size_t j = 0; j < n; j++)
+    w[j] = (float)(weights[j] / total);
+  for (size_t i = 0; i < r->numel; i++) {
+    float acc = 0;
+    for (size_t j = 0; j < n; j++)
+      acc += w[j] * deltas[j][i];
+    anchor[i] += acc;
+  }
+  return used;
+}

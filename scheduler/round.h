@@ -1,0 +1,75 @@
+/* round.h: collecting the updates of a round and aggregating them.
+ *
+ * Pure bookkeeping over flat fp32 buffers, driven by events (a chunk arrived,
+ * a peer died) and free of sockets, so it is unit-tested without a network.
+ * Two slots are kept: the round being collected (t) and the next one (t + 1),
+ * because in sync mode a peer that already finished round t may send its
+ * round t + 1 update before our round t closes. A chunk for an older round is
+ * reported as late (its staleness is recorded by the caller); one beyond t + 1
+ * is refused. Aggregation is sample-weighted: anchor += sum_j w_j delta_j with
+ * w_j = samples_j / sum samples, over the local delta and every complete
+ * update of the round. */
+#ifndef TD_ROUND_H
+#define TD_ROUND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TD_ROUND_MAX_PEERS 32
+
+typedef struct td_round td_round_t;
+
+typedef enum {
+  TD_CHUNK_ACCEPTED = 0, /* stored; the update is not complete yet */
+  TD_CHUNK_COMPLETED,    /* this chunk completed the peer's update */
+  TD_CHUNK_DUPLICATE,    /* already had it; ignored */
+  TD_CHUNK_LATE,         /* for a round already closed */
+  TD_CHUNK_AHEAD,        /* more than one round ahead; dropped */
+  TD_CHUNK_NONFINITE,    /* completed, but holds NaN/Inf: the update is discarded */
+} td_chunk_result_t;
+
+typedef struct {
+  uint64_t peer;
+  uint64_t round;
+  uint64_t samples;
+  uint64_t bytes; /* payload bytes received for the update */
+  double loss;
+} td_update_info_t;
+
+/* numel: floats in the flat parameter buffer. Caller owns *out. */
+int td_round_open(td_round_t **out, size_t numel);
+void td_round_close(td_round_t **self_p);
+
+/* Start collecting `round` from the given peers (the local node excluded).
+ * Updates already buffered for it (from the old t + 1 slot) are kept. */
+void td_round_begin(td_round_t *r, uint64_t round, const uint64_t *peers, size_t n_peers);
+uint64_t td_round_current(const td_round_t *r);
+
+/* One chunk of a peer's update (codec none: raw little-endian fp32). Checks
+ * chunk index, sizes and offsets against numel and returns TD_EPROTO for
+ * anything inconsistent; otherwise *result says what happened and *info
+ * describes the update when it completed. */
+int td_round_add_chunk(td_round_t *r, uint64_t peer, uint64_t round, uint64_t samples,
+                       uint32_t chunk, uint32_t chunks, uint64_t total_bytes,
+                       const uint8_t *payload, size_t len, double loss,
+                       td_chunk_result_t *result, td_update_info_t *info);
+
+/* A peer is no longer waited for in the current round (it died or left). */
+void td_round_forget_peer(td_round_t *r, uint64_t peer);
+/* True when every expected peer's update for the current round is complete. */
+bool td_round_complete(const td_round_t *r);
+/* Expected peers whose update is not complete (for "late" records). */
+size_t td_round_missing(const td_round_t *r, uint64_t *peers, size_t cap);
+
+/* anchor += weighted mean of own_delta (own_samples) and every complete update
+ * of the current round. Returns the number of peer updates used. Does not
+ * advance the round: call td_round_begin(round + 1) next. */
+size_t td_round_aggregate(td_round_t *r, const float *own_delta, uint64_t own_samples,
+                          float *anchor);
+
+/* Chunk size for splitting an update of total_bytes (<= 64 KiB, multiple of 4). */
+#define TD_ROUND_CHUNK_BYTES (64u * 1024u)
+uint32_t td_round_chunk_count(uint64_t total_bytes);
+
+#endif
