@@ -1,0 +1,497 @@
+/* trainctl.c: the command-line client of traind.
+ *
+ * Each command is one request over the daemon's local control socket (a
+ * 4-byte big-endian length, then a protobuf ControlRequest) and one framed
+ * ControlResponse back, whose payload is JSON. trainctl renders it as a table,
+ * as CSV or as JSON, and exits 0 on success, 1 with a one-line reason when the
+ * daemon refuses or is not running, 2 on a usage error. */
+#include <errno.h>
+#include <json-c/json.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proto/wire.h"
+
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+static const char *socket_path;
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: trainctl [--socket PATH] COMMAND [ARGS]\n"
+          "\n"
+          "commands:\n"
+          "  join ENDPOINT                  join the cluster of the node at tcp://HOST:PORT\n"
+          "  start [RUN.ini] [--set k=v]... start a run on every live member\n"
+          "  status [--json] [--watch [S]]  node, peers and run progress (watch: every S s)\n"
+          "  stop                           stop the current run everywhere\n"
+          "  peers [--json]                 members and per-link traffic\n"
+          "  rounds [--last N] [--csv|--json]  rounds of the current run, from the ledger\n"
+          "  leave                          tell the peers and shut this daemon down\n"
+          "\n"
+          "--socket defaults to $TRAIND_SOCKET, else DATA_DIR/control.sock with DATA_DIR =\n"
+          "$TRAIND_DATA_DIR or ~/.local/share/traind (the daemon's defaults).\n");
+}
+
+static int die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int die(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("trainctl: error: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  return 1;
+}
+
+static int read_full(int fd, void *buf, size_t len) {
+  uint8_t *p = buf;
+  while (len > 0) {
+    ssize_t r = read(fd, p, len);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      return -1;
+    p += r;
+    len -= (size_t)r;
+  }
+  return 0;
+}
+
+static int write_full(int fd, const void *buf, size_t len) {
+  const uint8_t *p = buf;
+  while (len > 0) {
+    ssize_t w = write(fd, p, len);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      return -1;
+    p += w;
+    len -= (size_t)w;
+  }
+  return 0;
+}
+
+/* One request, one response. On success *json holds the payload (caller frees). */
+static int call(Traind__ControlRequest *req, json_object **json) {
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  if (strlen(socket_path) >= sizeof addr.sun_path)
+    return die("socket path too long: %s", socket_path);
+  strcpy(addr.sun_path, socket_path);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return die("socket: %s", strerror(errno));
+  if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+    int e = errno;
+    close(fd);
+    if (e == ENOENT || e == ECONNREFUSED)
+      return die("traind is not running (no daemon at %s)", socket_path);
+    return die("cannot reach traind at %s: %s", socket_path, strerror(e));
+  }
+  uint8_t *body;
+  size_t len;
+  if (td_wire_pack_request(req, &body, &len) != 0) {
+    close(fd);
+    return die("request too large");
+  }
+  uint8_t hdr[4] = {(uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8), (uint8_t)len};
+  int rc = write_full(fd, hdr, 4) == 0 && write_full(fd, body, len) == 0 ? 0 : -1;
+  free(body);
+  if (rc != 0 || read_full(fd, hdr, 4) != 0) {
+    close(fd);
+    return die("traind closed the connection without answering");
+  }
+  size_t rlen = ((size_t)hdr[0] << 24) | ((size_t)hdr[1] << 16) | ((size_t)hdr[2] << 8) | hdr[3];
+  if (rlen > TD_WIRE_MAX_CONTROL) {
+    close(fd);
+    return die("response too large (%zu bytes)", rlen);
+  }
+  uint8_t *rbuf = malloc(rlen ? rlen : 1);
+  if (rbuf == NULL || read_full(fd, rbuf, rlen) != 0) {
+    free(rbuf);
+    close(fd);
+    return die("truncated response from traind");
+  }
+  close(fd);
+  Traind__ControlResponse *resp = NULL;
+  char why[256];
+  rc = td_wire_unpack_response(&resp, rbuf, rlen, why, sizeof why);
+  free(rbuf);
+  if (rc != 0)
+    return die("%s", why);
+  if (resp->status != 0) {
+    rc = die("%s", resp->error && resp->error[0] ? resp->error : "request refused");
+    td_wire_free_response(&resp);
+    return rc;
+  }
+  *json = json_tokener_parse(resp->json ? resp->json : "null");
+  td_wire_free_response(&resp);
+  if (*json == NULL)
+    return die("traind answered with malformed JSON");
+  return 0;
+}
+
+static const char *jstr(json_object *o, const char *key) {
+  json_object *v;
+  if (!json_object_object_get_ex(o, key, &v) || v == NULL)
+    return "-";
+  return json_object_get_string(v);
+}
+
+static double jnum(json_object *o, const char *key) {
+  json_object *v;
+  if (!json_object_object_get_ex(o, key, &v) || v == NULL)
+    return NAN;
+  return json_object_get_double(v);
+}
+
+static void fmt_num(char *buf, size_t len, double v, int decimals) {
+  if (isnan(v))
+    snprintf(buf, len, "-");
+  else
+    snprintf(buf, len, "%.*f", decimals, v);
+}
+
+static void print_peers(json_object *peers) {
+  printf("%-16s  %-24s  %-7s  %8s  %6s  %12s  %12s\n", "NODE", "ENDPOINT", "STATE", "HEARD_S",
+         "ROUND", "BYTES_SENT", "BYTES_RECV");
+  size_t n = json_object_array_length(peers);
+  for (size_t i = 0; i < n; i++) {
+    json_object *p = json_object_array_get_idx(peers, i);
+    printf("%-16s  %-24s  %-7s  %8.1f  %6.0f  %12.0f  %12.0f\n", jstr(p, "node_id"),
+           jstr(p, "endpoint"), jstr(p, "state"), jnum(p, "last_heard_s"), jnum(p, "round"),
+           jnum(p, "bytes_sent"), jnum(p, "bytes_recv"));
+  }
+  if (n == 0)
+    printf("(no peers: trainctl join tcp://HOST:PORT)\n");
+}
+
+static void run_line(json_object *run, char *buf, size_t len) {
+  char loss[32], acc[32], test[32];
+  fmt_num(loss, sizeof loss, jnum(run, "loss"), 4);
+  fmt_num(acc, sizeof acc, jnum(run, "eval_accuracy"), 4);
+  fmt_num(test, sizeof test, jnum(run, "test_accuracy"), 4);
+  snprintf(buf, len, "run %s  %-8s  round %.0f/%.0f  loss %s  eval_acc %s  test_acc %s",
+           jstr(run, "run_id"), jstr(run, "state"), jnum(run, "round"), jnum(run, "rounds"),
+           loss, acc, test);
+}
+
+static int cmd_status(bool json, bool watch, double every_s) {
+  Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
+  req.command = TRAIND__CONTROL_REQUEST__COMMAND__STATUS;
+  char last[512] = "";
+  for (;;) {
+    json_object *o = NULL;
+    int rc = call(&req, &o);
+    if (rc != 0)
+      return rc;
+    json_object *run = NULL, *peers = NULL, *drops = NULL;
+    json_object_object_get_ex(o, "run", &run);
+    json_object_object_get_ex(o, "peers", &peers);
+    json_object_object_get_ex(o, "drops", &drops);
+    if (json) {
+      printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+    } else if (watch) {
+      char line[512];
+      run_line(run, line, sizeof line);
+      if (strcmp(line, last) != 0) {
+        time_t t = time(NULL);
+        char ts[16];
+        strftime(ts, sizeof ts, "%H:%M:%S", localtime(&t));
+        printf("%s  %s\n", ts, line);
+        snprintf(last, sizeof last, "%s", line);
+      }
+    } else {
+      size_t np = peers ? json_object_array_length(peers) : 0, alive = 0;
+      for (size_t i = 0; i < np; i++)
+        alive += strcmp(jstr(json_object_array_get_idx(peers, i), "state"), "alive") == 0;
+      double dropped = 0;
+      json_object_object_foreach(drops, k, v) {
+        (void)k;
+        dropped += json_object_get_double(v);
+      }
+      char line[512];
+      run_line(run, line, sizeof line);
+      printf("node    %s  %s\n", jstr(o, "node_id"), jstr(o, "endpoint"));
+      printf("peers   %zu (%zu alive)\n", np, alive);
+      printf("%s\n", line);
+      if (strcmp(jstr(run, "error"), "-") != 0)
+        printf("error   %s\n", jstr(run, "error"));
+      printf("drops   %.0f bad or unexpected peer messages\n", dropped);
+      if (np > 0) {
+        printf("\n");
+        print_peers(peers);
+      }
+    }
+    fflush(stdout);
+    const char *state = jstr(run, "state");
+    bool running = strcmp(state, "running") == 0;
+    json_object_put(o);
+    if (!watch || !running)
+      return 0;
+    struct timespec ts = {.tv_sec = (time_t)every_s,
+                          .tv_nsec = (long)((every_s - (double)(time_t)every_s) * 1e9)};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static int cmd_rounds(unsigned last, bool csv, bool json) {
+  Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
+  req.command = TRAIND__CONTROL_REQUEST__COMMAND__ROUNDS;
+  req.last = last;
+  json_object *arr = NULL;
+  int rc = call(&req, &arr);
+  if (rc != 0)
+    return rc;
+  size_t n = json_object_array_length(arr);
+  if (json) {
+    printf("%s\n", json_object_to_json_string_ext(arr, JSON_C_TO_STRING_PLAIN));
+  } else if (csv) {
+    static const char *cols[] = {"run_id",  "round",    "started",    "ended",
+                                 "local_steps", "batch", "samples",   "loss",
+                                 "eval_acc", "bytes_sent", "bytes_recv", "compute_s",
+                                 "wait_s"};
+    for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++)
+      printf("%s%s", c ? "," : "", cols[c]);
+    printf("\n");
+    for (size_t i = 0; i < n; i++) {
+      json_object *r = json_object_array_get_idx(arr, i);
+      for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++) {
+        json_object *v = NULL;
+        json_object_object_get_ex(r, cols[c], &v);
+        printf("%s%s", c ? "," : "", v ? json_object_get_string(v) : "");
+      }
+      printf("\n");
+    }
+  } else {
+    printf("%6s  %8s  %8s  %8s  %12s  %12s  %9s  %8s\n", "ROUND", "SAMPLES", "LOSS", "EVAL_ACC",
+           "BYTES_SENT", "BYTES_RECV", "COMPUTE_S", "WAIT_S");
+    for (size_t i = 0; i < n; i++) {
+      json_object *r = json_object_array_get_idx(arr, i);
+      char loss[32], acc[32];
+      fmt_num(loss, sizeof loss, jnum(r, "loss"), 4);
+      fmt_num(acc, sizeof acc, jnum(r, "eval_acc"), 4);
+      printf("%6.0f  %8.0f  %8s  %8s  %12.0f  %12.0f  %9.3f  %8.3f\n", jnum(r, "round"),
+             jnum(r, "samples"), loss, acc, jnum(r, "bytes_sent"), jnum(r, "bytes_recv"),
+             jnum(r, "compute_s"), jnum(r, "wait_s"));
+    }
+    if (n == 0)
+      printf("(no rounds recorded yet)\n");
+  }
+  json_object_put(arr);
+  return 0;
+}
+
+static char *read_file(const char *path, int *rc) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL) {
+    *rc = die("cannot open %s: %s", path, strerror(errno));
+    return NULL;
+  }
+  size_t cap = 4096, len = 0;
+  char *buf = malloc(cap);
+  size_t r;
+  while (buf != NULL && (r = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+    len += r;
+    if (len + 1 >= cap) {
+      if (cap >= TD_WIRE_MAX_SPEC * 4) {
+        free(buf);
+        buf = NULL;
+        *rc = die("%s is too large for a run file", path);
+        break;
+      }
+      char *nb = realloc(buf, cap *= 2);
+      if (nb == NULL) {
+        free(buf);
+        buf = NULL;
+      }
+      buf = nb;
+    }
+  }
+  fclose(f);
+  if (buf != NULL)
+    buf[len] = '\0';
+  return buf;
+}
+
+int main(int argc, char **argv) {
+  static char default_socket[700];
+  const char *env = getenv("TRAIND_SOCKET");
+  if (env != NULL && env[0] != '\0') {
+    socket_path = env;
+  } else {
+    const char *dd = getenv("TRAIND_DATA_DIR"), *home = getenv("HOME");
+    if (dd != NULL && dd[0] != '\0')
+      snprintf(default_socket, sizeof default_socket, "%s/control.sock", dd);
+    else
+      snprintf(default_socket, sizeof default_socket, "%s/.local/share/traind/control.sock",
+               home ? home : ".");
+    socket_path = default_socket;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  int i = 1;
+  for (; i < argc && argv[i][0] == '-'; i++) {
+    if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc) {
+      socket_path = argv[++i];
+    } else if (strncmp(argv[i], "--socket=", 9) == 0) {
+      socket_path = argv[i] + 9;
+    } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage(stdout);
+      return 0;
+    } else if (strcmp(argv[i], "--version") == 0) {
+#ifdef PACKAGE_VERSION
+      printf("trainctl %s\n", PACKAGE_VERSION);
+#endif
+      return 0;
+    } else {
+      fprintf(stderr, "trainctl: error: unknown option %s (see trainctl --help)\n", argv[i]);
+      return 2;
+    }
+  }
+  if (i >= argc) {
+    usage(stderr);
+    return 2;
+  }
+  const char *cmd = argv[i++];
+  int nargs = argc - i;
+  char **args = argv + i;
+  Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
+  json_object *o = NULL;
+  int rc;
+
+  if (strcmp(cmd, "join") == 0) {
+    if (nargs != 1) {
+      fprintf(stderr, "trainctl: error: usage: trainctl join tcp://HOST:PORT\n");
+      return 2;
+    }
+    req.command = TRAIND__CONTROL_REQUEST__COMMAND__JOIN;
+    req.endpoint = args[0];
+    if ((rc = call(&req, &o)) != 0)
+      return rc;
+    json_object *peers = NULL;
+    json_object_object_get_ex(o, "peers", &peers);
+    printf("joined %s (node %s); %zu peers known\n", jstr(o, "joined"), jstr(o, "seed_node"),
+           peers ? json_object_array_length(peers) : 0);
+    json_object_put(o);
+    return 0;
+  }
+  if (strcmp(cmd, "start") == 0) {
+    char **settings = calloc((size_t)nargs + 1, sizeof *settings);
+    char *ini = NULL;
+    size_t ns = 0;
+    rc = 0;
+    for (int a = 0; a < nargs && rc == 0; a++) {
+      if (strcmp(args[a], "--set") == 0 && a + 1 < nargs) {
+        settings[ns++] = args[++a];
+      } else if (strncmp(args[a], "--set=", 6) == 0) {
+        settings[ns++] = args[a] + 6;
+      } else if (args[a][0] != '-' && ini == NULL) {
+        ini = read_file(args[a], &rc);
+        if (ini == NULL && rc == 0)
+          rc = 1;
+      } else {
+        fprintf(stderr, "trainctl: error: usage: trainctl start [RUN.ini] [--set key=value]...\n");
+        rc = 2;
+      }
+    }
+    if (rc == 0) {
+      req.command = TRAIND__CONTROL_REQUEST__COMMAND__START;
+      req.settings = settings;
+      req.n_settings = ns;
+      req.ini_text = ini ? ini : "";
+      rc = call(&req, &o);
+      if (rc == 0) {
+        printf("started run %s on %s nodes\n", jstr(o, "run_id"), jstr(o, "nodes"));
+        json_object_put(o);
+      }
+    }
+    free(ini);
+    free(settings);
+    return rc;
+  }
+  if (strcmp(cmd, "status") == 0) {
+    bool json = false, watch = false;
+    double every = 1.0;
+    for (int a = 0; a < nargs; a++) {
+      if (strcmp(args[a], "--json") == 0) {
+        json = true;
+      } else if (strcmp(args[a], "--watch") == 0) {
+        watch = true;
+        if (a + 1 < nargs && args[a + 1][0] != '-') {
+          char *end;
+          every = strtod(args[++a], &end);
+          if (*end != '\0' || !(every >= 0.05 && every <= 3600)) {
+            fprintf(stderr, "trainctl: error: --watch SECONDS must be in [0.05, 3600]\n");
+            return 2;
+          }
+        }
+      } else {
+        fprintf(stderr, "trainctl: error: usage: trainctl status [--json] [--watch [SECONDS]]\n");
+        return 2;
+      }
+    }
+    return cmd_status(json, watch, every);
+  }
+  if (strcmp(cmd, "rounds") == 0) {
+    unsigned last = 0;
+    bool csv = false, json = false;
+    for (int a = 0; a < nargs; a++) {
+      if (strcmp(args[a], "--csv") == 0) {
+        csv = true;
+      } else if (strcmp(args[a], "--json") == 0) {
+        json = true;
+      } else if (strcmp(args[a], "--last") == 0 && a + 1 < nargs) {
+        char *end;
+        unsigned long v = strtoul(args[++a], &end, 10);
+        if (*end != '\0' || args[a][0] == '-' || v == 0 || v > 100000000) {
+          fprintf(stderr, "trainctl: error: --last N needs a positive integer\n");
+          return 2;
+        }
+        last = (unsigned)v;
+      } else {
+        fprintf(stderr, "trainctl: error: usage: trainctl rounds [--last N] [--csv|--json]\n");
+        return 2;
+      }
+    }
+    return cmd_rounds(last, csv, json);
+  }
+  if (strcmp(cmd, "peers") == 0 || strcmp(cmd, "stop") == 0 || strcmp(cmd, "leave") == 0) {
+    bool json = nargs == 1 && strcmp(args[0], "--json") == 0;
+    if (nargs > (json ? 1 : 0)) {
+      fprintf(stderr, "trainctl: error: %s takes no arguments\n", cmd);
+      return 2;
+    }
+    req.command = cmd[0] == 'p'   ? TRAIND__CONTROL_REQUEST__COMMAND__PEERS
+                  : cmd[0] == 's' ? TRAIND__CONTROL_REQUEST__COMMAND__STOP
+                                  : TRAIND__CONTROL_REQUEST__COMMAND__LEAVE;
+    if ((rc = call(&req, &o)) != 0)
+      return rc;
+    if (json) {
+      printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+    } else if (cmd[0] == 'p') {
+      json_object *peers = NULL;
+      json_object_object_get_ex(o, "peers", &peers);
+      print_peers(peers);
+    } else if (cmd[0] == 's') {
+      printf("stopping run %s\n", jstr(o, "stopping"));
+    } else {
+      printf("node %s left the cluster and is shutting down\n", jstr(o, "left"));
+    }
+    json_object_put(o);
+    return 0;
+  }
+  fprintf(stderr, "trainctl: error: unknown command '%s' (see trainctl --help)\n", cmd);
+  return 2;
+}

@@ -1,0 +1,83 @@
+/* ledger.h: the node's SQLite ledger (<data_dir>/traind.db).
+ *
+ * One database per node in WAL mode, its schema versioned with PRAGMA
+ * user_version and migrated forward on open. It records runs, peers, every
+ * round, every update received (with its staleness), link measurements,
+ * events and checkpoints. Statements are prepared once; callers group the
+ * writes of one round in td_ledger_begin()/td_ledger_commit() so a round costs
+ * one transaction. A ledger handle is used by one thread at a time (the
+ * daemon's work pool serialises its writes). */
+#ifndef TD_LEDGER_H
+#define TD_LEDGER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TD_LEDGER_SCHEMA_VERSION 1
+
+typedef struct td_ledger td_ledger_t;
+
+typedef struct {
+  uint64_t run_id;
+  uint64_t round;
+  double started, ended; /* unix seconds */
+  uint32_t local_steps;
+  uint32_t batch;
+  uint64_t samples;
+  double loss;
+  double eval_acc;       /* NaN when the round was not evaluated */
+  uint64_t bytes_sent, bytes_recv;
+  double lr;
+  double compute_s, wait_s;
+} td_ledger_round_t;
+
+typedef struct {
+  uint64_t run_id;
+  uint64_t round;      /* receiver's round when it arrived */
+  uint64_t peer;       /* sender node id */
+  uint64_t peer_round; /* round the update was made in */
+  int64_t staleness;   /* round - peer_round */
+  uint64_t bytes;
+  const char *codec;
+  double ratio;        /* dense fp32 bytes / bytes on the wire */
+  double arrived;      /* unix seconds */
+} td_ledger_update_t;
+
+/* Open or create the database; migrates older schemas, refuses newer ones
+ * (TD_ECONFIG). Caller owns *out. */
+int td_ledger_open(td_ledger_t **out, const char *path, char *why, size_t why_len);
+void td_ledger_close(td_ledger_t **self_p);
+
+int td_ledger_begin(td_ledger_t *l);
+int td_ledger_commit(td_ledger_t *l);
+
+int td_ledger_run_start(td_ledger_t *l, uint64_t run_id, const char *spec, double started);
+/* state: "finished", "failed", "stopped"; test_accuracy may be NaN. */
+int td_ledger_run_end(td_ledger_t *l, uint64_t run_id, const char *state, double ended,
+                      double test_accuracy);
+int td_ledger_peer_seen(td_ledger_t *l, uint64_t node_id, const char *endpoint, double at,
+                        const char *state, double capacity);
+int td_ledger_round_add(td_ledger_t *l, const td_ledger_round_t *r);
+int td_ledger_update_add(td_ledger_t *l, const td_ledger_update_t *u);
+int td_ledger_link_add(td_ledger_t *l, uint64_t peer, double at, double goodput_bps,
+                       double rtt_ms, const char *codec, double budget_bytes);
+int td_ledger_event_add(td_ledger_t *l, double at, const char *kind, const char *detail);
+int td_ledger_checkpoint_put(td_ledger_t *l, uint64_t run_id, uint64_t round, const void *blob,
+                             size_t bytes);
+/* Latest checkpoint of a run: TD_ENOENT when there is none. Caller owns *blob. */
+int td_ledger_checkpoint_latest(td_ledger_t *l, uint64_t run_id, uint64_t *round, void **blob,
+                                size_t *bytes);
+
+/* Rounds of a run in ascending order, the last `last` of them (0 = all). */
+typedef void (*td_ledger_round_fn)(const td_ledger_round_t *r, void *user);
+int td_ledger_rounds(td_ledger_t *l, uint64_t run_id, unsigned last, td_ledger_round_fn fn,
+                     void *user);
+/* Every peer ever seen (node id, last endpoint, last state). */
+typedef void (*td_ledger_peer_fn)(uint64_t node_id, const char *endpoint, const char *state,
+                                  void *user);
+int td_ledger_peers(td_ledger_t *l, td_ledger_peer_fn fn, void *user);
+
+/* Number of rows in a table ("rounds", "updates", ...), for status and tests. */
+int64_t td_ledger_count(td_ledger_t *l, const char *table);
+
+#endif

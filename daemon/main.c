@@ -1,0 +1,147 @@
+/* main.c: the traind command line.
+ *
+ * Without --standalone, traind is the peer daemon (daemon/node.h), configured
+ * by an optional --config INI file and then flags of the same names. With
+ * --standalone it trains one node alone, the N = 1 baseline: an optional
+ * RUN.ini, then any number of --set key=value (applied after the file). */
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compute/error.h"
+#include "daemon/settings.h"
+#include "daemon/log.h"
+#include "daemon/node.h"
+#include "daemon/runspec.h"
+#include "daemon/standalone.h"
+
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+#ifndef PACKAGE_VERSION
+#define PACKAGE_VERSION "dev"
+#endif
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: traind [--config FILE] [--data-dir DIR] [--listen tcp://HOST:PORT]\n"
+          "              [--control PATH] [--log-level LEVEL] [--threads N] [--heartbeat-ms MS]\n"
+          "       traind --standalone [RUN.ini] [--set key=value ...] [--json]\n"
+          "\n"
+          "The first form runs the peer daemon in the foreground (logs on stderr; SIGINT\n"
+          "or SIGTERM shut it down cleanly); drive it with trainctl. The second trains\n"
+          "one node alone (the baseline for multi-node runs) with per-epoch progress;\n"
+          "with --json the last line is one JSON object with test_accuracy, train_loss,\n"
+          "samples_per_s and epochs.\n"
+          "\n"
+          "daemon settings (flags use dashes; the --config INI file uses these names):\n");
+  td_settings_print_help(out);
+  fprintf(out, "\nrun keys (trainctl start --set, or --standalone --set), default, meaning:\n");
+  td_runspec_print_help(out);
+}
+
+int main(int argc, char **argv) {
+  static const struct option long_opts[] = {
+      {"standalone", no_argument, NULL, 'S'}, {"set", required_argument, NULL, 's'},
+      {"json", no_argument, NULL, 'j'},       {"help", no_argument, NULL, 'h'},
+      {"version", no_argument, NULL, 'V'},    {"config", required_argument, NULL, 'c'},
+      {"data-dir", required_argument, NULL, 'd'}, {"listen", required_argument, NULL, 'l'},
+      {"control", required_argument, NULL, 'C'}, {"log-level", required_argument, NULL, 'L'},
+      {"threads", required_argument, NULL, 't'}, {"heartbeat-ms", required_argument, NULL, 'H'},
+      {NULL, 0, NULL, 0},
+  };
+  static const struct {
+    int opt;
+    const char *key;
+  } flag_keys[] = {{'d', "data_dir"}, {'l', "listen"}, {'C', "control"},
+                   {'L', "log_level"}, {'t', "threads"}, {'H', "heartbeat_ms"}};
+  const char *config_file = NULL;
+  const char *flag_values[6] = {NULL};
+  bool standalone = false, json = false;
+  int n_sets = 0;
+  const char **sets = calloc((size_t)argc + 1, sizeof *sets);
+  if (sets == NULL) {
+    fprintf(stderr, "traind: error: out of memory\n");
+    return 1;
+  }
+  int c;
+  opterr = 0; /* one line of our own instead of getopt's */
+  while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
+    switch (c) {
+    case 'S': standalone = true; break;
+    case 's': sets[n_sets++] = optarg; break;
+    case 'j': json = true; break;
+    case 'h': usage(stdout); free(sets); return 0;
+    case 'V': printf("traind %s\n", PACKAGE_VERSION); free(sets); return 0;
+    case 'c': config_file = optarg; break;
+    case 'd': case 'l': case 'C': case 'L': case 't': case 'H':
+      for (size_t k = 0; k < 6; k++)
+        if (flag_keys[k].opt == c)
+          flag_values[k] = optarg;
+      break;
+    default:
+      fprintf(stderr, "traind: error: bad arguments (see traind --help)\n");
+      free(sets);
+      return 2;
+    }
+  }
+  if (!standalone) {
+    free(sets);
+    if (n_sets > 0 || optind < argc) {
+      fprintf(stderr, "traind: error: run keys and RUN.ini go to trainctl start "
+                      "(or traind --standalone)\n");
+      return 2;
+    }
+    char why[1024] = "";
+    td_settings_t cfg;
+    td_settings_defaults(&cfg);
+    int rc = config_file ? td_settings_load(&cfg, config_file, why, sizeof why) : 0;
+    for (size_t k = 0; rc == 0 && k < 6; k++)
+      if (flag_values[k] != NULL)
+        rc = td_settings_set(&cfg, flag_keys[k].key, flag_values[k], why, sizeof why);
+    if (rc != 0) {
+      fprintf(stderr, "traind: error: %s\n", why);
+      return 2;
+    }
+    td_log_set_level((td_log_level_t)td_log_parse_level(cfg.log_level));
+    td_node_opts_t opts = {.data_dir = cfg.data_dir, .listen = cfg.listen,
+                           .control_path = cfg.control[0] ? cfg.control : NULL,
+                           .threads = cfg.threads, .heartbeat_ms = cfg.heartbeat_ms};
+    rc = td_node_main(&opts, why, sizeof why);
+    if (rc != 0) {
+      fprintf(stderr, "traind: error: %s\n", why[0] ? why : td_strerror(rc));
+      return 1;
+    }
+    return 0;
+  }
+  if (argc - optind > 1) {
+    fprintf(stderr, "traind: error: expected at most one RUN.ini file, got %d arguments\n",
+            argc - optind);
+    free(sets);
+    return 2;
+  }
+
+  char why[1024] = "";
+  td_runspec_t rs;
+  td_runspec_defaults(&rs);
+  int rc = 0;
+  if (optind < argc)
+    rc = td_runspec_load_ini(&rs, argv[optind], why, sizeof why);
+  for (int i = 0; rc == 0 && i < n_sets; i++)
+    rc = td_runspec_set_arg(&rs, sets[i], why, sizeof why);
+  free(sets);
+  if (rc == 0)
+    rc = td_runspec_validate(&rs, why, sizeof why);
+  if (rc != 0) {
+    fprintf(stderr, "traind: error: %s\n", why);
+    return 2;
+  }
+  rc = td_standalone_run(&rs, json, stdout, why, sizeof why);
+  if (rc != 0) {
+    fprintf(stderr, "traind: error: %s\n", why[0] ? why : td_strerror(rc));
+    return 1;
+  }
+  return 0;
+}

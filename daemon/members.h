@@ -1,0 +1,73 @@
+/* members.h: the membership table and its failure detector.
+ *
+ * Pure bookkeeping, no sockets: the daemon reports what it heard (hello,
+ * heartbeat, gossip) and ticks the table with the current time; the table
+ * answers with transitions. A peer not heard from for suspect_after_s is
+ * SUSPECT, for dead_after_s DEAD (a run carries on without it); a dead peer
+ * that is heard from again is readmitted as ALIVE. LEFT is final until the
+ * peer says hello again. The local node is a member too (always alive). */
+#ifndef TD_MEMBERS_H
+#define TD_MEMBERS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TD_MEMBERS_MAX 32
+#define TD_ENDPOINT_MAX 256
+
+typedef enum {
+  TD_PEER_ALIVE = 0,
+  TD_PEER_SUSPECT,
+  TD_PEER_DEAD,
+  TD_PEER_LEFT,
+} td_peer_state_t;
+
+typedef struct {
+  uint64_t node_id;
+  char endpoint[TD_ENDPOINT_MAX];
+  td_peer_state_t state;
+  double last_heard; /* seconds, monotonic clock of the caller */
+  double capacity;   /* samples/s reported in heartbeats */
+  uint64_t round;    /* last round reported */
+  bool self;
+} td_member_t;
+
+typedef enum {
+  TD_MEMBER_NOCHANGE = 0,
+  TD_MEMBER_JOINED,    /* first time seen */
+  TD_MEMBER_REVIVED,   /* was suspect, dead or left; alive again */
+  TD_MEMBER_SUSPECTED,
+  TD_MEMBER_DIED,
+} td_member_event_t;
+
+typedef struct td_members td_members_t;
+
+int td_members_open(td_members_t **out, uint64_t self_id, const char *self_endpoint,
+                    double suspect_after_s, double dead_after_s);
+void td_members_close(td_members_t **self_p);
+
+/* Direct evidence that node_id is alive at `now`. Adds it if new (TD_ENOMEM
+ * style failure: returns TD_ERANGE when the table is full). *event says what
+ * changed. endpoint may be NULL (keep the known one). */
+int td_members_heard(td_members_t *m, uint64_t node_id, const char *endpoint, double now,
+                     td_member_event_t *event);
+/* Learn of a peer second hand (gossip): added as alive with last_heard = now
+ * if unknown, otherwise nothing changes. Returns 1 when it was new. */
+int td_members_learn(td_members_t *m, uint64_t node_id, const char *endpoint, double now);
+/* The peer said it leaves. */
+void td_members_left(td_members_t *m, uint64_t node_id);
+/* Advance the failure detector; fn is called for every transition. */
+typedef void (*td_members_event_fn)(const td_member_t *peer, td_member_event_t ev, void *user);
+void td_members_tick(td_members_t *m, double now, td_members_event_fn fn, void *user);
+
+size_t td_members_count(const td_members_t *m);
+/* Borrowed until the next call that changes the table. */
+const td_member_t *td_members_at(const td_members_t *m, size_t i);
+td_member_t *td_members_find(td_members_t *m, uint64_t node_id);
+/* Node ids of alive (and suspect, when include_suspect) members, self
+ * included, sorted ascending. Returns how many were written (<= cap). */
+size_t td_members_live(const td_members_t *m, bool include_suspect, uint64_t *ids, size_t cap);
+const char *td_peer_state_name(td_peer_state_t s);
+
+#endif

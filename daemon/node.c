@@ -1,0 +1,1796 @@
+/* node.c: the traind event loop: peers, membership, runs, control, ledger.
+ *
+ * Threads: everything in this file runs on the loop thread except the work
+ * callbacks (ledger_flush_work, rounds_query_work, pack_work), which run in the
+ * libuv pool and touch only what they were handed. The ROUTER socket receives
+ * from every peer; one DEALER per peer sends to it. ZMQ_FD is edge-triggered,
+ * so every wake-up drains the socket while ZMQ_EVENTS reports input, and the
+ * heartbeat timer drains it once more as a safety net. Nothing received is
+ * trusted: envelopes go through proto/wire.c, chunks through
+ * scheduler/round.c, and every refusal is counted and logged. */
+#include "daemon/node.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <json-c/json.h>
+#include <math.h>
+#include <stdarg.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
+#include <zmq.h>
+
+#include "compute/error.h"
+#include "daemon/ledger.h"
+#include "daemon/log.h"
+#include "daemon/members.h"
+#include "daemon/run.h"
+#include "daemon/runspec.h"
+#include "proto/wire.h"
+#include "scheduler/round.h"
+
+#define MAX_LINKS TD_MEMBERS_MAX
+#define ZMQ_HARD_MAX_MSG (16 << 20)
+
+/* ---- ledger write queue ------------------------------------------------------ */
+
+typedef enum { OP_RUN_START, OP_RUN_END, OP_PEER, OP_ROUND, OP_UPDATE, OP_EVENT, OP_CKPT } op_kind_t;
+
+typedef struct ledger_op {
+  struct ledger_op *next;
+  op_kind_t kind;
+  uint64_t run_id, id, round;
+  double at, value, value2;
+  char text[256];
+  char *big; /* spec text (owned) */
+  void *blob; /* checkpoint (owned) */
+  size_t blob_bytes;
+  td_ledger_round_t round_row;
+  td_ledger_update_t update_row;
+} ledger_op_t;
+
+typedef struct link {
+  uint64_t peer; /* 0 until the node behind `endpoint` introduced itself */
+  char endpoint[TD_ENDPOINT_MAX];
+  void *sock;
+  uint64_t bytes_sent, bytes_recv, msgs_sent, msgs_recv, send_drops;
+} link_t;
+
+typedef struct control_conn control_conn_t;
+
+typedef struct node {
+  uv_loop_t loop;
+  void *zctx, *router, *monitor;
+  uv_poll_t router_poll, monitor_poll;
+  uv_pipe_t control;
+  uv_timer_t heartbeat_timer;
+  uv_signal_t sigint, sigterm;
+  bool shutting_down;
+
+  uint64_t node_id, seq;
+  char endpoint[TD_ENDPOINT_MAX];
+  char data_dir[512], control_path[640];
+  unsigned threads;
+  double heartbeat_s;
+  td_members_t *members;
+  link_t links[MAX_LINKS];
+  size_t n_links;
+
+  td_ledger_t *ledger;
+  pthread_mutex_t ledger_mu;
+  ledger_op_t *ops_head, *ops_tail;
+  bool flush_in_flight;
+  uv_work_t flush_req;
+  ledger_op_t *flushing;
+
+  struct {
+    uint64_t malformed, version, oversized, wrong_run, not_member, late, ahead, nonfinite,
+        duplicate, handshake;
+  } drops;
+  unsigned drop_logs;
+
+  control_conn_t *pending_join;
+
+  struct {
+    td_run_t *run;
+    uint64_t run_id;
+    char *spec_text;
+    td_runspec_t spec;
+    const char *state; /* idle | running | finished | failed */
+    uint64_t members[TD_MEMBERS_MAX];
+    size_t n_members;
+    unsigned rank;
+    td_round_t *collector;
+    uint64_t round, rounds;
+    bool own_ready, ready;
+    uint64_t own_samples;
+    double own_loss, own_compute_s, lr;
+    double round_started, wait_started, deadline;
+    uint64_t bytes_sent_round, bytes_recv_round;
+    double test_accuracy, test_loss, last_eval_acc;
+    double started, ended;
+    char error[256];
+    uint64_t updates_received, rounds_done, late_peers;
+    bool pack_in_flight;
+    td_ledger_round_t last_round_row;
+  } r;
+} node_t;
+
+static double wall_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static ledger_op_t *op_new(node_t *n, op_kind_t kind) {
+  ledger_op_t *op = calloc(1, sizeof *op);
+  if (op == NULL) {
+    td_log_error("out of memory: a ledger record is lost");
+    return NULL;
+  }
+  op->kind = kind;
+  op->at = wall_s();
+  if (n->ops_tail)
+    n->ops_tail->next = op;
+  else
+    n->ops_head = op;
+  n->ops_tail = op;
+  return op;
+}
+
+static void ledger_event(node_t *n, const char *kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void ledger_event(node_t *n, const char *kind, const char *fmt, ...) {
+  ledger_op_t *op = op_new(n, OP_EVENT);
+  if (op == NULL)
+    return;
+  snprintf(op->text, sizeof op->text, "%s", kind);
+  char detail[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(detail, sizeof detail, fmt, ap);
+  va_end(ap);
+  op->big = strdup(detail);
+}
+
+static void apply_op(td_ledger_t *l, ledger_op_t *op) {
+  int rc = 0;
+  switch (op->kind) {
+  case OP_RUN_START: rc = td_ledger_run_start(l, op->run_id, op->big ? op->big : "", op->at); break;
+  case OP_RUN_END: rc = td_ledger_run_end(l, op->run_id, op->text, op->at, op->value); break;
+  case OP_PEER:
+    rc = td_ledger_peer_seen(l, op->id, op->big ? op->big : "", op->at, op->text, op->value);
+    break;
+  case OP_ROUND: rc = td_ledger_round_add(l, &op->round_row); break;
+  case OP_UPDATE:
+    op->update_row.codec = "none";
+    rc = td_ledger_update_add(l, &op->update_row);
+    break;
+  case OP_EVENT: rc = td_ledger_event_add(l, op->at, op->text, op->big ? op->big : ""); break;
+  case OP_CKPT: rc = td_ledger_checkpoint_put(l, op->run_id, op->round, op->blob, op->blob_bytes); break;
+  }
+  if (rc != 0)
+    td_log_warn("ledger write (kind %d) failed: %s", (int)op->kind, td_strerror(rc));
+}
+
+static void free_ops(ledger_op_t *op) {
+  while (op != NULL) {
+    ledger_op_t *next = op->next;
+    free(op->big);
+    free(op->blob);
+    free(op);
+    op = next;
+  }
+}
+
+static void write_ops(node_t *n, ledger_op_t *ops) {
+  pthread_mutex_lock(&n->ledger_mu);
+  td_ledger_begin(n->ledger);
+  for (ledger_op_t *op = ops; op != NULL; op = op->next)
+    apply_op(n->ledger, op);
+  if (td_ledger_commit(n->ledger) != 0)
+    td_log_error("ledger commit failed");
+  pthread_mutex_unlock(&n->ledger_mu);
+}
+
+static void ledger_flush_work(uv_work_t *req) {
+  node_t *n = req->data;
+  write_ops(n, n->flushing);
+}
+
+static void ledger_flush(node_t *n);
+static void ledger_flush_done(uv_work_t *req, int status) {
+  node_t *n = req->data;
+  (void)status;
+  free_ops(n->flushing);
+  n->flushing = NULL;
+  n->flush_in_flight = false;
+  if (n->ops_head != NULL && !n->shutting_down)
+    ledger_flush(n);
+}
+
+/* Hand the queued records to the work pool: one transaction per batch. */
+static void ledger_flush(node_t *n) {
+  if (n->flush_in_flight || n->ops_head == NULL)
+    return;
+  n->flushing = n->ops_head;
+  n->ops_head = n->ops_tail = NULL;
+  n->flush_in_flight = true;
+  n->flush_req.data = n;
+  if (uv_queue_work(&n->loop, &n->flush_req, ledger_flush_work, ledger_flush_done) != 0) {
+    write_ops(n, n->flushing); /* cannot happen in practice; never lose records */
+    free_ops(n->flushing);
+    n->flushing = NULL;
+    n->flush_in_flight = false;
+  }
+}
+
+/* ---- links and sending ------------------------------------------------------- */
+
+static link_t *link_find(node_t *n, uint64_t peer) {
+  for (size_t i = 0; i < n->n_links; i++)
+    if (n->links[i].peer == peer)
+      return &n->links[i];
+  return NULL;
+}
+
+/* The link to `peer` at `endpoint`, created (DEALER connected) if needed. A
+ * link opened by `join` (peer unknown yet) is adopted by endpoint. */
+static link_t *link_ensure(node_t *n, uint64_t peer, const char *endpoint) {
+  if (peer == n->node_id)
+    return NULL;
+  link_t *l = peer ? link_find(n, peer) : NULL;
+  if (l == NULL && endpoint != NULL)
+    for (size_t i = 0; i < n->n_links; i++)
+      if (n->links[i].peer == 0 && strcmp(n->links[i].endpoint, endpoint) == 0) {
+        l = &n->links[i];
+        l->peer = peer;
+      }
+  if (l != NULL) {
+    if (endpoint != NULL && endpoint[0] && strcmp(l->endpoint, endpoint) != 0) {
+      /* the peer restarted elsewhere: reconnect */
+      zmq_disconnect(l->sock, l->endpoint);
+      snprintf(l->endpoint, sizeof l->endpoint, "%s", endpoint);
+      zmq_connect(l->sock, l->endpoint);
+    }
+    return l;
+  }
+  if (endpoint == NULL || endpoint[0] == '\0' || n->n_links >= MAX_LINKS)
+    return NULL;
+  void *s = zmq_socket(n->zctx, ZMQ_DEALER);
+  if (s == NULL)
+    return NULL;
+  int linger = 0, hwm = 4000;
+  zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
+  if (zmq_connect(s, endpoint) != 0) {
+    td_log_warn("cannot connect to %s: %s", endpoint, zmq_strerror(zmq_errno()));
+    zmq_close(s);
+    return NULL;
+  }
+  l = &n->links[n->n_links++];
+  memset(l, 0, sizeof *l);
+  l->peer = peer;
+  l->sock = s;
+  snprintf(l->endpoint, sizeof l->endpoint, "%s", endpoint);
+  td_log_debug("link to %016" PRIx64 " at %s", peer, endpoint);
+  return l;
+}
+
+static int send_envelope(node_t *n, link_t *l, Traind__Envelope *env) {
+  uint8_t *buf;
+  size_t len;
+  env->sender = n->node_id;
+  env->seq = ++n->seq;
+  if (td_wire_pack(env, &buf, &len) != 0)
+    return TD_EPROTO;
+  int rc = zmq_send(l->sock, buf, len, ZMQ_DONTWAIT);
+  free(buf);
+  if (rc < 0) {
+    l->send_drops++;
+    return TD_EIO;
+  }
+  l->bytes_sent += len;
+  l->msgs_sent++;
+  return 0;
+}
+
+static bool member_reachable(node_t *n, uint64_t peer) {
+  td_member_t *m = td_members_find(n->members, peer);
+  return m != NULL && !m->self && (m->state == TD_PEER_ALIVE || m->state == TD_PEER_SUSPECT);
+}
+
+static void fill_peer_infos(node_t *n, Traind__PeerInfo *infos, Traind__PeerInfo **ptrs,
+                            size_t *count) {
+  size_t k = 0;
+  for (size_t i = 0; i < td_members_count(n->members) && k < TD_WIRE_MAX_PEERS; i++) {
+    const td_member_t *m = td_members_at(n->members, i);
+    if (m->state == TD_PEER_LEFT || m->state == TD_PEER_DEAD)
+      continue;
+    traind__peer_info__init(&infos[k]);
+    infos[k].node_id = m->node_id;
+    infos[k].endpoint = (char *)m->endpoint;
+    infos[k].state = (uint32_t)m->state;
+    infos[k].capacity = m->capacity;
+    ptrs[k] = &infos[k];
+    k++;
+  }
+  *count = k;
+}
+
+static void send_hello(node_t *n, link_t *l) {
+  Traind__Hello hello = TRAIND__HELLO__INIT;
+  hello.endpoint = n->endpoint;
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_HELLO;
+  env.hello = &hello;
+  send_envelope(n, l, &env);
+}
+
+static void send_welcome(node_t *n, link_t *l) {
+  Traind__PeerInfo infos[TD_MEMBERS_MAX], *ptrs[TD_MEMBERS_MAX];
+  Traind__Welcome w = TRAIND__WELCOME__INIT;
+  fill_peer_infos(n, infos, ptrs, &w.n_peers);
+  w.peers = ptrs;
+  w.run_round = n->r.round;
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_WELCOME;
+  env.welcome = &w;
+  env.run_id = n->r.run ? n->r.run_id : 0;
+  send_envelope(n, l, &env);
+}
+
+static void broadcast(node_t *n, Traind__Envelope *env) {
+  for (size_t i = 0; i < n->n_links; i++)
+    if (n->links[i].peer != 0 && member_reachable(n, n->links[i].peer))
+      send_envelope(n, &n->links[i], env);
+}
+
+/* ---- runs: loop side --------------------------------------------------------- */
+
+typedef struct {
+  uv_work_t req;
+  node_t *node;
+  uint64_t run_id, round, samples;
+  double loss;
+  const float *delta;
+  size_t numel;
+  uint8_t **bufs;
+  size_t *lens;
+  uint32_t chunks;
+  int rc;
+} pack_job_t;
+
+static void try_close_round(node_t *n);
+
+static bool in_run(node_t *n, uint64_t peer) {
+  for (size_t i = 0; i < n->r.n_members; i++)
+    if (n->r.members[i] == peer)
+      return true;
+  return false;
+}
+
+/* Peers of the run we still wait for: members, reachable, not us. */
+static size_t run_peers(node_t *n, uint64_t *out) {
+  size_t k = 0;
+  for (size_t i = 0; i < n->r.n_members; i++)
+    if (n->r.members[i] != n->node_id && member_reachable(n, n->r.members[i]))
+      out[k++] = n->r.members[i];
+  return k;
+}
+
+/* Work pool: cut the delta into chunks and pack one envelope per chunk. */
+static void pack_work(uv_work_t *req) {
+  pack_job_t *job = req->data;
+  uint64_t total = (uint64_t)job->numel * 4;
+  job->chunks = td_round_chunk_count(total);
+  job->bufs = calloc(job->chunks, sizeof *job->bufs);
+  job->lens = calloc(job->chunks, sizeof *job->lens);
+  if (job->bufs == NULL || job->lens == NULL) {
+    job->rc = TD_ENOMEM;
+    return;
+  }
+  for (uint32_t c = 0; c < job->chunks; c++) {
+    uint64_t off = (uint64_t)c * TD_ROUND_CHUNK_BYTES;
+    Traind__UpdateChunk up = TRAIND__UPDATE_CHUNK__INIT;
+    up.round = job->round;
+    up.base_round = job->round - 1;
+    up.samples = job->samples;
+    up.codec = 0;
+    up.chunk = c;
+    up.chunks = job->chunks;
+    up.total_bytes = total;
+    up.payload.data = (uint8_t *)job->delta + off;
+    up.payload.len = c + 1 < job->chunks ? TD_ROUND_CHUNK_BYTES : (size_t)(total - off);
+    up.loss = job->loss;
+    Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+    env.body_case = TRAIND__ENVELOPE__BODY_UPDATE;
+    env.update = &up;
+    env.run_id = job->run_id;
+    env.sender = job->node->node_id;
+    if ((job->rc = td_wire_pack(&env, &job->bufs[c], &job->lens[c])) != 0)
+      return;
+  }
+}
+
+static void pack_done(uv_work_t *req, int status) {
+  pack_job_t *job = req->data;
+  node_t *n = job->node;
+  n->r.pack_in_flight = false;
+  if (status == 0 && job->rc == 0 && n->r.run != NULL && n->r.run_id == job->run_id) {
+    uint64_t peers[TD_MEMBERS_MAX];
+    size_t np = run_peers(n, peers);
+    for (size_t p = 0; p < np; p++) {
+      link_t *l = link_find(n, peers[p]);
+      if (l == NULL)
+        continue;
+      for (uint32_t c = 0; c < job->chunks; c++) {
+        if (zmq_send(l->sock, job->bufs[c], job->lens[c], ZMQ_DONTWAIT) < 0) {
+          l->send_drops++;
+          continue;
+        }
+        l->bytes_sent += job->lens[c];
+        l->msgs_sent++;
+        n->r.bytes_sent_round += job->lens[c];
+      }
+    }
+  } else if (job->rc != 0) {
+    td_log_error("cannot pack the round %" PRIu64 " update: %s", job->round,
+                 td_strerror(job->rc));
+  }
+  for (uint32_t c = 0; job->bufs && c < job->chunks; c++)
+    free(job->bufs[c]);
+  free(job->bufs);
+  free(job->lens);
+  free(job);
+  try_close_round(n);
+}
+
+static void begin_round(node_t *n, uint64_t round) {
+  uint64_t peers[TD_MEMBERS_MAX];
+  size_t np = run_peers(n, peers);
+  n->r.round = round;
+  td_round_begin(n->r.collector, round, peers, np);
+  n->r.own_ready = false;
+  n->r.round_started = wall_s();
+  n->r.bytes_sent_round = n->r.bytes_recv_round = 0;
+}
+
+static ledger_op_t *round_row(node_t *n, double eval_acc) {
+  ledger_op_t *op = op_new(n, OP_ROUND);
+  if (op == NULL)
+    return NULL;
+  double now = wall_s();
+  op->round_row = (td_ledger_round_t){
+      .run_id = n->r.run_id, .round = n->r.round, .started = n->r.round_started,
+      .ended = now, .local_steps = td_run_local_steps(n->r.run),
+      .batch = td_run_local_batch(n->r.run), .samples = n->r.own_samples,
+      .loss = n->r.own_loss, .eval_acc = eval_acc, .bytes_sent = n->r.bytes_sent_round,
+      .bytes_recv = n->r.bytes_recv_round, .lr = n->r.lr, .compute_s = n->r.own_compute_s,
+      .wait_s = now - n->r.wait_started};
+  return op;
+}
+
+
+static void close_round(node_t *n) {
+  td_run_t *run = n->r.run;
+  size_t used = td_round_aggregate(n->r.collector, td_run_delta(run), n->r.own_samples,
+                                   td_run_anchor(run));
+  ledger_op_t *op = round_row(n, NAN);
+  if (op != NULL)
+    n->r.last_round_row = op->round_row;
+  td_log_debug("round %" PRIu64 "/%" PRIu64 " closed with %zu peer updates, loss %.4f",
+               n->r.round, n->r.rounds, used, n->r.own_loss);
+  if (n->r.spec.checkpoint_every && n->r.round % n->r.spec.checkpoint_every == 0) {
+    ledger_op_t *ck = op_new(n, OP_CKPT);
+    if (ck != NULL) {
+      ck->run_id = n->r.run_id;
+      ck->round = n->r.round;
+      ck->blob_bytes = td_run_numel(run) * sizeof(float);
+      ck->blob = malloc(ck->blob_bytes);
+      if (ck->blob)
+        memcpy(ck->blob, td_run_anchor(run), ck->blob_bytes);
+      else
+        ck->blob_bytes = 0;
+    }
+  }
+  n->r.rounds_done++;
+  uint64_t done = n->r.round;
+  begin_round(n, done + 1);
+  td_run_release(run, done);
+  ledger_flush(n);
+}
+
+static void try_close_round(node_t *n) {
+  if (n->r.run == NULL || !n->r.own_ready || n->r.pack_in_flight)
+    return;
+  if (td_round_complete(n->r.collector))
+    close_round(n);
+}
+
+/* Deadline: peers that have not delivered are recorded late and not waited for. */
+static void check_deadline(node_t *n) {
+  if (n->r.run == NULL || !n->r.own_ready || mono_s() < n->r.deadline)
+    return;
+  uint64_t missing[TD_MEMBERS_MAX];
+  size_t k = td_round_missing(n->r.collector, missing, TD_MEMBERS_MAX);
+  for (size_t i = 0; i < k; i++) {
+    td_log_warn("round %" PRIu64 ": peer %016" PRIx64 " is late (deadline %.1f s)", n->r.round,
+                missing[i], n->r.spec.round_timeout);
+    ledger_event(n, "late", "round %" PRIu64 " peer %016" PRIx64, n->r.round, missing[i]);
+    td_round_forget_peer(n->r.collector, missing[i]);
+    n->r.late_peers++;
+  }
+  try_close_round(n);
+}
+
+static void finish_run(node_t *n, const char *state, double test_accuracy, const char *error) {
+  n->r.state = state;
+  n->r.ended = wall_s();
+  if (error)
+    snprintf(n->r.error, sizeof n->r.error, "%s", error);
+  ledger_op_t *op = op_new(n, OP_RUN_END);
+  if (op) {
+    op->run_id = n->r.run_id;
+    snprintf(op->text, sizeof op->text, "%s", state);
+    op->value = test_accuracy;
+  }
+  ledger_event(n, "run_end", "run %016" PRIx64 " %s%s%s", n->r.run_id, state,
+               error ? ": " : "", error ? error : "");
+  td_log_info("run %016" PRIx64 " %s after %" PRIu64 " rounds%s%s", n->r.run_id, state,
+              n->r.rounds_done, error ? ": " : "", error ? error : "");
+  td_run_close(&n->r.run);
+  td_round_close(&n->r.collector);
+  ledger_flush(n);
+}
+
+static void on_run_events(td_run_t *run, void *user) {
+  node_t *n = user;
+  td_run_event_t ev;
+  while (n->r.run == run && td_run_next_event(run, &ev)) {
+    switch (ev.kind) {
+    case TD_RUN_READY:
+      n->r.rounds = td_run_rounds(run);
+      n->r.ready = true;
+      td_log_info("run %016" PRIx64 ": dataset ready, %" PRIu64 " rounds of %u steps, "
+                  "local batch %u, rank %u of %zu",
+                  n->r.run_id, n->r.rounds, td_run_local_steps(run), td_run_local_batch(run),
+                  n->r.rank, n->r.n_members);
+      break;
+    case TD_RUN_ROUND_DONE: {
+      n->r.own_ready = true;
+      n->r.own_samples = ev.samples;
+      n->r.own_loss = ev.loss;
+      n->r.own_compute_s = ev.compute_s;
+      n->r.lr = ev.lr;
+      n->r.wait_started = wall_s();
+      n->r.deadline = mono_s() + n->r.spec.round_timeout;
+      pack_job_t *job = calloc(1, sizeof *job);
+      if (job != NULL) {
+        job->node = n;
+        job->run_id = n->r.run_id;
+        job->round = ev.round;
+        job->samples = ev.samples;
+        job->loss = ev.loss;
+        job->delta = td_run_delta(run);
+        job->numel = td_run_numel(run);
+        job->req.data = job;
+        if (uv_queue_work(&n->loop, &job->req, pack_work, pack_done) == 0)
+          n->r.pack_in_flight = true;
+        else
+          free(job);
+      }
+      try_close_round(n);
+      break;
+    }
+    case TD_RUN_EVAL:
+    case TD_RUN_FINISHED: {
+      n->r.last_eval_acc = ev.accuracy;
+      n->r.test_loss = ev.loss;
+      ledger_op_t *op = op_new(n, OP_ROUND);
+      if (op != NULL) {
+        op->round_row = n->r.last_round_row;
+        op->round_row.eval_acc = ev.accuracy;
+      }
+      td_log_info("round %" PRIu64 "/%" PRIu64 ": test accuracy %.4f, test loss %.4f",
+                  ev.round, n->r.rounds, ev.accuracy, ev.loss);
+      if (ev.kind == TD_RUN_FINISHED) {
+        n->r.test_accuracy = ev.accuracy;
+        finish_run(n, "finished", ev.accuracy, NULL);
+        return;
+      }
+      break;
+    }
+    case TD_RUN_FAILED:
+      finish_run(n, "failed", NAN, ev.message);
+      return;
+    case TD_RUN_STOPPED:
+      finish_run(n, "stopped", n->r.last_eval_acc, "stopped on request");
+      return;
+    }
+  }
+}
+
+static uint64_t fnv1a64(const void *data, size_t len, uint64_t h) {
+  const uint8_t *p = data;
+  for (size_t i = 0; i < len; i++) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+/* Start run_id on this node as member `rank` of members[]. */
+static int start_run(node_t *n, uint64_t run_id, const char *spec_text, const uint64_t *members,
+                     size_t n_members, char *why, size_t why_len) {
+  td_runspec_t spec;
+  td_runspec_defaults(&spec);
+  int rc = 0;
+  /* the spec travels as canonical "key = value" lines */
+  char *copy = strdup(spec_text);
+  if (copy == NULL)
+    return td_why(why, why_len, TD_ENOMEM, "out of memory");
+  for (char *line = strtok(copy, "\n"); line != NULL && rc == 0; line = strtok(NULL, "\n"))
+    rc = td_runspec_set_arg(&spec, line, why, why_len);
+  free(copy);
+  if (rc != 0)
+    return rc;
+  if (n->threads)
+    spec.threads = n->threads;
+  size_t rank = n_members;
+  for (size_t i = 0; i < n_members; i++)
+    if (members[i] == n->node_id)
+      rank = i;
+  if (rank == n_members)
+    return td_why(why, why_len, TD_EINVAL, "this node is not a member of run %016" PRIx64,
+                  run_id);
+  if (n->r.run != NULL)
+    return td_why(why, why_len, TD_EINVAL, "run %016" PRIx64 " is already running",
+                  n->r.run_id);
+  td_run_opts_t opts = {.spec = &spec, .rank = (unsigned)rank, .nodes = (unsigned)n_members,
+                        .loop = &n->loop, .on_events = on_run_events, .user = n};
+  td_run_t *run = NULL;
+  if ((rc = td_run_start(&run, &opts, why, why_len)) != 0)
+    return rc;
+  td_round_close(&n->r.collector);
+  if (td_round_open(&n->r.collector, td_run_numel(run)) != 0) {
+    td_run_close(&run);
+    return td_why(why, why_len, TD_ENOMEM, "out of memory for the update buffers");
+  }
+  free(n->r.spec_text);
+  n->r.spec_text = strdup(spec_text);
+  n->r.spec = spec;
+  n->r.run = run;
+  n->r.run_id = run_id;
+  n->r.state = "running";
+  memcpy(n->r.members, members, n_members * sizeof *members);
+  n->r.n_members = n_members;
+  n->r.rank = (unsigned)rank;
+  n->r.rounds = td_run_round_count(&spec, 0); /* refined at READY */
+  n->r.ready = false;
+  n->r.test_accuracy = n->r.last_eval_acc = n->r.test_loss = NAN;
+  n->r.started = wall_s();
+  n->r.ended = 0;
+  n->r.error[0] = '\0';
+  n->r.updates_received = n->r.rounds_done = n->r.late_peers = 0;
+  begin_round(n, 1);
+  ledger_op_t *op = op_new(n, OP_RUN_START);
+  if (op) {
+    op->run_id = run_id;
+    op->big = strdup(spec_text);
+  }
+  ledger_event(n, "run_start", "run %016" PRIx64 " rank %zu of %zu", run_id, rank, n_members);
+  td_log_info("run %016" PRIx64 " started: rank %zu of %zu, model %s, dataset %s", run_id, rank,
+              n_members, spec.model, spec.dataset);
+  ledger_flush(n);
+  return 0;
+}
+
+/* ---- membership ---------------------------------------------------------------- */
+
+static void record_peer(node_t *n, const td_member_t *m) {
+  ledger_op_t *op = op_new(n, OP_PEER);
+  if (op == NULL)
+    return;
+  op->id = m->node_id;
+  op->big = strdup(m->endpoint);
+  snprintf(op->text, sizeof op->text, "%s", td_peer_state_name(m->state));
+  op->value = m->capacity;
+}
+
+static void on_member_event(const td_member_t *m, td_member_event_t ev, void *user) {
+  node_t *n = user;
+  switch (ev) {
+  case TD_MEMBER_SUSPECTED:
+    td_log_warn("peer %016" PRIx64 " (%s) is suspect", m->node_id, m->endpoint);
+    ledger_event(n, "peer_suspect", "%016" PRIx64 " %s", m->node_id, m->endpoint);
+    break;
+  case TD_MEMBER_DIED:
+    td_log_warn("peer %016" PRIx64 " (%s) is dead", m->node_id, m->endpoint);
+    ledger_event(n, "peer_dead", "%016" PRIx64 " %s", m->node_id, m->endpoint);
+    if (n->r.run != NULL)
+      td_round_forget_peer(n->r.collector, m->node_id);
+    break;
+  default:
+    break;
+  }
+  record_peer(n, m);
+}
+
+/* Direct evidence that `peer` is alive; handles join/readmission. */
+static void heard_from(node_t *n, uint64_t peer, const char *endpoint) {
+  td_member_event_t ev;
+  if (td_members_heard(n->members, peer, endpoint, mono_s(), &ev) != 0) {
+    td_log_warn("membership table full (%d): ignoring %016" PRIx64, TD_MEMBERS_MAX, peer);
+    return;
+  }
+  td_member_t *m = td_members_find(n->members, peer);
+  link_t *l = link_ensure(n, peer, m->endpoint[0] ? m->endpoint : endpoint);
+  if (ev == TD_MEMBER_JOINED || ev == TD_MEMBER_REVIVED) {
+    td_log_info("peer %016" PRIx64 " at %s %s", peer, m->endpoint,
+                ev == TD_MEMBER_JOINED ? "joined" : "is back");
+    ledger_event(n, ev == TD_MEMBER_JOINED ? "peer_joined" : "peer_back", "%016" PRIx64 " %s",
+                 peer, m->endpoint);
+    record_peer(n, m);
+    if (l != NULL)
+      send_hello(n, l); /* make sure it knows us too */
+  }
+}
+
+/* Second-hand news of peers (welcome, heartbeat gossip). */
+static void learn_peers(node_t *n, Traind__PeerInfo **peers, size_t count) {
+  for (size_t i = 0; i < count; i++) {
+    Traind__PeerInfo *p = peers[i];
+    if (p->node_id == 0 || p->node_id == n->node_id || p->endpoint == NULL ||
+        strncmp(p->endpoint, "tcp://", 6) != 0)
+      continue;
+    if (td_members_learn(n->members, p->node_id, p->endpoint, mono_s()) == 1) {
+      link_t *l = link_ensure(n, p->node_id, p->endpoint);
+      if (l != NULL)
+        send_hello(n, l);
+      td_member_t *m = td_members_find(n->members, p->node_id);
+      td_log_info("learned of peer %016" PRIx64 " at %s", p->node_id, p->endpoint);
+      record_peer(n, m);
+    }
+  }
+}
+
+static void note_drop(node_t *n, uint64_t *counter, const char *what) {
+  (*counter)++;
+  n->drop_logs++;
+  if (n->drop_logs <= 20 || n->drop_logs % 1000 == 0)
+    td_log_warn("dropped a peer message: %s (drops so far: %u)", what, n->drop_logs);
+}
+
+static void on_update(node_t *n, const Traind__Envelope *env, link_t *l, size_t bytes) {
+  const Traind__UpdateChunk *up = env->update;
+  if (n->r.run == NULL || env->run_id != n->r.run_id) {
+    note_drop(n, &n->drops.wrong_run, "update for a run this node is not running");
+    return;
+  }
+  if (!in_run(n, env->sender)) {
+    note_drop(n, &n->drops.not_member, "update from a node outside the run");
+    return;
+  }
+  td_chunk_result_t res;
+  td_update_info_t info;
+  int rc = td_round_add_chunk(n->r.collector, env->sender, up->round, up->samples, up->chunk,
+                              up->chunks, up->total_bytes, up->payload.data, up->payload.len,
+                              up->loss, &res, &info);
+  if (rc != 0) {
+    note_drop(n, &n->drops.malformed, "update chunk inconsistent with the model");
+    return;
+  }
+  if (l != NULL)
+    l->bytes_recv += bytes;
+  switch (res) {
+  case TD_CHUNK_ACCEPTED:
+    n->r.bytes_recv_round += bytes;
+    break;
+  case TD_CHUNK_DUPLICATE: n->drops.duplicate++; break;
+  case TD_CHUNK_AHEAD: note_drop(n, &n->drops.ahead, "update more than one round ahead"); break;
+  case TD_CHUNK_LATE:
+    /* count and record only the first chunk of a late update */
+    if (up->chunk == 0) {
+      n->drops.late++;
+      ledger_op_t *op = op_new(n, OP_UPDATE);
+      if (op) {
+        op->update_row = (td_ledger_update_t){
+            .run_id = n->r.run_id, .round = n->r.round, .peer = env->sender,
+            .peer_round = up->round, .staleness = (int64_t)(n->r.round - up->round),
+            .bytes = up->total_bytes, .ratio = 1.0, .arrived = wall_s()};
+      }
+    }
+    break;
+  case TD_CHUNK_NONFINITE:
+  case TD_CHUNK_COMPLETED: {
+    n->r.bytes_recv_round += bytes;
+    if (res == TD_CHUNK_NONFINITE) {
+      note_drop(n, &n->drops.nonfinite, "update holds NaN or Inf; skipped");
+      ledger_event(n, "nonfinite_update", "peer %016" PRIx64 " round %" PRIu64, env->sender,
+                   up->round);
+      break;
+    }
+    n->r.updates_received++;
+    ledger_op_t *op = op_new(n, OP_UPDATE);
+    if (op) {
+      int64_t stale = (int64_t)n->r.round - (int64_t)info.round;
+      op->update_row = (td_ledger_update_t){
+          .run_id = n->r.run_id, .round = n->r.round, .peer = env->sender,
+          .peer_round = info.round, .staleness = stale > 0 ? stale : 0, .bytes = info.bytes,
+          .ratio = 1.0, .arrived = wall_s()};
+    }
+    try_close_round(n);
+    break;
+  }
+  }
+}
+
+static void on_envelope(node_t *n, Traind__Envelope *env, size_t bytes) {
+  if (env->sender == 0 || env->sender == n->node_id) {
+    note_drop(n, &n->drops.malformed, "message with a bad sender id");
+    return;
+  }
+  link_t *l = link_find(n, env->sender);
+  if (l != NULL)
+    l->msgs_recv++;
+  switch (env->body_case) {
+  case TRAIND__ENVELOPE__BODY_HELLO:
+    if (env->hello->endpoint == NULL || strncmp(env->hello->endpoint, "tcp://", 6) != 0) {
+      note_drop(n, &n->drops.malformed, "hello without a tcp:// endpoint");
+      return;
+    }
+    heard_from(n, env->sender, env->hello->endpoint);
+    if ((l = link_find(n, env->sender)) != NULL)
+      send_welcome(n, l);
+    break;
+  case TRAIND__ENVELOPE__BODY_WELCOME: {
+    const char *ep = NULL;
+    for (size_t i = 0; i < env->welcome->n_peers; i++)
+      if (env->welcome->peers[i]->node_id == env->sender)
+        ep = env->welcome->peers[i]->endpoint;
+    heard_from(n, env->sender, ep);
+    learn_peers(n, env->welcome->peers, env->welcome->n_peers);
+    if (n->pending_join != NULL) {
+      extern void td__control_join_done(node_t * n, uint64_t peer);
+      td__control_join_done(n, env->sender);
+    }
+    break;
+  }
+  case TRAIND__ENVELOPE__BODY_HEARTBEAT: {
+    if (td_members_find(n->members, env->sender) == NULL) {
+      /* a stranger's heartbeat: ask it to introduce itself instead of trusting it */
+      n->drops.not_member++;
+      return;
+    }
+    heard_from(n, env->sender, NULL);
+    td_member_t *m = td_members_find(n->members, env->sender);
+    if (isfinite(env->heartbeat->capacity) && env->heartbeat->capacity >= 0)
+      m->capacity = env->heartbeat->capacity;
+    m->round = env->heartbeat->round;
+    learn_peers(n, env->heartbeat->peers, env->heartbeat->n_peers);
+    break;
+  }
+  case TRAIND__ENVELOPE__BODY_LEAVE:
+    td_log_info("peer %016" PRIx64 " leaves: %s", env->sender,
+                env->leave->reason ? env->leave->reason : "");
+    td_members_left(n->members, env->sender);
+    ledger_event(n, "peer_left", "%016" PRIx64, env->sender);
+    if (n->r.run != NULL)
+      td_round_forget_peer(n->r.collector, env->sender);
+    if (td_members_find(n->members, env->sender))
+      record_peer(n, td_members_find(n->members, env->sender));
+    try_close_round(n);
+    break;
+  case TRAIND__ENVELOPE__BODY_RUN_START: {
+    if (td_members_find(n->members, env->sender) == NULL) {
+      note_drop(n, &n->drops.not_member, "run start from an unknown node");
+      return;
+    }
+    if (n->r.run != NULL && n->r.run_id == env->run_id)
+      return; /* already running it */
+    char why[512] = "";
+    if (start_run(n, env->run_id, env->run_start->spec, env->run_start->members,
+                  env->run_start->n_members, why, sizeof why) != 0) {
+      td_log_warn("cannot start run %016" PRIx64 " from %016" PRIx64 ": %s", env->run_id,
+                  env->sender, why);
+      ledger_event(n, "run_refused", "run %016" PRIx64 ": %s", env->run_id, why);
+    }
+    break;
+  }
+  case TRAIND__ENVELOPE__BODY_RUN_STOP:
+    if (n->r.run != NULL && env->run_id == n->r.run_id) {
+      td_log_info("run %016" PRIx64 " stopped by %016" PRIx64, n->r.run_id, env->sender);
+      td_run_stop(n->r.run);
+    } else {
+      note_drop(n, &n->drops.wrong_run, "stop for a run this node is not running");
+    }
+    break;
+  case TRAIND__ENVELOPE__BODY_UPDATE:
+    on_update(n, env, l, bytes);
+    break;
+  default:
+    break; /* ack, snapshots, eval reports: used by the scheduler milestone */
+  }
+}
+
+/* Drain the ROUTER while ZMQ_EVENTS reports input (ZMQ_FD is edge-triggered). */
+static void drain_router(node_t *n) {
+  for (;;) {
+    int events = 0;
+    size_t sz = sizeof events;
+    if (zmq_getsockopt(n->router, ZMQ_EVENTS, &events, &sz) != 0 || !(events & ZMQ_POLLIN))
+      return;
+    zmq_msg_t id, msg;
+    zmq_msg_init(&id);
+    if (zmq_msg_recv(&id, n->router, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&id);
+      return;
+    }
+    bool more = zmq_msg_more(&id);
+    zmq_msg_close(&id);
+    if (!more) {
+      note_drop(n, &n->drops.malformed, "message without a routing frame");
+      continue;
+    }
+    zmq_msg_init(&msg);
+    if (zmq_msg_recv(&msg, n->router, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&msg);
+      continue;
+    }
+    bool extra = zmq_msg_more(&msg);
+    size_t len = zmq_msg_size(&msg);
+    if (extra) {
+      /* swallow the remaining frames of a multi-frame message */
+      while (extra) {
+        zmq_msg_t rest;
+        zmq_msg_init(&rest);
+        if (zmq_msg_recv(&rest, n->router, ZMQ_DONTWAIT) < 0) {
+          zmq_msg_close(&rest);
+          break;
+        }
+        extra = zmq_msg_more(&rest);
+        zmq_msg_close(&rest);
+      }
+      note_drop(n, &n->drops.malformed, "multi-frame message");
+    } else if (len > TD_WIRE_MAX_MESSAGE) {
+      note_drop(n, &n->drops.oversized, "oversized message");
+    } else {
+      Traind__Envelope *env = NULL;
+      char why[256] = "";
+      if (td_wire_unpack(&env, zmq_msg_data(&msg), len, why, sizeof why) != 0) {
+        note_drop(n, strstr(why, "version") ? &n->drops.version : &n->drops.malformed, why);
+      } else {
+        on_envelope(n, env, len);
+        td_wire_free(&env);
+      }
+    }
+    zmq_msg_close(&msg);
+  }
+}
+
+static void on_router_readable(uv_poll_t *h, int status, int events) {
+  (void)status;
+  (void)events;
+  drain_router(h->data);
+}
+
+/* Socket monitor: count connections that fail the ZMTP handshake (random
+ * bytes, wrong protocol) — libzmq drops them before any message exists. */
+static void drain_monitor(node_t *n) {
+  if (n->monitor == NULL)
+    return;
+  for (;;) {
+    int ev = 0;
+    size_t sz = sizeof ev;
+    if (zmq_getsockopt(n->monitor, ZMQ_EVENTS, &ev, &sz) != 0 || !(ev & ZMQ_POLLIN))
+      return;
+    zmq_msg_t frame;
+    zmq_msg_init(&frame);
+    if (zmq_msg_recv(&frame, n->monitor, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&frame);
+      return;
+    }
+    uint16_t event = 0;
+    if (zmq_msg_size(&frame) >= 2)
+      memcpy(&event, zmq_msg_data(&frame), 2);
+    bool more = zmq_msg_more(&frame);
+    zmq_msg_close(&frame);
+    while (more) {
+      zmq_msg_init(&frame);
+      if (zmq_msg_recv(&frame, n->monitor, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&frame);
+        break;
+      }
+      more = zmq_msg_more(&frame);
+      zmq_msg_close(&frame);
+    }
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
+        event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+      note_drop(n, &n->drops.handshake, "connection failed the ZMTP handshake");
+  }
+}
+
+static void on_monitor_readable(uv_poll_t *h, int status, int events) {
+  (void)status;
+  (void)events;
+  drain_monitor(h->data);
+}
+
+/* ---- heartbeats and timers ------------------------------------------------------ */
+
+static void on_heartbeat(uv_timer_t *t) {
+  node_t *n = t->data;
+  drain_router(n);
+  drain_monitor(n);
+  td_members_tick(n->members, mono_s(), on_member_event, n);
+  Traind__PeerInfo infos[TD_MEMBERS_MAX], *ptrs[TD_MEMBERS_MAX];
+  Traind__Heartbeat hb = TRAIND__HEARTBEAT__INIT;
+  fill_peer_infos(n, infos, ptrs, &hb.n_peers);
+  hb.peers = ptrs;
+  hb.round = n->r.run ? n->r.round : 0;
+  hb.run_state = n->r.run ? 1 : 0;
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_HEARTBEAT;
+  env.heartbeat = &hb;
+  env.run_id = n->r.run ? n->r.run_id : 0;
+  /* dead peers get heartbeats too, so a restarted one finds its way back */
+  for (size_t i = 0; i < n->n_links; i++) {
+    td_member_t *m = n->links[i].peer ? td_members_find(n->members, n->links[i].peer) : NULL;
+    if (m != NULL && m->state != TD_PEER_LEFT)
+      send_envelope(n, &n->links[i], &env);
+  }
+  if (n->r.run != NULL) {
+    check_deadline(n);
+    try_close_round(n);
+  }
+  ledger_flush(n);
+}
+
+/* ---- control socket (trainctl) --------------------------------------------------- */
+
+struct control_conn {
+  uv_pipe_t pipe;
+  node_t *node;
+  uint8_t *buf;
+  size_t len, cap;
+  bool responded;
+  uv_write_t write_req;
+  uint8_t *out;
+  uv_timer_t join_timer;
+  bool join_timer_active;
+  char join_endpoint[TD_ENDPOINT_MAX];
+  uv_work_t work;
+  unsigned last;
+  char *work_json;
+};
+
+static void conn_free(uv_handle_t *h) {
+  control_conn_t *c = h->data;
+  free(c->buf);
+  free(c->out);
+  free(c->work_json);
+  free(c);
+}
+
+static void conn_close(control_conn_t *c) {
+  if (c->join_timer_active) {
+    c->join_timer_active = false;
+    uv_close((uv_handle_t *)&c->join_timer, NULL);
+  }
+  if (!uv_is_closing((uv_handle_t *)&c->pipe))
+    uv_close((uv_handle_t *)&c->pipe, conn_free);
+}
+
+static void on_written(uv_write_t *req, int status) {
+  (void)status;
+  conn_close(req->data);
+}
+
+/* Send one framed response (status 0 with a JSON payload, or an error). */
+static void respond(control_conn_t *c, int status, const char *error, const char *json) {
+  if (c->responded)
+    return;
+  c->responded = true;
+  Traind__ControlResponse resp = TRAIND__CONTROL_RESPONSE__INIT;
+  resp.status = status;
+  resp.error = (char *)(error ? error : "");
+  resp.json = (char *)(json ? json : "");
+  uint8_t *body;
+  size_t len;
+  if (td_wire_pack_response(&resp, &body, &len) != 0) {
+    conn_close(c);
+    return;
+  }
+  c->out = malloc(len + 4);
+  if (c->out == NULL) {
+    free(body);
+    conn_close(c);
+    return;
+  }
+  c->out[0] = (uint8_t)(len >> 24);
+  c->out[1] = (uint8_t)(len >> 16);
+  c->out[2] = (uint8_t)(len >> 8);
+  c->out[3] = (uint8_t)len;
+  memcpy(c->out + 4, body, len);
+  free(body);
+  uv_buf_t b = uv_buf_init((char *)c->out, (unsigned)(len + 4));
+  c->write_req.data = c;
+  if (uv_write(&c->write_req, (uv_stream_t *)&c->pipe, &b, 1, on_written) != 0)
+    conn_close(c);
+}
+
+static void respond_json(control_conn_t *c, json_object *o) {
+  respond(c, 0, NULL, json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+  json_object_put(o);
+}
+
+static void hex_id(char *buf, size_t len, uint64_t id) { snprintf(buf, len, "%016" PRIx64, id); }
+
+static json_object *json_id(uint64_t id) {
+  char b[24];
+  hex_id(b, sizeof b, id);
+  return json_object_new_string(b);
+}
+
+static json_object *json_real(double v) {
+  return isfinite(v) ? json_object_new_double(v) : NULL;
+}
+
+static json_object *peers_json(node_t *n) {
+  json_object *arr = json_object_new_array();
+  double now = mono_s();
+  for (size_t i = 0; i < td_members_count(n->members); i++) {
+    const td_member_t *m = td_members_at(n->members, i);
+    if (m->self)
+      continue;
+    json_object *p = json_object_new_object();
+    json_object_object_add(p, "node_id", json_id(m->node_id));
+    json_object_object_add(p, "endpoint", json_object_new_string(m->endpoint));
+    json_object_object_add(p, "state", json_object_new_string(td_peer_state_name(m->state)));
+    json_object_object_add(p, "last_heard_s", json_object_new_double(now - m->last_heard));
+    json_object_object_add(p, "round", json_object_new_int64((int64_t)m->round));
+    link_t *l = link_find(n, m->node_id);
+    json_object_object_add(p, "bytes_sent", json_object_new_int64(l ? (int64_t)l->bytes_sent : 0));
+    json_object_object_add(p, "bytes_recv", json_object_new_int64(l ? (int64_t)l->bytes_recv : 0));
+    json_object_object_add(p, "send_drops", json_object_new_int64(l ? (int64_t)l->send_drops : 0));
+    json_object_array_add(arr, p);
+  }
+  return arr;
+}
+
+static json_object *status_json(node_t *n) {
+  json_object *o = json_object_new_object();
+  json_object_object_add(o, "node_id", json_id(n->node_id));
+  json_object_object_add(o, "endpoint", json_object_new_string(n->endpoint));
+  json_object_object_add(o, "data_dir", json_object_new_string(n->data_dir));
+  json_object_object_add(o, "peers", peers_json(n));
+  json_object *run = json_object_new_object();
+  json_object_object_add(run, "run_id", n->r.run_id ? json_id(n->r.run_id) : NULL);
+  json_object_object_add(run, "state", json_object_new_string(n->r.state ? n->r.state : "idle"));
+  json_object_object_add(run, "round", json_object_new_int64((int64_t)n->r.rounds_done));
+  json_object_object_add(run, "rounds", json_object_new_int64((int64_t)n->r.rounds));
+  json_object_object_add(run, "rank", json_object_new_int((int)n->r.rank));
+  json_object_object_add(run, "nodes", json_object_new_int((int)n->r.n_members));
+  json_object_object_add(run, "loss", json_real(n->r.run_id ? n->r.own_loss : NAN));
+  json_object_object_add(run, "eval_accuracy", json_real(n->r.last_eval_acc));
+  json_object_object_add(run, "test_accuracy", json_real(n->r.test_accuracy));
+  json_object_object_add(run, "updates_received",
+                         json_object_new_int64((int64_t)n->r.updates_received));
+  json_object_object_add(run, "late_peers", json_object_new_int64((int64_t)n->r.late_peers));
+  json_object_object_add(run, "error", n->r.error[0] ? json_object_new_string(n->r.error) : NULL);
+  json_object_object_add(o, "run", run);
+  json_object *d = json_object_new_object();
+#define DROP(name) json_object_object_add(d, #name, json_object_new_int64((int64_t)n->drops.name))
+  DROP(malformed);
+  DROP(version);
+  DROP(oversized);
+  DROP(wrong_run);
+  DROP(not_member);
+  DROP(late);
+  DROP(ahead);
+  DROP(nonfinite);
+  DROP(duplicate);
+  DROP(handshake);
+#undef DROP
+  json_object_object_add(o, "drops", d);
+  return o;
+}
+
+void td__control_join_done(node_t *n, uint64_t peer);
+void td__control_join_done(node_t *n, uint64_t peer) {
+  control_conn_t *c = n->pending_join;
+  if (c == NULL)
+    return;
+  n->pending_join = NULL;
+  json_object *o = json_object_new_object();
+  json_object_object_add(o, "joined", json_object_new_string(c->join_endpoint));
+  json_object_object_add(o, "seed_node", json_id(peer));
+  json_object_object_add(o, "peers", peers_json(n));
+  respond_json(c, o);
+}
+
+static void on_join_timeout(uv_timer_t *t) {
+  control_conn_t *c = t->data;
+  node_t *n = c->node;
+  if (n->pending_join == c)
+    n->pending_join = NULL;
+  char msg[512];
+  snprintf(msg, sizeof msg, "no answer from %s within 5 s (is traind listening there?)",
+           c->join_endpoint);
+  respond(c, TD_EIO, msg, NULL);
+}
+
+static void cmd_join(control_conn_t *c, const char *endpoint) {
+  node_t *n = c->node;
+  if (endpoint == NULL || strncmp(endpoint, "tcp://", 6) != 0 ||
+      strlen(endpoint) >= TD_ENDPOINT_MAX || strchr(endpoint + 6, ':') == NULL) {
+    respond(c, TD_ECONFIG, "join needs an endpoint of the form tcp://HOST:PORT", NULL);
+    return;
+  }
+  if (strcmp(endpoint, n->endpoint) == 0) {
+    respond(c, TD_ECONFIG, "that is this node's own endpoint", NULL);
+    return;
+  }
+  if (n->pending_join != NULL) {
+    respond(c, TD_EINVAL, "another join is in progress", NULL);
+    return;
+  }
+  link_t *l = NULL;
+  for (size_t i = 0; i < n->n_links; i++)
+    if (strcmp(n->links[i].endpoint, endpoint) == 0)
+      l = &n->links[i];
+  if (l == NULL)
+    l = link_ensure(n, 0, endpoint);
+  if (l == NULL) {
+    respond(c, TD_EIO, "cannot open a link to that endpoint", NULL);
+    return;
+  }
+  snprintf(c->join_endpoint, sizeof c->join_endpoint, "%s", endpoint);
+  n->pending_join = c;
+  uv_timer_init(&n->loop, &c->join_timer);
+  c->join_timer.data = c;
+  c->join_timer_active = true;
+  uv_timer_start(&c->join_timer, on_join_timeout, 5000, 0);
+  send_hello(n, l);
+}
+
+static void cmd_start(control_conn_t *c, const Traind__ControlRequest *req) {
+  node_t *n = c->node;
+  char why[768] = "";
+  td_runspec_t spec;
+  td_runspec_defaults(&spec);
+  int rc = 0;
+  if (req->ini_text != NULL && req->ini_text[0] != '\0') {
+    /* the INI text is parsed from memory through a temporary file */
+    char path[600];
+    snprintf(path, sizeof path, "%s/start-XXXXXX", n->data_dir);
+    int fd = mkstemp(path);
+    if (fd < 0) {
+      respond(c, TD_EIO, "cannot write a temporary file in the data directory", NULL);
+      return;
+    }
+    size_t len = strlen(req->ini_text);
+    ssize_t w = write(fd, req->ini_text, len);
+    close(fd);
+    rc = w == (ssize_t)len ? td_runspec_load_ini(&spec, path, why, sizeof why) : TD_EIO;
+    unlink(path);
+    if (rc != 0 && why[0] == '\0')
+      snprintf(why, sizeof why, "cannot read the run file");
+  }
+  for (size_t i = 0; rc == 0 && i < req->n_settings; i++)
+    rc = td_runspec_set_arg(&spec, req->settings[i], why, sizeof why);
+  if (rc == 0)
+    rc = td_runspec_validate(&spec, why, sizeof why);
+  if (rc != 0) {
+    respond(c, TD_ECONFIG, why, NULL);
+    return;
+  }
+  if (n->r.run != NULL) {
+    snprintf(why, sizeof why, "run %016" PRIx64 " is still running (trainctl stop first)",
+             n->r.run_id);
+    respond(c, TD_EINVAL, why, NULL);
+    return;
+  }
+  size_t need = td_runspec_format(&spec, NULL, 0) + 1;
+  char *text = malloc(need);
+  if (text == NULL) {
+    respond(c, TD_ENOMEM, "out of memory", NULL);
+    return;
+  }
+  td_runspec_format(&spec, text, need);
+  uint64_t members[TD_MEMBERS_MAX];
+  size_t nm = td_members_live(n->members, false, members, TD_MEMBERS_MAX);
+  double now = wall_s();
+  uint64_t run_id = fnv1a64(text, strlen(text), 0xcbf29ce484222325ull);
+  run_id = fnv1a64(&n->node_id, sizeof n->node_id, run_id);
+  run_id = fnv1a64(&now, sizeof now, run_id);
+  if (run_id == 0)
+    run_id = 1;
+  rc = start_run(n, run_id, text, members, nm, why, sizeof why);
+  if (rc != 0) {
+    free(text);
+    respond(c, rc, why, NULL);
+    return;
+  }
+  Traind__RunStart rs = TRAIND__RUN_START__INIT;
+  rs.spec = text;
+  rs.members = members;
+  rs.n_members = nm;
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_RUN_START;
+  env.run_start = &rs;
+  env.run_id = run_id;
+  broadcast(n, &env);
+  free(text);
+  json_object *o = json_object_new_object();
+  json_object_object_add(o, "run_id", json_id(run_id));
+  json_object_object_add(o, "nodes", json_object_new_int((int)nm));
+  respond_json(c, o);
+}
+
+static void cmd_stop(control_conn_t *c) {
+  node_t *n = c->node;
+  if (n->r.run == NULL) {
+    respond(c, TD_EINVAL, "no run is running", NULL);
+    return;
+  }
+  Traind__RunStop stop = TRAIND__RUN_STOP__INIT;
+  stop.reason = "trainctl stop";
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_RUN_STOP;
+  env.run_stop = &stop;
+  env.run_id = n->r.run_id;
+  broadcast(n, &env);
+  td_run_stop(n->r.run);
+  json_object *o = json_object_new_object();
+  json_object_object_add(o, "stopping", json_id(n->r.run_id));
+  respond_json(c, o);
+}
+
+static void round_to_json(const td_ledger_round_t *r, void *user) {
+  json_object *arr = user, *o = json_object_new_object();
+  json_object_object_add(o, "run_id", json_id(r->run_id));
+  json_object_object_add(o, "round", json_object_new_int64((int64_t)r->round));
+  json_object_object_add(o, "started", json_object_new_double(r->started));
+  json_object_object_add(o, "ended", json_object_new_double(r->ended));
+  json_object_object_add(o, "local_steps", json_object_new_int64(r->local_steps));
+  json_object_object_add(o, "batch", json_object_new_int64(r->batch));
+  json_object_object_add(o, "samples", json_object_new_int64((int64_t)r->samples));
+  json_object_object_add(o, "loss", json_real(r->loss));
+  json_object_object_add(o, "eval_acc", json_real(r->eval_acc));
+  json_object_object_add(o, "bytes_sent", json_object_new_int64((int64_t)r->bytes_sent));
+  json_object_object_add(o, "bytes_recv", json_object_new_int64((int64_t)r->bytes_recv));
+  json_object_object_add(o, "compute_s", json_real(r->compute_s));
+  json_object_object_add(o, "wait_s", json_real(r->wait_s));
+  json_object_array_add(arr, o);
+}
+
+typedef struct {
+  node_t *node;
+  uint64_t run_id;
+} rounds_args_t;
+
+static void rounds_work(uv_work_t *req) {
+  control_conn_t *c = req->data;
+  node_t *n = c->node;
+  json_object *arr = json_object_new_array();
+  pthread_mutex_lock(&n->ledger_mu);
+  td_ledger_rounds(n->ledger, n->r.run_id, c->last, round_to_json, arr);
+  pthread_mutex_unlock(&n->ledger_mu);
+  c->work_json = strdup(json_object_to_json_string_ext(arr, JSON_C_TO_STRING_PLAIN));
+  json_object_put(arr);
+}
+
+static void rounds_done(uv_work_t *req, int status) {
+  control_conn_t *c = req->data;
+  (void)status;
+  if (c->work_json == NULL)
+    respond(c, TD_ENOMEM, "out of memory", NULL);
+  else
+    respond(c, 0, NULL, c->work_json);
+}
+
+static void cmd_rounds(control_conn_t *c, unsigned last) {
+  node_t *n = c->node;
+  if (n->r.run_id == 0) {
+    respond(c, 0, NULL, "[]");
+    return;
+  }
+  ledger_flush(n); /* the query is queued behind the pending writes */
+  c->last = last;
+  c->work.data = c;
+  if (uv_queue_work(&n->loop, &c->work, rounds_work, rounds_done) != 0)
+    respond(c, TD_EIO, "cannot query the ledger", NULL);
+}
+
+static void node_shutdown(node_t *n, const char *why);
+
+static void handle_request(control_conn_t *c, const uint8_t *frame, size_t len) {
+  Traind__ControlRequest *req = NULL;
+  char why[256];
+  if (td_wire_unpack_request(&req, frame, len, why, sizeof why) != 0) {
+    respond(c, TD_EPROTO, why, NULL);
+    return;
+  }
+  switch (req->command) {
+  case TRAIND__CONTROL_REQUEST__COMMAND__STATUS: respond_json(c, status_json(c->node)); break;
+  case TRAIND__CONTROL_REQUEST__COMMAND__JOIN: cmd_join(c, req->endpoint); break;
+  case TRAIND__CONTROL_REQUEST__COMMAND__START: cmd_start(c, req); break;
+  case TRAIND__CONTROL_REQUEST__COMMAND__STOP: cmd_stop(c); break;
+  case TRAIND__CONTROL_REQUEST__COMMAND__PEERS: {
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "node_id", json_id(c->node->node_id));
+    json_object_object_add(o, "endpoint", json_object_new_string(c->node->endpoint));
+    json_object_object_add(o, "peers", peers_json(c->node));
+    respond_json(c, o);
+    break;
+  }
+  case TRAIND__CONTROL_REQUEST__COMMAND__ROUNDS: cmd_rounds(c, req->last); break;
+  case TRAIND__CONTROL_REQUEST__COMMAND__LEAVE: {
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "left", json_id(c->node->node_id));
+    respond_json(c, o);
+    node_shutdown(c->node, "trainctl leave");
+    break;
+  }
+  default: respond(c, TD_EINVAL, "unknown command", NULL); break;
+  }
+  td_wire_free_request(&req);
+}
+
+static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  control_conn_t *c = h->data;
+  (void)suggested;
+  if (c->cap - c->len < 4096) {
+    size_t cap = c->cap ? c->cap * 2 : 8192;
+    uint8_t *nb = cap <= TD_WIRE_MAX_CONTROL + 8 ? realloc(c->buf, cap) : NULL;
+    if (nb == NULL) {
+      *buf = uv_buf_init(NULL, 0);
+      return;
+    }
+    c->buf = nb;
+    c->cap = cap;
+  }
+  *buf = uv_buf_init((char *)c->buf + c->len, (unsigned)(c->cap - c->len));
+}
+
+static void conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  control_conn_t *c = s->data;
+  (void)buf;
+  if (nread < 0) {
+    if (c->node->pending_join == c)
+      c->node->pending_join = NULL;
+    if (!c->responded)
+      conn_close(c);
+    return;
+  }
+  c->len += (size_t)nread;
+  if (c->len < 4 || c->responded)
+    return;
+  size_t frame = ((size_t)c->buf[0] << 24) | ((size_t)c->buf[1] << 16) |
+                 ((size_t)c->buf[2] << 8) | c->buf[3];
+  if (frame > TD_WIRE_MAX_CONTROL) {
+    respond(c, TD_EPROTO, "control request too large", NULL);
+    return;
+  }
+  if (c->len < frame + 4)
+    return;
+  uv_read_stop(s);
+  handle_request(c, c->buf + 4, frame);
+}
+
+static void on_control_connection(uv_stream_t *server, int status) {
+  node_t *n = server->data;
+  if (status < 0 || n->shutting_down)
+    return;
+  control_conn_t *c = calloc(1, sizeof *c);
+  if (c == NULL)
+    return;
+  c->node = n;
+  uv_pipe_init(&n->loop, &c->pipe, 0);
+  c->pipe.data = c;
+  if (uv_accept(server, (uv_stream_t *)&c->pipe) != 0 ||
+      uv_read_start((uv_stream_t *)&c->pipe, conn_alloc, conn_read) != 0)
+    conn_close(c);
+}
+
+/* ---- start-up and shutdown -------------------------------------------------------- */
+
+void td_node_default_data_dir(char *buf, size_t len) {
+  const char *env = getenv("TRAIND_DATA_DIR");
+  const char *home = getenv("HOME");
+  if (env != NULL && env[0] != '\0')
+    snprintf(buf, len, "%s", env);
+  else
+    snprintf(buf, len, "%s/.local/share/traind", home && home[0] ? home : ".");
+}
+
+static int mkdir_p(const char *path) {
+  char tmp[512];
+  snprintf(tmp, sizeof tmp, "%s", path);
+  for (char *p = tmp + 1; *p; p++)
+    if (*p == '/') {
+      *p = '\0';
+      if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
+        return -1;
+      *p = '/';
+    }
+  return mkdir(tmp, 0700) == 0 || errno == EEXIST ? 0 : -1;
+}
+
+/* The node id survives restarts: a restarted node is the same member. */
+static int load_node_id(node_t *n, char *why, size_t why_len) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/node_id", n->data_dir);
+  FILE *f = fopen(path, "r");
+  if (f != NULL) {
+    char line[64] = "";
+    char *end;
+    if (fgets(line, sizeof line, f) != NULL) {
+      n->node_id = strtoull(line, &end, 16);
+      if (end == line || (*end != '\n' && *end != '\0'))
+        n->node_id = 0;
+    }
+    fclose(f);
+    if (n->node_id != 0)
+      return 0;
+    td_log_warn("%s is unreadable; making a new node id", path);
+  }
+  int fd = open("/dev/urandom", O_RDONLY);
+  if (fd < 0 || read(fd, &n->node_id, sizeof n->node_id) != (ssize_t)sizeof n->node_id) {
+    if (fd >= 0)
+      close(fd);
+    return td_why(why, why_len, TD_EIO, "cannot read /dev/urandom");
+  }
+  close(fd);
+  if (n->node_id == 0)
+    n->node_id = 1;
+  f = fopen(path, "w");
+  if (f == NULL)
+    return td_why(why, why_len, TD_EIO, "cannot write %s: %s", path, strerror(errno));
+  fprintf(f, "%016" PRIx64 "\n", n->node_id);
+  fclose(f);
+  return 0;
+}
+
+/* tcp://HOST:0 binds an ephemeral port; the real endpoint is read back. */
+static int bind_router(node_t *n, const char *listen, char *why, size_t why_len) {
+  char ep[TD_ENDPOINT_MAX];
+  size_t len = strlen(listen);
+  if (strncmp(listen, "tcp://", 6) != 0 || len >= sizeof ep - 1 || strrchr(listen, ':') == listen + 3)
+    return td_why(why, why_len, TD_ECONFIG, "--listen: expected tcp://HOST:PORT, got '%s'", listen);
+  snprintf(ep, sizeof ep, "%s", listen);
+  if (len >= 2 && strcmp(ep + len - 2, ":0") == 0)
+    strcpy(ep + len - 1, "*");
+  n->router = zmq_socket(n->zctx, ZMQ_ROUTER);
+  int64_t maxmsg = ZMQ_HARD_MAX_MSG;
+  int hwm = 20000, linger = 0;
+  zmq_setsockopt(n->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+  zmq_setsockopt(n->router, ZMQ_RCVHWM, &hwm, sizeof hwm);
+  zmq_setsockopt(n->router, ZMQ_LINGER, &linger, sizeof linger);
+  if (zmq_bind(n->router, ep) != 0)
+    return td_why(why, why_len, TD_EIO, "cannot listen on %s: %s", listen,
+                  zmq_strerror(zmq_errno()));
+  size_t sz = sizeof n->endpoint;
+  zmq_getsockopt(n->router, ZMQ_LAST_ENDPOINT, n->endpoint, &sz);
+  /* a wildcard address is no use to peers: advertise loopback instead */
+  if (strncmp(n->endpoint, "tcp://0.0.0.0:", 14) == 0) {
+    char port[16];
+    snprintf(port, sizeof port, "%s", n->endpoint + 14);
+    snprintf(n->endpoint, sizeof n->endpoint, "tcp://127.0.0.1:%s", port);
+  }
+  if (zmq_socket_monitor(n->router, "inproc://traind-router-monitor",
+                         ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) == 0) {
+    n->monitor = zmq_socket(n->zctx, ZMQ_PAIR);
+    if (zmq_connect(n->monitor, "inproc://traind-router-monitor") != 0) {
+      zmq_close(n->monitor);
+      n->monitor = NULL;
+    }
+  }
+  return 0;
+}
+
+static int open_control(node_t *n, char *why, size_t why_len) {
+  struct sockaddr_un_probe { char path[108]; };
+  if (strlen(n->control_path) >= sizeof(struct sockaddr_un_probe))
+    return td_why(why, why_len, TD_ECONFIG, "--control path is longer than 107 bytes: %s",
+                  n->control_path);
+  uv_pipe_init(&n->loop, &n->control, 0);
+  n->control.data = n;
+  unlink(n->control_path); /* a stale socket from a crashed daemon */
+  mode_t old = umask(0177); /* the socket is created 0600 */
+  int rc = uv_pipe_bind(&n->control, n->control_path);
+  umask(old);
+  if (rc == 0)
+    rc = uv_listen((uv_stream_t *)&n->control, 16, on_control_connection);
+  if (rc != 0)
+    return td_why(why, why_len, TD_EIO, "cannot listen on %s: %s", n->control_path,
+                  uv_strerror(rc));
+  chmod(n->control_path, 0600);
+  return 0;
+}
+
+static void close_walk(uv_handle_t *h, void *arg) {
+  (void)arg;
+  if (!uv_is_closing(h))
+    uv_close(h, NULL);
+}
+
+static void node_shutdown(node_t *n, const char *why) {
+  if (n->shutting_down)
+    return;
+  n->shutting_down = true;
+  td_log_info("shutting down: %s", why);
+  Traind__Leave leave = TRAIND__LEAVE__INIT;
+  leave.reason = (char *)why;
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_LEAVE;
+  env.leave = &leave;
+  broadcast(n, &env);
+  if (n->r.run != NULL) {
+    n->r.state = "stopped";
+    ledger_op_t *op = op_new(n, OP_RUN_END);
+    if (op) {
+      op->run_id = n->r.run_id;
+      snprintf(op->text, sizeof op->text, "stopped");
+      op->value = n->r.last_eval_acc;
+    }
+    td_run_close(&n->r.run);
+  }
+  ledger_event(n, "shutdown", "%s", why);
+  uv_timer_stop(&n->heartbeat_timer);
+  uv_close((uv_handle_t *)&n->heartbeat_timer, NULL);
+  uv_close((uv_handle_t *)&n->router_poll, NULL);
+  if (n->monitor)
+    uv_close((uv_handle_t *)&n->monitor_poll, NULL);
+  uv_close((uv_handle_t *)&n->control, NULL);
+  uv_close((uv_handle_t *)&n->sigint, NULL);
+  uv_close((uv_handle_t *)&n->sigterm, NULL);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  node_shutdown(h->data, signum == SIGINT ? "SIGINT" : "SIGTERM");
+}
+
+static void greet_known_peer(uint64_t node_id, const char *endpoint, const char *state,
+                             void *user) {
+  node_t *n = user;
+  if (node_id == n->node_id || endpoint == NULL || strcmp(state ? state : "", "left") == 0)
+    return;
+  link_t *l = link_ensure(n, node_id, endpoint);
+  if (l != NULL) {
+    td_log_info("saying hello to known peer %016" PRIx64 " at %s", node_id, endpoint);
+    send_hello(n, l);
+  }
+}
+
+int td_node_main(const td_node_opts_t *opts, char *why, size_t why_len) {
+  node_t *n = calloc(1, sizeof *n);
+  if (n == NULL)
+    return td_why(why, why_len, TD_ENOMEM, "out of memory");
+  int rc = 0;
+  pthread_mutex_init(&n->ledger_mu, NULL);
+  n->r.state = "idle";
+  n->r.test_accuracy = n->r.last_eval_acc = n->r.test_loss = NAN;
+  n->threads = opts->threads;
+  n->heartbeat_s = (opts->heartbeat_ms ? opts->heartbeat_ms : 500) / 1000.0;
+  if (opts->data_dir != NULL)
+    snprintf(n->data_dir, sizeof n->data_dir, "%s", opts->data_dir);
+  else
+    td_node_default_data_dir(n->data_dir, sizeof n->data_dir);
+  if (opts->control_path != NULL)
+    snprintf(n->control_path, sizeof n->control_path, "%s", opts->control_path);
+  else
+    snprintf(n->control_path, sizeof n->control_path, "%s/control.sock", n->data_dir);
+  if (mkdir_p(n->data_dir) != 0) {
+    rc = td_why(why, why_len, TD_EIO, "cannot create data directory %s: %s", n->data_dir,
+                strerror(errno));
+    goto out;
+  }
+  if ((rc = load_node_id(n, why, why_len)) != 0)
+    goto out;
+  char dbpath[600];
+  snprintf(dbpath, sizeof dbpath, "%s/traind.db", n->data_dir);
+  if ((rc = td_ledger_open(&n->ledger, dbpath, why, why_len)) != 0)
+    goto out;
+  uv_loop_init(&n->loop);
+  n->zctx = zmq_ctx_new();
+  if ((rc = bind_router(n, opts->listen ? opts->listen : "tcp://127.0.0.1:7070", why, why_len)) != 0)
+    goto out_loop;
+  if ((rc = td_members_open(&n->members, n->node_id, n->endpoint, 3 * n->heartbeat_s,
+                            6 * n->heartbeat_s)) != 0)
+    goto out_loop;
+  if ((rc = open_control(n, why, why_len)) != 0)
+    goto out_loop;
+
+  int fd;
+  size_t sz = sizeof fd;
+  zmq_getsockopt(n->router, ZMQ_FD, &fd, &sz);
+  uv_poll_init(&n->loop, &n->router_poll, fd);
+  n->router_poll.data = n;
+  uv_poll_start(&n->router_poll, UV_READABLE, on_router_readable);
+  if (n->monitor) {
+    sz = sizeof fd;
+    zmq_getsockopt(n->monitor, ZMQ_FD, &fd, &sz);
+    uv_poll_init(&n->loop, &n->monitor_poll, fd);
+    n->monitor_poll.data = n;
+    uv_poll_start(&n->monitor_poll, UV_READABLE, on_monitor_readable);
+  }
+  uv_timer_init(&n->loop, &n->heartbeat_timer);
+  n->heartbeat_timer.data = n;
+  uint64_t hb_ms = (uint64_t)(n->heartbeat_s * 1000);
+  uv_timer_start(&n->heartbeat_timer, on_heartbeat, hb_ms, hb_ms);
+  uv_signal_init(&n->loop, &n->sigint);
+  uv_signal_init(&n->loop, &n->sigterm);
+  n->sigint.data = n->sigterm.data = n;
+  uv_signal_start(&n->sigint, on_signal, SIGINT);
+  uv_signal_start(&n->sigterm, on_signal, SIGTERM);
+
+  char tag[64];
+  snprintf(tag, sizeof tag, "traind[%.6" PRIx64 "]", n->node_id >> 40);
+  td_log_set_tag(tag);
+  {
+    char path[600];
+    snprintf(path, sizeof path, "%s/endpoint", n->data_dir);
+    FILE *f = fopen(path, "w");
+    if (f) {
+      fprintf(f, "%s\n", n->endpoint);
+      fclose(f);
+    }
+  }
+  td_log_info("node %016" PRIx64 " listening on %s, control socket %s, data in %s", n->node_id,
+              n->endpoint, n->control_path, n->data_dir);
+  ledger_event(n, "start", "node %016" PRIx64 " at %s", n->node_id, n->endpoint);
+
+  /* A restarted node says hello to the peers it knew: that is how it rejoins. */
+  pthread_mutex_lock(&n->ledger_mu);
+  td_ledger_peers(n->ledger, greet_known_peer, n);
+  pthread_mutex_unlock(&n->ledger_mu);
+  ledger_flush(n);
+  uv_run(&n->loop, UV_RUN_DEFAULT);
+
+  /* Everything is closed; write what is left on this thread. */
+  if (n->ops_head != NULL) {
+    write_ops(n, n->ops_head);
+    free_ops(n->ops_head);
+    n->ops_head = n->ops_tail = NULL;
+  }
+  unlink(n->control_path);
+  td_log_info("stopped cleanly");
+out_loop:
+  uv_walk(&n->loop, close_walk, NULL);
+  uv_run(&n->loop, UV_RUN_DEFAULT);
+  uv_loop_close(&n->loop);
+  for (size_t i = 0; i < n->n_links; i++)
+    zmq_close(n->links[i].sock);
+  if (n->monitor)
+    zmq_close(n->monitor);
+  if (n->router)
+    zmq_close(n->router);
+  if (n->zctx)
+    zmq_ctx_term(n->zctx);
+out:
+  td_round_close(&n->r.collector);
+  td_members_close(&n->members);
+  td_ledger_close(&n->ledger);
+  free(n->r.spec_text);
+  pthread_mutex_destroy(&n->ledger_mu);
+  free(n);
+  return rc;
+}

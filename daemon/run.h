@@ -1,0 +1,83 @@
+/* run.h: one training run on this node: the compute thread and its hand-offs.
+ *
+ * The compute thread loads the dataset, takes partition `rank` of `nodes`,
+ * and runs rounds of H local SGD steps. After each round it computes the
+ * pseudo-gradient delta = params - anchor, posts TD_RUN_ROUND_DONE to the loop
+ * thread (a queue + uv_async_send) and, in sync mode, waits until the loop
+ * releases the round; the loop meanwhile sends the delta, collects the peers'
+ * updates and adds their weighted mean into the anchor. Ownership: while the
+ * compute thread waits, the loop thread may read td_run_delta() and write
+ * td_run_anchor(); td_run_release() hands both back. The compute thread never
+ * touches a socket; the loop thread never runs BLAS. */
+#ifndef TD_RUN_H
+#define TD_RUN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "daemon/runspec.h"
+
+typedef enum {
+  TD_RUN_READY = 0,  /* dataset loaded; rounds and samples are known */
+  TD_RUN_ROUND_DONE, /* local steps of `round` done; delta ready */
+  TD_RUN_EVAL,       /* anchor after `round` evaluated */
+  TD_RUN_FINISHED,   /* all rounds done; final evaluation in accuracy/loss */
+  TD_RUN_FAILED,     /* message says why */
+  TD_RUN_STOPPED,    /* stopped on request */
+} td_run_event_kind_t;
+
+typedef struct {
+  td_run_event_kind_t kind;
+  uint64_t round;
+  uint64_t samples;     /* ROUND_DONE: samples used in the round */
+  double loss;          /* ROUND_DONE: mean training loss; EVAL/FINISHED: test loss */
+  double accuracy;      /* EVAL/FINISHED: test accuracy */
+  double compute_s;     /* ROUND_DONE: seconds computing */
+  double lr;
+  char message[256];    /* FAILED */
+} td_run_event_t;
+
+typedef struct td_run td_run_t;
+
+typedef struct {
+  const td_runspec_t *spec; /* copied */
+  unsigned rank, nodes;
+  uv_loop_t *loop;
+  /* Called on the loop thread whenever events are queued; drain them with
+   * td_run_next_event(). */
+  void (*on_events)(td_run_t *run, void *user);
+  void *user;
+} td_run_opts_t;
+
+/* Validate the spec against what this version supports, size the model, and
+ * start the compute thread. Caller owns *out; close with td_run_close() after a
+ * FINISHED, FAILED or STOPPED event (or after td_run_stop()). */
+int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t why_len);
+/* Stop, join the compute thread and free everything. NULL-safe. */
+void td_run_close(td_run_t **self_p);
+
+/* Pop the next queued event; false when none. Loop thread only. */
+bool td_run_next_event(td_run_t *run, td_run_event_t *ev);
+/* Flat buffers of td_run_numel() floats (see the ownership note above). */
+size_t td_run_numel(const td_run_t *run);
+const float *td_run_delta(const td_run_t *run);
+float *td_run_anchor(td_run_t *run);
+/* The anchor for `round` is final: the compute thread continues from it. */
+void td_run_release(td_run_t *run, uint64_t round);
+/* Ask the compute thread to stop at the next step; it posts TD_RUN_STOPPED. */
+void td_run_stop(td_run_t *run);
+
+uint64_t td_run_rounds(const td_run_t *run);     /* known after READY */
+unsigned td_run_local_steps(const td_run_t *run);
+unsigned td_run_local_batch(const td_run_t *run);
+
+/* Rounds of a run: ceil(epochs * ceil(train_rows / batch) / local_steps), or the
+ * `rounds` key when it is set; the same on every node. */
+uint64_t td_run_round_count(const td_runspec_t *spec, size_t train_rows);
+/* Local batch of node `rank` of `nodes`: the global batch split evenly, the
+ * remainder going to the lowest ranks, so the local batches sum to `batch`. */
+unsigned td_run_split_batch(unsigned batch, unsigned rank, unsigned nodes);
+
+#endif

@@ -1,0 +1,338 @@
+/* runspec.c: the run-key table and everything derived from it.
+ *
+ * Each row of td__run_keys names a key, its type and field, its default (as
+ * text, parsed by the same code as user input), its accepted range and an
+ * optional checker for structured strings (model, partition, schedule...).
+ * Defaults, parsing, help and canonical formatting all walk this one table. */
+#include "daemon/runspec.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compute/backend.h"
+#include "compute/error.h"
+#include "compute/model.h"
+#include "compute/optim.h"
+#include "compute/partition.h"
+
+typedef enum { KEY_STR, KEY_UINT, KEY_U64, KEY_DOUBLE, KEY_BOOL } key_type_t;
+
+typedef int (*key_check_fn)(td_runspec_t *rs, const char *value, char *why, size_t why_len);
+
+typedef struct {
+  const char *name;
+  key_type_t type;
+  size_t offset;
+  const char *default_value;
+  double min, max; /* numeric keys */
+  key_check_fn check;
+  const char *help;
+} run_key_t;
+
+static int check_model(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  (void)rs;
+  return td_model_check_spec(v, why, n);
+}
+
+static int check_partition(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  td_partition_t p;
+  (void)rs;
+  return td_partition_parse(&p, v, why, n);
+}
+
+static int check_schedule(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  td_lr_schedule_t s;
+  (void)rs;
+  return td_lr_schedule_parse(&s, v, 0.1, 0, 1, 1, why, n);
+}
+
+static int check_backend(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  (void)rs;
+  if (strcmp(v, "cpu") == 0 || strcmp(v, "cuda") == 0)
+    return 0;
+  return td_why(why, n, TD_ECONFIG, "unknown backend '%s' (accepted: cpu, cuda)", v);
+}
+
+static int check_dataset(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  (void)rs;
+  if (strcmp(v, "fashion-mnist") == 0 || (strncmp(v, "idx:", 4) == 0 && v[4] != '\0') ||
+      (strncmp(v, "csv:", 4) == 0 && v[4] != '\0'))
+    return 0;
+  return td_why(why, n, TD_ECONFIG,
+                "unknown dataset '%s' (accepted: fashion-mnist, idx:TRAIN_IMAGES,TRAIN_LABELS"
+                "[,TEST_IMAGES,TEST_LABELS], csv:TRAIN[,TEST])",
+                v);
+}
+
+static int check_mode(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  (void)rs;
+  if (strcmp(v, "sync") == 0)
+    return 0;
+  return td_why(why, n, TD_ECONFIG,
+                "mode '%s' is not available in this version (accepted: sync)", v);
+}
+
+static int check_codec(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  (void)rs;
+  if (strcmp(v, "none") == 0)
+    return 0;
+  return td_why(why, n, TD_ECONFIG,
+                "codec '%s' is not available in this version (accepted: none)", v);
+}
+
+/* node = K/N with 0 <= K < N <= 4096 */
+static int check_node(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  char *end;
+  errno = 0;
+  unsigned long k = strtoul(v, &end, 10);
+  if (end == v || *end != '/' || v[0] == '-')
+    goto bad;
+  const char *ns = end + 1;
+  unsigned long count = strtoul(ns, &end, 10);
+  if (end == ns || *end != '\0' || ns[0] == '-' || errno != 0 || count == 0 || count > 4096 ||
+      k >= count)
+    goto bad;
+  rs->node_rank = (unsigned)k;
+  rs->node_count = (unsigned)count;
+  return 0;
+bad:
+  return td_why(why, n, TD_ECONFIG, "bad node '%s' (expected K/N with 0 <= K < N <= 4096)", v);
+}
+
+#define F(field) offsetof(td_runspec_t, field)
+static const run_key_t td__run_keys[] = {
+    {"model", KEY_STR, F(model), "mlp:784-256-128-10", 0, 0, check_model,
+     "model spec: mlp:IN-H1-...-OUT (dense + ReLU, softmax cross-entropy)"},
+    {"dataset", KEY_STR, F(dataset), "fashion-mnist", 0, 0, check_dataset,
+     "fashion-mnist | idx:TRAIN_IMAGES,TRAIN_LABELS[,TEST_IMAGES,TEST_LABELS] | csv:TRAIN[,TEST]"},
+    {"partition", KEY_STR, F(partition), "iid", 0, 0, check_partition,
+     "all | iid | dirichlet:ALPHA | shard:K"},
+    {"node", KEY_STR, F(node), "0/1", 0, 0, check_node,
+     "K/N: train on partition K of N (standalone baselines)"},
+    {"batch", KEY_UINT, F(batch), "64", 1, TD_MODEL_MAX_BATCH, NULL, "global batch per step"},
+    {"lr", KEY_DOUBLE, F(lr), "0.05", 1e-12, 1e30, NULL, "base learning rate"},
+    {"momentum", KEY_DOUBLE, F(momentum), "0.9", 0, 0.999999, NULL, "SGD momentum in [0, 1)"},
+    {"nesterov", KEY_BOOL, F(nesterov), "false", 0, 0, NULL, "Nesterov momentum"},
+    {"weight_decay", KEY_DOUBLE, F(weight_decay), "0", 0, 1, NULL, "L2 weight decay"},
+    {"lr_schedule", KEY_STR, F(lr_schedule), "cosine", 0, 0, check_schedule,
+     "constant | cosine | step:EPOCHS[:GAMMA]"},
+    {"warmup_steps", KEY_UINT, F(warmup_steps), "0", 0, 100000000, NULL,
+     "linear learning-rate warm-up, in steps"},
+    {"epochs", KEY_UINT, F(epochs), "1", 1, 100000, NULL, "passes over the local partition"},
+    {"seed", KEY_U64, F(seed), "1", 0, 0, NULL, "seed for init, shuffling and partitions"},
+    {"threads", KEY_UINT, F(threads), "0", 0, 1024, NULL, "BLAS threads (0 = library default)"},
+    {"backend", KEY_STR, F(backend), "cpu", 0, 0, check_backend, "cpu | cuda"},
+    {"local_steps", KEY_UINT, F(local_steps), "8", 1, 1000000, NULL,
+     "H: local steps per round (peer runs)"},
+    {"rounds", KEY_UINT, F(rounds), "0", 0, 100000000, NULL,
+     "rounds of a peer run (0: from epochs)"},
+    {"mode", KEY_STR, F(mode), "sync", 0, 0, check_mode, "sync (barrier with deadline)"},
+    {"codec", KEY_STR, F(codec), "none", 0, 0, check_codec, "update codec: none"},
+    {"eval_every", KEY_UINT, F(eval_every), "10", 1, 100000000, NULL,
+     "rounds between test evaluations (peer runs)"},
+    {"checkpoint_every", KEY_UINT, F(checkpoint_every), "0", 0, 100000000, NULL,
+     "rounds between checkpoints in the ledger (0: off)"},
+    {"round_timeout", KEY_DOUBLE, F(round_timeout), "30", 0.1, 86400, NULL,
+     "seconds a sync round waits for late peers"},
+};
+#undef F
+#define N_KEYS (sizeof td__run_keys / sizeof td__run_keys[0])
+
+static const run_key_t *find_key(const char *name) {
+  for (size_t i = 0; i < N_KEYS; i++)
+    if (strcmp(td__run_keys[i].name, name) == 0)
+      return &td__run_keys[i];
+  return NULL;
+}
+
+static int parse_value(td_runspec_t *rs, const run_key_t *k, const char *value, char *why,
+                       size_t n) {
+  char *field = (char *)rs + k->offset;
+  char *end;
+  if (value[0] == '\0')
+    return td_why(why, n, TD_ECONFIG, "%s: empty value", k->name);
+  switch (k->type) {
+  case KEY_STR: {
+    if (strlen(value) >= TD_RUNSPEC_STR_MAX)
+      return td_why(why, n, TD_ECONFIG, "%s: value longer than %d bytes", k->name,
+                    TD_RUNSPEC_STR_MAX - 1);
+    if (k->check) {
+      char sub[512] = "";
+      int rc = k->check(rs, value, sub, sizeof sub);
+      if (rc != 0)
+        return td_why(why, n, TD_ECONFIG, "%s: %s", k->name, sub);
+    }
+    memmove(field, value, strlen(value) + 1);
+    return 0;
+  }
+  case KEY_UINT:
+  case KEY_U64: {
+    errno = 0;
+    if (value[0] == '-' || value[0] == '+')
+      goto bad_int;
+    unsigned long long v = strtoull(value, &end, 10);
+    if (end == value || *end != '\0' || errno != 0)
+      goto bad_int;
+    if (k->type == KEY_UINT) {
+      if ((double)v < k->min || (double)v > k->max)
+        return td_why(why, n, TD_ECONFIG, "%s: %llu is out of range [%.0f, %.0f]", k->name, v,
+                      k->min, k->max);
+      *(unsigned *)(void *)field = (unsigned)v;
+    } else {
+      *(uint64_t *)(void *)field = (uint64_t)v;
+    }
+    return 0;
+  bad_int:
+    return td_why(why, n, TD_ECONFIG, "%s: '%s' is not a non-negative integer", k->name, value);
+  }
+  case KEY_DOUBLE: {
+    errno = 0;
+    double v = strtod(value, &end);
+    if (end == value || *end != '\0' || errno == ERANGE || !isfinite(v))
+      return td_why(why, n, TD_ECONFIG, "%s: '%s' is not a finite number", k->name, value);
+    if (v < k->min || v > k->max)
+      return td_why(why, n, TD_ECONFIG, "%s: %g is out of range [%g, %g]", k->name, v, k->min,
+                    k->max);
+    *(double *)(void *)field = v;
+    return 0;
+  }
+  case KEY_BOOL:
+    if (!strcmp(value, "true") || !strcmp(value, "1") || !strcmp(value, "yes") ||
+        !strcmp(value, "on")) {
+      *(bool *)(void *)field = true;
+      return 0;
+    }
+    if (!strcmp(value, "false") || !strcmp(value, "0") || !strcmp(value, "no") ||
+        !strcmp(value, "off")) {
+      *(bool *)(void *)field = false;
+      return 0;
+    }
+    return td_why(why, n, TD_ECONFIG, "%s: '%s' is not a boolean (true/false)", k->name, value);
+  }
+  return td_why(why, n, TD_ECONFIG, "%s: unsupported key type", k->name);
+}
+
+void td_runspec_defaults(td_runspec_t *rs) {
+  memset(rs, 0, sizeof *rs);
+  for (size_t i = 0; i < N_KEYS; i++) {
+    int rc = parse_value(rs, &td__run_keys[i], td__run_keys[i].default_value, NULL, 0);
+    (void)rc; /* defaults are constants checked by test_runspec */
+  }
+}
+
+int td_runspec_set(td_runspec_t *rs, const char *key, const char *value, char *why,
+                   size_t why_len) {
+  const run_key_t *k = find_key(key);
+  if (k == NULL) {
+    char names[512] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < N_KEYS && used < sizeof names; i++)
+      used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "",
+                               td__run_keys[i].name);
+    return td_why(why, why_len, TD_ECONFIG, "unknown key '%s' (known: %s)", key, names);
+  }
+  return parse_value(rs, k, value, why, why_len);
+}
+
+int td_runspec_set_arg(td_runspec_t *rs, const char *arg, char *why, size_t why_len) {
+  const char *eq = strchr(arg, '=');
+  if (eq == NULL || eq == arg)
+    return td_why(why, why_len, TD_ECONFIG, "expected key=value, got '%s'", arg);
+  char key[64];
+  size_t klen = (size_t)(eq - arg);
+  while (klen > 0 && arg[klen - 1] == ' ')
+    klen--;
+  if (klen >= sizeof key)
+    return td_why(why, why_len, TD_ECONFIG, "key too long in '%s'", arg);
+  memcpy(key, arg, klen);
+  key[klen] = '\0';
+  const char *value = eq + 1;
+  while (*value == ' ')
+    value++;
+  return td_runspec_set(rs, key, value, why, why_len);
+}
+
+typedef struct {
+  td_runspec_t *rs;
+  char *why;
+  size_t why_len;
+  int rc;
+} ini_ctx_t;
+
+static int on_ini_pair(void *user, const char *section, const char *name, const char *value) {
+  ini_ctx_t *ctx = user;
+  if (ctx->rc != 0)
+    return 0;
+  if (section[0] != '\0' && strcmp(section, "run") != 0) {
+    ctx->rc = td_why(ctx->why, ctx->why_len, TD_ECONFIG,
+                     "unknown section [%s] (run keys go at top level or in [run])", section);
+    return 0;
+  }
+  ctx->rc = td_runspec_set(ctx->rs, name, value, ctx->why, ctx->why_len);
+  return ctx->rc == 0;
+}
+
+int td_runspec_load_ini(td_runspec_t *rs, const char *path, char *why, size_t why_len) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return td_why(why, why_len, errno == ENOENT ? TD_ENOENT : TD_EIO, "cannot open %s: %s",
+                  path, strerror(errno));
+  char sub[768] = "";
+  ini_ctx_t ctx = {.rs = rs, .why = sub, .why_len = sizeof sub, .rc = 0};
+  int line = ini_parse_file(f, on_ini_pair, &ctx);
+  fclose(f);
+  if (line == 0)
+    return 0;
+  if (line < 0)
+    return td_why(why, why_len, TD_EIO, "cannot read %s", path);
+  if (ctx.rc != 0)
+    return td_why(why, why_len, TD_ECONFIG, "%s:%d: %s", path, line, sub);
+  return td_why(why, why_len, TD_ECONFIG, "%s:%d: syntax error (expected key = value)", path,
+                line);
+}
+
+int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len) {
+  if (rs->nesterov && rs->momentum <= 0)
+    return td_why(why, why_len, TD_ECONFIG, "nesterov: needs momentum > 0");
+  return 0;
+}
+
+size_t td_runspec_format(const td_runspec_t *rs, char *buf, size_t len) {
+  size_t used = 0;
+  for (size_t i = 0; i < N_KEYS; i++) {
+    const run_key_t *k = &td__run_keys[i];
+    const char *field = (const char *)rs + k->offset;
+    char *dst = buf ? buf + (used < len ? used : len) : NULL;
+    size_t room = used < len ? len - used : 0;
+    int w = 0;
+    switch (k->type) {
+    case KEY_STR: w = snprintf(dst, room, "%s = %s\n", k->name, field); break;
+    case KEY_UINT:
+      w = snprintf(dst, room, "%s = %u\n", k->name, *(const unsigned *)(const void *)field);
+      break;
+    case KEY_U64:
+      w = snprintf(dst, room, "%s = %" PRIu64 "\n", k->name,
+                   *(const uint64_t *)(const void *)field);
+      break;
+    case KEY_DOUBLE:
+      w = snprintf(dst, room, "%s = %.17g\n", k->name, *(const double *)(const void *)field);
+      break;
+    case KEY_BOOL:
+      w = snprintf(dst, room, "%s = %s\n", k->name,
+                   *(const bool *)(const void *)field ? "true" : "false");
+      break;
+    }
+    used += (size_t)(w > 0 ? w : 0);
+  }
+  return used;
+}
+
+void td_runspec_print_help(FILE *out) {
+  for (size_t i = 0; i < N_KEYS; i++)
+    fprintf(out, "  %-13s %-20s %s\n", td__run_keys[i].name, td__run_keys[i].default_value,
+            td__run_keys[i].help);
+}

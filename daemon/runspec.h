@@ -1,0 +1,63 @@
+/* runspec.h: the run specification (DESIGN.md section 3) and its one key table.
+ *
+ * A run is described by `key = value` pairs that come from an INI file (read
+ * with inih; keys may sit at top level or in a [run] section) and from
+ * `--set key=value` flags, applied in that order. One declarative table drives
+ * defaults, parsing, validation, help text and the canonical text form that
+ * will be hashed into a run_id, so the four can never disagree (Redis config.c
+ * style). Every error names the key, the bad value and what is accepted. */
+#ifndef TD_RUNSPEC_H
+#define TD_RUNSPEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define TD_RUNSPEC_STR_MAX 1024
+
+typedef struct {
+  char model[TD_RUNSPEC_STR_MAX];       /* mlp:784-256-128-10 */
+  char dataset[TD_RUNSPEC_STR_MAX];     /* fashion-mnist | idx:... | csv:... */
+  char partition[TD_RUNSPEC_STR_MAX];   /* all | iid | dirichlet:A | shard:K */
+  char node[TD_RUNSPEC_STR_MAX];        /* K/N: which partition (standalone) */
+  char lr_schedule[TD_RUNSPEC_STR_MAX]; /* constant | cosine | step:E[:G] */
+  char backend[TD_RUNSPEC_STR_MAX];     /* cpu | cuda */
+  char mode[TD_RUNSPEC_STR_MAX];        /* sync */
+  char codec[TD_RUNSPEC_STR_MAX];       /* none */
+  unsigned local_steps;                 /* H */
+  unsigned rounds;                      /* 0 = derived from epochs */
+  unsigned eval_every;                  /* rounds between evaluations */
+  unsigned checkpoint_every;            /* rounds between checkpoints, 0 = off */
+  double round_timeout;                 /* seconds a sync round waits for peers */
+  unsigned batch;
+  double lr;
+  double momentum;
+  bool nesterov;
+  double weight_decay;
+  unsigned warmup_steps;
+  unsigned epochs;
+  uint64_t seed;
+  unsigned threads; /* 0 = BLAS default */
+  unsigned node_rank, node_count; /* parsed from `node` */
+} td_runspec_t;
+
+/* Fill every key with its default. */
+void td_runspec_defaults(td_runspec_t *rs);
+/* Set one key from text. TD_ECONFIG + why for an unknown key or a bad value. */
+int td_runspec_set(td_runspec_t *rs, const char *key, const char *value, char *why,
+                   size_t why_len);
+/* Set from "key=value" (a --set argument). */
+int td_runspec_set_arg(td_runspec_t *rs, const char *key_eq_value, char *why, size_t why_len);
+/* Apply an INI file. TD_ENOENT if it cannot be opened, TD_ECONFIG (with the
+ * line number) for a syntax error or a bad key/value. */
+int td_runspec_load_ini(td_runspec_t *rs, const char *path, char *why, size_t why_len);
+/* Cross-key checks (e.g. nesterov needs momentum > 0). */
+int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len);
+/* Canonical "key = value\n" lines in table order; returns the length that the
+ * full text needs (snprintf semantics). */
+size_t td_runspec_format(const td_runspec_t *rs, char *buf, size_t len);
+/* One line per key: name, default, meaning. */
+void td_runspec_print_help(FILE *out);
+
+#endif

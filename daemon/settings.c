@@ -1,0 +1,118 @@
+/* settings.c: daemon settings, one table for defaults, parsing and help. */
+#include "daemon/settings.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compute/error.h"
+#include "daemon/log.h"
+#include "daemon/node.h"
+
+typedef struct {
+  const char *name;
+  const char *help;
+} config_key_t;
+
+static const config_key_t keys[] = {
+    {"data_dir", "node id, ledger (traind.db) and control socket (default ~/.local/share/traind)"},
+    {"listen", "peer endpoint tcp://HOST:PORT, port 0 = ephemeral (default tcp://127.0.0.1:7070)"},
+    {"control", "control socket path, mode 0600 (default DATA_DIR/control.sock)"},
+    {"log_level", "error | warn | info | debug (default info)"},
+    {"threads", "BLAS threads for training (default 0 = library default)"},
+    {"heartbeat_ms", "heartbeat period; suspect after 3 missed, dead after 6 (default 500)"},
+};
+
+void td_settings_defaults(td_settings_t *c) {
+  memset(c, 0, sizeof *c);
+  td_node_default_data_dir(c->data_dir, sizeof c->data_dir);
+  snprintf(c->listen, sizeof c->listen, "tcp://127.0.0.1:7070");
+  snprintf(c->log_level, sizeof c->log_level, "info");
+  c->heartbeat_ms = 500;
+}
+
+static int set_uint(unsigned *out, const char *key, const char *v, unsigned lo, unsigned hi,
+                    char *why, size_t n) {
+  char *end;
+  errno = 0;
+  unsigned long x = strtoul(v, &end, 10);
+  if (v[0] == '-' || end == v || *end != '\0' || errno != 0 || x < lo || x > hi)
+    return td_why(why, n, TD_ECONFIG, "%s: '%s' is not an integer in [%u, %u]", key, v, lo, hi);
+  *out = (unsigned)x;
+  return 0;
+}
+
+static int set_str(char *dst, size_t cap, const char *key, const char *v, char *why, size_t n) {
+  if (v[0] == '\0' || strlen(v) >= cap)
+    return td_why(why, n, TD_ECONFIG, "%s: empty or longer than %zu bytes", key, cap - 1);
+  memcpy(dst, v, strlen(v) + 1);
+  return 0;
+}
+
+int td_settings_set(td_settings_t *c, const char *key, const char *v, char *why, size_t n) {
+  if (strcmp(key, "data_dir") == 0)
+    return set_str(c->data_dir, sizeof c->data_dir, key, v, why, n);
+  if (strcmp(key, "listen") == 0) {
+    if (strncmp(v, "tcp://", 6) != 0 || strrchr(v, ':') == v + 3)
+      return td_why(why, n, TD_ECONFIG, "listen: expected tcp://HOST:PORT, got '%s'", v);
+    return set_str(c->listen, sizeof c->listen, key, v, why, n);
+  }
+  if (strcmp(key, "control") == 0) {
+    if (strlen(v) > 107)
+      return td_why(why, n, TD_ECONFIG, "control: socket paths are limited to 107 bytes");
+    return set_str(c->control, sizeof c->control, key, v, why, n);
+  }
+  if (strcmp(key, "log_level") == 0) {
+    if (td_log_parse_level(v) < 0)
+      return td_why(why, n, TD_ECONFIG, "log_level: '%s' (accepted: error, warn, info, debug)", v);
+    return set_str(c->log_level, sizeof c->log_level, key, v, why, n);
+  }
+  if (strcmp(key, "threads") == 0)
+    return set_uint(&c->threads, key, v, 0, 1024, why, n);
+  if (strcmp(key, "heartbeat_ms") == 0)
+    return set_uint(&c->heartbeat_ms, key, v, 20, 60000, why, n);
+  return td_why(why, n, TD_ECONFIG,
+                "unknown key '%s' (known: data_dir, listen, control, log_level, threads, "
+                "heartbeat_ms)",
+                key);
+}
+
+typedef struct {
+  td_settings_t *c;
+  char *why;
+  size_t n;
+  int rc;
+} ctx_t;
+
+static int on_pair(void *user, const char *section, const char *name, const char *value) {
+  ctx_t *ctx = user;
+  if (ctx->rc != 0)
+    return 0;
+  if (section[0] != '\0' && strcmp(section, "daemon") != 0) {
+    ctx->rc = td_why(ctx->why, ctx->n, TD_ECONFIG, "unknown section [%s] (use [daemon])", section);
+    return 0;
+  }
+  ctx->rc = td_settings_set(ctx->c, name, value, ctx->why, ctx->n);
+  return ctx->rc == 0;
+}
+
+int td_settings_load(td_settings_t *c, const char *path, char *why, size_t why_len) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return td_why(why, why_len, TD_ENOENT, "cannot open %s: %s", path, strerror(errno));
+  char sub[512] = "";
+  ctx_t ctx = {.c = c, .why = sub, .n = sizeof sub};
+  int line = ini_parse_file(f, on_pair, &ctx);
+  fclose(f);
+  if (line == 0)
+    return 0;
+  if (ctx.rc != 0)
+    return td_why(why, why_len, TD_ECONFIG, "%s:%d: %s", path, line, sub);
+  return td_why(why, why_len, TD_ECONFIG, "%s:%d: syntax error (expected key = value)", path, line);
+}
+
+void td_settings_print_help(FILE *out) {
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    fprintf(out, "  %-13s %s\n", keys[i].name, keys[i].help);
+}

@@ -1,0 +1,28 @@
+/* settings.h: the daemon's own settings (not the run's): where it keeps its
+ * data, where it listens, logging. Read from an INI file ([daemon] section or
+ * top level, parsed with inih) and then from command-line flags of the same
+ * names (--data-dir for data_dir), flags winning. */
+#ifndef TD_SETTINGS_H
+#define TD_SETTINGS_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+typedef struct {
+  char data_dir[512];
+  char listen[256];
+  char control[512];
+  char log_level[16];
+  unsigned threads;
+  unsigned heartbeat_ms;
+} td_settings_t;
+
+void td_settings_defaults(td_settings_t *c);
+/* Set one key (data_dir, listen, control, log_level, threads, heartbeat_ms).
+ * TD_ECONFIG + why on an unknown key or a bad value. */
+int td_settings_set(td_settings_t *c, const char *key, const char *value, char *why, size_t why_len);
+/* Apply an INI file; TD_ENOENT / TD_ECONFIG (with the line) + why. */
+int td_settings_load(td_settings_t *c, const char *path, char *why, size_t why_len);
+void td_settings_print_help(FILE *out);
+
+#endif

@@ -1,0 +1,159 @@
+/* standalone.c: the single-node trainer behind `traind --standalone`.
+ *
+ * Normalisation statistics come from the whole training set before it is
+ * partitioned, so every node of a later multi-node run (and this baseline)
+ * sees identically scaled inputs. */
+#include "daemon/standalone.h"
+
+#include <json-c/json.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "compute/backend.h"
+#include "compute/dataset.h"
+#include "compute/error.h"
+#include "compute/partition.h"
+#include "compute/trainer.h"
+
+static long peak_rss_kb(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss;
+}
+
+/* Replace *train by node K of N's rows (a copy) unless that is every row. */
+static int take_partition(td_dataset_t **train, const td_runspec_t *rs, char *why, size_t n) {
+  td_partition_t part;
+  int rc = td_partition_parse(&part, rs->partition, why, n);
+  if (rc != 0)
+    return rc;
+  if (part.kind == TD_PARTITION_ALL || rs->node_count == 1)
+    return 0;
+  uint32_t *idx = NULL;
+  size_t count = 0;
+  rc = td_partition_indices(&part, td_dataset_labels_const(*train), td_dataset_rows(*train),
+                            td_dataset_classes(*train), rs->node_rank, rs->node_count, rs->seed,
+                            &idx, &count);
+  if (rc != 0)
+    return td_why(why, n, rc, "cannot partition the dataset: %s", td_strerror(rc));
+  if (count == 0) {
+    free(idx);
+    return td_why(why, n, TD_ECONFIG, "partition %s gives node %u/%u no samples", rs->partition,
+                  rs->node_rank, rs->node_count);
+  }
+  td_dataset_t *sub = NULL;
+  rc = td_dataset_subset(&sub, *train, idx, count);
+  free(idx);
+  if (rc != 0)
+    return td_why(why, n, rc, "cannot copy the partition: %s", td_strerror(rc));
+  td_dataset_close(train);
+  *train = sub;
+  return 0;
+}
+
+int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, char *why, size_t why_len) {
+  td_backend_t *be = NULL;
+  td_dataset_t *train = NULL, *test = NULL;
+  td_trainer_t *tr = NULL;
+  int rc = td_runspec_validate(rs, why, why_len);
+  if (rc != 0)
+    return rc;
+  rc = td_backend_open(&be, rs->backend, (int)rs->threads, why, why_len);
+  if (rc != 0)
+    goto done;
+  rc = td_dataset_open(&train, &test, rs->dataset, why, why_len);
+  if (rc != 0)
+    goto done;
+  double mean, std;
+  td_dataset_stats(train, &mean, &std);
+  td_dataset_normalize(train, mean, std);
+  if (test != NULL)
+    td_dataset_normalize(test, mean, std);
+  rc = take_partition(&train, rs, why, why_len);
+  if (rc != 0)
+    goto done;
+
+  td_trainer_opts_t opts = {
+      .model_spec = rs->model,
+      .batch = rs->batch,
+      .seed = rs->seed,
+      .lr = rs->lr,
+      .lr_schedule = rs->lr_schedule,
+      .warmup_steps = rs->warmup_steps,
+      .epochs = rs->epochs,
+      .sgd = {.momentum = rs->momentum, .nesterov = rs->nesterov,
+              .weight_decay = rs->weight_decay},
+  };
+  rc = td_trainer_open(&tr, be, train, &opts, why, why_len);
+  if (rc != 0)
+    goto done;
+  const td_dataset_t *eval_set = test != NULL ? test : train;
+  if (test != NULL && (rc = td_trainer_check_dataset(tr, test, why, why_len)) != 0)
+    goto done;
+
+  unsigned long spe = td_trainer_steps_per_epoch(tr);
+  fprintf(out,
+          "traind standalone: %s (%zu parameters) on %s, partition %s node %u/%u\n"
+          "  %zu training samples, %zu %s samples, batch %u, %lu steps/epoch, backend %s\n",
+          rs->model, td_layout_param_count(td_model_layout(td_trainer_model(tr))), rs->dataset,
+          rs->partition, rs->node_rank, rs->node_count, td_dataset_rows(train),
+          td_dataset_rows(eval_set), test ? "test" : "training (no test set)", rs->batch, spe,
+          td_backend_name(be));
+  fflush(out);
+
+  double total_seconds = 0, train_loss = 0, train_acc = 0, eval_loss = 0, eval_acc = 0;
+  unsigned long total_samples = 0;
+  for (unsigned e = 1; e <= rs->epochs; e++) {
+    td_train_stats_t st;
+    rc = td_trainer_steps(tr, spe, &st, why, why_len);
+    if (rc != 0)
+      goto done;
+    rc = td_trainer_evaluate(tr, eval_set, &eval_loss, &eval_acc, why, why_len);
+    if (rc != 0)
+      goto done;
+    total_seconds += st.seconds;
+    total_samples += st.samples;
+    train_loss = st.loss;
+    train_acc = st.accuracy;
+    fprintf(out,
+            "epoch %3u/%u  train_loss %.4f  train_acc %.4f  %s_loss %.4f  %s_acc %.4f  "
+            "lr %.4g  %.0f samples/s  %.2f s\n",
+            e, rs->epochs, st.loss, st.accuracy, test ? "test" : "train", eval_loss,
+            test ? "test" : "train", eval_acc, st.lr,
+            st.seconds > 0 ? (double)st.samples / st.seconds : 0.0, st.seconds);
+    fflush(out);
+  }
+
+  if (json) {
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "model", json_object_new_string(rs->model));
+    json_object_object_add(o, "dataset", json_object_new_string(rs->dataset));
+    json_object_object_add(o, "epochs", json_object_new_int((int)rs->epochs));
+    json_object_object_add(o, "steps",
+                           json_object_new_int64((int64_t)td_trainer_global_step(tr)));
+    json_object_object_add(o, "train_samples", json_object_new_int64((int64_t)total_samples));
+    json_object_object_add(o, "train_loss", json_object_new_double(train_loss));
+    json_object_object_add(o, "train_accuracy", json_object_new_double(train_acc));
+    /* Without a test set the figures are measured on the training partition;
+     * eval_set says which. */
+    json_object_object_add(o, "eval_set", json_object_new_string(test ? "test" : "train"));
+    json_object_object_add(o, "test_loss", json_object_new_double(eval_loss));
+    json_object_object_add(o, "test_accuracy", json_object_new_double(eval_acc));
+    json_object_object_add(o, "train_seconds", json_object_new_double(total_seconds));
+    json_object_object_add(o, "samples_per_s",
+                           json_object_new_double(total_seconds > 0
+                                                      ? (double)total_samples / total_seconds
+                                                      : 0.0));
+    json_object_object_add(o, "peak_rss_kb", json_object_new_int64(peak_rss_kb()));
+    fprintf(out, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+    json_object_put(o);
+  }
+  rc = 0;
+done:
+  td_trainer_close(&tr);
+  td_dataset_close(&train);
+  td_dataset_close(&test);
+  td_backend_close(&be);
+  return rc;
+}
