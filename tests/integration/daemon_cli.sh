@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# daemon_cli.sh: trainctl and traind as a user meets them: a daemon that is
+# not running, unknown commands, bad run specs, bad daemon flags, the control
+# socket's mode, status in both forms, join errors, leave.
+. "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
+
+run notrunning "$TRAINCTL" --socket "$T/none.sock" status
+expect_error notrunning "traind is not running"
+run unknown "$TRAINCTL" --socket "$T/none.sock" frobnicate
+expect_error unknown "unknown command 'frobnicate'"
+[ "$(rc_of unknown)" -eq 2 ] || fail "unknown command should exit 2"
+run help "$TRAINCTL" --help
+grep -q 'rounds \[--last N\]' "$T/help.out" && pass "trainctl --help" || fail "trainctl --help"
+run badlisten "$TRAIND" --data-dir "$T/x" --listen udp://1.2.3.4:5
+expect_error badlisten "listen: expected tcp://HOST:PORT"
+run badlevel "$TRAIND" --data-dir "$T/x" --log-level loud
+expect_error badlevel "log_level"
+printf '[daemon]\nthreads = many\n' >"$T/d.ini"
+run badini "$TRAIND" --config "$T/d.ini"
+expect_error badini "d.ini:2: threads"
+
+start_node a || finish
+mode=$(stat -c %a "$T/a/ctl")
+[ "$mode" = 600 ] && pass "control socket mode 600" || fail "control socket mode $mode"
+run bad_spec ctl a start --set model=mlp:784
+expect_error bad_spec "model:"
+run bad_key ctl a start --set colour=blue
+expect_error bad_key "unknown key 'colour'"
+run bad_codec ctl a start --set codec=zstd
+expect_error bad_codec "codec"
+run self_join ctl a join "$(endpoint_of a)"
+expect_error self_join "own endpoint"
+run bad_join ctl a join "http://example"
+expect_error bad_join "tcp://HOST:PORT"
+run nobody ctl a join tcp://127.0.0.1:9
+expect_error nobody "no answer from tcp://127.0.0.1:9"
+run stop_idle ctl a stop
+expect_error stop_idle "no run"
+
+st=$(ctl a status --json) || fail "status --json"
+for key in node_id endpoint peers run run_id state round test_accuracy; do
+  grep -q "\"$key\":" <<<"$st" || fail "status --json lacks $key: $st"
+done
+grep -q '"state":"idle"' <<<"$st" && pass "status --json: idle node" || fail "not idle: $st"
+ctl a status | grep -q "^node " && pass "status table" || fail "status table"
+ctl a rounds | grep -q "no rounds" && pass "rounds before any run" || fail "rounds"
+
+# a single-node run on a tiny CSV dataset finishes and is in the ledger
+awk 'BEGIN { srand(2); for (i = 0; i < 200; i++) { c = i % 2; printf "%d,%.3f,%.3f\n", c, c * 2 + rand(), rand() } }' >"$T/tiny.csv"
+ctl a start --set dataset=csv:$T/tiny.csv --set model=mlp:2-8-2 --set batch=16 --set rounds=20 \
+  --set local_steps=2 --set eval_every=5 >/dev/null || fail "single-node start"
+wait_run_state a finished 60 && pass "single-node run finished" || fail "single-node run"
+[ "$(sql a "SELECT count(*) FROM rounds")" -eq 20 ] && pass "20 rounds in the ledger" || fail "ledger rounds"
+[ "$(sql a "SELECT count(*) FROM rounds WHERE eval_acc IS NOT NULL")" -eq 4 ] \
+  && pass "evaluated every 5 rounds" || fail "eval rows: $(sql a "SELECT round, eval_acc FROM rounds")"
+[ "$(sql a "PRAGMA journal_mode")" = wal ] && pass "ledger in WAL mode" || fail "journal mode"
+
+# a run that cannot load its data fails cleanly and says why
+ctl a start --set dataset=csv:$T/missing.csv --set model=mlp:2-8-2 >/dev/null || fail "start"
+wait_run_state a failed 30 && pass "missing dataset: run failed" || fail "run did not fail"
+grep -q 'missing.csv' <<<"$(ctl a status --json)" && pass "status names the missing file" || fail "error text"
+
+ctl a leave >/dev/null || fail "leave"
+for i in $(seq 50); do kill -0 "$(cat "$T/a.pid")" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$(cat "$T/a.pid")" 2>/dev/null && fail "a still running after leave" || pass "leave shut a down"
+[ -e "$T/a/ctl" ] && fail "control socket left behind" || pass "control socket removed"
+finish

@@ -1,0 +1,172 @@
+/* test_ledger.c: the SQLite ledger on real files. A fresh file gets the
+ * current schema in WAL mode; rounds, updates, peers, events and checkpoints
+ * read back exactly; a reopen keeps everything; a database from a newer traind
+ * is refused; `last N` returns the newest N rounds in ascending order. */
+#include <check.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "compute/error.h"
+#include "daemon/ledger.h"
+
+static char dir[64], path[128];
+
+static void fresh_path(void) {
+  strcpy(dir, "/tmp/td-ledger-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/traind.db", dir);
+}
+
+static int64_t pragma_int(const char *sql) {
+  sqlite3 *db;
+  sqlite3_stmt *st;
+  int64_t v = -1;
+  ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+  ck_assert_int_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+  if (sqlite3_step(st) == SQLITE_ROW)
+    v = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return v;
+}
+
+typedef struct {
+  int n;
+  uint64_t rounds[16];
+  double acc[16];
+} collected_t;
+
+static void collect(const td_ledger_round_t *r, void *user) {
+  collected_t *c = user;
+  c->rounds[c->n] = r->round;
+  c->acc[c->n] = r->eval_acc;
+  c->n++;
+}
+
+START_TEST(rounds_and_updates_are_recorded) {
+  fresh_path();
+  td_ledger_t *l = NULL;
+  char why[256] = "";
+  ck_assert_msg(td_ledger_open(&l, path, why, sizeof why) == 0, "%s", why);
+  uint64_t run = 0x8000000000000001ull; /* above INT64_MAX: stored signed, read back */
+  ck_assert_int_eq(td_ledger_run_start(l, run, "model = mlp:4-2\n", 100.0), 0);
+  ck_assert_int_eq(td_ledger_begin(l), 0);
+  for (uint64_t r = 1; r <= 10; r++) {
+    td_ledger_round_t row = {.run_id = run, .round = r, .started = 100.0 + r,
+                             .ended = 100.5 + r, .local_steps = 8, .batch = 64,
+                             .samples = 512, .loss = 1.0 / r, .eval_acc = r % 5 ? NAN : 0.5,
+                             .bytes_sent = 1000, .bytes_recv = 2000, .lr = 0.1};
+    ck_assert_int_eq(td_ledger_round_add(l, &row), 0);
+    td_ledger_update_t up = {.run_id = run, .round = r, .peer = 7, .peer_round = r - 1,
+                             .staleness = 1, .bytes = 999, .codec = "none", .ratio = 1.0,
+                             .arrived = 100.2 + r};
+    ck_assert_int_eq(td_ledger_update_add(l, &up), 0);
+  }
+  ck_assert_int_eq(td_ledger_commit(l), 0);
+  ck_assert_int_eq(td_ledger_peer_seen(l, 7, "tcp://127.0.0.1:1", 101, "alive", 5e3), 0);
+  ck_assert_int_eq(td_ledger_peer_seen(l, 7, "tcp://127.0.0.1:2", 102, "dead", NAN), 0);
+  ck_assert_int_eq(td_ledger_event_add(l, 103, "peer_dead", "node 7"), 0);
+  ck_assert_int_eq(td_ledger_run_end(l, run, "finished", 200.0, 0.85), 0);
+  ck_assert_int_eq(td_ledger_count(l, "rounds"), 10);
+  ck_assert_int_eq(td_ledger_count(l, "updates"), 10);
+  ck_assert_int_eq(td_ledger_count(l, "peers"), 1);
+  ck_assert_int_eq(td_ledger_count(l, "events"), 1);
+  ck_assert_int_eq(td_ledger_count(l, "bogus; DROP TABLE runs"), -1);
+
+  collected_t c = {0};
+  ck_assert_int_eq(td_ledger_rounds(l, run, 3, collect, &c), 0);
+  ck_assert_int_eq(c.n, 3);
+  ck_assert_uint_eq(c.rounds[0], 8);
+  ck_assert_uint_eq(c.rounds[2], 10);
+  ck_assert_double_eq(c.acc[2], 0.5);
+  ck_assert(isnan(c.acc[0]));
+  memset(&c, 0, sizeof c);
+  ck_assert_int_eq(td_ledger_rounds(l, run, 0, collect, &c), 0);
+  ck_assert_int_eq(c.n, 10);
+  td_ledger_close(&l);
+  ck_assert_ptr_null(l);
+
+  ck_assert_int_eq(pragma_int("PRAGMA user_version"), TD_LEDGER_SCHEMA_VERSION);
+  ck_assert_int_eq(pragma_int("SELECT count(*) FROM updates WHERE staleness = 1"), 10);
+  ck_assert_int_eq(pragma_int("SELECT state = 'dead' FROM peers WHERE node_id = 7"), 1);
+  ck_assert_int_eq(pragma_int("SELECT round(test_accuracy * 100) FROM runs"), 85);
+
+  /* reopening keeps everything and does not migrate twice */
+  ck_assert_int_eq(td_ledger_open(&l, path, why, sizeof why), 0);
+  ck_assert_int_eq(td_ledger_count(l, "rounds"), 10);
+  td_ledger_close(&l);
+}
+END_TEST
+
+START_TEST(wal_mode_and_checkpoints) {
+  fresh_path();
+  td_ledger_t *l = NULL;
+  char why[256];
+  ck_assert_int_eq(td_ledger_open(&l, path, why, sizeof why), 0);
+  uint64_t round;
+  void *blob;
+  size_t bytes;
+  ck_assert_int_eq(td_ledger_checkpoint_latest(l, 1, &round, &blob, &bytes), TD_ENOENT);
+  float a[100], b[100];
+  for (int i = 0; i < 100; i++)
+    a[i] = (float)i, b[i] = (float)-i;
+  ck_assert_int_eq(td_ledger_checkpoint_put(l, 1, 5, a, sizeof a), 0);
+  ck_assert_int_eq(td_ledger_checkpoint_put(l, 1, 9, b, sizeof b), 0);
+  ck_assert_int_eq(td_ledger_checkpoint_latest(l, 1, &round, &blob, &bytes), 0);
+  ck_assert_uint_eq(round, 9);
+  ck_assert_uint_eq(bytes, sizeof b);
+  ck_assert_int_eq(memcmp(blob, b, sizeof b), 0);
+  free(blob);
+  td_ledger_close(&l);
+  sqlite3 *db;
+  sqlite3_stmt *st;
+  ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+  sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, NULL);
+  ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+  ck_assert_str_eq((const char *)sqlite3_column_text(st, 0), "wal");
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+}
+END_TEST
+
+START_TEST(newer_schema_and_bad_paths_are_refused) {
+  fresh_path();
+  sqlite3 *db;
+  ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+  sqlite3_exec(db, "PRAGMA user_version = 99", NULL, NULL, NULL);
+  sqlite3_close(db);
+  td_ledger_t *l = NULL;
+  char why[256] = "";
+  ck_assert_int_eq(td_ledger_open(&l, path, why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_null(l);
+  ck_assert_ptr_nonnull(strstr(why, "newer"));
+  ck_assert_int_eq(td_ledger_open(&l, "/nonexistent/dir/traind.db", why, sizeof why), TD_EIO);
+  ck_assert_ptr_nonnull(strstr(why, "/nonexistent/dir"));
+  /* garbage where the database should be */
+  fresh_path();
+  FILE *f = fopen(path, "w");
+  for (int i = 0; i < 4096; i++)
+    fputc(i * 7, f);
+  fclose(f);
+  ck_assert_int_ne(td_ledger_open(&l, path, why, sizeof why), 0);
+  ck_assert_ptr_null(l);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("ledger");
+  TCase *tc = tcase_create("core");
+  tcase_add_test(tc, rounds_and_updates_are_recorded);
+  tcase_add_test(tc, wal_mode_and_checkpoints);
+  tcase_add_test(tc, newer_schema_and_bad_paths_are_refused);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

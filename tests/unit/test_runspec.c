@@ -1,0 +1,170 @@
+/* test_runspec.c: run keys. Defaults are valid, every bad value is refused
+ * with a reason that names the key, INI files and --set flags go through the
+ * same table, and the canonical text form round-trips through an INI file. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "compute/error.h"
+#include "daemon/runspec.h"
+
+static char tmpdir[64];
+
+static void make_tmpdir(void) {
+  strcpy(tmpdir, "/tmp/td-runspec-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static char *write_file(const char *name, const char *text) {
+  static char path[128];
+  snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(text, f);
+  fclose(f);
+  return path;
+}
+
+START_TEST(defaults_are_valid_and_documented) {
+  td_runspec_t rs;
+  char why[256] = "";
+  td_runspec_defaults(&rs);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), 0);
+  ck_assert_str_eq(rs.model, "mlp:784-256-128-10");
+  ck_assert_str_eq(rs.dataset, "fashion-mnist");
+  ck_assert_str_eq(rs.partition, "iid");
+  ck_assert_uint_eq(rs.node_rank, 0);
+  ck_assert_uint_eq(rs.node_count, 1);
+  ck_assert_uint_eq(rs.batch, 64);
+  char text[4096];
+  size_t need = td_runspec_format(&rs, text, sizeof text);
+  ck_assert_uint_lt(need, sizeof text);
+  ck_assert_ptr_nonnull(strstr(text, "model = mlp:784-256-128-10\n"));
+  ck_assert_ptr_nonnull(strstr(text, "lr = 0.050000000000000003\n"));
+}
+END_TEST
+
+START_TEST(set_parses_every_type) {
+  td_runspec_t rs;
+  char why[256];
+  td_runspec_defaults(&rs);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "batch=256", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "lr = 0.1", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "nesterov=true", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "seed=18446744073709551615", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "partition=dirichlet:0.5", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "node=2/5", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "lr_schedule=step:2:0.5", why, sizeof why), 0);
+  ck_assert_uint_eq(rs.batch, 256);
+  ck_assert_double_eq(rs.lr, 0.1);
+  ck_assert(rs.nesterov);
+  ck_assert_uint_eq(rs.seed, UINT64_MAX);
+  ck_assert_str_eq(rs.partition, "dirichlet:0.5");
+  ck_assert_uint_eq(rs.node_rank, 2);
+  ck_assert_uint_eq(rs.node_count, 5);
+}
+END_TEST
+
+/* Each bad setting must fail with TD_ECONFIG and a reason naming the key. */
+START_TEST(bad_values_are_refused_with_the_key_named) {
+  static const char *bad[][2] = {
+      {"batch", "0"},          {"batch", "abc"},         {"batch", "-5"},
+      {"batch", "99999999"},   {"lr", "nan"},            {"lr", "-1"},
+      {"lr", "1e999"},         {"momentum", "1.5"},      {"nesterov", "maybe"},
+      {"model", "mlp:784"},    {"model", "cnn:1-2"},     {"model", "mlp:784-0-10"},
+      {"partition", "dirichlet:0"}, {"partition", "bogus"}, {"lr_schedule", "bogus"},
+      {"node", "3/2"},         {"node", "1"},            {"node", "-1/2"},
+      {"dataset", "foo"},      {"backend", "tpu"},       {"epochs", "0"},
+      {"threads", "x"},        {"seed", "1.5"},          {"batch", ""},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    td_runspec_t rs;
+    char why[512] = "";
+    td_runspec_defaults(&rs);
+    int rc = td_runspec_set(&rs, bad[i][0], bad[i][1], why, sizeof why);
+    ck_assert_msg(rc == TD_ECONFIG, "%s=%s accepted", bad[i][0], bad[i][1]);
+    ck_assert_msg(strstr(why, bad[i][0]) != NULL, "why '%s' does not name %s", why, bad[i][0]);
+  }
+  td_runspec_t rs;
+  char why[512] = "";
+  td_runspec_defaults(&rs);
+  ck_assert_int_eq(td_runspec_set(&rs, "bogus_key", "1", why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, "bogus_key"));
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "noequals", why, sizeof why), TD_ECONFIG);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "=1", why, sizeof why), TD_ECONFIG);
+  /* cross-key rule */
+  td_runspec_set(&rs, "momentum", "0", why, sizeof why);
+  td_runspec_set(&rs, "nesterov", "true", why, sizeof why);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, "nesterov"));
+}
+END_TEST
+
+START_TEST(ini_files_use_the_same_table) {
+  make_tmpdir();
+  td_runspec_t rs;
+  char why[512] = "";
+  td_runspec_defaults(&rs);
+  const char *p = write_file("good.ini", "; a comment\nbatch = 128\n[run]\nepochs = 3\n");
+  ck_assert_int_eq(td_runspec_load_ini(&rs, p, why, sizeof why), 0);
+  ck_assert_uint_eq(rs.batch, 128);
+  ck_assert_uint_eq(rs.epochs, 3);
+
+  p = write_file("badval.ini", "batch = 128\nlr = fast\n");
+  ck_assert_int_eq(td_runspec_load_ini(&rs, p, why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, ":2:"));
+  ck_assert_ptr_nonnull(strstr(why, "lr"));
+
+  p = write_file("syntax.ini", "batch = 1\nthis line has no equals sign\n");
+  ck_assert_int_eq(td_runspec_load_ini(&rs, p, why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, ":2:"));
+
+  p = write_file("section.ini", "[network]\nbatch = 1\n");
+  ck_assert_int_eq(td_runspec_load_ini(&rs, p, why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, "network"));
+
+  ck_assert_int_eq(td_runspec_load_ini(&rs, "/nonexistent/run.ini", why, sizeof why), TD_ENOENT);
+  ck_assert_ptr_nonnull(strstr(why, "/nonexistent/run.ini"));
+}
+END_TEST
+
+START_TEST(canonical_text_round_trips) {
+  make_tmpdir();
+  td_runspec_t a, b;
+  char why[512] = "", ta[4096], tb[4096];
+  td_runspec_defaults(&a);
+  td_runspec_set_arg(&a, "lr=0.1234567890123", why, sizeof why);
+  td_runspec_set_arg(&a, "partition=shard:2", why, sizeof why);
+  td_runspec_set_arg(&a, "nesterov=on", why, sizeof why);
+  td_runspec_format(&a, ta, sizeof ta);
+  const char *p = write_file("canon.ini", ta);
+  td_runspec_defaults(&b);
+  ck_assert_int_eq(td_runspec_load_ini(&b, p, why, sizeof why), 0);
+  td_runspec_format(&b, tb, sizeof tb);
+  ck_assert_str_eq(ta, tb);
+  ck_assert_double_eq(a.lr, b.lr);
+  /* a short buffer reports the length it needs and stays terminated */
+  char small[8];
+  size_t need = td_runspec_format(&a, small, sizeof small);
+  ck_assert_uint_eq(need, strlen(ta));
+  ck_assert_uint_lt(strlen(small), sizeof small);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("runspec");
+  TCase *tc = tcase_create("core");
+  tcase_add_test(tc, defaults_are_valid_and_documented);
+  tcase_add_test(tc, set_parses_every_type);
+  tcase_add_test(tc, bad_values_are_refused_with_the_key_named);
+  tcase_add_test(tc, ini_files_use_the_same_table);
+  tcase_add_test(tc, canonical_text_round_trips);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,215 @@
+/* test_wire.c: the wire module. Every body round-trips; wrong versions, missing
+ * bodies, oversized and inconsistent messages are refused with TD_EPROTO and a
+ * reason; random and truncated bytes never crash the decoder. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compute/error.h"
+#include "compute/rng.h"
+#include "proto/wire.h"
+
+static Traind__Envelope heartbeat_envelope(Traind__Heartbeat *hb) {
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  traind__heartbeat__init(hb);
+  hb->round = 7;
+  hb->capacity = 1234.5;
+  env.run_id = 0xfeedfacecafebeefull;
+  env.sender = 42;
+  env.seq = 9;
+  env.body_case = TRAIND__ENVELOPE__BODY_HEARTBEAT;
+  env.heartbeat = hb;
+  return env;
+}
+
+START_TEST(heartbeat_round_trips) {
+  Traind__Heartbeat hb;
+  Traind__Envelope env = heartbeat_envelope(&hb);
+  uint8_t *buf;
+  size_t len;
+  ck_assert_int_eq(td_wire_pack(&env, &buf, &len), 0);
+  Traind__Envelope *got = NULL;
+  char why[128];
+  ck_assert_int_eq(td_wire_unpack(&got, buf, len, why, sizeof why), 0);
+  ck_assert_uint_eq(got->version, TD_WIRE_VERSION);
+  ck_assert_uint_eq(got->run_id, 0xfeedfacecafebeefull);
+  ck_assert_uint_eq(got->sender, 42);
+  ck_assert_int_eq(got->body_case, TRAIND__ENVELOPE__BODY_HEARTBEAT);
+  ck_assert_uint_eq(got->heartbeat->round, 7);
+  ck_assert_double_eq(got->heartbeat->capacity, 1234.5);
+  ck_assert_str_eq(td_wire_body_name(got), "heartbeat");
+  td_wire_free(&got);
+  ck_assert_ptr_null(got);
+  free(buf);
+}
+END_TEST
+
+START_TEST(update_chunk_round_trips_and_limits_apply) {
+  static uint8_t payload[TD_WIRE_MAX_CHUNK + 1];
+  Traind__UpdateChunk up = TRAIND__UPDATE_CHUNK__INIT;
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_UPDATE;
+  env.update = &up;
+  up.round = 3;
+  up.chunk = 1;
+  up.chunks = 2;
+  up.total_bytes = 2000;
+  up.payload.data = payload;
+  up.payload.len = 1000;
+  memset(payload, 0xab, sizeof payload);
+  uint8_t *buf;
+  size_t len;
+  char why[128] = "";
+  Traind__Envelope *got = NULL;
+  ck_assert_int_eq(td_wire_pack(&env, &buf, &len), 0);
+  ck_assert_int_eq(td_wire_unpack(&got, buf, len, why, sizeof why), 0);
+  ck_assert_uint_eq(got->update->payload.len, 1000);
+  ck_assert_int_eq(memcmp(got->update->payload.data, payload, 1000), 0);
+  td_wire_free(&got);
+  free(buf);
+
+  struct { uint32_t chunk, chunks; uint64_t total; size_t len; } bad[] = {
+      {2, 2, 2000, 10},                        /* index past the end */
+      {0, 0, 2000, 10},                        /* no chunks */
+      {0, 1, 100, 1000},                       /* payload bigger than the whole */
+      {0, 1, TD_WIRE_MAX_CHUNK + 1, TD_WIRE_MAX_CHUNK + 1}, /* oversized chunk */
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    up.chunk = bad[i].chunk;
+    up.chunks = bad[i].chunks;
+    up.total_bytes = bad[i].total;
+    up.payload.len = bad[i].len;
+    ck_assert_int_eq(td_wire_pack(&env, &buf, &len), 0);
+    why[0] = '\0';
+    ck_assert_int_eq(td_wire_unpack(&got, buf, len, why, sizeof why), TD_EPROTO);
+    ck_assert_ptr_null(got);
+    ck_assert_str_ne(why, "");
+    free(buf);
+  }
+}
+END_TEST
+
+START_TEST(wrong_version_and_missing_body_are_refused) {
+  Traind__Heartbeat hb;
+  Traind__Envelope env = heartbeat_envelope(&hb);
+  uint8_t buf[256];
+  env.version = TD_WIRE_VERSION + 1;
+  size_t len = traind__envelope__pack(&env, buf); /* bypasses td_wire_pack's version */
+  Traind__Envelope *got = NULL;
+  char why[128] = "";
+  ck_assert_int_eq(td_wire_unpack(&got, buf, len, why, sizeof why), TD_EPROTO);
+  ck_assert_ptr_nonnull(strstr(why, "version"));
+
+  Traind__Envelope empty = TRAIND__ENVELOPE__INIT;
+  empty.version = TD_WIRE_VERSION;
+  len = traind__envelope__pack(&empty, buf);
+  ck_assert_int_eq(td_wire_unpack(&got, buf, len, why, sizeof why), TD_EPROTO);
+  ck_assert_ptr_nonnull(strstr(why, "body"));
+}
+END_TEST
+
+START_TEST(too_many_peers_and_oversized_buffers_are_refused) {
+  Traind__PeerInfo infos[TD_WIRE_MAX_PEERS + 1], *ptrs[TD_WIRE_MAX_PEERS + 1];
+  for (int i = 0; i <= TD_WIRE_MAX_PEERS; i++) {
+    traind__peer_info__init(&infos[i]);
+    infos[i].node_id = (uint64_t)i + 1;
+    infos[i].endpoint = "tcp://127.0.0.1:5000";
+    ptrs[i] = &infos[i];
+  }
+  Traind__Welcome w = TRAIND__WELCOME__INIT;
+  w.peers = ptrs;
+  w.n_peers = TD_WIRE_MAX_PEERS + 1;
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_WELCOME;
+  env.welcome = &w;
+  uint8_t *buf;
+  size_t len;
+  char why[128] = "";
+  Traind__Envelope *got = NULL;
+  ck_assert_int_eq(td_wire_pack(&env, &buf, &len), 0);
+  ck_assert_int_eq(td_wire_unpack(&got, buf, len, why, sizeof why), TD_EPROTO);
+  ck_assert_ptr_nonnull(strstr(why, "peers"));
+  free(buf);
+  /* the size limit is checked before protobuf-c sees the bytes */
+  static uint8_t big[TD_WIRE_MAX_MESSAGE + 1];
+  ck_assert_int_eq(td_wire_unpack(&got, big, sizeof big, why, sizeof why), TD_EPROTO);
+  ck_assert_ptr_nonnull(strstr(why, "limit"));
+}
+END_TEST
+
+/* Hostile input: random bytes and every truncation of a valid message. */
+START_TEST(random_and_truncated_bytes_never_crash) {
+  td_rng_t rng;
+  td_rng_seed(&rng, 99);
+  uint8_t buf[512];
+  int accepted = 0;
+  for (int i = 0; i < 20000; i++) {
+    size_t len = td_rng_below(&rng, sizeof buf);
+    for (size_t j = 0; j < len; j++)
+      buf[j] = (uint8_t)td_rng_next(&rng);
+    Traind__Envelope *got = NULL;
+    int rc = td_wire_unpack(&got, buf, len, NULL, 0);
+    ck_assert(rc == 0 || rc == TD_EPROTO);
+    ck_assert(rc != 0 || got != NULL);
+    accepted += rc == 0;
+    td_wire_free(&got);
+  }
+  ck_assert_int_lt(accepted, 200); /* random bytes are almost never a valid message */
+  Traind__Heartbeat hb;
+  Traind__Envelope env = heartbeat_envelope(&hb);
+  uint8_t *full;
+  size_t len;
+  ck_assert_int_eq(td_wire_pack(&env, &full, &len), 0);
+  for (size_t cut = 0; cut < len; cut++) {
+    Traind__Envelope *got = NULL;
+    int rc = td_wire_unpack(&got, full, cut, NULL, 0);
+    ck_assert(rc == 0 || rc == TD_EPROTO);
+    td_wire_free(&got);
+  }
+  free(full);
+}
+END_TEST
+
+START_TEST(control_messages_round_trip) {
+  Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
+  req.command = TRAIND__CONTROL_REQUEST__COMMAND__JOIN;
+  req.endpoint = "tcp://127.0.0.1:7000";
+  uint8_t *buf;
+  size_t len;
+  char why[128];
+  ck_assert_int_eq(td_wire_pack_request(&req, &buf, &len), 0);
+  Traind__ControlRequest *got = NULL;
+  ck_assert_int_eq(td_wire_unpack_request(&got, buf, len, why, sizeof why), 0);
+  ck_assert_int_eq(got->command, TRAIND__CONTROL_REQUEST__COMMAND__JOIN);
+  ck_assert_str_eq(got->endpoint, "tcp://127.0.0.1:7000");
+  td_wire_free_request(&got);
+  free(buf);
+  Traind__ControlResponse resp = TRAIND__CONTROL_RESPONSE__INIT;
+  resp.status = TD_ECONFIG;
+  resp.error = "bad spec";
+  ck_assert_int_eq(td_wire_pack_response(&resp, &buf, &len), 0);
+  Traind__ControlResponse *r = NULL;
+  ck_assert_int_eq(td_wire_unpack_response(&r, buf, len, why, sizeof why), 0);
+  ck_assert_int_eq(r->status, TD_ECONFIG);
+  ck_assert_str_eq(r->error, "bad spec");
+  td_wire_free_response(&r);
+  free(buf);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("wire");
+  TCase *tc = tcase_create("core");
+  tcase_add_test(tc, heartbeat_round_trips);
+  tcase_add_test(tc, update_chunk_round_trips_and_limits_apply);
+  tcase_add_test(tc, wrong_version_and_missing_body_are_refused);
+  tcase_add_test(tc, too_many_peers_and_oversized_buffers_are_refused);
+  tcase_add_test(tc, random_and_truncated_bytes_never_crash);
+  tcase_add_test(tc, control_messages_round_trip);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
