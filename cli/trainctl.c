@@ -183,9 +183,10 @@ static void run_line(json_object *run, char *buf, size_t len) {
   fmt_num(loss, sizeof loss, jnum(run, "loss"), 4);
   fmt_num(acc, sizeof acc, jnum(run, "eval_accuracy"), 4);
   fmt_num(test, sizeof test, jnum(run, "test_accuracy"), 4);
-  snprintf(buf, len, "run %s  %-8s  round %.0f/%.0f  loss %s  eval_acc %s  test_acc %s",
-           jstr(run, "run_id"), jstr(run, "state"), jnum(run, "round"), jnum(run, "rounds"),
-           loss, acc, test);
+  char rounds[32];
+  fmt_num(rounds, sizeof rounds, jnum(run, "rounds") > 0 ? jnum(run, "rounds") : NAN, 0);
+  snprintf(buf, len, "run %s  %-8s  round %.0f/%s  loss %s  eval_acc %s  test_acc %s",
+           jstr(run, "run_id"), jstr(run, "state"), jnum(run, "round"), rounds, loss, acc, test);
 }
 
 static int cmd_status(bool json, bool watch, double every_s) {

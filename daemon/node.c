@@ -679,7 +679,8 @@ static int start_run(node_t *n, uint64_t run_id, const char *spec_text, const ui
   memcpy(n->r.members, members, n_members * sizeof *members);
   n->r.n_members = n_members;
   n->r.rank = (unsigned)rank;
-  n->r.rounds = td_run_round_count(&spec, 0); /* refined at READY */
+  n->r.rounds = spec.rounds; /* 0 (unknown) until the dataset is loaded */
+  n->r.own_loss = NAN;
   n->r.ready = false;
   n->r.test_accuracy = n->r.last_eval_acc = n->r.test_loss = NAN;
   n->r.started = wall_s();
