@@ -1,0 +1,323 @@
+/* codec.c: the codec registry, spec parsing, message framing, per-link
+ * encoders with error feedback, and the message decoder. */
+#include "compress/codec.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compress/codec_impl.h"
+#include "compute/error.h"
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the wire format is little-endian");
+
+static const td_codec_iface_t *const registry[TD_CODEC_COUNT] = {
+    [TD_CODEC_NONE] = &td__codec_none,       [TD_CODEC_FP16] = &td__codec_fp16,
+    [TD_CODEC_TERNARY] = &td__codec_ternary, [TD_CODEC_TOPK] = &td__codec_topk,
+    [TD_CODEC_POWERSGD] = &td__codec_powersgd, [TD_CODEC_QSGD] = &td__codec_qsgd,
+};
+
+const char *td_codec_name(unsigned id) { return id < TD_CODEC_COUNT ? registry[id]->name : NULL; }
+
+float *td__codec_scratch(td_codec_tensor_state_t *st, size_t n) {
+  if (st->scratch_floats < n) {
+    float *p = realloc(st->scratch, n * sizeof *p);
+    if (p == NULL)
+      return NULL;
+    st->scratch = p;
+    st->scratch_floats = n;
+  }
+  return st->scratch;
+}
+
+int td_codec_parse(td_codec_spec_t *out, const char *text, char *why, size_t why_len) {
+  memset(out, 0, sizeof *out);
+  out->clip = 2.5;
+  const char *colon = strchr(text, ':');
+  size_t name_len = colon ? (size_t)(colon - text) : strlen(text);
+  const char *arg = colon ? colon + 1 : NULL;
+  char *end;
+  for (unsigned id = 0; id < TD_CODEC_COUNT; id++) {
+    const char *name = registry[id]->name;
+    if (strlen(name) != name_len || strncmp(text, name, name_len) != 0)
+      continue;
+    out->id = (td_codec_id_t)id;
+    switch (id) {
+    case TD_CODEC_NONE:
+    case TD_CODEC_FP16:
+      if (arg == NULL)
+        return 0;
+      break;
+    case TD_CODEC_TERNARY:
+      if (arg == NULL)
+        return 0;
+      if (strcmp(arg, "base3") == 0) {
+        out->base3 = true;
+        return 0;
+      }
+      break;
+    case TD_CODEC_TOPK:
+      if (arg == NULL || *arg == '\0')
+        break;
+      errno = 0;
+      out->density = strtod(arg, &end);
+      if (*end == '\0' && errno == 0 && out->density > 0 && out->density <= 1)
+        return 0;
+      break;
+    case TD_CODEC_POWERSGD:
+    case TD_CODEC_QSGD: {
+      if (arg == NULL || *arg < '0' || *arg > '9')
+        break;
+      errno = 0;
+      unsigned long v = strtoul(arg, &end, 10);
+      unsigned hi = id == TD_CODEC_POWERSGD ? 256 : 127;
+      if (*end != '\0' || errno != 0 || v < 1 || v > hi)
+        break;
+      if (id == TD_CODEC_POWERSGD)
+        out->rank = (unsigned)v;
+      else
+        out->levels = (unsigned)v;
+      return 0;
+    }
+    }
+    return td_why(why, why_len, TD_ECONFIG,
+                  "bad codec '%s' (none, fp16, ternary[:base3], topk:DENSITY in (0,1], "
+                  "powersgd:RANK in [1,256], qsgd:LEVELS in [1,127])",
+                  text);
+  }
+  return td_why(why, why_len, TD_ECONFIG,
+                "unknown codec '%s' (accepted: none, fp16, ternary[:base3], topk:DENSITY, "
+                "powersgd:RANK, qsgd:LEVELS)",
+                text);
+}
+
+void td_codec_format(const td_codec_spec_t *s, char *buf, size_t len) {
+  switch (s->id) {
+  case TD_CODEC_TERNARY: snprintf(buf, len, "ternary%s", s->base3 ? ":base3" : ""); break;
+  case TD_CODEC_TOPK: snprintf(buf, len, "topk:%g", s->density); break;
+  case TD_CODEC_POWERSGD: snprintf(buf, len, "powersgd:%u", s->rank); break;
+  case TD_CODEC_QSGD: snprintf(buf, len, "qsgd:%u", s->levels); break;
+  default: snprintf(buf, len, "%s", td_codec_name(s->id)); break;
+  }
+}
+
+bool td_codec_uses_error_feedback(const td_codec_spec_t *spec) {
+  return registry[spec->id]->error_feedback;
+}
+
+static void matrix_shape(const td_tensor_info_t *t, size_t *n, size_t *m) {
+  *n = t->shape[0];
+  *m = t->numel / t->shape[0];
+}
+
+/* The codec a tensor actually travels with: small and 1-D tensors go dense. */
+static td_codec_id_t codec_for(const td_codec_spec_t *spec, const td_tensor_info_t *t) {
+  if (t->ndim < 2 || t->numel < TD_CODEC_MIN_NUMEL)
+    return spec->id == TD_CODEC_FP16 ? TD_CODEC_FP16 : TD_CODEC_NONE;
+  return spec->id;
+}
+
+size_t td_codec_message_bound(const td_layout_t *layout) {
+  /* the largest payload any codec can declare for each tensor */
+  size_t total = 0;
+  td_codec_spec_t worst = {.density = 1, .rank = 256, .levels = 127};
+  for (size_t i = 0; i < td_layout_count(layout); i++) {
+    const td_tensor_info_t *t = td_layout_tensor(layout, i);
+    size_t n, m, b = 0;
+    matrix_shape(t, &n, &m);
+    for (unsigned id = 0; id < TD_CODEC_COUNT; id++) {
+      worst.id = (td_codec_id_t)id;
+      size_t c = registry[id]->bound(&worst, n, m);
+      b = c > b ? c : b;
+    }
+    total += TD_CODEC_HEADER_BYTES + b;
+  }
+  return total;
+}
+
+/* ---- per-link encoder ------------------------------------------------------------- */
+
+struct td_link_codec {
+  td_codec_spec_t spec;
+  const td_layout_t *layout;
+  float *residual; /* numel floats, zero for codecs without error feedback */
+  float *acc;      /* delta + residual, scratch */
+  float *decoded;  /* what the receiver will see, scratch */
+  td_codec_tensor_state_t *state; /* one per tensor */
+  td_rng_t rng;
+  size_t bound;
+};
+
+int td_link_codec_open(td_link_codec_t **out, const td_codec_spec_t *spec,
+                       const td_layout_t *layout, uint64_t seed, uint64_t link_id) {
+  *out = NULL;
+  if (spec->id >= TD_CODEC_COUNT)
+    return TD_EINVAL;
+  td_link_codec_t *lc = calloc(1, sizeof *lc);
+  if (lc == NULL)
+    return TD_ENOMEM;
+  size_t numel = td_layout_numel(layout);
+  lc->spec = *spec;
+  lc->layout = layout;
+  lc->residual = td_params_alloc(numel);
+  lc->acc = td_params_alloc(numel);
+  lc->decoded = td_params_alloc(numel);
+  lc->state = calloc(td_layout_count(layout) + 1, sizeof *lc->state);
+  lc->bound = td_codec_message_bound(layout);
+  if (lc->residual == NULL || lc->acc == NULL || lc->decoded == NULL || lc->state == NULL) {
+    td_link_codec_close(&lc);
+    return TD_ENOMEM;
+  }
+  td_rng_seed2(&lc->rng, seed, link_id);
+  *out = lc;
+  return 0;
+}
+
+void td_link_codec_close(td_link_codec_t **self_p) {
+  if (self_p == NULL || *self_p == NULL)
+    return;
+  td_link_codec_t *lc = *self_p;
+  if (lc->state != NULL)
+    for (size_t i = 0; i < td_layout_count(lc->layout); i++) {
+      free(lc->state[i].q);
+      free(lc->state[i].scratch);
+    }
+  free(lc->state);
+  td_params_free(&lc->residual);
+  td_params_free(&lc->acc);
+  td_params_free(&lc->decoded);
+  free(lc);
+  *self_p = NULL;
+}
+
+const float *td_link_codec_residual(const td_link_codec_t *lc) { return lc->residual; }
+const td_codec_spec_t *td_link_codec_spec(const td_link_codec_t *lc) { return &lc->spec; }
+
+static bool all_finite(const float *x, size_t n) {
+  float sum = 0;
+  for (size_t i = 0; i < n; i++)
+    sum += x[i] * 0.0f; /* NaN and Inf survive, finite values vanish */
+  return sum == 0.0f;
+}
+
+int td_link_codec_encode(td_link_codec_t *lc, const float *delta, uint8_t **msg, size_t *len) {
+  size_t numel = td_layout_numel(lc->layout);
+  *msg = NULL;
+  *len = 0;
+  if (!all_finite(delta, numel))
+    return TD_ENUMERIC;
+  bool ef = registry[lc->spec.id]->error_feedback;
+  for (size_t i = 0; i < numel; i++)
+    lc->acc[i] = ef ? delta[i] + lc->residual[i] : delta[i];
+  uint8_t *buf = malloc(lc->bound);
+  if (buf == NULL)
+    return TD_ENOMEM;
+  size_t used = 0;
+  for (size_t t = 0; t < td_layout_count(lc->layout); t++) {
+    const td_tensor_info_t *ti = td_layout_tensor(lc->layout, t);
+    td_codec_id_t id = codec_for(&lc->spec, ti);
+    const td_codec_iface_t *c = registry[id];
+    size_t n, m, plen = 0;
+    matrix_shape(ti, &n, &m);
+    uint8_t *hdr = buf + used;
+    int rc = c->encode(&lc->spec, &lc->state[t], &lc->rng, lc->acc + ti->offset, n, m,
+                       hdr + TD_CODEC_HEADER_BYTES, lc->bound - used - TD_CODEC_HEADER_BYTES,
+                       &plen, ef ? lc->decoded + ti->offset : NULL);
+    if (rc != 0) {
+      free(buf);
+      return rc;
+    }
+    td__put_u32(hdr, (uint32_t)t);
+    hdr[4] = (uint8_t)id;
+    hdr[5] = c->version;
+    hdr[6] = hdr[7] = 0;
+    td__put_u32(hdr + 8, (uint32_t)ti->numel);
+    td__put_u32(hdr + 12, (uint32_t)plen);
+    used += TD_CODEC_HEADER_BYTES + plen;
+  }
+  if (ef) /* what was not sent stays on the link */
+    for (size_t t = 0; t < td_layout_count(lc->layout); t++) {
+      const td_tensor_info_t *ti = td_layout_tensor(lc->layout, t);
+      for (size_t i = ti->offset; i < ti->offset + ti->numel; i++)
+        lc->residual[i] = lc->acc[i] - lc->decoded[i];
+    }
+  *msg = buf;
+  *len = used;
+  return 0;
+}
+
+/* ---- decoder ---------------------------------------------------------------------- */
+
+int td_codec_decode_message(const td_layout_t *layout, const uint8_t *msg, size_t len,
+                            float *out, unsigned *codec_id, char *why, size_t why_len) {
+  size_t count = td_layout_count(layout);
+  memset(out, 0, td_layout_numel(layout) * sizeof *out);
+  uint8_t seen[256];
+  uint8_t *seen_heap = count > sizeof seen ? calloc(count, 1) : NULL;
+  uint8_t *mark = count > sizeof seen ? seen_heap : seen;
+  if (mark == NULL)
+    return td_why(why, why_len, TD_ENOMEM, "out of memory");
+  if (mark == seen)
+    memset(seen, 0, sizeof seen);
+  size_t pos = 0, biggest = 0;
+  unsigned main_codec = TD_CODEC_NONE;
+  int rc = 0;
+  while (pos < len) {
+    if (len - pos < TD_CODEC_HEADER_BYTES) {
+      rc = td_why(why, why_len, TD_EPROTO, "truncated tensor header at byte %zu", pos);
+      break;
+    }
+    const uint8_t *h = msg + pos;
+    uint32_t tid = td__get_u32(h), numel = td__get_u32(h + 8), plen = td__get_u32(h + 12);
+    unsigned id = h[4], version = h[5];
+    if (tid >= count || mark[tid]) {
+      rc = td_why(why, why_len, TD_EPROTO, "tensor id %u unknown or repeated", tid);
+      break;
+    }
+    const td_tensor_info_t *ti = td_layout_tensor(layout, tid);
+    if (numel != ti->numel) {
+      rc = td_why(why, why_len, TD_EPROTO, "tensor %u: %u elements, the model has %zu", tid,
+                  numel, ti->numel);
+      break;
+    }
+    if (id >= TD_CODEC_COUNT || version != registry[id]->version) {
+      rc = td_why(why, why_len, TD_EPROTO, "tensor %u: codec %u version %u unknown", tid, id,
+                  version);
+      break;
+    }
+    size_t n, m;
+    matrix_shape(ti, &n, &m);
+    td_codec_spec_t worst = {.id = (td_codec_id_t)id, .density = 1, .rank = 256, .levels = 127};
+    if (plen > len - pos - TD_CODEC_HEADER_BYTES || plen > registry[id]->bound(&worst, n, m)) {
+      rc = td_why(why, why_len, TD_EPROTO, "tensor %u: payload of %u bytes does not fit", tid,
+                  plen);
+      break;
+    }
+    if (registry[id]->decode(h + TD_CODEC_HEADER_BYTES, plen, n, m, out + ti->offset) != 0) {
+      rc = td_why(why, why_len, TD_EPROTO, "tensor %u: malformed %s payload", tid,
+                  registry[id]->name);
+      break;
+    }
+    if (!all_finite(out + ti->offset, ti->numel)) {
+      rc = td_why(why, why_len, TD_EPROTO, "tensor %u: NaN or Inf in the update", tid);
+      break;
+    }
+    mark[tid] = 1;
+    if (ti->numel > biggest) {
+      biggest = ti->numel;
+      main_codec = id;
+    }
+    pos += TD_CODEC_HEADER_BYTES + plen;
+  }
+  for (size_t t = 0; rc == 0 && t < count; t++)
+    if (!mark[t])
+      rc = td_why(why, why_len, TD_EPROTO, "tensor %zu is missing from the update", t);
+  free(seen_heap);
+  if (rc != 0)
+    memset(out, 0, td_layout_numel(layout) * sizeof *out);
+  else if (codec_id != NULL)
+    *codec_id = main_codec;
+  return rc;
+}

@@ -1,0 +1,84 @@
+/* codec.h: update compression — codec specs, per-link encoders, and the one
+ * decoder of compressed update messages.
+ *
+ * A message carries one record per tensor of the model's layout:
+ *   u32 tensor_id | u8 codec | u8 codec_version | u16 flags | u32 numel |
+ *   u32 payload_bytes | payload            (little-endian, 16-byte header)
+ * 1-D tensors and tensors under TD_CODEC_MIN_NUMEL elements travel dense
+ * (fp32, or fp16 when the codec is fp16), as in ALGORITHMS.md section 0.
+ * Error-feedback residuals belong to the link (td_link_codec_t, one per peer),
+ * not to the codec, so every link can carry its own codec later. The decoder
+ * checks every size against the layout and the codec's bound before touching
+ * memory and refuses NaN/Inf; it never trusts the sender. */
+#ifndef TD_CODEC_H
+#define TD_CODEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compute/params.h"
+
+#define TD_CODEC_HEADER_BYTES 16
+#define TD_CODEC_MIN_NUMEL 1024
+
+typedef enum {
+  TD_CODEC_NONE = 0,
+  TD_CODEC_FP16 = 1,
+  TD_CODEC_TERNARY = 2,
+  TD_CODEC_TOPK = 3,
+  TD_CODEC_POWERSGD = 4,
+  TD_CODEC_QSGD = 5,
+  TD_CODEC_COUNT
+} td_codec_id_t;
+
+typedef struct {
+  td_codec_id_t id;
+  double density;  /* topk: fraction of entries sent, (0, 1] */
+  unsigned rank;   /* powersgd: rank, >= 1 */
+  unsigned levels; /* qsgd: quantization levels s, 1..127 */
+  bool base3;      /* ternary: 5 trits per byte instead of 4 x 2 bits */
+  double clip;     /* ternary: clip at clip * sigma (2.5) */
+} td_codec_spec_t;
+
+/* Parse none | fp16 | ternary[:base3] | topk:DENSITY | powersgd:RANK | qsgd:LEVELS.
+ * TD_ECONFIG + why for anything else. */
+int td_codec_parse(td_codec_spec_t *out, const char *text, char *why, size_t why_len);
+/* Canonical text of a spec ("topk:0.01"). */
+void td_codec_format(const td_codec_spec_t *spec, char *buf, size_t len);
+/* "none", "fp16", ... or NULL for an unknown id. */
+const char *td_codec_name(unsigned id);
+/* Whether the codec keeps an error-feedback residual (top-k, PowerSGD). */
+bool td_codec_uses_error_feedback(const td_codec_spec_t *spec);
+
+/* Largest message any sender can produce for this layout (any codec): the
+ * receiver refuses anything larger before buffering it. */
+size_t td_codec_message_bound(const td_layout_t *layout);
+
+typedef struct td_link_codec td_link_codec_t;
+
+/* Encoder state of one link: the codec, its residual (EF codecs) and warm
+ * starts (PowerSGD's Q), a PRNG stream (seed, link). layout is borrowed and
+ * must outlive the encoder. Caller owns *out. */
+int td_link_codec_open(td_link_codec_t **out, const td_codec_spec_t *spec,
+                       const td_layout_t *layout, uint64_t seed, uint64_t link_id);
+void td_link_codec_close(td_link_codec_t **self_p);
+
+/* Encode delta (td_layout_numel floats) into a message. For EF codecs the
+ * residual is added first and afterwards holds exactly what was not sent:
+ * input + old_residual == decoded + new_residual (up to fp32 rounding).
+ * TD_ENUMERIC if delta holds NaN/Inf: nothing is produced and the residual is
+ * untouched. Caller owns *msg (free()). */
+int td_link_codec_encode(td_link_codec_t *lc, const float *delta, uint8_t **msg, size_t *len);
+/* The residual buffer (td_layout_numel floats; zeros for unbiased codecs). */
+const float *td_link_codec_residual(const td_link_codec_t *lc);
+const td_codec_spec_t *td_link_codec_spec(const td_link_codec_t *lc);
+
+/* Decode a message into out (td_layout_numel floats, overwritten); every tensor
+ * of the layout must be present exactly once. TD_EPROTO + why for anything malformed,
+ * inconsistent with the layout or non-finite. *codec_id (optional) gets the
+ * codec of the largest tensor, for the ledger. */
+int td_codec_decode_message(const td_layout_t *layout, const uint8_t *msg, size_t len,
+                            float *out, unsigned *codec_id, char *why, size_t why_len);
+
+#endif

@@ -1,0 +1,71 @@
+/* codec_impl.h: what one codec provides (private to compress/).
+ *
+ * A codec sees one tensor as an n x m matrix (n = shape[0], m = numel / n) and
+ * works on it alone. encode writes the payload and, when `decoded` is not
+ * NULL, exactly what the receiver will decode (the link uses it for error
+ * feedback). decode validates the payload completely and writes numel floats.
+ * Adding a codec means one file and one line in the registry in codec.c. */
+#ifndef TD_CODEC_IMPL_H
+#define TD_CODEC_IMPL_H
+
+#include <string.h>
+
+#include "compress/codec.h"
+#include "compute/rng.h"
+
+/* Per-link, per-tensor state a codec may keep (PowerSGD's warm-start Q). */
+typedef struct {
+  float *q;         /* m x r, owned */
+  unsigned q_rank;  /* r the buffer was made for */
+  float *scratch;   /* codec scratch, owned */
+  size_t scratch_floats;
+} td_codec_tensor_state_t;
+
+typedef struct {
+  const char *name;
+  uint8_t version;
+  bool error_feedback;
+  /* upper bound of the payload for an n x m tensor */
+  size_t (*bound)(const td_codec_spec_t *spec, size_t n, size_t m);
+  int (*encode)(const td_codec_spec_t *spec, td_codec_tensor_state_t *st, td_rng_t *rng,
+                const float *in, size_t n, size_t m, uint8_t *out, size_t cap, size_t *len,
+                float *decoded);
+  /* TD_EPROTO on any inconsistency; out gets n * m floats */
+  int (*decode)(const uint8_t *in, size_t len, size_t n, size_t m, float *out);
+} td_codec_iface_t;
+
+extern const td_codec_iface_t td__codec_none, td__codec_fp16, td__codec_ternary,
+    td__codec_topk, td__codec_powersgd, td__codec_qsgd;
+
+/* Grow st->scratch to at least n floats; NULL on failure. */
+float *td__codec_scratch(td_codec_tensor_state_t *st, size_t n);
+
+static inline void td__put_u32(uint8_t *p, uint32_t v) {
+  p[0] = (uint8_t)v;
+  p[1] = (uint8_t)(v >> 8);
+  p[2] = (uint8_t)(v >> 16);
+  p[3] = (uint8_t)(v >> 24);
+}
+static inline uint32_t td__get_u32(const uint8_t *p) {
+  return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+         ((uint32_t)p[3] << 24);
+}
+static inline void td__put_f32(uint8_t *p, float f) {
+  uint32_t v;
+  memcpy(&v, &f, 4);
+  td__put_u32(p, v);
+}
+static inline float td__get_f32(const uint8_t *p) {
+  uint32_t v = td__get_u32(p);
+  float f;
+  memcpy(&f, &v, 4);
+  return f;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TD_CODEC_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define TD_CODEC_CLONES
+#endif
+
+#endif

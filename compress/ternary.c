@@ -1,0 +1,149 @@
+/* ternary.c: TernGrad (Wen et al. 2017; ALGORITHMS.md section 1).
+ *
+ * s = min(c * sigma, max|g|) (max|g| when c * sigma is 0), g clipped to [-s, s],
+ * each element sent as s * sign(g) with probability |g| / s and 0 otherwise,
+ * so E[decoded] = clipped g. Payload: f32 s, u8 form (0: 2-bit, 1: base 3),
+ * then 2 bits per element
+ * (00 = 0, 01 = +1, 10 = -1, 11 invalid; LSB first) or, with :base3, 5 trits
+ * per byte (sum of d_i * 3^i, d in {0: 0, 1: +1, 2: -1}). The random draws
+ * come from 16 independent xorshift32 lanes seeded by the link's generator, so
+ * the hot loop vectorises. */
+#include <math.h>
+
+#include "compress/codec_impl.h"
+#include "compute/error.h"
+
+#define LANES 16
+
+static size_t packed_bytes(bool base3, size_t count) {
+  return base3 ? (count + 4) / 5 : (count + 3) / 4;
+}
+
+static size_t ternary_bound(const td_codec_spec_t *s, size_t n, size_t m) {
+  (void)s;
+  return 5 + packed_bytes(false, n * m); /* the 2-bit form is the larger */
+}
+
+/* Trit codes (0, 1 = +1, 2 = -1) for a block of up to 256 elements. */
+TD_CODEC_CLONES
+static void draw_block(const float *restrict g, size_t k, float s, float inv_s,
+                       uint32_t *restrict lanes, uint8_t *restrict code) {
+  for (size_t base = 0; base < k; base += LANES) {
+    uint32_t r[LANES];
+    for (int j = 0; j < LANES; j++) {
+      uint32_t x = lanes[j];
+      x ^= x << 13;
+      x ^= x >> 17;
+      x ^= x << 5;
+      lanes[j] = x;
+      r[j] = x;
+    }
+    size_t lim = k - base < LANES ? k - base : LANES;
+    for (size_t j = 0; j < lim; j++) {
+      float v = g[base + j];
+      float a = fabsf(v) > s ? s : fabsf(v);
+      /* P(send) = a / s, from 24 random bits */
+      float u = (float)(r[j] >> 8) * (1.0f / 16777216.0f);
+      uint8_t send = u < a * inv_s;
+      code[base + j] = (uint8_t)(send ? (v > 0 ? 1 : 2) : 0);
+    }
+  }
+}
+
+static int ternary_encode(const td_codec_spec_t *spec, td_codec_tensor_state_t *st,
+                          td_rng_t *rng, const float *in, size_t n, size_t m, uint8_t *out,
+                          size_t cap, size_t *len, float *decoded) {
+  (void)st;
+  size_t count = n * m;
+  size_t need = 5 + packed_bytes(spec->base3, count);
+  if (need > cap)
+    return TD_ERANGE;
+  double sum = 0, sum2 = 0, maxabs = 0;
+  for (size_t i = 0; i < count; i++) {
+    double v = in[i];
+    sum += v;
+    sum2 += v * v;
+    maxabs = fabs(v) > maxabs ? fabs(v) : maxabs;
+  }
+  double mean = count ? sum / (double)count : 0;
+  double var = count ? sum2 / (double)count - mean * mean : 0;
+  double cs = spec->clip * sqrt(var > 0 ? var : 0);
+  float s = (float)(cs > 0 ? (cs < maxabs ? cs : maxabs) : maxabs);
+  td__put_f32(out, s);
+  out[4] = spec->base3 ? 1 : 0;
+  uint8_t *packed = out + 5;
+  memset(packed, 0, need - 5);
+  if (s > 0) {
+    uint32_t lanes[LANES];
+    for (int j = 0; j < LANES; j++) {
+      lanes[j] = (uint32_t)td_rng_next(rng);
+      if (lanes[j] == 0)
+        lanes[j] = 0x9e3779b9u;
+    }
+    uint8_t code[256];
+    float inv_s = 1.0f / s;
+    for (size_t base = 0; base < count; base += 240) { /* multiple of 4, 5 and 16 */
+      size_t k = count - base < 240 ? count - base : 240;
+      draw_block(in + base, k, s, inv_s, lanes, code);
+      if (spec->base3) {
+        for (size_t i = 0; i < k; i += 5) {
+          unsigned b = 0, mul = 1;
+          for (size_t t = 0; t < 5 && i + t < k; t++, mul *= 3)
+            b += code[i + t] * mul;
+          packed[(base + i) / 5] = (uint8_t)b;
+        }
+      } else {
+        for (size_t i = 0; i < k; i++)
+          packed[(base + i) >> 2] |= (uint8_t)(code[i] << (2 * ((base + i) & 3)));
+      }
+      if (decoded)
+        for (size_t i = 0; i < k; i++)
+          decoded[base + i] = code[i] == 0 ? 0.0f : code[i] == 1 ? s : -s;
+    }
+  } else if (decoded) {
+    memset(decoded, 0, count * sizeof *decoded);
+  }
+  *len = need;
+  return 0;
+}
+
+static int ternary_decode(const uint8_t *in, size_t len, size_t n, size_t m, float *out) {
+  size_t count = n * m;
+  if (len < 5 || in[4] > 1)
+    return TD_EPROTO;
+  bool base3 = in[4] == 1;
+  if (len != 5 + packed_bytes(base3, count))
+    return TD_EPROTO;
+  float s = td__get_f32(in);
+  if (!isfinite(s) || s < 0)
+    return TD_EPROTO;
+  const float value[3] = {0.0f, s, -s};
+  const uint8_t *p = in + 5;
+  if (base3) {
+    for (size_t i = 0; i < count; i += 5) {
+      unsigned b = p[i / 5];
+      size_t k = count - i < 5 ? count - i : 5;
+      static const unsigned pow3[6] = {1, 3, 9, 27, 81, 243};
+      if (b >= pow3[k]) /* 243+ is invalid; unused trits must be zero */
+        return TD_EPROTO;
+      for (size_t t = 0; t < k; t++, b /= 3)
+        out[i + t] = value[b % 3];
+    }
+    return 0;
+  }
+  for (size_t i = 0; i < count; i++) {
+    unsigned c = (p[i >> 2] >> (2 * (i & 3))) & 3;
+    if (c == 3)
+      return TD_EPROTO;
+    out[i] = value[c];
+  }
+  if (count & 3) /* unused bit pairs of the last byte must be zero */
+    if (p[count >> 2] >> (2 * (count & 3)))
+      return TD_EPROTO;
+  return 0;
+}
+
+const td_codec_iface_t td__codec_ternary = {
+    .name = "ternary", .version = 1, .error_feedback = false,
+    .bound = ternary_bound, .encode = ternary_encode, .decode = ternary_decode,
+};

@@ -1,0 +1,219 @@
+/* topk.c: top-k sparsification with error feedback (ALGORITHMS.md section 2).
+ *
+ * k = max(1, floor(density * numel)) entries of largest magnitude are sent,
+ * exactly: a quickselect over the magnitudes finds the k-th largest, and ties
+ * at that value go to the lower indices. Indices are coded whichever way is
+ * smallest for this tensor, computed exactly: delta + LEB128 varint gaps, a
+ * bitmap, or no indices at all (dense values). Payload: u8 coding (0 varint,
+ * 1 bitmap, 2 dense), u32 k, indices, then the k values as f32. What was not
+ * sent stays in the link's residual (error feedback). */
+#include <math.h>
+
+#include "compress/codec_impl.h"
+#include "compute/error.h"
+
+enum { CODING_VARINT = 0, CODING_BITMAP = 1, CODING_DENSE = 2 };
+
+static size_t topk_bound(const td_codec_spec_t *s, size_t n, size_t m) {
+  (void)s;
+  size_t count = n * m;
+  /* a varint gap is at most 5 bytes; the encoder never picks more than dense */
+  size_t varint = 5 + count * 9, dense = 5 + count * 4;
+  return varint > dense ? varint : dense;
+}
+
+static size_t varint_len(uint32_t v) {
+  size_t k = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    k++;
+  }
+  return k;
+}
+
+/* k-th largest of a[0..n) (1 <= k <= n), reordering a: quickselect with a
+ * three-way partition, so runs of equal magnitudes cost nothing extra. */
+static float select_kth_largest(float *a, size_t n, size_t k) {
+  ptrdiff_t lo = 0, hi = (ptrdiff_t)n - 1, want = (ptrdiff_t)k - 1;
+  while (lo < hi) {
+    float x = a[lo], y = a[lo + (hi - lo) / 2], z = a[hi];
+    float pivot = x > y ? (y > z ? y : (x > z ? z : x)) : (x > z ? x : (y > z ? z : y));
+    ptrdiff_t lt = lo, i = lo, gt = hi;
+    while (i <= gt) {
+      float v = a[i];
+      if (v > pivot) {
+        a[i++] = a[lt];
+        a[lt++] = v;
+      } else if (v < pivot) {
+        a[i] = a[gt];
+        a[gt--] = v;
+      } else {
+        i++;
+      }
+    }
+    /* [lo, lt) > pivot, [lt, gt] == pivot, (gt, hi] < pivot */
+    if (want < lt)
+      hi = lt - 1;
+    else if (want > gt)
+      lo = gt + 1;
+    else
+      return pivot;
+  }
+  return a[want];
+}
+
+TD_CODEC_CLONES
+static void magnitudes(const float *restrict in, float *restrict mag, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    mag[i] = fabsf(in[i]);
+}
+
+static int topk_encode(const td_codec_spec_t *spec, td_codec_tensor_state_t *st, td_rng_t *rng,
+                       const float *in, size_t n, size_t m, uint8_t *out, size_t cap,
+                       size_t *len, float *decoded) {
+  (void)rng;
+  size_t count = n * m;
+  size_t k = (size_t)floor(spec->density * (double)count);
+  if (k < 1)
+    k = 1;
+  if (k > count)
+    k = count;
+  float *mag = td__codec_scratch(st, count);
+  if (mag == NULL)
+    return TD_ENOMEM;
+  magnitudes(in, mag, count);
+  float thr = select_kth_largest(mag, count, k);
+  size_t above = 0;
+  for (size_t i = 0; i < count; i++)
+    above += fabsf(in[i]) > thr;
+  size_t ties = k - above; /* entries equal to thr that are sent, lowest index first */
+  /* pass 1: exact size of the varint coding */
+  size_t varint_bytes = 0, taken = 0, prev = 0, ties_left = ties;
+  for (size_t i = 0; i < count && taken < k; i++) {
+    float a = fabsf(in[i]);
+    if (a > thr || (a == thr && ties_left > 0)) {
+      if (!(a > thr))
+        ties_left--;
+      varint_bytes += varint_len((uint32_t)(i - (taken ? prev + 1 : 0)));
+      prev = i;
+      taken++;
+    }
+  }
+  size_t bitmap_bytes = (count + 7) / 8;
+  size_t size_varint = 5 + varint_bytes + 4 * k, size_bitmap = 5 + bitmap_bytes + 4 * k;
+  size_t size_dense = 5 + 4 * count;
+  int coding = CODING_VARINT;
+  size_t need = size_varint;
+  if (size_bitmap < need) {
+    coding = CODING_BITMAP;
+    need = size_bitmap;
+  }
+  if (size_dense <= need) {
+    coding = CODING_DENSE;
+    need = size_dense;
+  }
+  if (need > cap)
+    return TD_ERANGE;
+  out[0] = (uint8_t)coding;
+  if (decoded)
+    memset(decoded, 0, count * sizeof *decoded);
+  if (coding == CODING_DENSE) {
+    td__put_u32(out + 1, (uint32_t)count);
+    memcpy(out + 5, in, 4 * count);
+    if (decoded)
+      memcpy(decoded, in, 4 * count);
+    *len = need;
+    return 0;
+  }
+  td__put_u32(out + 1, (uint32_t)k);
+  uint8_t *idx = out + 5;
+  uint8_t *vals = out + 5 + (coding == CODING_VARINT ? varint_bytes : bitmap_bytes);
+  if (coding == CODING_BITMAP)
+    memset(idx, 0, bitmap_bytes);
+  taken = 0;
+  ties_left = ties;
+  prev = 0;
+  for (size_t i = 0; i < count && taken < k; i++) {
+    float a = fabsf(in[i]);
+    if (!(a > thr || (a == thr && ties_left > 0)))
+      continue;
+    if (!(a > thr))
+      ties_left--;
+    if (coding == CODING_VARINT) {
+      uint32_t gap = (uint32_t)(i - (taken ? prev + 1 : 0));
+      while (gap >= 0x80) {
+        *idx++ = (uint8_t)(gap | 0x80);
+        gap >>= 7;
+      }
+      *idx++ = (uint8_t)gap;
+    } else {
+      idx[i >> 3] |= (uint8_t)(1u << (i & 7));
+    }
+    td__put_f32(vals + 4 * taken, in[i]);
+    if (decoded)
+      decoded[i] = in[i];
+    prev = i;
+    taken++;
+  }
+  *len = need;
+  return 0;
+}
+
+static int topk_decode(const uint8_t *in, size_t len, size_t n, size_t m, float *out) {
+  size_t count = n * m;
+  if (len < 5)
+    return TD_EPROTO;
+  unsigned coding = in[0];
+  size_t k = td__get_u32(in + 1);
+  if (k == 0 || k > count)
+    return TD_EPROTO;
+  memset(out, 0, count * sizeof *out);
+  if (coding == CODING_DENSE) {
+    if (k != count || len != 5 + 4 * count)
+      return TD_EPROTO;
+    memcpy(out, in + 5, 4 * count);
+    return 0;
+  }
+  if (coding == CODING_BITMAP) {
+    size_t bitmap_bytes = (count + 7) / 8;
+    if (len != 5 + bitmap_bytes + 4 * k)
+      return TD_EPROTO;
+    const uint8_t *bits = in + 5, *vals = in + 5 + bitmap_bytes;
+    size_t j = 0;
+    for (size_t i = 0; i < count; i++)
+      if (bits[i >> 3] & (1u << (i & 7))) {
+        if (j == k)
+          return TD_EPROTO;
+        out[i] = td__get_f32(vals + 4 * j++);
+      }
+    if (j != k || ((count & 7) && (bits[bitmap_bytes - 1] >> (count & 7))))
+      return TD_EPROTO;
+    return 0;
+  }
+  if (coding != CODING_VARINT || len < 5 + 4 * k)
+    return TD_EPROTO;
+  const uint8_t *p = in + 5, *end = in + len - 4 * k;
+  size_t next = 0; /* smallest index the next entry may take */
+  for (size_t j = 0; j < k; j++) {
+    uint64_t gap = 0;
+    for (int shift = 0;; shift += 7) {
+      if (p >= end || shift > 28)
+        return TD_EPROTO;
+      uint8_t b = *p++;
+      gap |= (uint64_t)(b & 0x7f) << shift;
+      if (!(b & 0x80))
+        break;
+    }
+    uint64_t i = next + gap;
+    if (i >= count)
+      return TD_EPROTO;
+    out[i] = td__get_f32(end + 4 * j);
+    next = (size_t)i + 1;
+  }
+  return p == end ? 0 : TD_EPROTO;
+}
+
+const td_codec_iface_t td__codec_topk = {
+    .name = "topk", .version = 1, .error_feedback = true,
+    .bound = topk_bound, .encode = topk_encode, .decode = topk_decode,
+};

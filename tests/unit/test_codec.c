@@ -1,0 +1,504 @@
+/* test_codec.c: every codec against its invariants.
+ *
+ * none round-trips exactly and fp16 within half precision; top-k and PowerSGD
+ * conserve mass (input + old residual == decoded + new residual); ternary and
+ * QSGD are unbiased within a Monte-Carlo bound; top-k sends exactly the k
+ * largest magnitudes; PowerSGD is exact at full rank and on rank-deficient
+ * input and never makes NaN; edge cases (1 element, all-zero, constant,
+ * NaN/Inf); bits per parameter on the wire; and the decoder refuses every
+ * truncation and corruption of a valid message without crashing. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compress/codec.h"
+#include "compress/codec_impl.h"
+#include "compress/powersgd.h"
+#include "compute/error.h"
+#include "compute/rng.h"
+
+/* mlp:784-256-10-like layout: a big matrix, a bias, a small matrix */
+static td_layout_t *layout_new(void) {
+  td_layout_t *l = NULL;
+  ck_assert_int_eq(td_layout_new(&l), 0);
+  uint32_t w0[2] = {256, 784}, b0[1] = {256}, w1[2] = {10, 256};
+  td_layout_add(l, "fc0.weight", 2, w0);
+  td_layout_add(l, "fc0.bias", 1, b0);
+  td_layout_add(l, "fc1.weight", 2, w1);
+  return l;
+}
+
+static float *gaussian(size_t n, uint64_t seed, double scale) {
+  float *x = td_params_alloc(n);
+  td_rng_t rng;
+  td_rng_seed(&rng, seed);
+  for (size_t i = 0; i < n; i++)
+    x[i] = (float)(scale * td_rng_normal(&rng));
+  return x;
+}
+
+static td_codec_spec_t spec_of(const char *text) {
+  td_codec_spec_t s;
+  char why[256];
+  ck_assert_msg(td_codec_parse(&s, text, why, sizeof why) == 0, "%s: %s", text, why);
+  return s;
+}
+
+static void padding_zero(const td_layout_t *l, float *x) {
+  /* the flat buffer's padding floats are always zero */
+  size_t prev_end = 0;
+  for (size_t t = 0; t < td_layout_count(l); t++) {
+    const td_tensor_info_t *ti = td_layout_tensor(l, t);
+    for (size_t i = prev_end; i < ti->offset; i++)
+      x[i] = 0;
+    prev_end = ti->offset + ti->numel;
+  }
+  for (size_t i = prev_end; i < td_layout_numel(l); i++)
+    x[i] = 0;
+}
+
+START_TEST(specs_parse_and_refuse) {
+  td_codec_spec_t s = spec_of("topk:0.01");
+  ck_assert_int_eq(s.id, TD_CODEC_TOPK);
+  ck_assert_double_eq(s.density, 0.01);
+  char text[32];
+  td_codec_format(&s, text, sizeof text);
+  ck_assert_str_eq(text, "topk:0.01");
+  ck_assert_int_eq(spec_of("powersgd:4").rank, 4);
+  ck_assert_int_eq(spec_of("qsgd:7").levels, 7);
+  ck_assert(spec_of("ternary:base3").base3);
+  static const char *bad[] = {"topk", "topk:0", "topk:1.5", "topk:x", "powersgd:0",
+                              "powersgd:", "qsgd:128", "ternary:base4", "fp16:2", "zstd", ""};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char why[256] = "";
+    ck_assert_msg(td_codec_parse(&s, bad[i], why, sizeof why) == TD_ECONFIG, "%s", bad[i]);
+    ck_assert_str_ne(why, "");
+  }
+}
+END_TEST
+
+/* Encode on a link, decode as a receiver would. */
+static float *through(const char *codec, const td_layout_t *l, const float *x, size_t *bytes,
+                      td_link_codec_t **keep) {
+  td_codec_spec_t s = spec_of(codec);
+  td_link_codec_t *lc = NULL;
+  ck_assert_int_eq(td_link_codec_open(&lc, &s, l, 1, 2), 0);
+  uint8_t *msg;
+  size_t len;
+  ck_assert_int_eq(td_link_codec_encode(lc, x, &msg, &len), 0);
+  float *y = td_params_alloc(td_layout_numel(l));
+  char why[256] = "";
+  unsigned id = 99;
+  ck_assert_msg(td_codec_decode_message(l, msg, len, y, &id, why, sizeof why) == 0, "%s: %s",
+                codec, why);
+  ck_assert_uint_eq(id, s.id);
+  free(msg);
+  if (bytes)
+    *bytes = len;
+  if (keep)
+    *keep = lc;
+  else
+    td_link_codec_close(&lc);
+  return y;
+}
+
+START_TEST(none_is_exact_and_fp16_is_close) {
+  td_layout_t *l = layout_new();
+  size_t n = td_layout_numel(l);
+  float *x = gaussian(n, 1, 1.0);
+  x[5] = 1e6f; /* beyond half range: clamped, not Inf */
+  padding_zero(l, x);
+  float *y = through("none", l, x, NULL, NULL);
+  ck_assert_int_eq(memcmp(x, y, n * sizeof *x), 0);
+  free(y);
+  y = through("fp16", l, x, NULL, NULL);
+  size_t far = 0;
+  for (size_t i = 0; i < n; i++)
+    far += i != 5 && !(fabsf(y[i] - x[i]) <= fabsf(x[i]) * (1.0f / 1024) + 1e-7f);
+  ck_assert_uint_eq(far, 0);
+  ck_assert_float_eq(y[5], 65504.0f);
+  free(y);
+  free(x);
+  td_layout_free(&l);
+}
+END_TEST
+
+START_TEST(error_feedback_conserves_mass) {
+  td_layout_t *l = layout_new();
+  size_t n = td_layout_numel(l);
+  static const char *codecs[] = {"topk:0.01", "topk:0.3", "powersgd:4", "powersgd:1"};
+  for (size_t c = 0; c < 4; c++) {
+    td_codec_spec_t s = spec_of(codecs[c]);
+    td_link_codec_t *lc = NULL;
+    ck_assert_int_eq(td_link_codec_open(&lc, &s, l, 3, 4), 0);
+    float *old = td_params_alloc(n), *y = td_params_alloc(n);
+    for (int round = 0; round < 3; round++) {
+      float *x = gaussian(n, 10 + (uint64_t)round, 0.1);
+      padding_zero(l, x);
+      memcpy(old, td_link_codec_residual(lc), n * sizeof *old);
+      uint8_t *msg;
+      size_t len;
+      ck_assert_int_eq(td_link_codec_encode(lc, x, &msg, &len), 0);
+      char why[128];
+      ck_assert_int_eq(td_codec_decode_message(l, msg, len, y, NULL, why, sizeof why), 0);
+      const float *res = td_link_codec_residual(lc);
+      double worst = 0;
+      for (size_t i = 0; i < n; i++)
+        worst = fmax(worst, fabs((double)x[i] + old[i] - y[i] - res[i]));
+      ck_assert_msg(worst < 1e-5, "%s round %d: conservation off by %g", codecs[c], round, worst);
+      free(msg);
+      free(x);
+    }
+    free(old);
+    free(y);
+    td_link_codec_close(&lc);
+    ck_assert_ptr_null(lc);
+  }
+  td_layout_free(&l);
+}
+END_TEST
+
+START_TEST(topk_sends_exactly_the_largest) {
+  td_layout_t *l = layout_new();
+  size_t n = td_layout_numel(l);
+  float *x = gaussian(n, 7, 1.0);
+  padding_zero(l, x);
+  const td_tensor_info_t *w = td_layout_tensor(l, 0);
+  for (size_t i = 0; i < 100; i++) /* ties at the threshold magnitude */
+    x[w->offset + 1000 + i] = (i % 2 ? -1.0f : 1.0f) * 2.5f;
+  float *y = through("topk:0.01", l, x, NULL, NULL);
+  size_t k = (size_t)floor(0.01 * (double)w->numel), sent = 0;
+  float min_sent = INFINITY, max_unsent = 0;
+  for (size_t i = w->offset; i < w->offset + w->numel; i++) {
+    if (y[i] != 0) {
+      ck_assert_float_eq(y[i], x[i]); /* values travel exactly */
+      sent++;
+      min_sent = fminf(min_sent, fabsf(x[i]));
+    } else {
+      max_unsent = fmaxf(max_unsent, fabsf(x[i]));
+    }
+  }
+  ck_assert_uint_eq(sent, k);
+  ck_assert_float_ge(min_sent, max_unsent);
+  /* the small tensors travel dense */
+  const td_tensor_info_t *b = td_layout_tensor(l, 1);
+  ck_assert_int_eq(memcmp(y + b->offset, x + b->offset, b->numel * 4), 0);
+  free(y);
+  free(x);
+  td_layout_free(&l);
+}
+END_TEST
+
+/* Mean of K decodes of v against the expectation, per element. */
+static void check_unbiased(const char *codec, const float *v, size_t count, const float *expect,
+                           const float *var_per_elem, int draws) {
+  td_layout_t *l = NULL;
+  td_layout_new(&l);
+  uint32_t shape[2] = {(uint32_t)(count / 64), 64};
+  td_layout_add(l, "w", 2, shape);
+  td_codec_spec_t s = spec_of(codec);
+  td_link_codec_t *lc = NULL;
+  ck_assert_int_eq(td_link_codec_open(&lc, &s, l, 5, 6), 0);
+  double *sum = calloc(count, sizeof *sum);
+  float *y = td_params_alloc(td_layout_numel(l));
+  for (int d = 0; d < draws; d++) {
+    uint8_t *msg;
+    size_t len;
+    ck_assert_int_eq(td_link_codec_encode(lc, v, &msg, &len), 0);
+    char why[128];
+    ck_assert_int_eq(td_codec_decode_message(l, msg, len, y, NULL, why, sizeof why), 0);
+    for (size_t i = 0; i < count; i++)
+      sum[i] += y[i];
+    free(msg);
+  }
+  for (size_t i = 0; i < count; i++) {
+    double mean = sum[i] / draws;
+    double bound = 4 * sqrt(var_per_elem[i] / draws) + 1e-6 * fabs(expect[i]) + 1e-7;
+    ck_assert_msg(fabs(mean - expect[i]) <= bound, "%s elem %zu: mean %g expected %g (bound %g)",
+                  codec, i, mean, expect[i], bound);
+  }
+  free(sum);
+  free(y);
+  td_link_codec_close(&lc);
+  td_layout_free(&l);
+}
+
+START_TEST(ternary_and_qsgd_are_unbiased) {
+  enum { COUNT = 1024, DRAWS = 4000 };
+  float *v = gaussian(COUNT, 21, 1.0);
+  v[3] = 8.0f; /* an outlier that clipping cuts */
+  static float expect[COUNT], var[COUNT];
+  /* ternary: E = clip(v, -s, s), var = s|v~| - v~^2 */
+  double sum = 0, sum2 = 0, maxabs = 0;
+  for (int i = 0; i < COUNT; i++) {
+    sum += v[i];
+    sum2 += (double)v[i] * v[i];
+    maxabs = fmax(maxabs, fabs(v[i]));
+  }
+  double mean = sum / COUNT, sigma = sqrt(sum2 / COUNT - mean * mean);
+  float s = (float)fmin(2.5 * sigma, maxabs);
+  ck_assert_float_lt(s, 8.0f);
+  for (int i = 0; i < COUNT; i++) {
+    float c = fmaxf(-s, fminf(s, v[i]));
+    expect[i] = c;
+    var[i] = s * fabsf(c) - c * c;
+  }
+  check_unbiased("ternary", v, COUNT, expect, var, DRAWS);
+  check_unbiased("ternary:base3", v, COUNT, expect, var, DRAWS);
+  /* qsgd: E = v, per-element var <= (nu/s)^2 / 4 */
+  for (int b = 0; b < COUNT; b += 512) {
+    double n2 = 0;
+    for (int i = b; i < b + 512; i++)
+      n2 += (double)v[i] * v[i];
+    for (int i = b; i < b + 512; i++) {
+      expect[i] = v[i];
+      var[i] = (float)(n2 / (7.0 * 7.0) / 4.0);
+    }
+  }
+  check_unbiased("qsgd:7", v, COUNT, expect, var, DRAWS);
+  free(v);
+}
+END_TEST
+
+START_TEST(powersgd_exact_at_full_rank_and_on_rank_deficient_input) {
+  enum { N = 40, M = 24 };
+  td_rng_t rng;
+  td_rng_seed(&rng, 8);
+  float a[N * M], approx[N * M], q[M * M], p[N * M];
+  /* full rank r = min(n, m): P Pᵀ M == M */
+  for (int i = 0; i < N * M; i++)
+    a[i] = (float)td_rng_normal(&rng);
+  for (int i = 0; i < M * M; i++)
+    q[i] = (float)td_rng_normal(&rng);
+  td__powersgd_step(a, N, M, M, q, p, approx);
+  float maxa = 0, err = 0;
+  for (int i = 0; i < N * M; i++) {
+    maxa = fmaxf(maxa, fabsf(a[i]));
+    err = fmaxf(err, fabsf(approx[i] - a[i]));
+  }
+  ck_assert_msg(err <= 1e-4f * maxa, "full rank error %g", err);
+  /* columns of P are orthonormal */
+  for (int c = 0; c < M; c++)
+    for (int d = 0; d < M; d++) {
+      double dot = 0;
+      for (int i = 0; i < N; i++)
+        dot += (double)p[i * M + c] * p[i * M + d];
+      ck_assert_double_eq_tol(dot, c == d ? 1.0 : 0.0, 1e-5);
+    }
+  /* rank 2 input with columns of zeros, rank 4 codec: exact, no NaN */
+  td_layout_t *l = NULL;
+  td_layout_new(&l);
+  uint32_t shape[2] = {64, 48};
+  td_layout_add(l, "w", 2, shape);
+  float *x = td_params_alloc(64 * 48);
+  for (int i = 0; i < 64; i++)
+    for (int j = 0; j < 48; j++)
+      x[i * 48 + j] = j < 10 ? 0.0f : (float)((i + 1) * (j % 3) + (i % 5) * (j - 20));
+  size_t bytes;
+  float *y = through("powersgd:4", l, x, &bytes, NULL);
+  ck_assert_uint_lt(bytes, 64 * 48 * 4 / 2); /* it did compress */
+  float xm = 0, e2 = 0;
+  for (int i = 0; i < 64 * 48; i++) {
+    ck_assert(isfinite(y[i]));
+    xm = fmaxf(xm, fabsf(x[i]));
+    e2 = fmaxf(e2, fabsf(y[i] - x[i]));
+  }
+  ck_assert_msg(e2 <= 1e-4f * xm, "rank-deficient error %g", e2);
+  free(y);
+  memset(x, 0, 64 * 48 * sizeof *x); /* all zero: zeros back, never NaN */
+  y = through("powersgd:4", l, x, NULL, NULL);
+  for (int i = 0; i < 64 * 48; i++)
+    ck_assert_float_eq(y[i], 0.0f);
+  free(y);
+  free(x);
+  td_layout_free(&l);
+}
+END_TEST
+
+START_TEST(edge_cases_one_element_zero_constant_nan) {
+  static const char *codecs[] = {"none", "fp16", "ternary", "ternary:base3", "topk:0.01",
+                                 "powersgd:4", "qsgd:7"};
+  for (size_t c = 0; c < sizeof codecs / sizeof codecs[0]; c++) {
+    td_codec_spec_t s = spec_of(codecs[c]);
+    const td_codec_iface_t *impl = NULL;
+    static const td_codec_iface_t *const all[] = {&td__codec_none, &td__codec_fp16,
+                                                  &td__codec_ternary, &td__codec_topk,
+                                                  &td__codec_powersgd, &td__codec_qsgd};
+    impl = all[s.id];
+    td_codec_tensor_state_t st = {0};
+    td_rng_t rng;
+    td_rng_seed(&rng, 1);
+    uint8_t buf[1 << 16];
+    size_t len;
+    float dec[2048], back[2048];
+    /* one element */
+    float one = 0.75f;
+    ck_assert_int_eq(impl->encode(&s, &st, &rng, &one, 1, 1, buf, sizeof buf, &len, dec), 0);
+    ck_assert_int_eq(impl->decode(buf, len, 1, 1, back), 0);
+    ck_assert_float_eq(back[0], dec[0]);
+    /* all zero and constant tensors of 2048 */
+    float zero[2048] = {0}, constant[2048];
+    for (int i = 0; i < 2048; i++)
+      constant[i] = 0.5f;
+    ck_assert_int_eq(impl->encode(&s, &st, &rng, zero, 32, 64, buf, sizeof buf, &len, dec), 0);
+    ck_assert_int_eq(impl->decode(buf, len, 32, 64, back), 0);
+    for (int i = 0; i < 2048; i++)
+      ck_assert_float_eq(back[i], 0.0f);
+    ck_assert_int_eq(impl->encode(&s, &st, &rng, constant, 32, 64, buf, sizeof buf, &len, dec), 0);
+    ck_assert_int_eq(impl->decode(buf, len, 32, 64, back), 0);
+    for (int i = 0; i < 2048; i++) {
+      ck_assert(isfinite(back[i]));
+      ck_assert_float_eq(back[i], dec[i]); /* the sender knows what it sent */
+    }
+    if (s.id == TD_CODEC_TERNARY) /* sigma = 0 must not zero a constant tensor */
+      ck_assert_float_eq(back[0], 0.5f);
+    free(st.q);
+    free(st.scratch);
+  }
+  /* NaN or Inf in the input: nothing is sent and the residual is untouched */
+  td_layout_t *l = layout_new();
+  size_t n = td_layout_numel(l);
+  float *x = gaussian(n, 2, 1.0);
+  padding_zero(l, x);
+  td_codec_spec_t s = spec_of("topk:0.01");
+  td_link_codec_t *lc = NULL;
+  td_link_codec_open(&lc, &s, l, 1, 1);
+  uint8_t *msg;
+  size_t len;
+  ck_assert_int_eq(td_link_codec_encode(lc, x, &msg, &len), 0);
+  free(msg);
+  float *before = td_params_alloc(n);
+  memcpy(before, td_link_codec_residual(lc), n * sizeof *before);
+  x[17] = NAN;
+  ck_assert_int_eq(td_link_codec_encode(lc, x, &msg, &len), TD_ENUMERIC);
+  ck_assert_ptr_null(msg);
+  x[17] = INFINITY;
+  ck_assert_int_eq(td_link_codec_encode(lc, x, &msg, &len), TD_ENUMERIC);
+  ck_assert_int_eq(memcmp(before, td_link_codec_residual(lc), n * sizeof *before), 0);
+  td_link_codec_close(&lc);
+  free(before);
+  free(x);
+  td_layout_free(&l);
+}
+END_TEST
+
+START_TEST(bits_per_parameter_on_the_wire) {
+  td_layout_t *l = NULL;
+  td_layout_new(&l);
+  uint32_t shape[2] = {784, 256};
+  td_layout_add(l, "w", 2, shape);
+  size_t n = td_layout_numel(l);
+  float *x = gaussian(n, 4, 0.01);
+  static const struct { const char *codec; double max_bits; } cases[] = {
+      {"ternary", 2.1}, {"ternary:base3", 1.7}, {"topk:0.01", 0.5}, {"powersgd:4", 0.7},
+      {"fp16", 16.01}, {"qsgd:7", 4.2}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    size_t bytes;
+    float *y = through(cases[c].codec, l, x, &bytes, NULL);
+    double bits = 8.0 * (double)bytes / (784.0 * 256.0);
+    ck_assert_msg(bits <= cases[c].max_bits, "%s: %.3f bits/param", cases[c].codec, bits);
+    free(y);
+  }
+  free(x);
+  td_layout_free(&l);
+}
+END_TEST
+
+START_TEST(decoder_refuses_every_corruption) {
+  td_layout_t *l = layout_new();
+  size_t n = td_layout_numel(l);
+  float *x = gaussian(n, 3, 1.0);
+  padding_zero(l, x);
+  float *y = td_params_alloc(n);
+  static const char *codecs[] = {"none", "fp16", "ternary", "ternary:base3", "topk:0.01",
+                                 "topk:0.5", "powersgd:2", "qsgd:7"};
+  td_rng_t rng;
+  td_rng_seed(&rng, 77);
+  for (size_t c = 0; c < sizeof codecs / sizeof codecs[0]; c++) {
+    td_codec_spec_t s = spec_of(codecs[c]);
+    td_link_codec_t *lc = NULL;
+    td_link_codec_open(&lc, &s, l, 1, 1);
+    uint8_t *msg;
+    size_t len;
+    ck_assert_int_eq(td_link_codec_encode(lc, x, &msg, &len), 0);
+    char why[256];
+    /* the last 64 truncations and 100 spread over the rest */
+    for (size_t k = 0; k < 164 && k < len; k++) {
+      size_t cut = k < 64 ? len - 1 - k : (size_t)td_rng_below(&rng, (uint32_t)len);
+      ck_assert_msg(td_codec_decode_message(l, msg, cut, y, NULL, why, sizeof why) != 0,
+                    "%s: truncation to %zu accepted", codecs[c], cut);
+    }
+    /* random byte flips: either refused or decoded to finite values */
+    uint8_t *copy = malloc(len);
+    for (int trial = 0; trial < 100; trial++) {
+      memcpy(copy, msg, len);
+      for (int f = 0; f < 4; f++)
+        copy[td_rng_below(&rng, (uint32_t)len)] ^= (uint8_t)(1u << td_rng_below(&rng, 8));
+      if (td_codec_decode_message(l, copy, len, y, NULL, why, sizeof why) == 0) {
+        size_t bad = 0; /* one assertion per trial: Check reports every call */
+        for (size_t i = 0; i < n; i++)
+          bad += !isfinite(y[i]);
+        ck_assert_uint_eq(bad, 0);
+      }
+    }
+    /* a repeated tensor, a wrong element count, an unknown codec */
+    uint8_t *twice = malloc(2 * len);
+    memcpy(twice, msg, len);
+    memcpy(twice + len, msg, len);
+    ck_assert_int_eq(td_codec_decode_message(l, twice, 2 * len, y, NULL, why, sizeof why),
+                     TD_EPROTO);
+    memcpy(copy, msg, len);
+    copy[8] ^= 1; /* numel of tensor 0 */
+    ck_assert_int_eq(td_codec_decode_message(l, copy, len, y, NULL, why, sizeof why), TD_EPROTO);
+    memcpy(copy, msg, len);
+    copy[4] = 200;
+    ck_assert_int_eq(td_codec_decode_message(l, copy, len, y, NULL, why, sizeof why), TD_EPROTO);
+    free(twice);
+    free(copy);
+    free(msg);
+    td_link_codec_close(&lc);
+  }
+  /* NaN inside a dense payload is refused */
+  x[3] = NAN;
+  td_codec_spec_t none = spec_of("none");
+  td_link_codec_t *lc = NULL;
+  td_link_codec_open(&lc, &none, l, 1, 1);
+  uint8_t *msg;
+  size_t len;
+  ck_assert_int_eq(td_link_codec_encode(lc, x, &msg, &len), TD_ENUMERIC);
+  x[3] = 1;
+  ck_assert_int_eq(td_link_codec_encode(lc, x, &msg, &len), 0);
+  float nan = NAN;
+  memcpy(msg + TD_CODEC_HEADER_BYTES + 12, &nan, 4);
+  char why[256];
+  ck_assert_int_eq(td_codec_decode_message(l, msg, len, y, NULL, why, sizeof why), TD_EPROTO);
+  ck_assert_ptr_nonnull(strstr(why, "NaN"));
+  free(msg);
+  td_link_codec_close(&lc);
+  free(x);
+  free(y);
+  td_layout_free(&l);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("codec");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, specs_parse_and_refuse);
+  tcase_add_test(tc, none_is_exact_and_fp16_is_close);
+  tcase_add_test(tc, error_feedback_conserves_mass);
+  tcase_add_test(tc, topk_sends_exactly_the_largest);
+  tcase_add_test(tc, ternary_and_qsgd_are_unbiased);
+  tcase_add_test(tc, powersgd_exact_at_full_rank_and_on_rank_deficient_input);
+  tcase_add_test(tc, edge_cases_one_element_zero_constant_nan);
+  tcase_add_test(tc, bits_per_parameter_on_the_wire);
+  tcase_add_test(tc, decoder_refuses_every_corruption);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
