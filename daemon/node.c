@@ -27,6 +27,7 @@
 #include <uv.h>
 #include <zmq.h>
 
+#include "compress/codec.h"
 #include "compute/error.h"
 #include "daemon/ledger.h"
 #include "daemon/log.h"
@@ -61,6 +62,9 @@ typedef struct link {
   char endpoint[TD_ENDPOINT_MAX];
   void *sock;
   uint64_t bytes_sent, bytes_recv, msgs_sent, msgs_recv, send_drops;
+  /* updates only: bytes on the wire and the dense fp32 bytes they stand for */
+  uint64_t update_wire_sent, update_dense_sent, update_wire_recv, update_dense_recv;
+  char codec[32];
 } link_t;
 
 typedef struct control_conn control_conn_t;
@@ -91,8 +95,8 @@ typedef struct node {
   ledger_op_t *flushing;
 
   struct {
-    uint64_t malformed, version, oversized, wrong_run, not_member, late, ahead, nonfinite,
-        duplicate, handshake;
+    uint64_t malformed, version, oversized, wrong_run, not_member, late, ahead, rejected,
+        duplicate, handshake, nonfinite_local;
   } drops;
   unsigned drop_logs;
 
@@ -120,6 +124,9 @@ typedef struct node {
     uint64_t updates_received, rounds_done, late_peers;
     bool pack_in_flight;
     td_ledger_round_t last_round_row;
+    td_codec_spec_t codec;
+    char codec_text[32];
+    td_link_codec_t *link_codecs[TD_MEMBERS_MAX]; /* by index in members[]; NULL for self */
   } r;
 } node_t;
 
@@ -176,7 +183,7 @@ static void apply_op(td_ledger_t *l, ledger_op_t *op) {
     break;
   case OP_ROUND: rc = td_ledger_round_add(l, &op->round_row); break;
   case OP_UPDATE:
-    op->update_row.codec = "none";
+    op->update_row.codec = op->text[0] ? op->text : "none";
     rc = td_ledger_update_add(l, &op->update_row);
     break;
   case OP_EVENT: rc = td_ledger_event_add(l, op->at, op->text, op->big ? op->big : ""); break;
@@ -361,17 +368,35 @@ static void broadcast(node_t *n, Traind__Envelope *env) {
 
 /* ---- runs: loop side --------------------------------------------------------- */
 
+static void note_drop(node_t *n, uint64_t *counter, const char *what);
+
+static void close_link_codecs(node_t *n) {
+  for (size_t i = 0; i < TD_MEMBERS_MAX; i++)
+    td_link_codec_close(&n->r.link_codecs[i]);
+}
+
+/* One round's update, encoded for every reachable peer of the run by its own
+ * link codec (own residual, own warm start) and cut into packed envelopes. */
 typedef struct {
-  uv_work_t req;
-  node_t *node;
-  uint64_t run_id, round, samples;
-  double loss;
-  const float *delta;
-  size_t numel;
+  uint64_t peer;
+  td_link_codec_t *codec; /* borrowed: only this job touches it while queued */
   uint8_t **bufs;
   size_t *lens;
   uint32_t chunks;
+  size_t msg_bytes;
   int rc;
+} pack_target_t;
+
+typedef struct {
+  uv_work_t req;
+  node_t *node;
+  uint64_t run_id, round, samples, node_id;
+  unsigned codec_id;
+  double loss;
+  const float *delta;
+  size_t numel;
+  size_t n_targets;
+  pack_target_t targets[TD_MEMBERS_MAX];
 } pack_job_t;
 
 static void try_close_round(node_t *n);
@@ -392,69 +417,90 @@ static size_t run_peers(node_t *n, uint64_t *out) {
   return k;
 }
 
-/* Work pool: cut the delta into chunks and pack one envelope per chunk. */
-static void pack_work(uv_work_t *req) {
-  pack_job_t *job = req->data;
-  uint64_t total = (uint64_t)job->numel * 4;
-  job->chunks = td_round_chunk_count(total);
-  job->bufs = calloc(job->chunks, sizeof *job->bufs);
-  job->lens = calloc(job->chunks, sizeof *job->lens);
-  if (job->bufs == NULL || job->lens == NULL) {
-    job->rc = TD_ENOMEM;
+static td_link_codec_t *link_codec_of(node_t *n, uint64_t peer) {
+  for (size_t i = 0; i < n->r.n_members; i++)
+    if (n->r.members[i] == peer)
+      return n->r.link_codecs[i];
+  return NULL;
+}
+
+static void pack_target(pack_job_t *job, pack_target_t *t) {
+  uint8_t *msg = NULL;
+  size_t total = 0;
+  t->rc = td_link_codec_encode(t->codec, job->delta, &msg, &total);
+  if (t->rc != 0)
+    return;
+  t->msg_bytes = total;
+  t->chunks = td_round_chunk_count(total);
+  t->bufs = calloc(t->chunks, sizeof *t->bufs);
+  t->lens = calloc(t->chunks, sizeof *t->lens);
+  if (t->bufs == NULL || t->lens == NULL) {
+    free(msg);
+    t->rc = TD_ENOMEM;
     return;
   }
-  for (uint32_t c = 0; c < job->chunks; c++) {
+  for (uint32_t c = 0; c < t->chunks && t->rc == 0; c++) {
     uint64_t off = (uint64_t)c * TD_ROUND_CHUNK_BYTES;
     Traind__UpdateChunk up = TRAIND__UPDATE_CHUNK__INIT;
     up.round = job->round;
     up.base_round = job->round - 1;
     up.samples = job->samples;
-    up.codec = 0;
+    up.codec = job->codec_id;
     up.chunk = c;
-    up.chunks = job->chunks;
+    up.chunks = t->chunks;
     up.total_bytes = total;
-    up.payload.data = (uint8_t *)job->delta + off;
-    up.payload.len = c + 1 < job->chunks ? TD_ROUND_CHUNK_BYTES : (size_t)(total - off);
+    up.payload.data = msg + off;
+    up.payload.len = c + 1 < t->chunks ? TD_ROUND_CHUNK_BYTES : (size_t)(total - off);
     up.loss = job->loss;
     Traind__Envelope env = TRAIND__ENVELOPE__INIT;
     env.body_case = TRAIND__ENVELOPE__BODY_UPDATE;
     env.update = &up;
     env.run_id = job->run_id;
-    env.sender = job->node->node_id;
-    if ((job->rc = td_wire_pack(&env, &job->bufs[c], &job->lens[c])) != 0)
-      return;
+    env.sender = job->node_id;
+    t->rc = td_wire_pack(&env, &t->bufs[c], &t->lens[c]);
   }
+  free(msg);
+}
+
+/* Work pool: encode per link, cut into chunks, pack one envelope per chunk. */
+static void pack_work(uv_work_t *req) {
+  pack_job_t *job = req->data;
+  for (size_t i = 0; i < job->n_targets; i++)
+    pack_target(job, &job->targets[i]);
 }
 
 static void pack_done(uv_work_t *req, int status) {
   pack_job_t *job = req->data;
   node_t *n = job->node;
   n->r.pack_in_flight = false;
-  if (status == 0 && job->rc == 0 && n->r.run != NULL && n->r.run_id == job->run_id) {
-    uint64_t peers[TD_MEMBERS_MAX];
-    size_t np = run_peers(n, peers);
-    for (size_t p = 0; p < np; p++) {
-      link_t *l = link_find(n, peers[p]);
-      if (l == NULL)
-        continue;
-      for (uint32_t c = 0; c < job->chunks; c++) {
-        if (zmq_send(l->sock, job->bufs[c], job->lens[c], ZMQ_DONTWAIT) < 0) {
+  bool same_run = status == 0 && n->r.run != NULL && n->r.run_id == job->run_id;
+  for (size_t i = 0; i < job->n_targets; i++) {
+    pack_target_t *t = &job->targets[i];
+    link_t *l = link_find(n, t->peer);
+    if (t->rc == TD_ENUMERIC) {
+      note_drop(n, &n->drops.nonfinite_local, "own update holds NaN or Inf; not sent");
+    } else if (t->rc != 0) {
+      td_log_error("cannot encode the round %" PRIu64 " update for %016" PRIx64 ": %s",
+                   job->round, t->peer, td_strerror(t->rc));
+    } else if (same_run && l != NULL && member_reachable(n, t->peer)) {
+      for (uint32_t c = 0; c < t->chunks; c++) {
+        if (zmq_send(l->sock, t->bufs[c], t->lens[c], ZMQ_DONTWAIT) < 0) {
           l->send_drops++;
           continue;
         }
-        l->bytes_sent += job->lens[c];
+        l->bytes_sent += t->lens[c];
         l->msgs_sent++;
-        n->r.bytes_sent_round += job->lens[c];
+        n->r.bytes_sent_round += t->lens[c];
       }
+      l->update_wire_sent += t->msg_bytes;
+      l->update_dense_sent += job->numel * sizeof(float);
+      snprintf(l->codec, sizeof l->codec, "%s", n->r.codec_text);
     }
-  } else if (job->rc != 0) {
-    td_log_error("cannot pack the round %" PRIu64 " update: %s", job->round,
-                 td_strerror(job->rc));
+    for (uint32_t c = 0; t->bufs && c < t->chunks; c++)
+      free(t->bufs[c]);
+    free(t->bufs);
+    free(t->lens);
   }
-  for (uint32_t c = 0; job->bufs && c < job->chunks; c++)
-    free(job->bufs[c]);
-  free(job->bufs);
-  free(job->lens);
   free(job);
   try_close_round(n);
 }
@@ -554,6 +600,8 @@ static void finish_run(node_t *n, const char *state, double test_accuracy, const
               n->r.rounds_done, error ? ": " : "", error ? error : "");
   td_run_close(&n->r.run);
   td_round_close(&n->r.collector);
+  if (!n->r.pack_in_flight) /* else the next start_run closes them */
+    close_link_codecs(n);
   ledger_flush(n);
 }
 
@@ -581,12 +629,21 @@ static void on_run_events(td_run_t *run, void *user) {
       pack_job_t *job = calloc(1, sizeof *job);
       if (job != NULL) {
         job->node = n;
+        job->node_id = n->node_id;
         job->run_id = n->r.run_id;
         job->round = ev.round;
         job->samples = ev.samples;
         job->loss = ev.loss;
+        job->codec_id = n->r.codec.id;
         job->delta = td_run_delta(run);
         job->numel = td_run_numel(run);
+        uint64_t peers[TD_MEMBERS_MAX];
+        size_t np = run_peers(n, peers);
+        for (size_t p = 0; p < np; p++) {
+          td_link_codec_t *lc = link_codec_of(n, peers[p]);
+          if (lc != NULL)
+            job->targets[job->n_targets++] = (pack_target_t){.peer = peers[p], .codec = lc};
+        }
         job->req.data = job;
         if (uv_queue_work(&n->loop, &job->req, pack_work, pack_done) == 0)
           n->r.pack_in_flight = true;
@@ -665,11 +722,26 @@ static int start_run(node_t *n, uint64_t run_id, const char *spec_text, const ui
   td_run_t *run = NULL;
   if ((rc = td_run_start(&run, &opts, why, why_len)) != 0)
     return rc;
+  td_codec_spec_t codec;
+  if ((rc = td_codec_parse(&codec, spec.codec, why, why_len)) != 0) {
+    td_run_close(&run);
+    return rc;
+  }
+  close_link_codecs(n);
   td_round_close(&n->r.collector);
-  if (td_round_open(&n->r.collector, td_run_numel(run)) != 0) {
+  rc = td_round_open(&n->r.collector, td_run_layout(run));
+  for (size_t i = 0; rc == 0 && i < n_members; i++)
+    if (members[i] != n->node_id)
+      rc = td_link_codec_open(&n->r.link_codecs[i], &codec, td_run_layout(run), spec.seed,
+                              members[i] ^ (n->node_id * 0x9e3779b97f4a7c15ull));
+  if (rc != 0) {
+    close_link_codecs(n);
+    td_round_close(&n->r.collector);
     td_run_close(&run);
     return td_why(why, why_len, TD_ENOMEM, "out of memory for the update buffers");
   }
+  n->r.codec = codec;
+  td_codec_format(&codec, n->r.codec_text, sizeof n->r.codec_text);
   free(n->r.spec_text);
   n->r.spec_text = strdup(spec_text);
   n->r.spec = spec;
@@ -788,9 +860,10 @@ static void on_update(node_t *n, const Traind__Envelope *env, link_t *l, size_t 
   }
   td_chunk_result_t res;
   td_update_info_t info;
+  char why[256] = "";
   int rc = td_round_add_chunk(n->r.collector, env->sender, up->round, up->samples, up->chunk,
                               up->chunks, up->total_bytes, up->payload.data, up->payload.len,
-                              up->loss, &res, &info);
+                              up->loss, &res, &info, why, sizeof why);
   if (rc != 0) {
     note_drop(n, &n->drops.malformed, "update chunk inconsistent with the model");
     return;
@@ -812,27 +885,39 @@ static void on_update(node_t *n, const Traind__Envelope *env, link_t *l, size_t 
         op->update_row = (td_ledger_update_t){
             .run_id = n->r.run_id, .round = n->r.round, .peer = env->sender,
             .peer_round = up->round, .staleness = (int64_t)(n->r.round - up->round),
-            .bytes = up->total_bytes, .ratio = 1.0, .arrived = wall_s()};
+            .bytes = up->total_bytes,
+            .ratio = (double)td_run_numel(n->r.run) * 4.0 / (double)up->total_bytes,
+            .arrived = wall_s()};
+        snprintf(op->text, sizeof op->text, "%s", n->r.codec_text);
       }
     }
     break;
-  case TD_CHUNK_NONFINITE:
+  case TD_CHUNK_REJECTED:
   case TD_CHUNK_COMPLETED: {
     n->r.bytes_recv_round += bytes;
-    if (res == TD_CHUNK_NONFINITE) {
-      note_drop(n, &n->drops.nonfinite, "update holds NaN or Inf; skipped");
-      ledger_event(n, "nonfinite_update", "peer %016" PRIx64 " round %" PRIu64, env->sender,
-                   up->round);
+    if (res == TD_CHUNK_REJECTED) {
+      char what[320];
+      snprintf(what, sizeof what, "update from %016" PRIx64 " rejected: %s", env->sender, why);
+      note_drop(n, &n->drops.rejected, what);
+      ledger_event(n, "update_rejected", "peer %016" PRIx64 " round %" PRIu64 ": %s",
+                   env->sender, up->round, why);
+      try_close_round(n);
       break;
     }
     n->r.updates_received++;
+    double dense = (double)td_run_numel(n->r.run) * 4.0;
+    if (l != NULL) {
+      l->update_wire_recv += info.bytes;
+      l->update_dense_recv += (uint64_t)dense;
+    }
     ledger_op_t *op = op_new(n, OP_UPDATE);
     if (op) {
       int64_t stale = (int64_t)n->r.round - (int64_t)info.round;
       op->update_row = (td_ledger_update_t){
           .run_id = n->r.run_id, .round = n->r.round, .peer = env->sender,
           .peer_round = info.round, .staleness = stale > 0 ? stale : 0, .bytes = info.bytes,
-          .ratio = 1.0, .arrived = wall_s()};
+          .ratio = dense / (double)info.bytes, .arrived = wall_s()};
+      snprintf(op->text, sizeof op->text, "%s", td_codec_name(info.codec));
     }
     try_close_round(n);
     break;
@@ -1168,6 +1253,19 @@ static json_object *peers_json(node_t *n) {
     json_object_object_add(p, "bytes_sent", json_object_new_int64(l ? (int64_t)l->bytes_sent : 0));
     json_object_object_add(p, "bytes_recv", json_object_new_int64(l ? (int64_t)l->bytes_recv : 0));
     json_object_object_add(p, "send_drops", json_object_new_int64(l ? (int64_t)l->send_drops : 0));
+    json_object_object_add(p, "codec", json_object_new_string(l && l->codec[0] ? l->codec : "-"));
+    json_object_object_add(p, "update_bytes_sent",
+                           json_object_new_int64(l ? (int64_t)l->update_wire_sent : 0));
+    json_object_object_add(p, "update_bytes_recv",
+                           json_object_new_int64(l ? (int64_t)l->update_wire_recv : 0));
+    json_object_object_add(p, "ratio_sent",
+                           json_real(l && l->update_wire_sent
+                                         ? (double)l->update_dense_sent / (double)l->update_wire_sent
+                                         : NAN));
+    json_object_object_add(p, "ratio_recv",
+                           json_real(l && l->update_wire_recv
+                                         ? (double)l->update_dense_recv / (double)l->update_wire_recv
+                                         : NAN));
     json_object_array_add(arr, p);
   }
   return arr;
@@ -1185,6 +1283,7 @@ static json_object *status_json(node_t *n) {
   json_object_object_add(run, "round", json_object_new_int64((int64_t)n->r.rounds_done));
   json_object_object_add(run, "rounds", json_object_new_int64((int64_t)n->r.rounds));
   json_object_object_add(run, "rank", json_object_new_int((int)n->r.rank));
+  json_object_object_add(run, "codec", json_object_new_string(n->r.codec_text[0] ? n->r.codec_text : "none"));
   json_object_object_add(run, "nodes", json_object_new_int((int)n->r.n_members));
   json_object_object_add(run, "loss", json_real(n->r.run_id ? n->r.own_loss : NAN));
   json_object_object_add(run, "eval_accuracy", json_real(n->r.last_eval_acc));
@@ -1203,7 +1302,8 @@ static json_object *status_json(node_t *n) {
   DROP(not_member);
   DROP(late);
   DROP(ahead);
-  DROP(nonfinite);
+  DROP(rejected);
+  DROP(nonfinite_local);
   DROP(duplicate);
   DROP(handshake);
 #undef DROP
@@ -1787,6 +1887,7 @@ out_loop:
   if (n->zctx)
     zmq_ctx_term(n->zctx);
 out:
+  close_link_codecs(n);
   td_round_close(&n->r.collector);
   td_members_close(&n->members);
   td_ledger_close(&n->ledger);

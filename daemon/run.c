@@ -24,6 +24,8 @@ struct td_run {
   td_runspec_t spec;
   unsigned rank, nodes, local_batch;
   size_t numel;
+  td_backend_t *probe_be; /* the layout comes from a batch-1 copy of the model */
+  td_model_t *probe;
   uint64_t rounds;
   float *anchor, *delta;
 
@@ -237,16 +239,14 @@ int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t wh
 
   /* Size the model here (cheap) so the loop can collect updates before the
    * dataset is loaded. */
-  td_backend_t *be = NULL;
-  td_model_t *probe = NULL;
-  rc = td_backend_open(&be, run->spec.backend, 1, why, why_len);
+  rc = td_backend_open(&run->probe_be, "cpu", 1, why, why_len);
   if (rc == 0)
-    rc = td_model_open(&probe, run->spec.model, be, 1, why, why_len);
+    rc = td_model_open(&run->probe, run->spec.model, run->probe_be, 1, why, why_len);
   if (rc == 0)
-    run->numel = td_model_numel(probe);
-  td_model_close(&probe);
-  td_backend_close(&be);
+    run->numel = td_model_numel(run->probe);
   if (rc != 0) {
+    td_model_close(&run->probe);
+    td_backend_close(&run->probe_be);
     pthread_mutex_destroy(&run->mu);
     pthread_cond_destroy(&run->cv);
     free(run);
@@ -256,6 +256,8 @@ int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t wh
   run->delta = calloc(run->numel, sizeof(float));
   if (run->anchor == NULL || run->delta == NULL ||
       uv_async_init(run->loop, &run->async, on_async) != 0) {
+    td_model_close(&run->probe);
+    td_backend_close(&run->probe_be);
     free(run->anchor);
     free(run->delta);
     pthread_mutex_destroy(&run->mu);
@@ -277,6 +279,8 @@ int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t wh
 
 static void free_after_close(uv_handle_t *h) {
   td_run_t *run = h->data;
+  td_model_close(&run->probe);
+  td_backend_close(&run->probe_be);
   free(run->anchor);
   free(run->delta);
   pthread_mutex_destroy(&run->mu);
@@ -309,6 +313,7 @@ bool td_run_next_event(td_run_t *run, td_run_event_t *ev) {
 }
 
 size_t td_run_numel(const td_run_t *run) { return run->numel; }
+const td_layout_t *td_run_layout(const td_run_t *run) { return td_model_layout(run->probe); }
 const float *td_run_delta(const td_run_t *run) { return run->delta; }
 float *td_run_anchor(td_run_t *run) { return run->anchor; }
 uint64_t td_run_rounds(const td_run_t *run) { return run->rounds; }

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "compute/params.h"
 #include "daemon/runspec.h"
 
 typedef enum {
@@ -62,6 +63,8 @@ void td_run_close(td_run_t **self_p);
 bool td_run_next_event(td_run_t *run, td_run_event_t *ev);
 /* Flat buffers of td_run_numel() floats (see the ownership note above). */
 size_t td_run_numel(const td_run_t *run);
+/* The model's tensor layout (borrowed for the run's lifetime). */
+const td_layout_t *td_run_layout(const td_run_t *run);
 const float *td_run_delta(const td_run_t *run);
 float *td_run_anchor(td_run_t *run);
 /* The anchor for `round` is final: the compute thread continues from it. */

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compress/codec.h"
 #include "compute/backend.h"
 #include "compute/error.h"
 #include "compute/model.h"
@@ -77,11 +78,9 @@ static int check_mode(td_runspec_t *rs, const char *v, char *why, size_t n) {
 }
 
 static int check_codec(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  td_codec_spec_t spec;
   (void)rs;
-  if (strcmp(v, "none") == 0)
-    return 0;
-  return td_why(why, n, TD_ECONFIG,
-                "codec '%s' is not available in this version (accepted: none)", v);
+  return td_codec_parse(&spec, v, why, n);
 }
 
 /* node = K/N with 0 <= K < N <= 4096 */
@@ -131,7 +130,8 @@ static const run_key_t td__run_keys[] = {
     {"rounds", KEY_UINT, F(rounds), "0", 0, 100000000, NULL,
      "rounds of a peer run (0: from epochs)"},
     {"mode", KEY_STR, F(mode), "sync", 0, 0, check_mode, "sync (barrier with deadline)"},
-    {"codec", KEY_STR, F(codec), "none", 0, 0, check_codec, "update codec: none"},
+    {"codec", KEY_STR, F(codec), "none", 0, 0, check_codec,
+     "none | fp16 | ternary[:base3] | topk:DENSITY | powersgd:RANK | qsgd:LEVELS"},
     {"eval_every", KEY_UINT, F(eval_every), "10", 1, 100000000, NULL,
      "rounds between test evaluations (peer runs)"},
     {"checkpoint_every", KEY_UINT, F(checkpoint_every), "0", 0, 100000000, NULL,

@@ -1,14 +1,17 @@
 /* round.c: two-slot update collection and sample-weighted aggregation.
  *
- * Each slot holds, per peer, an assembly buffer of numel floats, a bitmap of
- * the chunks received and the update's metadata. A slot is recycled when the
- * round advances. Every size in a chunk is checked before memory is touched. */
+ * Each slot holds, per peer, the message bytes received so far, a map of the
+ * chunks received, the decoded update (numel floats) and its metadata. Buffers
+ * are allocated the first time a peer sends, so memory follows the real
+ * number of peers. A slot is recycled when the round advances. Every size in a
+ * chunk is checked before memory is touched. */
 #include "scheduler/round.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "compress/codec.h"
 #include "compute/error.h"
 
 typedef struct {
@@ -16,10 +19,13 @@ typedef struct {
   bool used, expected, complete;
   uint64_t samples;
   uint32_t chunks, received;
-  uint8_t *seen; /* one byte per chunk */
-  uint64_t bytes;
+  uint8_t *seen; /* one byte per chunk, max_chunks */
+  uint64_t bytes, total;
   double loss;
-  float *data;
+  unsigned codec;
+  uint8_t *msg;  /* total bytes, grown on demand */
+  size_t msg_cap;
+  float *data;   /* numel floats, allocated on first use */
 } slot_entry_t;
 
 typedef struct {
@@ -28,7 +34,9 @@ typedef struct {
 } slot_t;
 
 struct td_round {
+  const td_layout_t *layout;
   size_t numel;
+  uint64_t max_bytes;
   uint32_t max_chunks;
   slot_t slots[2]; /* [0] current round, [1] the next */
 };
@@ -37,24 +45,16 @@ uint32_t td_round_chunk_count(uint64_t total_bytes) {
   return (uint32_t)((total_bytes + TD_ROUND_CHUNK_BYTES - 1) / TD_ROUND_CHUNK_BYTES);
 }
 
-int td_round_open(td_round_t **out, size_t numel) {
+int td_round_open(td_round_t **out, const td_layout_t *layout) {
   td_round_t *r = calloc(1, sizeof *r);
   if (r == NULL)
     return TD_ENOMEM;
-  r->numel = numel;
-  r->max_chunks = td_round_chunk_count((uint64_t)numel * 4);
-  for (int s = 0; s < 2; s++) {
+  r->layout = layout;
+  r->numel = td_layout_numel(layout);
+  r->max_bytes = td_codec_message_bound(layout);
+  r->max_chunks = td_round_chunk_count(r->max_bytes);
+  for (int s = 0; s < 2; s++)
     r->slots[s].round = (uint64_t)s;
-    for (int i = 0; i < TD_ROUND_MAX_PEERS; i++) {
-      slot_entry_t *e = &r->slots[s].e[i];
-      e->data = malloc(numel * sizeof(float) + 1);
-      e->seen = calloc(r->max_chunks + 1, 1);
-      if (e->data == NULL || e->seen == NULL) {
-        td_round_close(&r);
-        return TD_ENOMEM;
-      }
-    }
-  }
   *out = r;
   return 0;
 }
@@ -67,6 +67,7 @@ void td_round_close(td_round_t **self_p) {
     for (int i = 0; i < TD_ROUND_MAX_PEERS; i++) {
       free(r->slots[s].e[i].data);
       free(r->slots[s].e[i].seen);
+      free(r->slots[s].e[i].msg);
     }
   free(r);
   *self_p = NULL;
@@ -74,10 +75,12 @@ void td_round_close(td_round_t **self_p) {
 
 static void clear_entry(td_round_t *r, slot_entry_t *e) {
   e->used = e->expected = e->complete = false;
-  e->peer = e->samples = e->bytes = 0;
+  e->peer = e->samples = e->bytes = e->total = 0;
   e->chunks = e->received = 0;
   e->loss = 0;
-  memset(e->seen, 0, r->max_chunks + 1);
+  e->codec = 0;
+  if (e->seen != NULL)
+    memset(e->seen, 0, r->max_chunks + 1);
 }
 
 static slot_entry_t *find(slot_t *s, uint64_t peer) {
@@ -128,13 +131,13 @@ uint64_t td_round_current(const td_round_t *r) { return r->slots[0].round; }
 int td_round_add_chunk(td_round_t *r, uint64_t peer, uint64_t round, uint64_t samples,
                        uint32_t chunk, uint32_t chunks, uint64_t total_bytes,
                        const uint8_t *payload, size_t len, double loss,
-                       td_chunk_result_t *result, td_update_info_t *info) {
-  uint64_t want_bytes = (uint64_t)r->numel * 4;
-  if (total_bytes != want_bytes || chunks != r->max_chunks || chunk >= chunks)
+                       td_chunk_result_t *result, td_update_info_t *info, char *why,
+                       size_t why_len) {
+  if (total_bytes == 0 || total_bytes > r->max_bytes ||
+      chunks != td_round_chunk_count(total_bytes) || chunk >= chunks)
     return TD_EPROTO;
   uint64_t offset = (uint64_t)chunk * TD_ROUND_CHUNK_BYTES;
-  uint64_t expect_len =
-      chunk + 1 < chunks ? TD_ROUND_CHUNK_BYTES : total_bytes - offset;
+  uint64_t expect_len = chunk + 1 < chunks ? TD_ROUND_CHUNK_BYTES : total_bytes - offset;
   if (len != expect_len)
     return TD_EPROTO;
   if (round < r->slots[0].round) {
@@ -151,39 +154,49 @@ int td_round_add_chunk(td_round_t *r, uint64_t peer, uint64_t round, uint64_t sa
     *result = TD_CHUNK_AHEAD; /* table full: treat as unusable */
     return 0;
   }
-  if (e->complete || e->seen[chunk]) {
+  if (e->complete || (e->seen != NULL && e->seen[chunk])) {
     *result = TD_CHUNK_DUPLICATE;
     return 0;
   }
   if (e->received == 0) {
+    if (e->seen == NULL && (e->seen = calloc(r->max_chunks + 1, 1)) == NULL)
+      return TD_ENOMEM;
+    if (e->msg_cap < total_bytes) {
+      uint8_t *m = realloc(e->msg, total_bytes);
+      if (m == NULL)
+        return TD_ENOMEM;
+      e->msg = m;
+      e->msg_cap = total_bytes;
+    }
     e->samples = samples;
     e->chunks = chunks;
+    e->total = total_bytes;
     e->loss = loss;
-  } else if (e->samples != samples) {
+  } else if (e->samples != samples || e->total != total_bytes) {
     return TD_EPROTO;
   }
-  memcpy((uint8_t *)e->data + offset, payload, len);
+  memcpy(e->msg + offset, payload, len);
   e->seen[chunk] = 1;
   e->received++;
   e->bytes += len;
   *result = TD_CHUNK_ACCEPTED;
-  if (e->received == e->chunks) {
-    float sum = 0;
-    for (size_t i = 0; i < r->numel; i++)
-      sum += e->data[i] * 0.0f; /* NaN/Inf survive multiplication by zero */
-    if (!isfinite(sum)) {
-      /* drop it and never use it: forget the data, keep it marked complete */
-      e->samples = 0;
-      e->complete = true;
-      *result = TD_CHUNK_NONFINITE;
-    } else {
-      e->complete = true;
-      *result = TD_CHUNK_COMPLETED;
-    }
-    if (info != NULL)
-      *info = (td_update_info_t){.peer = peer, .round = round, .samples = e->samples,
-                                 .bytes = e->bytes, .loss = e->loss};
+  if (e->received < e->chunks)
+    return 0;
+  e->complete = true;
+  if (e->data == NULL && (e->data = td_params_alloc(r->numel)) == NULL) {
+    e->samples = 0;
+    *result = TD_CHUNK_REJECTED;
+    td_why(why, why_len, TD_ENOMEM, "out of memory for a decoded update");
+  } else if (td_codec_decode_message(r->layout, e->msg, (size_t)e->total, e->data, &e->codec,
+                                     why, why_len) != 0) {
+    e->samples = 0; /* never aggregated */
+    *result = TD_CHUNK_REJECTED;
+  } else {
+    *result = TD_CHUNK_COMPLETED;
   }
+  if (info != NULL)
+    *info = (td_update_info_t){.peer = peer, .round = round, .samples = e->samples,
+                               .bytes = e->bytes, .loss = e->loss, .codec = e->codec};
   return 0;
 }
 

@@ -2,6 +2,8 @@
  *
  * Pure bookkeeping over flat fp32 buffers, driven by events (a chunk arrived,
  * a peer died) and free of sockets, so it is unit-tested without a network.
+ * An update is a compressed message (compress/codec.h) cut into chunks; when
+ * its last chunk arrives it is decoded, and any inconsistency discards it.
  * Two slots are kept: the round being collected (t) and the next one (t + 1),
  * because in sync mode a peer that already finished round t may send its
  * round t + 1 update before our round t closes. A chunk for an older round is
@@ -16,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "compute/params.h"
+
 #define TD_ROUND_MAX_PEERS 32
 
 typedef struct td_round td_round_t;
@@ -26,19 +30,21 @@ typedef enum {
   TD_CHUNK_DUPLICATE,    /* already had it; ignored */
   TD_CHUNK_LATE,         /* for a round already closed */
   TD_CHUNK_AHEAD,        /* more than one round ahead; dropped */
-  TD_CHUNK_NONFINITE,    /* completed, but holds NaN/Inf: the update is discarded */
+  TD_CHUNK_REJECTED,     /* completed, but did not decode (malformed, NaN/Inf): discarded */
 } td_chunk_result_t;
 
 typedef struct {
   uint64_t peer;
   uint64_t round;
   uint64_t samples;
-  uint64_t bytes; /* payload bytes received for the update */
+  uint64_t bytes; /* message bytes received for the update */
   double loss;
+  unsigned codec; /* codec id of the update's largest tensor */
 } td_update_info_t;
 
-/* numel: floats in the flat parameter buffer. Caller owns *out. */
-int td_round_open(td_round_t **out, size_t numel);
+/* For a model with this layout (borrowed; must outlive the collector).
+ * Caller owns *out. */
+int td_round_open(td_round_t **out, const td_layout_t *layout);
 void td_round_close(td_round_t **self_p);
 
 /* Start collecting `round` from the given peers (the local node excluded).
@@ -46,14 +52,15 @@ void td_round_close(td_round_t **self_p);
 void td_round_begin(td_round_t *r, uint64_t round, const uint64_t *peers, size_t n_peers);
 uint64_t td_round_current(const td_round_t *r);
 
-/* One chunk of a peer's update (codec none: raw little-endian fp32). Checks
- * chunk index, sizes and offsets against numel and returns TD_EPROTO for
+/* One chunk of a peer's update message. Checks the chunk index, sizes and
+ * offsets against the message bound of the layout and returns TD_EPROTO for
  * anything inconsistent; otherwise *result says what happened and *info
- * describes the update when it completed. */
+ * describes the update when it completed (why says why one was rejected). */
 int td_round_add_chunk(td_round_t *r, uint64_t peer, uint64_t round, uint64_t samples,
                        uint32_t chunk, uint32_t chunks, uint64_t total_bytes,
                        const uint8_t *payload, size_t len, double loss,
-                       td_chunk_result_t *result, td_update_info_t *info);
+                       td_chunk_result_t *result, td_update_info_t *info, char *why,
+                       size_t why_len);
 
 /* A peer is no longer waited for in the current round (it died or left). */
 void td_round_forget_peer(td_round_t *r, uint64_t peer);
