@@ -148,6 +148,7 @@ struct td_link_codec {
   td_codec_tensor_state_t *state; /* one per tensor */
   td_rng_t rng;
   size_t bound;
+  uint8_t *msg; /* bound bytes, reused by every encode */
 };
 
 int td_link_codec_open(td_link_codec_t **out, const td_codec_spec_t *spec,
@@ -166,7 +167,9 @@ int td_link_codec_open(td_link_codec_t **out, const td_codec_spec_t *spec,
   lc->decoded = td_params_alloc(numel);
   lc->state = calloc(td_layout_count(layout) + 1, sizeof *lc->state);
   lc->bound = td_codec_message_bound(layout);
-  if (lc->residual == NULL || lc->acc == NULL || lc->decoded == NULL || lc->state == NULL) {
+  lc->msg = malloc(lc->bound);
+  if (lc->residual == NULL || lc->acc == NULL || lc->decoded == NULL || lc->state == NULL ||
+      lc->msg == NULL) {
     td_link_codec_close(&lc);
     return TD_ENOMEM;
   }
@@ -185,6 +188,7 @@ void td_link_codec_close(td_link_codec_t **self_p) {
       free(lc->state[i].scratch);
     }
   free(lc->state);
+  free(lc->msg);
   td_params_free(&lc->residual);
   td_params_free(&lc->acc);
   td_params_free(&lc->decoded);
@@ -195,25 +199,45 @@ void td_link_codec_close(td_link_codec_t **self_p) {
 const float *td_link_codec_residual(const td_link_codec_t *lc) { return lc->residual; }
 const td_codec_spec_t *td_link_codec_spec(const td_link_codec_t *lc) { return &lc->spec; }
 
+/* NaN and Inf are the floats whose exponent bits are all ones; an integer
+ * OR-reduction vectorises where a float sum would be a serial chain. */
+TD_CODEC_CLONES
 static bool all_finite(const float *x, size_t n) {
-  float sum = 0;
+  const uint32_t *bits = (const uint32_t *)(const void *)x;
+  uint32_t bad = 0;
   for (size_t i = 0; i < n; i++)
-    sum += x[i] * 0.0f; /* NaN and Inf survive, finite values vanish */
-  return sum == 0.0f;
+    bad |= (uint32_t)((bits[i] & 0x7f800000u) == 0x7f800000u);
+  return bad == 0;
 }
 
-int td_link_codec_encode(td_link_codec_t *lc, const float *delta, uint8_t **msg, size_t *len) {
+TD_CODEC_CLONES
+static void add_into(float *restrict acc, const float *restrict a, const float *restrict b,
+                     size_t n) {
+  for (size_t i = 0; i < n; i++)
+    acc[i] = a[i] + b[i];
+}
+
+TD_CODEC_CLONES
+static void sub_into(float *restrict out, const float *restrict a, const float *restrict b,
+                     size_t n) {
+  for (size_t i = 0; i < n; i++)
+    out[i] = a[i] - b[i];
+}
+
+int td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t **msg,
+                         size_t *len) {
   size_t numel = td_layout_numel(lc->layout);
   *msg = NULL;
   *len = 0;
   if (!all_finite(delta, numel))
     return TD_ENUMERIC;
   bool ef = registry[lc->spec.id]->error_feedback;
-  for (size_t i = 0; i < numel; i++)
-    lc->acc[i] = ef ? delta[i] + lc->residual[i] : delta[i];
-  uint8_t *buf = malloc(lc->bound);
-  if (buf == NULL)
-    return TD_ENOMEM;
+  const float *src = delta;
+  if (ef) { /* a = delta + residual; unbiased codecs encode delta as it is */
+    add_into(lc->acc, delta, lc->residual, numel);
+    src = lc->acc;
+  }
+  uint8_t *buf = lc->msg;
   size_t used = 0;
   for (size_t t = 0; t < td_layout_count(lc->layout); t++) {
     const td_tensor_info_t *ti = td_layout_tensor(lc->layout, t);
@@ -222,13 +246,11 @@ int td_link_codec_encode(td_link_codec_t *lc, const float *delta, uint8_t **msg,
     size_t n, m, plen = 0;
     matrix_shape(ti, &n, &m);
     uint8_t *hdr = buf + used;
-    int rc = c->encode(&lc->spec, &lc->state[t], &lc->rng, lc->acc + ti->offset, n, m,
+    int rc = c->encode(&lc->spec, &lc->state[t], &lc->rng, src + ti->offset, n, m,
                        hdr + TD_CODEC_HEADER_BYTES, lc->bound - used - TD_CODEC_HEADER_BYTES,
                        &plen, ef ? lc->decoded + ti->offset : NULL);
-    if (rc != 0) {
-      free(buf);
+    if (rc != 0)
       return rc;
-    }
     td__put_u32(hdr, (uint32_t)t);
     hdr[4] = (uint8_t)id;
     hdr[5] = c->version;
@@ -237,12 +259,8 @@ int td_link_codec_encode(td_link_codec_t *lc, const float *delta, uint8_t **msg,
     td__put_u32(hdr + 12, (uint32_t)plen);
     used += TD_CODEC_HEADER_BYTES + plen;
   }
-  if (ef) /* what was not sent stays on the link */
-    for (size_t t = 0; t < td_layout_count(lc->layout); t++) {
-      const td_tensor_info_t *ti = td_layout_tensor(lc->layout, t);
-      for (size_t i = ti->offset; i < ti->offset + ti->numel; i++)
-        lc->residual[i] = lc->acc[i] - lc->decoded[i];
-    }
+  if (ef) /* what was not sent stays on the link (padding stays zero) */
+    sub_into(lc->residual, lc->acc, lc->decoded, numel);
   *msg = buf;
   *len = used;
   return 0;

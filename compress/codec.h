@@ -68,8 +68,9 @@ void td_link_codec_close(td_link_codec_t **self_p);
  * residual is added first and afterwards holds exactly what was not sent:
  * input + old_residual == decoded + new_residual (up to fp32 rounding).
  * TD_ENUMERIC if delta holds NaN/Inf: nothing is produced and the residual is
- * untouched. Caller owns *msg (free()). */
-int td_link_codec_encode(td_link_codec_t *lc, const float *delta, uint8_t **msg, size_t *len);
+ * untouched. *msg is borrowed: valid until the next encode or close. */
+int td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t **msg,
+                         size_t *len);
 /* The residual buffer (td_layout_numel floats; zeros for unbiased codecs). */
 const float *td_link_codec_residual(const td_link_codec_t *lc);
 const td_codec_spec_t *td_link_codec_spec(const td_link_codec_t *lc);

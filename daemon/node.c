@@ -425,7 +425,7 @@ static td_link_codec_t *link_codec_of(node_t *n, uint64_t peer) {
 }
 
 static void pack_target(pack_job_t *job, pack_target_t *t) {
-  uint8_t *msg = NULL;
+  const uint8_t *msg = NULL;
   size_t total = 0;
   t->rc = td_link_codec_encode(t->codec, job->delta, &msg, &total);
   if (t->rc != 0)
@@ -435,7 +435,6 @@ static void pack_target(pack_job_t *job, pack_target_t *t) {
   t->bufs = calloc(t->chunks, sizeof *t->bufs);
   t->lens = calloc(t->chunks, sizeof *t->lens);
   if (t->bufs == NULL || t->lens == NULL) {
-    free(msg);
     t->rc = TD_ENOMEM;
     return;
   }
@@ -449,7 +448,7 @@ static void pack_target(pack_job_t *job, pack_target_t *t) {
     up.chunk = c;
     up.chunks = t->chunks;
     up.total_bytes = total;
-    up.payload.data = msg + off;
+    up.payload.data = (uint8_t *)msg + off;
     up.payload.len = c + 1 < t->chunks ? TD_ROUND_CHUNK_BYTES : (size_t)(total - off);
     up.loss = job->loss;
     Traind__Envelope env = TRAIND__ENVELOPE__INIT;
@@ -459,7 +458,6 @@ static void pack_target(pack_job_t *job, pack_target_t *t) {
     env.sender = job->node_id;
     t->rc = td_wire_pack(&env, &t->bufs[c], &t->lens[c]);
   }
-  free(msg);
 }
 
 /* Work pool: encode per link, cut into chunks, pack one envelope per chunk. */
