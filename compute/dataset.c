@@ -1,10 +1,13 @@
-/* dataset.c: IDX (plain or gzip) and CSV readers, normalisation, subsets and
- * in-place shuffling.
+/* dataset.c: IDX (plain or gzip) and CSV readers, the `dataset` run key,
+ * statistics, normalisation, subsets and in-place shuffling.
  *
- * Files are read through zlib's gzFile, which reads plain files as they are,
- * so one code path serves .gz and raw IDX. Every size in a header is checked
- * against the limits and against the bytes actually present before anything
- * is allocated from it. */
+ * IDX files are read through zlib's gzFile, which passes plain files through
+ * untouched, so one code path serves .gz and raw files. A file is never
+ * trusted: the header's sizes are checked against the TD_DATASET_MAX_* limits
+ * and against the bytes the file can actually hold before anything is
+ * allocated from them, and the data must end exactly where the header says.
+ * Pixels are converted slab by slab from a small scratch buffer, so loading
+ * Fashion-MNIST holds the float array plus one megabyte, never two copies. */
 #include "compute/dataset.h"
 
 #include <errno.h>
@@ -20,19 +23,31 @@
 struct td_dataset {
   size_t rows, dim;
   int classes;
-  float *x;
-  int32_t *y;
+  float *x;   /* rows x dim, row-major */
+  int32_t *y; /* rows */
 };
 
+/* Beyond the per-axis limits, a cap on rows x dim: 2^32 floats is 16 GiB. */
+#define TD__DATASET_MAX_VALUES ((uint64_t)1 << 32)
+/* Deflate cannot expand by more than about 1032:1; a gzip file of N bytes
+ * therefore cannot hold more than this many bytes of data. */
+#define TD__GZIP_MAX_RATIO 1032u
+/* Bytes converted per read; a multiple of 4 so floats never straddle reads. */
+#define TD__IDX_SLAB_BYTES ((size_t)1 << 20)
+#define TD__IDX_UBYTE 0x08
+#define TD__IDX_FLOAT 0x0D
+
 static td_dataset_t *dataset_new(size_t rows, size_t dim) {
+  if (dim != 0 && rows > SIZE_MAX / sizeof(float) / dim)
+    return NULL;
   td_dataset_t *ds = calloc(1, sizeof *ds);
   if (ds == NULL)
     return NULL;
   ds->rows = rows;
   ds->dim = dim;
-  size_t numel = rows * dim;
-  ds->x = malloc((numel > 0 ? numel : 1) * sizeof(float));
-  ds->y = malloc((rows ? rows : 1) * sizeof(int32_t));
+  size_t values = rows * dim;
+  ds->x = malloc((values > 0 ? values : 1) * sizeof(float));
+  ds->y = malloc((rows > 0 ? rows : 1) * sizeof(int32_t));
   if (ds->x == NULL || ds->y == NULL) {
     td_dataset_close(&ds);
     return NULL;
@@ -57,49 +72,76 @@ const float *td_dataset_features_const(const td_dataset_t *ds) { return ds->x; }
 int32_t *td_dataset_labels(td_dataset_t *ds) { return ds->y; }
 const int32_t *td_dataset_labels_const(const td_dataset_t *ds) { return ds->y; }
 
-/* ---- IDX ------------------------------------------------------------------------ */
+/* ---- IDX --------------------------------------------------------------------- */
 
+/* One open IDX file and what its header declared. */
 typedef struct {
   gzFile gz;
   const char *path;
-} reader_t;
+  uint64_t file_bytes;   /* size on disk (compressed size for .gz) */
+  int regular;           /* a regular file, so file_bytes is meaningful */
+  uint8_t type;          /* 0x08 ubyte, 0x0D float, ... */
+  int ndims;
+  uint64_t items;        /* dims[0] */
+  uint64_t item_values;  /* product of dims[1..] (1 for idx1) */
+  uint64_t header_bytes; /* 4 + 4 * ndims */
+  uint64_t data_read;    /* bytes of data consumed so far */
+} idx_file_t;
 
-static int open_reader(reader_t *r, const char *path, char *why, size_t n) {
+static int idx_open(idx_file_t *f, const char *path, char *why, size_t why_len) {
+  memset(f, 0, sizeof *f);
+  f->path = path;
   struct stat st;
-  r->path = path;
-  r->gz = NULL;
   if (stat(path, &st) != 0)
-    return td_why(why, n, errno == ENOENT ? TD_ENOENT : TD_EIO, "cannot open %s: %s", path,
-                  strerror(errno));
-  r->gz = gzopen(path, "rb");
-  if (r->gz == NULL)
-    return td_why(why, n, TD_EIO, "cannot open %s: %s", path, strerror(errno));
-  gzbuffer(r->gz, 1 << 17);
+    return td_why(why, why_len, errno == ENOENT || errno == ENOTDIR ? TD_ENOENT : TD_EIO,
+                  "cannot open %s: %s", path, strerror(errno));
+  if (S_ISDIR(st.st_mode))
+    return td_why(why, why_len, TD_EIO, "cannot read %s: it is a directory", path);
+  f->file_bytes = (uint64_t)st.st_size;
+  f->regular = S_ISREG(st.st_mode);
+  f->gz = gzopen(path, "rb");
+  if (f->gz == NULL)
+    return td_why(why, why_len, errno == ENOENT ? TD_ENOENT : TD_EIO, "cannot open %s: %s",
+                  path, errno ? strerror(errno) : "out of memory");
+  gzbuffer(f->gz, 1u << 17);
   return 0;
 }
 
-/* Read exactly len bytes; a short read is truncation, a zlib error corruption. */
-static int read_exact(reader_t *r, void *buf, size_t len, const char *what, char *why, size_t n) {
-  size_t got = 0;
-  while (got < len) {
-    unsigned chunk = len - got > (1u << 30) ? (1u << 30) : (unsigned)(len - got);
-    int k = gzread(r->gz, (uint8_t *)buf + got, chunk);
+static void idx_close(idx_file_t *f) {
+  if (f->gz != NULL)
+    gzclose(f->gz);
+  f->gz = NULL;
+}
+
+/* zlib's verdict after a short or failed read: an OS error is TD_EIO, a bad
+ * stream TD_ECORRUPT; 0 when the stream simply ended. */
+static int idx_stream_error(idx_file_t *f, char *why, size_t why_len) {
+  int zerr = Z_OK;
+  const char *msg = gzerror(f->gz, &zerr);
+  if (zerr == Z_ERRNO)
+    return td_why(why, why_len, TD_EIO, "%s: read error: %s", f->path, strerror(errno));
+  if (zerr == Z_MEM_ERROR)
+    return td_why(why, why_len, TD_ENOMEM, "%s: out of memory while decompressing", f->path);
+  if (zerr != Z_OK && zerr != Z_BUF_ERROR) /* Z_BUF_ERROR: ended early, reported as truncation */
+    return td_why(why, why_len, TD_ECORRUPT, "%s: corrupt gzip data (%s)", f->path, msg);
+  return 0;
+}
+
+/* Read up to len bytes; *got says how many arrived before the stream ended. */
+static int idx_read(idx_file_t *f, void *buf, size_t len, size_t *got, char *why,
+                    size_t why_len) {
+  *got = 0;
+  while (*got < len) {
+    size_t want = len - *got;
+    unsigned chunk = want > (1u << 30) ? (1u << 30) : (unsigned)want;
+    int k = gzread(f->gz, (uint8_t *)buf + *got, chunk);
     if (k < 0) {
-      int err;
-      const char *msg = gzerror(r->gz, &err);
-      return td_why(why, n, TD_ECORRUPT, "%s: corrupt gzip data (%s)", r->path, msg);
+      int rc = idx_stream_error(f, why, why_len);
+      return rc != 0 ? rc : td_why(why, why_len, TD_ECORRUPT, "%s: unreadable data", f->path);
     }
     if (k == 0)
-      break;
-    got += (size_t)k;
-  }
-  if (got < len) {
-    int err = Z_OK;
-    const char *msg = gzerror(r->gz, &err);
-    if (err != Z_OK && err != Z_BUF_ERROR)
-      return td_why(why, n, TD_ECORRUPT, "%s: corrupt gzip data (%s)", r->path, msg);
-    return td_why(why, n, TD_ECORRUPT, "%s: truncated: expected %zu bytes of %s, found %zu",
-                  r->path, len, what, got);
+      return idx_stream_error(f, why, why_len);
+    *got += (size_t)k;
   }
   return 0;
 }
@@ -108,263 +150,362 @@ static uint32_t be32(const uint8_t *p) {
   return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
 }
 
-/* Header: 0 0 type ndims, then ndims big-endian u32 sizes. */
-static int read_idx_header(reader_t *r, uint8_t *type, uint32_t *dims, int *ndims, char *why,
-                           size_t n) {
-  uint8_t magic[4];
-  int rc = read_exact(r, magic, 4, "IDX header", why, n);
+/* Header: 0 0 type ndims, then ndims big-endian u32 sizes. Checks the sizes
+ * against the TD_DATASET_MAX_* limits; idx_check_size() then checks them
+ * against the bytes present. */
+static int idx_read_header(idx_file_t *f, char *why, size_t why_len) {
+  uint8_t magic[4], raw[4 * 255];
+  size_t got;
+  int rc = idx_read(f, magic, 4, &got, why, why_len);
   if (rc != 0)
     return rc;
-  if (magic[0] != 0 || magic[1] != 0 || magic[3] == 0 || magic[3] > 4)
-    return td_why(why, n, TD_ECORRUPT, "%s: not an IDX file (bad magic %02x %02x %02x %02x)",
-                  r->path, magic[0], magic[1], magic[2], magic[3]);
-  *type = magic[2];
-  *ndims = magic[3];
-  uint8_t raw[16];
-  if ((rc = read_exact(r, raw, 4u * magic[3], "IDX dimensions", why, n)) != 0)
+  if (got < 4)
+    return td_why(why, why_len, TD_ECORRUPT,
+                  "%s: truncated: expected 4 bytes of IDX magic, found %zu", f->path, got);
+  if (magic[0] != 0 || magic[1] != 0 || magic[3] == 0)
+    return td_why(why, why_len, TD_ECORRUPT,
+                  "%s: not an IDX file (magic %02x %02x %02x %02x, expected 00 00 TYPE NDIMS)",
+                  f->path, magic[0], magic[1], magic[2], magic[3]);
+  f->type = magic[2];
+  f->ndims = magic[3];
+  f->header_bytes = 4 + 4 * (uint64_t)f->ndims;
+  size_t dims_len = 4 * (size_t)f->ndims;
+  if ((rc = idx_read(f, raw, dims_len, &got, why, why_len)) != 0)
     return rc;
-  for (int i = 0; i < *ndims; i++)
-    dims[i] = be32(raw + 4 * i);
+  if (got < dims_len)
+    return td_why(why, why_len, TD_ECORRUPT,
+                  "%s: truncated: expected %zu bytes of IDX dimensions, found %zu", f->path,
+                  dims_len, got);
+  f->items = be32(raw);
+  f->item_values = 1;
+  for (int i = 1; i < f->ndims; i++) {
+    uint64_t d = be32(raw + 4 * i);
+    /* saturate instead of overflowing; the limit check below rejects it */
+    f->item_values = d == 0 ? 0
+                     : f->item_values > TD_DATASET_MAX_DIM ? f->item_values
+                                                            : f->item_values * d;
+  }
+  if (f->items == 0 || f->item_values == 0)
+    return td_why(why, why_len, TD_ECORRUPT, "%s: IDX header declares an empty array", f->path);
+  if (f->items > TD_DATASET_MAX_ROWS || f->item_values > TD_DATASET_MAX_DIM ||
+      f->items * f->item_values > TD__DATASET_MAX_VALUES)
+    return td_why(why, why_len, TD_ECORRUPT,
+                  "%s: IDX header declares %llu items of %llu values, beyond the limits "
+                  "(%u items, %u values per item, %llu values in all)",
+                  f->path, (unsigned long long)f->items, (unsigned long long)f->item_values,
+                  TD_DATASET_MAX_ROWS, TD_DATASET_MAX_DIM,
+                  (unsigned long long)TD__DATASET_MAX_VALUES);
   return 0;
 }
 
-/* Any trailing byte after the data means the header lied about the sizes. */
-static int expect_end(reader_t *r, char *why, size_t n) {
-  uint8_t extra;
-  int k = gzread(r->gz, &extra, 1);
-  if (k < 0)
-    return td_why(why, n, TD_ECORRUPT, "%s: corrupt gzip data", r->path);
-  if (k > 0)
-    return td_why(why, n, TD_ECORRUPT, "%s: more data than the IDX header declares", r->path);
+static uint64_t idx_elem_bytes(const idx_file_t *f) { return f->type == TD__IDX_FLOAT ? 4 : 1; }
+static uint64_t idx_data_bytes(const idx_file_t *f) {
+  return f->items * f->item_values * idx_elem_bytes(f);
+}
+
+/* Before allocating: can this file hold the data its header declares? A plain
+ * file must hold exactly that many bytes; a gzip file at least its share of
+ * them at deflate's best ratio (the exact check happens while reading). */
+static int idx_check_size(const idx_file_t *f, char *why, size_t why_len) {
+  uint64_t need = idx_data_bytes(f);
+  if (!f->regular)
+    return 0; /* a pipe or device: only the streaming checks apply */
+  if (gzdirect(f->gz)) {
+    uint64_t have = f->file_bytes > f->header_bytes ? f->file_bytes - f->header_bytes : 0;
+    if (have < need)
+      return td_why(why, why_len, TD_ECORRUPT,
+                    "%s: truncated: expected %llu bytes of data, found %llu", f->path,
+                    (unsigned long long)need, (unsigned long long)have);
+    if (have > need)
+      return td_why(why, why_len, TD_ECORRUPT,
+                    "%s: %llu bytes after the %llu bytes of data the IDX header declares",
+                    f->path, (unsigned long long)(have - need), (unsigned long long)need);
+  } else if (need / TD__GZIP_MAX_RATIO > f->file_bytes) {
+    return td_why(why, why_len, TD_ECORRUPT,
+                  "%s: truncated: expected %llu bytes of data, more than a %llu-byte gzip "
+                  "file can hold",
+                  f->path, (unsigned long long)need, (unsigned long long)f->file_bytes);
+  }
   return 0;
+}
+
+/* Read the next len data bytes; a short read is reported as truncation with
+ * the totals (expected and found) for the whole data section. */
+static int idx_read_data(idx_file_t *f, void *buf, size_t len, char *why, size_t why_len) {
+  size_t got;
+  int rc = idx_read(f, buf, len, &got, why, why_len);
+  f->data_read += got;
+  if (rc == 0 && got < len)
+    rc = td_why(why, why_len, TD_ECORRUPT, "%s: truncated: expected %llu bytes of data, found %llu",
+                f->path, (unsigned long long)idx_data_bytes(f),
+                (unsigned long long)f->data_read);
+  return rc;
+}
+
+/* The data must end where the header says; reading past it also makes zlib
+ * verify the gzip trailer (CRC and length). */
+static int idx_expect_end(idx_file_t *f, char *why, size_t why_len) {
+  uint8_t extra[64];
+  size_t got;
+  int rc = idx_read(f, extra, sizeof extra, &got, why, why_len);
+  if (rc != 0)
+    return rc;
+  if (got > 0)
+    return td_why(why, why_len, TD_ECORRUPT,
+                  "%s: more data than the %llu bytes the IDX header declares", f->path,
+                  (unsigned long long)idx_data_bytes(f));
+  return 0;
+}
+
+/* Stream the image data into ds->x, converting as it goes. */
+static int idx_read_images(idx_file_t *f, td_dataset_t *ds, uint8_t *slab, char *why,
+                           size_t why_len) {
+  size_t total = ds->rows * ds->dim, done = 0;
+  size_t elem = (size_t)idx_elem_bytes(f);
+  /* v / 255.0f exactly (a multiply by 1/255 is off by an ulp for some v) */
+  float ubyte_scale[256];
+  for (int v = 0; v < 256; v++)
+    ubyte_scale[v] = (float)v / 255.0f;
+  while (done < total) {
+    size_t n = total - done;
+    if (n > TD__IDX_SLAB_BYTES / elem)
+      n = TD__IDX_SLAB_BYTES / elem;
+    int rc = idx_read_data(f, slab, n * elem, why, why_len);
+    if (rc != 0)
+      return rc;
+    float *dst = ds->x + done;
+    if (f->type == TD__IDX_UBYTE) {
+      for (size_t i = 0; i < n; i++)
+        dst[i] = ubyte_scale[slab[i]];
+    } else {
+      for (size_t i = 0; i < n; i++) {
+        uint32_t bits = be32(slab + 4 * i);
+        float v;
+        memcpy(&v, &bits, sizeof v);
+        if (!isfinite(v))
+          return td_why(why, why_len, TD_ECORRUPT, "%s: non-finite value in item %zu",
+                        f->path, (done + i) / ds->dim);
+        dst[i] = v;
+      }
+    }
+    done += n;
+  }
+  return idx_expect_end(f, why, why_len);
+}
+
+static int idx_read_labels(idx_file_t *f, td_dataset_t *ds, uint8_t *slab, char *why,
+                           size_t why_len) {
+  int max_label = 0;
+  for (size_t done = 0; done < ds->rows;) {
+    size_t n = ds->rows - done;
+    if (n > TD__IDX_SLAB_BYTES)
+      n = TD__IDX_SLAB_BYTES;
+    int rc = idx_read_data(f, slab, n, why, why_len);
+    if (rc != 0)
+      return rc;
+    for (size_t i = 0; i < n; i++) {
+      ds->y[done + i] = slab[i];
+      if (slab[i] > max_label)
+        max_label = slab[i];
+    }
+    done += n;
+  }
+  ds->classes = max_label + 1;
+  return idx_expect_end(f, why, why_len);
 }
 
 int td_dataset_load_idx(td_dataset_t **out, const char *images_path, const char *labels_path,
                         char *why, size_t why_len) {
+  if (out == NULL)
+    return TD_EINVAL;
   *out = NULL;
-  reader_t ri = {0}, rl = {0};
+  if (images_path == NULL || labels_path == NULL)
+    return td_why(why, why_len, TD_EINVAL, "IDX loader needs an image and a label path");
+  idx_file_t img, lab;
   td_dataset_t *ds = NULL;
-  uint8_t *raw = NULL;
-  uint8_t type, ltype;
-  uint32_t dims[4], ldims[4];
-  int nd, lnd;
-  int rc = open_reader(&ri, images_path, why, why_len);
+  uint8_t *slab = NULL;
+  memset(&lab, 0, sizeof lab);
+  int rc = idx_open(&img, images_path, why, why_len);
   if (rc == 0)
-    rc = read_idx_header(&ri, &type, dims, &nd, why, why_len);
+    rc = idx_read_header(&img, why, why_len);
   if (rc != 0)
     goto done;
-  if (type != 0x08 && type != 0x0D) {
+  if (img.type != TD__IDX_UBYTE && img.type != TD__IDX_FLOAT) {
     rc = td_why(why, why_len, TD_ECORRUPT,
                 "%s: unsupported IDX data type 0x%02x (supported: 0x08 ubyte, 0x0D float)",
-                images_path, type);
+                images_path, img.type);
     goto done;
   }
-  size_t rows = dims[0], dim = 1;
-  for (int i = 1; i < nd; i++) {
-    if (dims[i] == 0 || dim > TD_DATASET_MAX_DIM / dims[i]) {
-      dim = TD_DATASET_MAX_DIM + 1;
-      break;
-    }
-    dim *= dims[i];
-  }
-  if (rows == 0 || rows > TD_DATASET_MAX_ROWS || dim == 0 || dim > TD_DATASET_MAX_DIM ||
-      rows * dim > (size_t)1 << 31) {
+  if ((rc = idx_check_size(&img, why, why_len)) != 0)
+    goto done;
+  /* the label header too is checked before the big allocation */
+  if ((rc = idx_open(&lab, labels_path, why, why_len)) != 0 ||
+      (rc = idx_read_header(&lab, why, why_len)) != 0)
+    goto done;
+  if (lab.type != TD__IDX_UBYTE || lab.ndims != 1) {
     rc = td_why(why, why_len, TD_ECORRUPT,
-                "%s: IDX header declares %zu items of %zu values, beyond the limits "
-                "(%u items, %u values)",
-                images_path, rows, dim, TD_DATASET_MAX_ROWS, TD_DATASET_MAX_DIM);
+                "%s: labels must be an idx1 ubyte file (type 0x08, 1 dimension), found type "
+                "0x%02x with %d dimensions",
+                labels_path, lab.type, lab.ndims);
     goto done;
   }
-  if ((rc = open_reader(&rl, labels_path, why, why_len)) != 0 ||
-      (rc = read_idx_header(&rl, &ltype, ldims, &lnd, why, why_len)) != 0)
-    goto done;
-  if (ltype != 0x08 || lnd != 1) {
-    rc = td_why(why, why_len, TD_ECORRUPT, "%s: labels must be a 1-dimensional ubyte IDX file",
-                labels_path);
+  if (lab.items != img.items) {
+    rc = td_why(why, why_len, TD_ESHAPE, "%s has %llu images but %s has %llu labels",
+                images_path, (unsigned long long)img.items, labels_path,
+                (unsigned long long)lab.items);
     goto done;
   }
-  if (ldims[0] != rows) {
-    rc = td_why(why, why_len, TD_ESHAPE, "%s has %zu images but %s has %u labels", images_path,
-                rows, labels_path, ldims[0]);
+  if ((rc = idx_check_size(&lab, why, why_len)) != 0)
+    goto done;
+  ds = dataset_new((size_t)img.items, (size_t)img.item_values);
+  slab = malloc(TD__IDX_SLAB_BYTES);
+  if (ds == NULL || slab == NULL) {
+    rc = td_why(why, why_len, TD_ENOMEM, "out of memory for %llu x %llu features",
+                (unsigned long long)img.items, (unsigned long long)img.item_values);
     goto done;
   }
-  ds = dataset_new(rows, dim);
-  if (ds == NULL) {
-    rc = td_why(why, why_len, TD_ENOMEM, "out of memory for %zu x %zu features", rows, dim);
-    goto done;
-  }
-  /* Read in slabs so at most one small raw buffer exists beside the floats. */
-  size_t elem = type == 0x08 ? 1 : 4;
-  size_t slab_rows = (1u << 22) / (dim * elem) + 1;
-  raw = malloc(slab_rows * dim * elem);
-  if (raw == NULL) {
-    rc = td_why(why, why_len, TD_ENOMEM, "out of memory");
-    goto done;
-  }
-  for (size_t r0 = 0; r0 < rows; r0 += slab_rows) {
-    size_t nr = rows - r0 < slab_rows ? rows - r0 : slab_rows;
-    if ((rc = read_exact(&ri, raw, nr * dim * elem, "image data", why, why_len)) != 0)
-      goto done;
-    float *dst = ds->x + r0 * dim;
-    if (type == 0x08) {
-      for (size_t i = 0; i < nr * dim; i++)
-        dst[i] = (float)raw[i] * (1.0f / 255.0f);
-    } else {
-      for (size_t i = 0; i < nr * dim; i++) {
-        uint32_t bits = be32(raw + 4 * i);
-        float v;
-        memcpy(&v, &bits, 4);
-        if (!isfinite(v)) {
-          rc = td_why(why, why_len, TD_ECORRUPT, "%s: non-finite value in item %zu",
-                      images_path, r0 + i / dim);
-          goto done;
-        }
-        dst[i] = v;
-      }
-    }
-  }
-  if ((rc = expect_end(&ri, why, why_len)) != 0)
-    goto done;
-  uint8_t *labels = malloc(rows);
-  if (labels == NULL) {
-    rc = td_why(why, why_len, TD_ENOMEM, "out of memory");
-    goto done;
-  }
-  rc = read_exact(&rl, labels, rows, "labels", why, why_len);
+  rc = idx_read_images(&img, ds, slab, why, why_len);
   if (rc == 0)
-    rc = expect_end(&rl, why, why_len);
-  int maxl = 0;
-  for (size_t i = 0; rc == 0 && i < rows; i++) {
-    ds->y[i] = labels[i];
-    if (labels[i] > maxl)
-      maxl = labels[i];
-  }
-  free(labels);
-  ds->classes = maxl + 1;
+    rc = idx_read_labels(&lab, ds, slab, why, why_len);
 done:
-  free(raw);
-  if (ri.gz)
-    gzclose(ri.gz);
-  if (rl.gz)
-    gzclose(rl.gz);
+  free(slab);
+  idx_close(&img);
+  idx_close(&lab);
   if (rc != 0)
     td_dataset_close(&ds);
   *out = ds;
   return rc;
 }
 
-/* ---- CSV -------------------------------------------------------------------------- */
+/* ---- CSV ------------------------------------------------------------------------ */
 
-/* Parse one line into label + values; returns the number of columns or -1. */
-static long parse_csv_line(char *line, double *vals, size_t cap) {
-  long n = 0;
+static size_t csv_columns(const char *line) {
+  size_t n = 1;
+  for (const char *p = line; *p != '\0'; p++)
+    n += *p == ',';
+  return n;
+}
+
+/* Parse a line of exactly `cols` comma-separated numbers into vals. Returns 0,
+ * or the 1-based column that is not a number. Overflow parses as +-inf and is
+ * caught by the finiteness check; underflow to a tiny value is accepted. */
+static size_t csv_parse(char *line, double *vals, size_t cols) {
   char *p = line;
-  for (;;) {
-    while (*p == ' ' || *p == '\t')
-      p++;
+  for (size_t c = 0; c < cols; c++) {
     char *end;
-    errno = 0;
-    double v = strtod(p, &end);
-    if (end == p || errno == ERANGE)
-      return -1;
-    if ((size_t)n < cap)
-      vals[n] = v;
-    n++;
+    vals[c] = strtod(p, &end);
+    if (end == p)
+      return c + 1;
     p = end;
     while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
       p++;
-    if (*p == '\0')
-      return n;
-    if (*p != ',')
-      return -1;
+    if (c + 1 < cols ? *p != ',' : *p != '\0')
+      return c + 1;
     p++;
   }
+  return 0;
+}
+
+static int csv_is_blank(const char *line) {
+  return line[strspn(line, " \t\r\n")] == '\0';
 }
 
 int td_dataset_load_csv(td_dataset_t **out, const char *path, char *why, size_t why_len) {
+  if (out == NULL)
+    return TD_EINVAL;
   *out = NULL;
+  if (path == NULL)
+    return td_why(why, why_len, TD_EINVAL, "CSV loader needs a path");
   FILE *f = fopen(path, "r");
   if (f == NULL)
-    return td_why(why, why_len, errno == ENOENT ? TD_ENOENT : TD_EIO, "cannot open %s: %s", path,
-                  strerror(errno));
+    return td_why(why, why_len, errno == ENOENT || errno == ENOTDIR ? TD_ENOENT : TD_EIO,
+                  "cannot open %s: %s", path, strerror(errno));
   char *line = NULL;
-  size_t line_cap = 0;
-  ssize_t len;
-  size_t rows = 0, cap_rows = 0;
-  long cols = -1;
+  size_t line_cap = 0, rows = 0, row_cap = 0, cols = 0, vals_cap = 0;
+  double *vals = NULL;
   float *x = NULL;
   int32_t *y = NULL;
-  double *vals = NULL;
-  int rc = 0, maxl = 0;
+  int rc = 0, max_label = 0, seen_content = 0;
   unsigned long lineno = 0;
-  while ((len = getline(&line, &line_cap, f)) >= 0) {
+  while (getline(&line, &line_cap, f) >= 0) {
     lineno++;
-    if (len == 0 || line[0] == '\n' || (line[0] == '\r' && line[1] == '\n'))
+    if (csv_is_blank(line))
       continue;
-    if (cols < 0 && vals == NULL) {
-      size_t commas = 1;
-      for (char *p = line; *p; p++)
-        commas += *p == ',';
-      vals = malloc(commas * sizeof *vals);
-      if (vals == NULL) {
+    int first = !seen_content;
+    seen_content = 1;
+    size_t n = csv_columns(line);
+    if (cols != 0 && n != cols) {
+      rc = td_why(why, why_len, TD_ECORRUPT, "%s:%lu: %zu columns, expected %zu", path,
+                  lineno, n, cols);
+      break;
+    }
+    if (n > vals_cap) {
+      double *grown = realloc(vals, n * sizeof *vals);
+      if (grown == NULL) {
         rc = td_why(why, why_len, TD_ENOMEM, "out of memory");
         break;
       }
+      vals = grown;
+      vals_cap = n;
     }
-    long n = parse_csv_line(line, vals, cols < 0 ? (size_t)-1 : (size_t)cols);
-    if (n < 0) {
-      if (rows == 0 && cols < 0 && lineno == 1)
+    size_t bad_col = csv_parse(line, vals, n);
+    if (bad_col != 0) {
+      if (first)
         continue; /* a header line */
-      rc = td_why(why, why_len, TD_ECORRUPT, "%s:%lu: not a row of numbers", path, lineno);
+      rc = td_why(why, why_len, TD_ECORRUPT, "%s:%lu: column %zu is not a number", path,
+                  lineno, bad_col);
       break;
     }
-    if (cols < 0) {
-      cols = n;
-      if (cols < 2 || (size_t)(cols - 1) > TD_DATASET_MAX_DIM) {
-        rc = td_why(why, why_len, TD_ECORRUPT, "%s:%lu: %ld columns (need a label and 1..%u features)",
-                    path, lineno, cols, TD_DATASET_MAX_DIM);
+    if (cols == 0) {
+      if (n < 2 || n - 1 > TD_DATASET_MAX_DIM) {
+        rc = td_why(why, why_len, TD_ECORRUPT,
+                    "%s:%lu: %zu columns; need a label and 1..%u features", path, lineno, n,
+                    TD_DATASET_MAX_DIM);
         break;
       }
-    } else if (n != cols) {
-      rc = td_why(why, why_len, TD_ECORRUPT, "%s:%lu: %ld columns, expected %ld", path, lineno,
-                  n, cols);
-      break;
+      cols = n;
     }
     double label = vals[0];
     if (!(label >= 0) || label >= TD_DATASET_MAX_CLASSES || label != floor(label)) {
-      rc = td_why(why, why_len, TD_ECORRUPT, "%s:%lu: label %g is not an integer in [0, %d)",
-                  path, lineno, label, TD_DATASET_MAX_CLASSES);
+      rc = td_why(why, why_len, TD_ECORRUPT,
+                  "%s:%lu: label %g is not an integer in [0, %d)", path, lineno, label,
+                  TD_DATASET_MAX_CLASSES);
       break;
     }
-    if (rows == cap_rows) {
-      if (rows >= TD_DATASET_MAX_ROWS) {
-        rc = td_why(why, why_len, TD_ECORRUPT, "%s: more than %u rows", path, TD_DATASET_MAX_ROWS);
-        break;
-      }
-      cap_rows = cap_rows ? cap_rows * 2 : 1024;
-      float *nx = realloc(x, cap_rows * (size_t)(cols - 1) * sizeof *x);
-      int32_t *ny = nx ? realloc(y, cap_rows * sizeof *y) : NULL;
-      if (nx)
-        x = nx;
-      if (ny)
-        y = ny;
-      if (nx == NULL || ny == NULL) {
-        rc = td_why(why, why_len, TD_ENOMEM, "out of memory");
-        break;
-      }
-    }
-    for (long c = 1; c < cols; c++) {
-      if (!isfinite(vals[c])) {
-        rc = td_why(why, why_len, TD_ECORRUPT, "%s:%lu: non-finite feature", path, lineno);
-        break;
-      }
-      x[rows * (size_t)(cols - 1) + (size_t)(c - 1)] = (float)vals[c];
-    }
+    for (size_t c = 1; c < cols && rc == 0; c++)
+      if (!isfinite(vals[c]))
+        rc = td_why(why, why_len, TD_ECORRUPT,
+                    "%s:%lu: column %zu: non-finite feature %g", path, lineno, c + 1,
+                    vals[c]);
     if (rc != 0)
       break;
+    size_t dim = cols - 1;
+    if (rows == row_cap) {
+      if (rows >= TD_DATASET_MAX_ROWS) {
+        rc = td_why(why, why_len, TD_ECORRUPT, "%s: more than %u rows", path,
+                    TD_DATASET_MAX_ROWS);
+        break;
+      }
+      size_t new_cap = row_cap ? row_cap * 2 : 1024;
+      if (new_cap > TD_DATASET_MAX_ROWS)
+        new_cap = TD_DATASET_MAX_ROWS;
+      float *nx = realloc(x, new_cap * dim * sizeof *x);
+      if (nx != NULL)
+        x = nx;
+      int32_t *ny = nx != NULL ? realloc(y, new_cap * sizeof *y) : NULL;
+      if (ny != NULL)
+        y = ny;
+      if (nx == NULL || ny == NULL) {
+        rc = td_why(why, why_len, TD_ENOMEM, "out of memory after %zu rows of %s", rows, path);
+        break;
+      }
+      row_cap = new_cap;
+    }
+    for (size_t c = 0; c < dim; c++)
+      x[rows * dim + c] = (float)vals[c + 1];
     y[rows] = (int32_t)label;
-    if (y[rows] > maxl)
-      maxl = y[rows];
+    if (y[rows] > max_label)
+      max_label = y[rows];
     rows++;
   }
   if (rc == 0 && ferror(f))
@@ -374,143 +515,176 @@ int td_dataset_load_csv(td_dataset_t **out, const char *path, char *why, size_t 
   fclose(f);
   free(line);
   free(vals);
+  td_dataset_t *ds = rc == 0 ? calloc(1, sizeof *ds) : NULL;
+  if (rc == 0 && ds == NULL)
+    rc = td_why(why, why_len, TD_ENOMEM, "out of memory");
   if (rc != 0) {
     free(x);
     free(y);
     return rc;
   }
-  td_dataset_t *ds = calloc(1, sizeof *ds);
-  if (ds == NULL) {
-    free(x);
-    free(y);
-    return td_why(why, why_len, TD_ENOMEM, "out of memory");
-  }
+  /* give back the growth slack; failing to shrink is harmless */
+  float *fx = realloc(x, rows * (cols - 1) * sizeof *x);
+  int32_t *fy = realloc(y, rows * sizeof *y);
   ds->rows = rows;
-  ds->dim = (size_t)(cols - 1);
-  ds->x = x;
-  ds->y = y;
-  ds->classes = maxl + 1;
+  ds->dim = cols - 1;
+  ds->x = fx != NULL ? fx : x;
+  ds->y = fy != NULL ? fy : y;
+  ds->classes = max_label + 1;
   *out = ds;
   return 0;
 }
 
-/* ---- the `dataset` run key ------------------------------------------------------ */
+/* ---- the `dataset` run key ----------------------------------------------------- */
 
-static int split_paths(const char *list, char parts[4][1024], int *count) {
-  *count = 0;
+#define TD__SPEC_MAX_PATHS 4
+#define TD__SPEC_PATH_MAX 4096
+
+/* Split "A,B,..." into at most TD__SPEC_MAX_PATHS non-empty paths; -1 when
+ * there are more, or one is empty or too long. */
+static int split_paths(const char *list, char parts[TD__SPEC_MAX_PATHS][TD__SPEC_PATH_MAX]) {
+  int count = 0;
   const char *p = list;
-  while (*count < 4) {
-    const char *comma = strchr(p, ',');
-    size_t len = comma ? (size_t)(comma - p) : strlen(p);
-    if (len == 0 || len >= 1024)
+  for (;;) {
+    if (count == TD__SPEC_MAX_PATHS)
       return -1;
-    memcpy(parts[*count], p, len);
-    parts[*count][len] = '\0';
-    (*count)++;
+    const char *comma = strchr(p, ',');
+    size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
+    if (len == 0 || len >= TD__SPEC_PATH_MAX)
+      return -1;
+    memcpy(parts[count], p, len);
+    parts[count][len] = '\0';
+    count++;
     if (comma == NULL)
-      return 0;
+      return count;
     p = comma + 1;
   }
-  return -1;
 }
+
+#define TD__SPEC_FORMS                                                                  \
+  "fashion-mnist, idx:TRAIN_IMAGES,TRAIN_LABELS[,TEST_IMAGES,TEST_LABELS], "              \
+  "csv:TRAIN[,TEST]"
 
 int td_dataset_open(td_dataset_t **train, td_dataset_t **test, const char *spec, char *why,
                     size_t why_len) {
+  if (train == NULL || test == NULL)
+    return TD_EINVAL;
   *train = *test = NULL;
-  char parts[4][1024];
-  int count = 0, rc;
+  if (spec == NULL || spec[0] == '\0')
+    return td_why(why, why_len, TD_ECONFIG, "no dataset given (accepted: " TD__SPEC_FORMS ")");
+  /* 16 KiB of paths: too much for some thread stacks, so on the heap */
+  char(*path)[TD__SPEC_PATH_MAX] = malloc(TD__SPEC_MAX_PATHS * sizeof *path);
+  if (path == NULL)
+    return td_why(why, why_len, TD_ENOMEM, "out of memory");
+  int count, rc = 0, is_csv = 0;
   if (strcmp(spec, "fashion-mnist") == 0) {
     const char *dir = getenv("TRAIND_FASHION_MNIST_DIR");
     if (dir == NULL || dir[0] == '\0')
       dir = TD_FASHION_MNIST_DIR;
-    static const char *files[4] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-                                   "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
-    for (int i = 0; i < 4; i++) {
-      snprintf(parts[i], sizeof parts[i], "%s/%s", dir, files[i]);
-      struct stat st;
-      if (stat(parts[i], &st) != 0)
-        return td_why(why, why_len, TD_ENOENT,
-                      "dataset file %s not found: install the Debian package %s "
-                      "(apt-get install %s)",
-                      parts[i], TD_FASHION_MNIST_PKG, TD_FASHION_MNIST_PKG);
-    }
+    static const char *const files[4] = {
+        "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+        "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
     count = 4;
+    for (int i = 0; i < 4 && rc == 0; i++) {
+      struct stat st;
+      snprintf(path[i], TD__SPEC_PATH_MAX, "%s/%s", dir, files[i]);
+      if (stat(path[i], &st) != 0)
+        rc = td_why(why, why_len, TD_ENOENT,
+                    "dataset file %s not found: install the Debian package %s "
+                    "(apt-get install %s)",
+                    path[i], TD_FASHION_MNIST_PKG, TD_FASHION_MNIST_PKG);
+    }
   } else if (strncmp(spec, "idx:", 4) == 0) {
-    if (split_paths(spec + 4, parts, &count) != 0 || (count != 2 && count != 4))
-      return td_why(why, why_len, TD_ECONFIG,
-                    "dataset '%s': expected idx:TRAIN_IMAGES,TRAIN_LABELS[,TEST_IMAGES,TEST_LABELS]",
-                    spec);
-  } else if (strncmp(spec, "csv:", 4) == 0) {
-    if (split_paths(spec + 4, parts, &count) != 0 || count > 2)
-      return td_why(why, why_len, TD_ECONFIG, "dataset '%s': expected csv:TRAIN[,TEST]", spec);
-    if ((rc = td_dataset_load_csv(train, parts[0], why, why_len)) != 0)
-      return rc;
-    if (count == 2 && (rc = td_dataset_load_csv(test, parts[1], why, why_len)) != 0) {
-      td_dataset_close(train);
-      return rc;
-    }
-    goto check;
-  } else {
-    return td_why(why, why_len, TD_ECONFIG,
-                  "unknown dataset '%s' (accepted: fashion-mnist, idx:TRAIN_IMAGES,TRAIN_LABELS"
-                  "[,TEST_IMAGES,TEST_LABELS], csv:TRAIN[,TEST])",
+    count = split_paths(spec + 4, path);
+    if (count != 2 && count != 4)
+      rc = td_why(why, why_len, TD_ECONFIG,
+                  "dataset '%s': expected idx:TRAIN_IMAGES,TRAIN_LABELS[,TEST_IMAGES,TEST_LABELS]",
                   spec);
+  } else if (strncmp(spec, "csv:", 4) == 0) {
+    is_csv = 1;
+    count = split_paths(spec + 4, path);
+    if (count != 1 && count != 2)
+      rc = td_why(why, why_len, TD_ECONFIG, "dataset '%s': expected csv:TRAIN[,TEST]", spec);
+  } else {
+    count = 0;
+    rc = td_why(why, why_len, TD_ECONFIG, "unknown dataset '%s' (accepted: " TD__SPEC_FORMS ")",
+                spec);
   }
-  if ((rc = td_dataset_load_idx(train, parts[0], parts[1], why, why_len)) != 0)
-    return rc;
-  if (count == 4 && (rc = td_dataset_load_idx(test, parts[2], parts[3], why, why_len)) != 0) {
-    td_dataset_close(train);
-    return rc;
-  }
-check:
-  if (*test != NULL) {
-    if ((*test)->dim != (*train)->dim) {
-      rc = td_why(why, why_len, TD_ESHAPE, "test set has %zu features, training set %zu",
-                  (*test)->dim, (*train)->dim);
-      td_dataset_close(train);
-      td_dataset_close(test);
-      return rc;
+  if (rc == 0) {
+    if (is_csv) {
+      rc = td_dataset_load_csv(train, path[0], why, why_len);
+      if (rc == 0 && count == 2)
+        rc = td_dataset_load_csv(test, path[1], why, why_len);
+    } else {
+      rc = td_dataset_load_idx(train, path[0], path[1], why, why_len);
+      if (rc == 0 && count == 4)
+        rc = td_dataset_load_idx(test, path[2], path[3], why, why_len);
     }
-    int classes = (*train)->classes > (*test)->classes ? (*train)->classes : (*test)->classes;
-    (*train)->classes = (*test)->classes = classes;
   }
-  return 0;
+  if (rc == 0 && *test != NULL) {
+    if ((*test)->dim != (*train)->dim) {
+      rc = td_why(why, why_len, TD_ESHAPE,
+                  "dataset '%s': the test set has %zu features per row, the training set %zu",
+                  spec, (*test)->dim, (*train)->dim);
+    } else {
+      /* one label space for both, so a model sized from train fits test */
+      int classes = (*train)->classes > (*test)->classes ? (*train)->classes : (*test)->classes;
+      (*train)->classes = (*test)->classes = classes;
+    }
+  }
+  free(path);
+  if (rc != 0) {
+    td_dataset_close(train);
+    td_dataset_close(test);
+  }
+  return rc;
 }
 
-/* ---- transformations ---------------------------------------------------------------- */
+/* ---- transformations ------------------------------------------------------------- */
 
 void td_dataset_stats(const td_dataset_t *ds, double *mean, double *std) {
   size_t n = ds->rows * ds->dim;
-  double s = 0, s2 = 0;
-  for (size_t i = 0; i < n; i++) {
-    double v = ds->x[i];
-    s += v;
-    s2 += v * v;
+  if (n == 0) {
+    *mean = 0;
+    *std = 0;
+    return;
   }
-  double m = n ? s / (double)n : 0;
-  double var = n ? s2 / (double)n - m * m : 0;
+  /* two passes: the textbook E[x^2] - E[x]^2 loses digits when |mean| >> std */
+  double sum = 0;
+  for (size_t i = 0; i < n; i++)
+    sum += ds->x[i];
+  double m = sum / (double)n, sq = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = ds->x[i] - m;
+    sq += d * d;
+  }
   *mean = m;
-  *std = var > 0 ? sqrt(var) : 0;
+  *std = sqrt(sq / (double)n);
 }
 
 void td_dataset_normalize(td_dataset_t *ds, double mean, double std) {
-  float m = (float)mean, inv = (float)(std > 0 ? 1.0 / std : 1.0);
+  double inv = std > 0 && isfinite(std) ? 1.0 / std : 1.0;
   size_t n = ds->rows * ds->dim;
   for (size_t i = 0; i < n; i++)
-    ds->x[i] = (ds->x[i] - m) * inv;
+    ds->x[i] = (float)(((double)ds->x[i] - mean) * inv);
 }
 
 int td_dataset_subset(td_dataset_t **out, const td_dataset_t *src, const uint32_t *idx,
                       size_t n) {
+  if (out == NULL)
+    return TD_EINVAL;
   *out = NULL;
+  if (src == NULL || (idx == NULL && n > 0))
+    return TD_EINVAL;
   for (size_t i = 0; i < n; i++)
     if (idx[i] >= src->rows)
       return TD_ERANGE;
   td_dataset_t *ds = dataset_new(n, src->dim);
   if (ds == NULL)
     return TD_ENOMEM;
+  size_t row_bytes = src->dim * sizeof(float);
   for (size_t i = 0; i < n; i++) {
-    memcpy(ds->x + i * src->dim, src->x + (size_t)idx[i] * src->dim, src->dim * sizeof(float));
+    memcpy(ds->x + i * src->dim, src->x + (size_t)idx[i] * src->dim, row_bytes);
     ds->y[i] = src->y[idx[i]];
   }
   ds->classes = src->classes;
@@ -518,24 +692,35 @@ int td_dataset_subset(td_dataset_t **out, const td_dataset_t *src, const uint32_
   return 0;
 }
 
+/* Uniform in [0, n); datasets are capped far below 2^32 rows, but a subset
+ * built with repeated indices need not be. */
+static size_t shuffle_below(td_rng_t *rng, size_t n) {
+  if (n <= UINT32_MAX)
+    return td_rng_below(rng, (uint32_t)n);
+  return (size_t)(td_rng_next(rng) % (uint64_t)n);
+}
+
+/* Swap two rows through a fixed stack buffer, a chunk at a time, so shuffling
+ * never allocates and one memcpy per chunk stays cache-friendly. */
+static void swap_rows(float *a, float *b, size_t dim) {
+  float scratch[1024];
+  for (size_t off = 0; off < dim; off += 1024) {
+    size_t n = dim - off < 1024 ? dim - off : 1024;
+    memcpy(scratch, a + off, n * sizeof(float));
+    memcpy(a + off, b + off, n * sizeof(float));
+    memcpy(b + off, scratch, n * sizeof(float));
+  }
+}
+
 void td_dataset_shuffle(td_dataset_t *ds, td_rng_t *rng) {
   size_t dim = ds->dim;
-  float stack[1024];
-  float *tmp = dim <= 1024 ? stack : malloc(dim * sizeof(float));
-  if (tmp == NULL)
-    return; /* cannot happen for sane dims; leave the order as it is */
   for (size_t i = ds->rows; i > 1; i--) {
-    size_t j = td_rng_below(rng, (uint32_t)i);
-    size_t a = i - 1;
-    if (j == a)
+    size_t j = shuffle_below(rng, i), last = i - 1;
+    if (j == last)
       continue;
-    memcpy(tmp, ds->x + a * dim, dim * sizeof(float));
-    memcpy(ds->x + a * dim, ds->x + j * dim, dim * sizeof(float));
-    memcpy(ds->x + j * dim, tmp, dim * sizeof(float));
-    int32_t t = ds->y[a];
-    ds->y[a] = ds->y[j];
+    swap_rows(ds->x + last * dim, ds->x + j * dim, dim);
+    int32_t t = ds->y[last];
+    ds->y[last] = ds->y[j];
     ds->y[j] = t;
   }
-  if (tmp != stack)
-    free(tmp);
 }
