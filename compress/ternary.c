@@ -24,30 +24,33 @@ static size_t ternary_bound(const td_codec_spec_t *s, size_t n, size_t m) {
   return 5 + packed_bytes(false, n * m); /* the 2-bit form is the larger */
 }
 
-/* Trit codes (0, 1 = +1, 2 = -1) for a block of up to 256 elements. */
+/* Trit codes (0, 1 = +1, 2 = -1) for a block of k elements, k a multiple of
+ * LANES (the caller pads): each lane draws from its own xorshift32, so the
+ * 16-wide inner loops vectorise. */
 TD_CODEC_CLONES
 static void draw_block(const float *restrict g, size_t k, float s, float inv_s,
                        uint32_t *restrict lanes, uint8_t *restrict code) {
+  uint32_t x[LANES];
+  for (int j = 0; j < LANES; j++)
+    x[j] = lanes[j];
   for (size_t base = 0; base < k; base += LANES) {
-    uint32_t r[LANES];
     for (int j = 0; j < LANES; j++) {
-      uint32_t x = lanes[j];
-      x ^= x << 13;
-      x ^= x >> 17;
-      x ^= x << 5;
-      lanes[j] = x;
-      r[j] = x;
-    }
-    size_t lim = k - base < LANES ? k - base : LANES;
-    for (size_t j = 0; j < lim; j++) {
-      float v = g[base + j];
-      float a = fabsf(v) > s ? s : fabsf(v);
+      uint32_t v = x[j];
+      v ^= v << 13;
+      v ^= v >> 17;
+      v ^= v << 5;
+      x[j] = v;
+      float a = fabsf(g[base + j]);
+      a = a > s ? s : a;
       /* P(send) = a / s, from 24 random bits */
-      float u = (float)(r[j] >> 8) * (1.0f / 16777216.0f);
+      float u = (float)(v >> 8) * (1.0f / 16777216.0f);
       uint8_t send = u < a * inv_s;
-      code[base + j] = (uint8_t)(send ? (v > 0 ? 1 : 2) : 0);
+      uint8_t neg = g[base + j] < 0.0f;
+      code[base + j] = (uint8_t)(send * (1 + neg));
     }
   }
+  for (int j = 0; j < LANES; j++)
+    lanes[j] = x[j];
 }
 
 /* sum, sum of squares (fp64) and max |x| with 8 independent lanes, so the
@@ -113,10 +116,18 @@ static int ternary_encode(const td_codec_spec_t *spec, td_codec_tensor_state_t *
         lanes[j] = 0x9e3779b9u;
     }
     uint8_t code[256];
+    float tail[256];
     float inv_s = 1.0f / s;
     for (size_t base = 0; base < count; base += 240) { /* multiple of 4, 5 and 16 */
       size_t k = count - base < 240 ? count - base : 240;
-      draw_block(in + base, k, s, inv_s, lanes, code);
+      if (k == 240) {
+        draw_block(in + base, 240, s, inv_s, lanes, code);
+      } else { /* pad the last block with zeros (never sent) */
+        size_t padded = (k + LANES - 1) / LANES * LANES;
+        memcpy(tail, in + base, k * sizeof *tail);
+        memset(tail + k, 0, (padded - k) * sizeof *tail);
+        draw_block(tail, padded, s, inv_s, lanes, code);
+      }
       if (spec->base3) {
         for (size_t i = 0; i < k; i += 5) {
           unsigned b = 0, mul = 1;
@@ -139,6 +150,29 @@ static int ternary_encode(const td_codec_spec_t *spec, td_codec_tensor_state_t *
   }
   *len = need;
   return 0;
+}
+
+/* four codes per byte; code 3 is invalid. Returns -1 if any is. */
+TD_CODEC_CLONES
+static int unpack2(const uint8_t *restrict p, size_t count, const float value[3],
+                   float *restrict out) {
+  const float lut[4] = {value[0], value[1], value[2], 0.0f};
+  unsigned invalid = 0;
+  size_t full = count / 4;
+  for (size_t b = 0; b < full; b++) {
+    unsigned byte = p[b];
+    for (int t = 0; t < 4; t++) {
+      unsigned c = (byte >> (2 * t)) & 3;
+      invalid |= c == 3;
+      out[4 * b + (size_t)t] = lut[c];
+    }
+  }
+  for (size_t i = full * 4; i < count; i++) {
+    unsigned c = (p[i >> 2] >> (2 * (i & 3))) & 3;
+    invalid |= c == 3;
+    out[i] = lut[c];
+  }
+  return invalid ? -1 : 0;
 }
 
 static int ternary_decode(const uint8_t *in, size_t len, size_t n, size_t m, float *out) {
@@ -165,12 +199,8 @@ static int ternary_decode(const uint8_t *in, size_t len, size_t n, size_t m, flo
     }
     return 0;
   }
-  for (size_t i = 0; i < count; i++) {
-    unsigned c = (p[i >> 2] >> (2 * (i & 3))) & 3;
-    if (c == 3)
-      return TD_EPROTO;
-    out[i] = value[c];
-  }
+  if (unpack2(p, count, value, out) != 0)
+    return TD_EPROTO;
   if (count & 3) /* unused bit pairs of the last byte must be zero */
     if (p[count >> 2] >> (2 * (count & 3)))
       return TD_EPROTO;

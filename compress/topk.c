@@ -1,7 +1,9 @@
 /* topk.c: top-k sparsification with error feedback (ALGORITHMS.md section 2).
  *
  * k = max(1, floor(density * numel)) entries of largest magnitude are sent,
- * exactly: a quickselect over the magnitudes finds the k-th largest, and ties
+ * exactly: a 1% sample bounds the threshold from below, one pass collects the
+ * candidates above that bound, and a quickselect among them finds the exact
+ * k-th largest (falling back to all entries when the sample misjudged); ties
  * at that value go to the lower indices. Indices are coded whichever way is
  * smallest for this tensor, computed exactly: delta + LEB128 varint gaps, a
  * bitmap, or no indices at all (dense values). Payload: u8 coding (0 varint,
@@ -68,6 +70,23 @@ static void magnitudes(const float *restrict in, float *restrict mag, size_t n) 
     mag[i] = fabsf(in[i]);
 }
 
+/* Candidates for the top k: every entry at or above a threshold taken from a
+ * strided 1% sample (a lower quantile than k/n, so the true k-th largest is
+ * almost always above it). One pass over the data collects them in index
+ * order; the exact k-th largest is then selected among the candidates only.
+ * When the sample misjudged (fewer than k candidates) the caller falls back to
+ * a full selection. Returns the number of candidates. */
+TD_CODEC_CLONES
+static size_t collect_candidates(const float *restrict in, size_t count, float lo,
+                                 uint32_t *restrict idx) {
+  size_t c = 0;
+  for (size_t i = 0; i < count; i++) {
+    idx[c] = (uint32_t)i;
+    c += fabsf(in[i]) >= lo;
+  }
+  return c;
+}
+
 static int topk_encode(const td_codec_spec_t *spec, td_codec_tensor_state_t *st, td_rng_t *rng,
                        const float *in, size_t n, size_t m, uint8_t *out, size_t cap,
                        size_t *len, float *decoded) {
@@ -78,25 +97,47 @@ static int topk_encode(const td_codec_spec_t *spec, td_codec_tensor_state_t *st,
     k = 1;
   if (k > count)
     k = count;
-  float *mag = td__codec_scratch(st, count);
+  /* scratch: count floats of magnitudes, then count + 1 candidate indices */
+  float *mag = td__codec_scratch(st, 2 * count + 1);
   if (mag == NULL)
     return TD_ENOMEM;
-  magnitudes(in, mag, count);
-  float thr = select_kth_largest(mag, count, k);
+  uint32_t *idx = (uint32_t *)(void *)(mag + count);
+  size_t ncand = 0;
+  float thr;
+  size_t sample = count / 100;
+  if (k < count / 4 && sample >= 1024) {
+    for (size_t j = 0; j < sample; j++)
+      mag[j] = fabsf(in[(j * count) / sample]);
+    size_t ks = (size_t)(1.5 * (double)k * (double)sample / (double)count) + 16;
+    float lo = ks < sample ? select_kth_largest(mag, sample, ks) : 0.0f;
+    ncand = collect_candidates(in, count, lo, idx);
+  }
+  if (ncand >= k) {
+    for (size_t j = 0; j < ncand; j++)
+      mag[j] = fabsf(in[idx[j]]);
+    thr = select_kth_largest(mag, ncand, k);
+  } else { /* small tensor, dense-ish k, or the sample misjudged: every entry is a candidate */
+    magnitudes(in, mag, count);
+    thr = select_kth_largest(mag, count, k);
+    for (size_t i = 0; i < count; i++)
+      idx[i] = (uint32_t)i;
+    ncand = count;
+  }
+  /* the selection, in index order: everything above thr, then ties at thr
+   * for the lowest indices until there are k */
   size_t above = 0;
-  for (size_t i = 0; i < count; i++)
-    above += fabsf(in[i]) > thr;
-  size_t ties = k - above; /* entries equal to thr that are sent, lowest index first */
-  /* pass 1: exact size of the varint coding */
-  size_t varint_bytes = 0, taken = 0, prev = 0, ties_left = ties;
-  for (size_t i = 0; i < count && taken < k; i++) {
+  for (size_t j = 0; j < ncand; j++)
+    above += fabsf(in[idx[j]]) > thr;
+  size_t ties_left = k - above, taken = 0, prev = 0, varint_bytes = 0;
+  for (size_t j = 0; j < ncand && taken < k; j++) {
+    uint32_t i = idx[j];
     float a = fabsf(in[i]);
     if (a > thr || (a == thr && ties_left > 0)) {
       if (!(a > thr))
         ties_left--;
       varint_bytes += varint_len((uint32_t)(i - (taken ? prev + 1 : 0)));
+      idx[taken++] = i; /* compact the chosen ones in place (taken <= j) */
       prev = i;
-      taken++;
     }
   }
   size_t bitmap_bytes = (count + 7) / 8;
@@ -126,34 +167,25 @@ static int topk_encode(const td_codec_spec_t *spec, td_codec_tensor_state_t *st,
     return 0;
   }
   td__put_u32(out + 1, (uint32_t)k);
-  uint8_t *idx = out + 5;
+  uint8_t *ip = out + 5;
   uint8_t *vals = out + 5 + (coding == CODING_VARINT ? varint_bytes : bitmap_bytes);
   if (coding == CODING_BITMAP)
-    memset(idx, 0, bitmap_bytes);
-  taken = 0;
-  ties_left = ties;
-  prev = 0;
-  for (size_t i = 0; i < count && taken < k; i++) {
-    float a = fabsf(in[i]);
-    if (!(a > thr || (a == thr && ties_left > 0)))
-      continue;
-    if (!(a > thr))
-      ties_left--;
+    memset(ip, 0, bitmap_bytes);
+  for (size_t j = 0; j < k; j++) {
+    uint32_t i = idx[j];
     if (coding == CODING_VARINT) {
-      uint32_t gap = (uint32_t)(i - (taken ? prev + 1 : 0));
+      uint32_t gap = i - (j ? idx[j - 1] + 1 : 0);
       while (gap >= 0x80) {
-        *idx++ = (uint8_t)(gap | 0x80);
+        *ip++ = (uint8_t)(gap | 0x80);
         gap >>= 7;
       }
-      *idx++ = (uint8_t)gap;
+      *ip++ = (uint8_t)gap;
     } else {
-      idx[i >> 3] |= (uint8_t)(1u << (i & 7));
+      ip[i >> 3] |= (uint8_t)(1u << (i & 7));
     }
-    td__put_f32(vals + 4 * taken, in[i]);
+    td__put_f32(vals + 4 * j, in[i]);
     if (decoded)
       decoded[i] = in[i];
-    prev = i;
-    taken++;
   }
   *len = need;
   return 0;
