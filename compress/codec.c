@@ -229,7 +229,7 @@ int td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t 
   size_t numel = td_layout_numel(lc->layout);
   *msg = NULL;
   *len = 0;
-  if (!all_finite(delta, numel))
+  if (!registry[lc->spec.id]->checks_finite && !all_finite(delta, numel))
     return TD_ENUMERIC;
   bool ef = registry[lc->spec.id]->error_feedback;
   const float *src = delta;
@@ -251,6 +251,9 @@ int td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t 
                        &plen, ef ? lc->decoded + ti->offset : NULL);
     if (rc != 0)
       return rc;
+    if (c != registry[lc->spec.id] && registry[lc->spec.id]->checks_finite &&
+        !all_finite(src + ti->offset, ti->numel))
+      return TD_ENUMERIC; /* a dense side tensor the main codec did not scan */
     td__put_u32(hdr, (uint32_t)t);
     hdr[4] = (uint8_t)id;
     hdr[5] = c->version;
@@ -271,7 +274,14 @@ int td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t 
 int td_codec_decode_message(const td_layout_t *layout, const uint8_t *msg, size_t len,
                             float *out, unsigned *codec_id, char *why, size_t why_len) {
   size_t count = td_layout_count(layout);
-  memset(out, 0, td_layout_numel(layout) * sizeof *out);
+  /* every tensor is written by its decoder; only the padding between them is zeroed */
+  for (size_t t = 0, prev_end = 0; t <= count; t++) {
+    size_t start = t < count ? td_layout_tensor(layout, t)->offset : td_layout_numel(layout);
+    if (start > prev_end)
+      memset(out + prev_end, 0, (start - prev_end) * sizeof *out);
+    if (t < count)
+      prev_end = start + td_layout_tensor(layout, t)->numel;
+  }
   uint8_t seen[256];
   uint8_t *seen_heap = count > sizeof seen ? calloc(count, 1) : NULL;
   uint8_t *mark = count > sizeof seen ? seen_heap : seen;
@@ -318,7 +328,7 @@ int td_codec_decode_message(const td_layout_t *layout, const uint8_t *msg, size_
                   registry[id]->name);
       break;
     }
-    if (!all_finite(out + ti->offset, ti->numel)) {
+    if (!registry[id]->checks_finite && !all_finite(out + ti->offset, ti->numel)) {
       rc = td_why(why, why_len, TD_EPROTO, "tensor %u: NaN or Inf in the update", tid);
       break;
     }

@@ -25,6 +25,9 @@ typedef struct {
   const char *name;
   uint8_t version;
   bool error_feedback;
+  /* encode returns TD_ENUMERIC by itself on NaN/Inf input, and decode never
+   * produces a non-finite value: the framing skips its own scans */
+  bool checks_finite;
   /* upper bound of the payload for an n x m tensor */
   size_t (*bound)(const td_codec_spec_t *spec, size_t n, size_t m);
   int (*encode)(const td_codec_spec_t *spec, td_codec_tensor_state_t *st, td_rng_t *rng,
@@ -63,7 +66,8 @@ static inline float td__get_f32(const uint8_t *p) {
 }
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TD_CODEC_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define TD_CODEC_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define TD_CODEC_CLONES
 #endif

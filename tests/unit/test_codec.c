@@ -374,6 +374,19 @@ START_TEST(edge_cases_one_element_zero_constant_nan) {
   ck_assert_int_eq(memcmp(before, td_link_codec_residual(lc), n * sizeof *before), 0);
   td_link_codec_close(&lc);
   free(before);
+  /* the same for codecs that find NaN/Inf in their own statistics pass */
+  static const char *scanning[] = {"ternary", "ternary:base3", "qsgd:7", "fp16", "powersgd:4"};
+  for (size_t c = 0; c < sizeof scanning / sizeof scanning[0]; c++) {
+    td_codec_spec_t sc = spec_of(scanning[c]);
+    td_link_codec_open(&lc, &sc, l, 1, 1);
+    x[17] = c % 2 ? INFINITY : NAN;
+    ck_assert_msg(td_link_codec_encode(lc, x, &msg, &len) == TD_ENUMERIC, "%s", scanning[c]);
+    x[td_layout_tensor(l, 0)->numel + 3] = NAN; /* in the dense bias, too */
+    x[17] = 0.5f;
+    ck_assert_msg(td_link_codec_encode(lc, x, &msg, &len) == TD_ENUMERIC, "%s bias", scanning[c]);
+    x[td_layout_tensor(l, 0)->numel + 3] = 0.0f;
+    td_link_codec_close(&lc);
+  }
   free(x);
   td_layout_free(&l);
 }
