@@ -143,7 +143,6 @@ struct td_link_codec {
   td_codec_spec_t spec;
   const td_layout_t *layout;
   float *residual; /* numel floats, zero for codecs without error feedback */
-  float *acc;      /* delta + residual, scratch */
   float *decoded;  /* what the receiver will see, scratch */
   td_codec_tensor_state_t *state; /* one per tensor */
   td_rng_t rng;
@@ -163,12 +162,11 @@ int td_link_codec_open(td_link_codec_t **out, const td_codec_spec_t *spec,
   lc->spec = *spec;
   lc->layout = layout;
   lc->residual = td_params_alloc(numel);
-  lc->acc = td_params_alloc(numel);
   lc->decoded = td_params_alloc(numel);
   lc->state = calloc(td_layout_count(layout) + 1, sizeof *lc->state);
   lc->bound = td_codec_message_bound(layout);
   lc->msg = malloc(lc->bound);
-  if (lc->residual == NULL || lc->acc == NULL || lc->decoded == NULL || lc->state == NULL ||
+  if (lc->residual == NULL || lc->decoded == NULL || lc->state == NULL ||
       lc->msg == NULL) {
     td_link_codec_close(&lc);
     return TD_ENOMEM;
@@ -190,7 +188,6 @@ void td_link_codec_close(td_link_codec_t **self_p) {
   free(lc->state);
   free(lc->msg);
   td_params_free(&lc->residual);
-  td_params_free(&lc->acc);
   td_params_free(&lc->decoded);
   free(lc);
   *self_p = NULL;
@@ -211,15 +208,13 @@ static bool all_finite(const float *x, size_t n) {
 }
 
 TD_CODEC_CLONES
-static void add_into(float *restrict acc, const float *restrict a, const float *restrict b,
-                     size_t n) {
+static void add_into(float *acc, const float *restrict a, const float *b, size_t n) {
   for (size_t i = 0; i < n; i++)
     acc[i] = a[i] + b[i];
 }
 
 TD_CODEC_CLONES
-static void sub_into(float *restrict out, const float *restrict a, const float *restrict b,
-                     size_t n) {
+static void sub_into(float *out, const float *a, const float *restrict b, size_t n) {
   for (size_t i = 0; i < n; i++)
     out[i] = a[i] - b[i];
 }
@@ -233,9 +228,9 @@ int td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t 
     return TD_ENUMERIC;
   bool ef = registry[lc->spec.id]->error_feedback;
   const float *src = delta;
-  if (ef) { /* a = delta + residual; unbiased codecs encode delta as it is */
-    add_into(lc->acc, delta, lc->residual, numel);
-    src = lc->acc;
+  if (ef) { /* a = delta + residual, built in the residual buffer itself */
+    add_into(lc->residual, delta, lc->residual, numel);
+    src = lc->residual;
   }
   uint8_t *buf = lc->msg;
   size_t used = 0;
@@ -246,14 +241,19 @@ int td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t 
     size_t n, m, plen = 0;
     matrix_shape(ti, &n, &m);
     uint8_t *hdr = buf + used;
+    float *dec = NULL;
+    if (ef)
+      dec = c->residual_in_place ? lc->residual + ti->offset : lc->decoded + ti->offset;
     int rc = c->encode(&lc->spec, &lc->state[t], &lc->rng, src + ti->offset, n, m,
                        hdr + TD_CODEC_HEADER_BYTES, lc->bound - used - TD_CODEC_HEADER_BYTES,
-                       &plen, ef ? lc->decoded + ti->offset : NULL);
+                       &plen, dec);
     if (rc != 0)
       return rc;
     if (c != registry[lc->spec.id] && registry[lc->spec.id]->checks_finite &&
         !all_finite(src + ti->offset, ti->numel))
       return TD_ENUMERIC; /* a dense side tensor the main codec did not scan */
+    if (ef && !c->residual_in_place) /* what was not sent stays on the link */
+      sub_into(lc->residual + ti->offset, lc->residual + ti->offset, dec, ti->numel);
     td__put_u32(hdr, (uint32_t)t);
     hdr[4] = (uint8_t)id;
     hdr[5] = c->version;
@@ -262,8 +262,6 @@ int td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t 
     td__put_u32(hdr + 12, (uint32_t)plen);
     used += TD_CODEC_HEADER_BYTES + plen;
   }
-  if (ef) /* what was not sent stays on the link (padding stays zero) */
-    sub_into(lc->residual, lc->acc, lc->decoded, numel);
   *msg = buf;
   *len = used;
   return 0;

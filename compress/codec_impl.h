@@ -3,7 +3,8 @@
  * A codec sees one tensor as an n x m matrix (n = shape[0], m = numel / n) and
  * works on it alone. encode writes the payload and, when `decoded` is not
  * NULL, exactly what the receiver will decode (the link uses it for error
- * feedback). decode validates the payload completely and writes numel floats.
+ * feedback) — or, for codecs marked residual_in_place, turns `decoded` (then
+ * the same buffer as `in`) into the residual directly. decode validates the payload completely and writes numel floats.
  * Adding a codec means one file and one line in the registry in codec.c. */
 #ifndef TD_CODEC_IMPL_H
 #define TD_CODEC_IMPL_H
@@ -28,6 +29,10 @@ typedef struct {
   /* encode returns TD_ENUMERIC by itself on NaN/Inf input, and decode never
    * produces a non-finite value: the framing skips its own scans */
   bool checks_finite;
+  /* error feedback in place: encode gets decoded == in (the link's residual
+   * holding input + old residual) and leaves there exactly what it did not
+   * send, saving a dense decoded buffer and a subtraction pass */
+  bool residual_in_place;
   /* upper bound of the payload for an n x m tensor */
   size_t (*bound)(const td_codec_spec_t *spec, size_t n, size_t m);
   int (*encode)(const td_codec_spec_t *spec, td_codec_tensor_state_t *st, td_rng_t *rng,

@@ -80,8 +80,8 @@ static int powersgd_encode(const td_codec_spec_t *spec, td_codec_tensor_state_t 
       return TD_ERANGE;
     out[0] = 0;
     memcpy(out + 1, in, 4 * n * m);
-    if (decoded)
-      memcpy(decoded, in, 4 * n * m);
+    if (decoded) /* residual in place: everything was sent */
+      memset(decoded, 0, 4 * n * m);
     *len = 1 + 4 * n * m;
     return 0;
   }
@@ -100,7 +100,10 @@ static int powersgd_encode(const td_codec_spec_t *spec, td_codec_tensor_state_t 
   float *p = td__codec_scratch(st, n * r);
   if (p == NULL)
     return TD_ENOMEM;
-  td__powersgd_step(in, n, m, r, st->q, p, decoded);
+  td__powersgd_step(in, n, m, r, st->q, p, NULL);
+  if (decoded) /* residual in place: M - P Qᵀ, with decoded == in */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)m, (int)r, -1.0f, p,
+                (int)r, st->q, (int)r, 1.0f, decoded, (int)m);
   out[0] = 1;
   td__put_u32(out + 1, r);
   memcpy(out + 5, p, 4 * n * r);
@@ -150,6 +153,6 @@ static int powersgd_decode(const uint8_t *in, size_t len, size_t n, size_t m, fl
 }
 
 const td_codec_iface_t td__codec_powersgd = {
-    .name = "powersgd", .version = 1, .error_feedback = true,
+    .name = "powersgd", .version = 1, .error_feedback = true, .residual_in_place = true,
     .bound = powersgd_bound, .encode = powersgd_encode, .decode = powersgd_decode,
 };

@@ -156,13 +156,12 @@ static int topk_encode(const td_codec_spec_t *spec, td_codec_tensor_state_t *st,
   if (need > cap)
     return TD_ERANGE;
   out[0] = (uint8_t)coding;
-  if (decoded)
-    memset(decoded, 0, count * sizeof *decoded);
+  /* residual in place: decoded holds the input; what is sent becomes zero */
   if (coding == CODING_DENSE) {
     td__put_u32(out + 1, (uint32_t)count);
     memcpy(out + 5, in, 4 * count);
     if (decoded)
-      memcpy(decoded, in, 4 * count);
+      memset(decoded, 0, 4 * count);
     *len = need;
     return 0;
   }
@@ -185,7 +184,7 @@ static int topk_encode(const td_codec_spec_t *spec, td_codec_tensor_state_t *st,
     }
     td__put_f32(vals + 4 * j, in[i]);
     if (decoded)
-      decoded[i] = in[i];
+      decoded[i] = 0.0f;
   }
   *len = need;
   return 0;
@@ -246,6 +245,6 @@ static int topk_decode(const uint8_t *in, size_t len, size_t n, size_t m, float 
 }
 
 const td_codec_iface_t td__codec_topk = {
-    .name = "topk", .version = 1, .error_feedback = true,
+    .name = "topk", .version = 1, .error_feedback = true, .residual_in_place = true,
     .bound = topk_bound, .encode = topk_encode, .decode = topk_decode,
 };
