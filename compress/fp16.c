@@ -54,7 +54,7 @@ typedef _Float16 half_t;
 #define FROM_HALF(h) ((float)(h))
 #endif
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #include <immintrin.h>
 #define HAVE_F16C_PATH 1
 /* Eight conversions per instruction (F16C); used when the CPU has it. */

@@ -29,67 +29,59 @@ typedef int32_t i32x16 __attribute__((vector_size(64)));
 typedef float f32x16 __attribute__((vector_size(64)));
 typedef uint8_t u8x16 __attribute__((vector_size(16)));
 
-/* Trit codes (0, 1 = +1, 2 = -1) for a block of k elements, k a multiple of
- * LANES (the caller pads). Written with GCC vector types: each of the 16
- * lanes draws from its own xorshift32, and the whole step is a handful of
- * vector instructions (one zmm register on AVX-512). */
 typedef uint32_t u32x4 __attribute__((vector_size(16)));
 
-/* The same draws as draw_block, packed straight into 2-bit codes: the 16
- * codes of a step, read as four little-endian u32 words of four byte-sized
- * codes, fold into four bytes with two shift-or steps. */
-TD_CODEC_CLONES
-static void draw_packed(const float *restrict g, size_t k, float s, float inv_s,
-                        uint32_t *restrict lanes, uint8_t *restrict packed) {
-  u32x16 x;
-  memcpy(&x, lanes, sizeof x);
-  const f32x16 sv = {s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s};
-  const f32x16 zero = {0};
-  for (size_t base = 0; base < k; base += LANES) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    f32x16 v;
-    memcpy(&v, g + base, sizeof v);
-    f32x16 a = (f32x16)((i32x16)v & 0x7fffffff);
-    i32x16 over = a > sv;
-    a = (f32x16)(((i32x16)a & ~over) | ((i32x16)sv & over));
-    f32x16 u = __builtin_convertvector(x >> 8, f32x16) * (1.0f / 16777216.0f);
-    i32x16 send = -(u < a * inv_s);
-    i32x16 neg = -(v < zero);
-    u8x16 c = __builtin_convertvector(send * (1 + neg), u8x16);
-    u32x4 w;
-    memcpy(&w, &c, sizeof w);
-    w |= w >> 6;
-    w |= w >> 12;
-    uint8_t out4[4] = {(uint8_t)w[0], (uint8_t)w[1], (uint8_t)w[2], (uint8_t)w[3]};
-    memcpy(packed + base / 4, out4, 4);
-  }
-  memcpy(lanes, &x, sizeof x);
+/* One step of 16 draws: advance every lane's xorshift32, clip |g| at s, send
+ * with probability |g| / s (24 random bits), and return the 16 trit codes
+ * (0, 1 = +1, 2 = -1). GCC vector types: one register per operand on
+ * AVX-512. */
+static inline __attribute__((always_inline)) u8x16 draw_step(u32x16 *x, const float *g,
+                                                             const f32x16 *sv, float inv_s) {
+  *x ^= *x << 13;
+  *x ^= *x >> 17;
+  *x ^= *x << 5;
+  f32x16 v;
+  memcpy(&v, g, sizeof v);
+  f32x16 a = (f32x16)((i32x16)v & 0x7fffffff); /* |v| */
+  i32x16 over = a > *sv;                        /* clip at s */
+  a = (f32x16)(((i32x16)a & ~over) | ((i32x16)*sv & over));
+  f32x16 u = __builtin_convertvector(*x >> 8, f32x16) * (1.0f / 16777216.0f);
+  i32x16 send = -(u < a * inv_s); /* 1 or 0 */
+  i32x16 neg = -(v < (f32x16){0}); /* 1 or 0 */
+  return __builtin_convertvector(send * (1 + neg), u8x16);
 }
 
+/* Codes for k elements (k a multiple of LANES; the caller pads), one byte each. */
 TD_CODEC_CLONES
 static void draw_block(const float *restrict g, size_t k, float s, float inv_s,
                        uint32_t *restrict lanes, uint8_t *restrict code) {
   u32x16 x;
   memcpy(&x, lanes, sizeof x);
   const f32x16 sv = {s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s};
-  const f32x16 zero = {0};
   for (size_t base = 0; base < k; base += LANES) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    f32x16 v;
-    memcpy(&v, g + base, sizeof v);
-    f32x16 a = (f32x16)((i32x16)v & 0x7fffffff);          /* |v| */
-    i32x16 over = a > sv;                                 /* clip at s */
-    a = (f32x16)(((i32x16)a & ~over) | ((i32x16)sv & over));
-    /* P(send) = a / s, from 24 random bits */
-    f32x16 u = __builtin_convertvector(x >> 8, f32x16) * (1.0f / 16777216.0f);
-    i32x16 send = -(u < a * inv_s);                       /* 1 or 0 */
-    i32x16 neg = -(v < zero);                             /* 1 or 0 */
-    u8x16 c = __builtin_convertvector(send * (1 + neg), u8x16);
+    u8x16 c = draw_step(&x, g + base, &sv, inv_s);
     memcpy(code + base, &c, sizeof c);
+  }
+  memcpy(lanes, &x, sizeof x);
+}
+
+/* The same draws packed straight into 2-bit codes: the 16 codes of a step,
+ * read as four little-endian u32 words of four byte-sized codes, fold into
+ * four bytes with two shift-or steps. */
+TD_CODEC_CLONES
+static void draw_packed(const float *restrict g, size_t k, float s, float inv_s,
+                        uint32_t *restrict lanes, uint8_t *restrict packed) {
+  u32x16 x;
+  memcpy(&x, lanes, sizeof x);
+  const f32x16 sv = {s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s};
+  for (size_t base = 0; base < k; base += LANES) {
+    u8x16 c = draw_step(&x, g + base, &sv, inv_s);
+    u32x4 w;
+    memcpy(&w, &c, sizeof w);
+    w |= w >> 6;
+    w |= w >> 12;
+    uint8_t out4[4] = {(uint8_t)w[0], (uint8_t)w[1], (uint8_t)w[2], (uint8_t)w[3]};
+    memcpy(packed + base / 4, out4, 4);
   }
   memcpy(lanes, &x, sizeof x);
 }
