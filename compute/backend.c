@@ -1,8 +1,16 @@
-/* backend.c: backend registry and the thin wrappers every caller uses.
+/* backend.c: the backend registry and the thin wrappers every caller uses.
  *
- * The CUDA entry is NULL in this build: its slots are defined by
- * backend_impl.h and a GPU implementation plugs in there; until then asking for
- * "cuda" fails with TD_EDEVICE and the CPU backend is the fallback. */
+ * Callers never touch an iface table: they call td_backend_*(), which forward
+ * to the table of the backend they opened. The required slots (alloc, free,
+ * gemm and the fused ops) are checked once at open; the optional ones (open,
+ * close, synchronize, and upload/download for backends whose memory the host
+ * can address) default here, so a wrapper is one indirect call and no test.
+ * The CUDA table is NULL unless configure found nvcc (--with-cuda); asking for
+ * it then fails with TD_EDEVICE and a reason, and "cpu" is always there. */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
 #include "compute/backend.h"
 
 #include <stdlib.h>
@@ -11,29 +19,47 @@
 #include "compute/backend_impl.h"
 #include "compute/error.h"
 
+#ifndef HAVE_CUDA
 const td_backend_iface_t *const td__backend_cuda = NULL;
+#endif
+
+/* The registry: the iface of a backend name, NULL (with *known) when the name
+ * is valid but not compiled in. */
+static const td_backend_iface_t *lookup(const char *name, bool *known) {
+  *known = name != NULL;
+  if (name != NULL && strcmp(name, "cpu") == 0)
+    return &td__backend_cpu;
+  if (name != NULL && strcmp(name, "cuda") == 0)
+    return td__backend_cuda;
+  *known = false;
+  return NULL;
+}
 
 bool td_backend_available(const char *name) {
-  if (strcmp(name, "cpu") == 0)
-    return true;
-  if (strcmp(name, "cuda") == 0)
-    return td__backend_cuda != NULL;
-  return false;
+  bool known;
+  return lookup(name, &known) != NULL;
+}
+
+static bool iface_complete(const td_backend_iface_t *iface) {
+  return iface->version >= 1 && iface->alloc && iface->free && iface->gemm && iface->bias_act &&
+         iface->act_backward && iface->softmax_xent && iface->sgd_step;
 }
 
 int td_backend_open(td_backend_t **out, const char *name, int threads, char *why,
                     size_t why_len) {
+  if (out == NULL)
+    return td_why(why, why_len, TD_EINVAL, "no output pointer");
   *out = NULL;
-  const td_backend_iface_t *iface = NULL;
-  if (strcmp(name, "cpu") == 0)
-    iface = &td__backend_cpu;
-  else if (strcmp(name, "cuda") == 0)
-    iface = td__backend_cuda;
-  else
-    return td_why(why, why_len, TD_ECONFIG, "unknown backend '%s' (accepted: cpu, cuda)", name);
+  bool known;
+  const td_backend_iface_t *iface = lookup(name, &known);
+  if (!known)
+    return td_why(why, why_len, TD_ECONFIG, "unknown backend '%s' (accepted: cpu, cuda)",
+                  name ? name : "(null)");
   if (iface == NULL)
     return td_why(why, why_len, TD_EDEVICE,
-                  "the CUDA backend is not available in this build (use backend = cpu)");
+                  "the CUDA backend is not compiled in (configure --with-cuda)");
+  if (!iface_complete(iface))
+    return td_why(why, why_len, TD_EDEVICE, "the %s backend lacks required operations", name);
   td_backend_t *be = calloc(1, sizeof *be);
   if (be == NULL)
     return td_why(why, why_len, TD_ENOMEM, "out of memory");
@@ -61,39 +87,53 @@ void td_backend_close(td_backend_t **self_p) {
 const char *td_backend_name(const td_backend_t *be) { return be->iface->name; }
 
 void *td_backend_alloc(td_backend_t *be, size_t bytes) { return be->iface->alloc(be, bytes); }
+
 void td_backend_free(td_backend_t *be, void *ptr) {
-  if (ptr)
+  if (ptr != NULL)
     be->iface->free(be, ptr);
 }
-int td_backend_upload(td_backend_t *be, void *dst, const void *src, size_t bytes) {
-  return be->iface->upload(be, dst, src, bytes);
+
+int td_backend_upload(td_backend_t *be, void *dst, const void *host_src, size_t bytes) {
+  if (be->iface->upload)
+    return be->iface->upload(be, dst, host_src, bytes);
+  memcpy(dst, host_src, bytes);
+  return 0;
 }
-int td_backend_download(td_backend_t *be, void *dst, const void *src, size_t bytes) {
-  return be->iface->download(be, dst, src, bytes);
+
+int td_backend_download(td_backend_t *be, void *host_dst, const void *src, size_t bytes) {
+  if (be->iface->download)
+    return be->iface->download(be, host_dst, src, bytes);
+  memcpy(host_dst, src, bytes);
+  return 0;
 }
+
 void td_backend_synchronize(td_backend_t *be) {
   if (be->iface->synchronize)
     be->iface->synchronize(be);
 }
 
-void td_backend_gemm(td_backend_t *be, bool ta, bool tb, int m, int n, int k, float alpha,
-                     const float *a, int lda, const float *b, int ldb, float beta, float *c,
-                     int ldc) {
-  be->iface->gemm(be, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+void td_backend_gemm(td_backend_t *be, bool trans_a, bool trans_b, int m, int n, int k,
+                     float alpha, const float *a, int lda, const float *b, int ldb, float beta,
+                     float *c, int ldc) {
+  be->iface->gemm(be, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
+
 void td_backend_bias_act(td_backend_t *be, float *y, const float *bias, int rows, int cols,
                          td_act_t act) {
   be->iface->bias_act(be, y, bias, rows, cols, act);
 }
+
 void td_backend_act_backward(td_backend_t *be, float *dy, const float *y, float *dbias, int rows,
                              int cols, td_act_t act) {
   be->iface->act_backward(be, dy, y, dbias, rows, cols, act);
 }
+
 double td_backend_softmax_xent(td_backend_t *be, const float *logits, const int32_t *labels,
                                float *dlogits, float grad_scale, int rows, int cols,
                                int *correct) {
   return be->iface->softmax_xent(be, logits, labels, dlogits, grad_scale, rows, cols, correct);
 }
+
 void td_backend_sgd_step(td_backend_t *be, float *w, const float *g, float *v, size_t n,
                          const td_sgd_hparams_t *hp) {
   be->iface->sgd_step(be, w, g, v, n, hp);

@@ -1,9 +1,16 @@
 /* backend_cpu.c: the CPU backend, the reference every other backend is
- * checked against. GEMMs go to OpenBLAS; everything else is a fused,
- * vectorisable pass over memory (bias + ReLU in one pass, ReLU mask + bias
- * gradient in one pass, the whole SGD update in one pass), compiled for
+ * checked against.
+ *
+ * GEMMs go to OpenBLAS (row-major cblas_sgemm). Everything else is one fused
+ * pass over memory: bias + ReLU in one pass, ReLU mask + bias gradient in one
+ * pass, softmax + loss + gradient in one pass per row, the whole SGD update in
+ * one pass. The elementwise loops are written so gcc -O3 vectorises them
+ * (restrict, unit stride, no calls, branch-free selects) and are compiled for
  * AVX-512, AVX2 and baseline x86-64 with run-time dispatch (target_clones), so
- * no -march flag is needed for speed. No call allocates. */
+ * no -march flag is needed for speed and the binary still runs anywhere.
+ * Nothing here allocates after open, and memory is plain host memory, so
+ * upload and download are memcpy. */
+#include <assert.h>
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -29,8 +36,11 @@ static int cpu_open(td_backend_t *be, int threads, char *why, size_t why_len) {
 
 static void *cpu_alloc(td_backend_t *be, size_t bytes) {
   (void)be;
-  void *p = NULL;
+  if (bytes > SIZE_MAX - 64)
+    return NULL;
+  /* Whole cache lines, so a vector loop may read the tail of the last one. */
   size_t padded = ((bytes ? bytes : 1) + 63) / 64 * 64;
+  void *p = NULL;
   if (posix_memalign(&p, 64, padded) != 0)
     return NULL;
   memset(p, 0, padded);
@@ -44,7 +54,8 @@ static void cpu_free(td_backend_t *be, void *p) {
 
 static int cpu_copy(td_backend_t *be, void *dst, const void *src, size_t bytes) {
   (void)be;
-  memcpy(dst, src, bytes);
+  if (bytes != 0)
+    memmove(dst, src, bytes);
   return 0;
 }
 
@@ -56,13 +67,16 @@ static void cpu_gemm(td_backend_t *be, bool ta, bool tb, int m, int n, int k, fl
               n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+/* y = relu(y + bias). `v < 0 ? 0 : v` rather than fmaxf or `v > 0 ? v : 0`:
+ * a NaN must survive the ReLU so that the loss reports it (TD_ENUMERIC)
+ * instead of the network silently training on zeros. */
 TD_CLONES
 static void bias_relu_rows(float *restrict y, const float *restrict bias, int rows, int cols) {
   for (int r = 0; r < rows; r++) {
-    float *restrict row = y + (size_t)r * cols;
+    float *restrict row = y + (size_t)r * (size_t)cols;
     for (int c = 0; c < cols; c++) {
       float v = row[c] + bias[c];
-      row[c] = v < 0.0f ? 0.0f : v; /* NaN stays NaN, so the loss reports it */
+      row[c] = v < 0.0f ? 0.0f : v;
     }
   }
 }
@@ -70,7 +84,7 @@ static void bias_relu_rows(float *restrict y, const float *restrict bias, int ro
 TD_CLONES
 static void bias_rows(float *restrict y, const float *restrict bias, int rows, int cols) {
   for (int r = 0; r < rows; r++) {
-    float *restrict row = y + (size_t)r * cols;
+    float *restrict row = y + (size_t)r * (size_t)cols;
     for (int c = 0; c < cols; c++)
       row[c] += bias[c];
   }
@@ -85,14 +99,17 @@ static void cpu_bias_act(td_backend_t *be, float *y, const float *bias, int rows
     bias_rows(y, bias, rows, cols);
 }
 
+/* One pass over the rows: mask dy by relu'(y) (y is the activated output, so
+ * y > 0 exactly where the pre-activation was positive) and add the masked row
+ * into the bias gradient, which stays in L1 across rows. */
 TD_CLONES
 static void relu_backward_rows(float *restrict dy, const float *restrict y,
                                float *restrict dbias, int rows, int cols) {
   for (int c = 0; c < cols; c++)
     dbias[c] = 0.0f;
   for (int r = 0; r < rows; r++) {
-    float *restrict drow = dy + (size_t)r * cols;
-    const float *restrict yrow = y + (size_t)r * cols;
+    float *restrict drow = dy + (size_t)r * (size_t)cols;
+    const float *restrict yrow = y + (size_t)r * (size_t)cols;
     for (int c = 0; c < cols; c++) {
       float g = yrow[c] > 0.0f ? drow[c] : 0.0f;
       drow[c] = g;
@@ -106,7 +123,7 @@ static void column_sums(const float *restrict dy, float *restrict dbias, int row
   for (int c = 0; c < cols; c++)
     dbias[c] = 0.0f;
   for (int r = 0; r < rows; r++) {
-    const float *restrict drow = dy + (size_t)r * cols;
+    const float *restrict drow = dy + (size_t)r * (size_t)cols;
     for (int c = 0; c < cols; c++)
       dbias[c] += drow[c];
   }
@@ -121,59 +138,76 @@ static void cpu_act_backward(td_backend_t *be, float *dy, const float *y, float 
     column_sums(dy, dbias, rows, cols);
 }
 
+/* Per row: max and argmax in one scan, then exp(z - max) once, summed in
+ * double and, when training, stored into dlogits and rescaled in place to
+ * (p - onehot) * grad_scale. A NaN or Inf logit makes that row's loss NaN,
+ * and so does a label outside [0, cols): the labels come from datasets and
+ * peers, so a bad one is reported (the caller checks isfinite), never used as
+ * an index. */
 static double cpu_softmax_xent(td_backend_t *be, const float *logits, const int32_t *labels,
                                float *dlogits, float grad_scale, int rows, int cols,
                                int *correct) {
   (void)be;
-  double total = 0;
+  double total = 0.0;
   int hits = 0;
   for (int r = 0; r < rows; r++) {
-    const float *z = logits + (size_t)r * cols;
+    const float *restrict z = logits + (size_t)r * (size_t)cols;
     int32_t label = labels[r];
-    if (label < 0 || label >= cols)
-      return NAN;
-    float mx = z[0];
-    int arg = 0;
-    for (int c = 1; c < cols; c++)
-      if (z[c] > mx) {
-        mx = z[c];
-        arg = c;
-      }
-    double sum = 0;
-    for (int c = 0; c < cols; c++)
-      sum += exp((double)(z[c] - mx));
-    double log_sum = log(sum);
-    total += log_sum - (double)(z[label] - mx);
-    hits += arg == label;
-    if (dlogits != NULL) {
-      float *d = dlogits + (size_t)r * cols;
-      float inv = (float)(1.0 / sum);
-      for (int c = 0; c < cols; c++)
-        d[c] = expf(z[c] - mx) * inv * grad_scale;
-      d[label] -= grad_scale;
+    if (label < 0 || label >= cols) {
+      total = NAN;
+      break;
     }
+    float max = z[0];
+    int argmax = 0;
+    for (int c = 1; c < cols; c++)
+      if (z[c] > max) {
+        max = z[c];
+        argmax = c;
+      }
+    double sum = 0.0;
+    if (dlogits != NULL) {
+      float *restrict d = dlogits + (size_t)r * (size_t)cols;
+      for (int c = 0; c < cols; c++) {
+        float e = expf(z[c] - max);
+        d[c] = e;
+        sum += e;
+      }
+      float scale = (float)(grad_scale / sum);
+      for (int c = 0; c < cols; c++)
+        d[c] *= scale;
+      d[label] -= grad_scale;
+    } else {
+      for (int c = 0; c < cols; c++)
+        sum += expf(z[c] - max);
+    }
+    total += log(sum) - (double)(z[label] - max);
+    hits += argmax == label;
   }
-  if (correct)
+  if (correct != NULL)
     *correct = hits;
   return total;
 }
 
+/* g' = g + wd*w; v = mu*v + g'; w -= lr * (nesterov ? g' + mu*v : v). */
 TD_CLONES
 static void sgd_momentum(float *restrict w, const float *restrict g, float *restrict v, size_t n,
-                         float lr, float mu, float wd, int nesterov) {
-  if (nesterov) {
-    for (size_t i = 0; i < n; i++) {
-      float gi = g[i] + wd * w[i];
-      float vi = mu * v[i] + gi;
-      v[i] = vi;
-      w[i] -= lr * (gi + mu * vi);
-    }
-  } else {
-    for (size_t i = 0; i < n; i++) {
-      float vi = mu * v[i] + g[i] + wd * w[i];
-      v[i] = vi;
-      w[i] -= lr * vi;
-    }
+                         float lr, float mu, float wd) {
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i] + wd * w[i];
+    float vi = mu * v[i] + gi;
+    v[i] = vi;
+    w[i] -= lr * vi;
+  }
+}
+
+TD_CLONES
+static void sgd_nesterov(float *restrict w, const float *restrict g, float *restrict v, size_t n,
+                         float lr, float mu, float wd) {
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i] + wd * w[i];
+    float vi = mu * v[i] + gi;
+    v[i] = vi;
+    w[i] -= lr * (gi + mu * vi);
   }
 }
 
@@ -186,10 +220,15 @@ static void sgd_plain(float *restrict w, const float *restrict g, size_t n, floa
 static void cpu_sgd_step(td_backend_t *be, float *w, const float *g, float *v, size_t n,
                          const td_sgd_hparams_t *hp) {
   (void)be;
-  if (hp->momentum > 0.0f && v != NULL)
-    sgd_momentum(w, g, v, n, hp->lr, hp->momentum, hp->weight_decay, hp->nesterov);
-  else
+  if (hp->momentum == 0.0f) { /* no velocity: v is untouched and may be NULL */
     sgd_plain(w, g, n, hp->lr, hp->weight_decay);
+    return;
+  }
+  assert(v != NULL);
+  if (hp->nesterov)
+    sgd_nesterov(w, g, v, n, hp->lr, hp->momentum, hp->weight_decay);
+  else
+    sgd_momentum(w, g, v, n, hp->lr, hp->momentum, hp->weight_decay);
 }
 
 const td_backend_iface_t td__backend_cpu = {

@@ -44,7 +44,9 @@ int td_model_max_batch(const td_model_t *m);
 
 /* Forward + backward on rows (<= max_batch) samples: grads = d(mean loss)/dparams
  * (overwritten, not accumulated). *loss = mean loss, *correct = argmax hits.
- * Returns TD_EINVAL for a bad row count, TD_ENUMERIC when the loss is not finite. */
+ * Returns TD_EINVAL for a bad row count, TD_ERANGE for a label outside
+ * [0, classes) (checked before any work), TD_ENUMERIC for NaN/Inf in the input
+ * or a loss that is not finite. */
 int td_model_train_batch(td_model_t *m, const float *x, const int32_t *y, int rows,
                          double *loss, int *correct);
 /* Forward only; adds the SUM of losses to *loss_sum and hits to *correct. */

@@ -1,143 +1,389 @@
-/* test_model.c: the compute core against references.
+/* test_model.c: the compute core (params, backend, model, optim) against
+ * references, written to be read as the API's usage guide.
  *
- * GEMMs against a naive triple loop for every transpose combination; the fused
- * passes against scalar code; the whole backward pass against central finite
- * differences for every parameter tensor (and a check that the comparison
- * would catch a wrong gradient); SGD variants against hand-computed values;
- * LR schedules at known points; init statistics; determinism; bad specs. */
+ * The BLAS path is checked against a naive triple loop for every transpose
+ * combination; the fused passes against scalar code in double; the whole
+ * backward pass against central finite differences for every parameter tensor
+ * (and the comparison itself against a deliberately wrong gradient, so it is
+ * known to bite); SGD against hand-computed updates; schedules at known
+ * points; init statistics; bit-for-bit determinism; and every kind of bad
+ * spec or bad batch is answered with an error code, never a crash.
+ *
+ * One test looks inside a backend (compute/backend_impl.h, otherwise private to
+ * compute/): it wraps the CPU table to count what the model asks of it, which
+ * is how "a step runs exactly these GEMMs and allocates nothing" is checked. */
 #include <check.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "compute/backend.h"
+#include "compute/backend_impl.h"
 #include "compute/error.h"
 #include "compute/model.h"
 #include "compute/optim.h"
 #include "compute/params.h"
 #include "compute/rng.h"
 
-static td_backend_t *cpu(void) {
+static td_backend_t *open_cpu(void) {
   td_backend_t *be = NULL;
-  char why[128];
-  ck_assert_int_eq(td_backend_open(&be, "cpu", 1, why, sizeof why), 0);
+  char why[256] = "";
+  ck_assert_msg(td_backend_open(&be, "cpu", 1, why, sizeof why) == 0, "%s", why);
+  ck_assert_ptr_nonnull(be);
   return be;
 }
 
-static void fill(float *a, size_t n, td_rng_t *rng) {
+static td_model_t *open_model(td_backend_t *be, const char *spec, int max_batch) {
+  td_model_t *m = NULL;
+  char why[256] = "";
+  ck_assert_msg(td_model_open(&m, spec, be, max_batch, why, sizeof why) == 0, "%s: %s", spec,
+                why);
+  return m;
+}
+
+static void fill_normal(float *a, size_t n, td_rng_t *rng) {
   for (size_t i = 0; i < n; i++)
     a[i] = (float)td_rng_normal(rng);
 }
 
-START_TEST(gemm_matches_naive_for_all_transposes) {
-  td_backend_t *be = cpu();
+static float *alloc_floats(size_t n) {
+  float *p = malloc((n ? n : 1) * sizeof *p);
+  ck_assert_ptr_nonnull(p);
+  return p;
+}
+
+/* ---- params: the flat buffer and its layout ----------------------------- */
+
+START_TEST(layout_aligns_every_tensor_and_counts_padding_apart) {
+  td_layout_t *l = NULL;
+  ck_assert_int_eq(td_layout_new(&l), 0);
+  const uint32_t w[2] = {3, 5}, b[1] = {3}, t[4] = {2, 3, 1, 7};
+  ck_assert_int_eq(td_layout_add(l, "w", 2, w), 0); /* returns the index */
+  ck_assert_int_eq(td_layout_add(l, "b", 1, b), 1);
+  ck_assert_int_eq(td_layout_add(l, "t", 4, t), 2);
+  ck_assert_uint_eq(td_layout_count(l), 3);
+  size_t sum = 0;
+  for (size_t i = 0; i < td_layout_count(l); i++) {
+    const td_tensor_info_t *ti = td_layout_tensor(l, i);
+    ck_assert_uint_eq(ti->offset % TD_PARAMS_ALIGN_FLOATS, 0);
+    if (i > 0) /* tensors never overlap */
+      ck_assert_uint_ge(ti->offset, td_layout_tensor(l, i - 1)->offset +
+                                        td_layout_tensor(l, i - 1)->numel);
+    sum += ti->numel;
+  }
+  ck_assert_uint_eq(td_layout_tensor(l, 0)->numel, 15);
+  ck_assert_uint_eq(td_layout_tensor(l, 2)->numel, 42);
+  ck_assert_uint_eq(td_layout_param_count(l), sum);
+  ck_assert_uint_eq(td_layout_numel(l), 16 + 16 + 48); /* 15, 3 and 42 floats, padded */
+  ck_assert_ptr_null(td_layout_tensor(l, 3));
+
+  /* bad tensors are refused and leave the layout as it was */
+  const uint32_t zero[2] = {4, 0}, huge[4] = {UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX};
+  char long_name[TD_TENSOR_NAME_MAX + 1];
+  memset(long_name, 'x', TD_TENSOR_NAME_MAX);
+  long_name[TD_TENSOR_NAME_MAX] = '\0';
+  ck_assert_int_eq(td_layout_add(l, "z", 2, zero), TD_EINVAL);
+  ck_assert_int_eq(td_layout_add(l, "r0", 0, w), TD_EINVAL);
+  ck_assert_int_eq(td_layout_add(l, "r5", TD_TENSOR_MAX_DIMS + 1, t), TD_EINVAL);
+  ck_assert_int_eq(td_layout_add(l, long_name, 1, b), TD_EINVAL);
+  ck_assert_int_eq(td_layout_add(l, "", 1, b), TD_EINVAL);
+  ck_assert_int_eq(td_layout_add(l, "w", 1, b), TD_EINVAL); /* names are unique */
+  ck_assert_int_eq(td_layout_add(l, "huge", 4, huge), TD_ERANGE);
+  ck_assert_uint_eq(td_layout_count(l), 3);
+  ck_assert_uint_eq(td_layout_param_count(l), sum);
+
+  /* buffers: 64-byte aligned and zero-filled, padding included */
+  float *buf = td_params_alloc(td_layout_numel(l));
+  ck_assert_ptr_nonnull(buf);
+  ck_assert_uint_eq((uintptr_t)buf % 64, 0);
+  for (size_t i = 0; i < td_layout_numel(l); i++)
+    ck_assert_float_eq(buf[i], 0.0f);
+  td_params_free(&buf);
+  ck_assert_ptr_null(buf);
+  td_params_free(&buf); /* NULL-safe */
+  ck_assert_ptr_null(td_params_alloc(SIZE_MAX / 2));
+  td_layout_free(&l);
+  ck_assert_ptr_null(l);
+  td_layout_free(&l);
+}
+END_TEST
+
+START_TEST(mlp_layout_is_weight_then_bias_per_layer) {
+  td_backend_t *be = open_cpu();
+  td_model_t *m = open_model(be, "mlp:784-256-128-10", 64);
+  const td_layout_t *lay = td_model_layout(m);
+  ck_assert_uint_eq(td_layout_param_count(lay),
+                    784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
+  ck_assert_uint_eq(td_layout_count(lay), 6);
+  ck_assert_uint_eq(td_model_numel(m), td_layout_numel(lay));
+  ck_assert_uint_ge(td_model_numel(m), td_layout_param_count(lay));
+  static const char *names[] = {"fc0.weight", "fc0.bias", "fc1.weight",
+                                "fc1.bias",   "fc2.weight", "fc2.bias"};
+  static const uint32_t outs[] = {256, 128, 10}, ins[] = {784, 256, 128};
+  size_t sum = 0;
+  for (size_t i = 0; i < 6; i++) {
+    const td_tensor_info_t *ti = td_layout_tensor(lay, i);
+    ck_assert_str_eq(ti->name, names[i]);
+    ck_assert_uint_eq(ti->offset % TD_PARAMS_ALIGN_FLOATS, 0);
+    ck_assert_uint_eq(ti->shape[0], outs[i / 2]);
+    if (i % 2 == 0) {
+      ck_assert_uint_eq(ti->ndim, 2);
+      ck_assert_uint_eq(ti->shape[1], ins[i / 2]); /* (out x in), the linear-layer convention */
+    } else {
+      ck_assert_uint_eq(ti->ndim, 1);
+    }
+    sum += ti->numel;
+  }
+  ck_assert_uint_eq(td_layout_param_count(lay), sum);
+  ck_assert_int_eq(td_model_input_dim(m), 784);
+  ck_assert_int_eq(td_model_classes(m), 10);
+  ck_assert_int_eq(td_model_max_batch(m), 64);
+  ck_assert_uint_eq((uintptr_t)td_model_params(m) % 64, 0);
+  ck_assert_uint_eq((uintptr_t)td_model_grads(m) % 64, 0);
+  td_model_close(&m);
+  ck_assert_ptr_null(m);
+  td_model_close(&m); /* idempotent */
+  td_backend_close(&be);
+}
+END_TEST
+
+/* ---- backend: registry and memory --------------------------------------- */
+
+START_TEST(backends_open_by_name_and_say_why_not) {
+  char why[256] = "";
+  td_backend_t *be = NULL;
+  ck_assert(td_backend_available("cpu"));
+  ck_assert(!td_backend_available("nope"));
+  ck_assert(!td_backend_available(NULL));
+  if (!td_backend_available("cuda")) {
+    ck_assert_int_eq(td_backend_open(&be, "cuda", 0, why, sizeof why), TD_EDEVICE);
+    ck_assert_ptr_null(be);
+    ck_assert_ptr_nonnull(strstr(why, "--with-cuda"));
+  }
+  why[0] = '\0';
+  ck_assert_int_eq(td_backend_open(&be, "nope", 0, why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_null(be);
+  ck_assert_ptr_nonnull(strstr(why, "nope"));
+  ck_assert_int_eq(td_backend_open(&be, NULL, 0, why, sizeof why), TD_ECONFIG);
+
+  be = open_cpu();
+  ck_assert_str_eq(td_backend_name(be), "cpu");
+  float *dev = td_backend_alloc(be, 37 * sizeof(float));
+  ck_assert_ptr_nonnull(dev);
+  ck_assert_uint_eq((uintptr_t)dev % 64, 0);
+  for (int i = 0; i < 37; i++)
+    ck_assert_float_eq(dev[i], 0.0f);
+  float host[37], back[37];
+  for (int i = 0; i < 37; i++)
+    host[i] = (float)i - 0.5f;
+  ck_assert_int_eq(td_backend_upload(be, dev, host, sizeof host), 0);
+  ck_assert_int_eq(td_backend_download(be, back, dev, sizeof back), 0);
+  td_backend_synchronize(be);
+  ck_assert_int_eq(memcmp(host, back, sizeof host), 0);
+  td_backend_free(be, dev);
+  td_backend_free(be, NULL);
+  td_backend_close(&be);
+  ck_assert_ptr_null(be);
+  td_backend_close(&be);
+}
+END_TEST
+
+/* ---- backend ops against scalar references ------------------------------ */
+
+/* op(X)[i][j] for a row-major X with leading dimension ld. */
+static double at(const float *x, int ld, bool trans, int i, int j) {
+  return trans ? x[(size_t)j * ld + i] : x[(size_t)i * ld + j];
+}
+
+START_TEST(gemm_matches_a_naive_loop_for_every_transpose) {
+  td_backend_t *be = open_cpu();
   td_rng_t rng;
   td_rng_seed(&rng, 1);
-  static const int shapes[][3] = {{7, 5, 3}, {33, 17, 9}, {1, 64, 1}};
-  for (size_t s = 0; s < 3; s++) {
-    int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+  static const int shapes[][3] = {{7, 5, 3}, {33, 17, 9}, {1, 64, 1}, {64, 10, 128}};
+  static const float alphas[] = {1.0f, 0.75f}, betas[] = {0.0f, 0.5f};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
     for (int ta = 0; ta < 2; ta++)
-      for (int tb = 0; tb < 2; tb++) {
-        float a[33 * 17], b[33 * 64], c[33 * 64];
-        fill(a, (size_t)m * k, &rng);
-        fill(b, (size_t)k * n, &rng);
-        int lda = ta ? m : k, ldb = tb ? k : n;
-        td_backend_gemm(be, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, n);
-        for (int i = 0; i < m; i++)
-          for (int j = 0; j < n; j++) {
-            double ref = 0;
-            for (int p = 0; p < k; p++)
-              ref += (double)(ta ? a[p * lda + i] : a[i * lda + p]) *
-                     (tb ? b[j * ldb + p] : b[p * ldb + j]);
-            ck_assert_msg(fabs(c[i * n + j] - ref) <= 1e-4 * (1 + fabs(ref)),
-                          "m%d n%d k%d ta%d tb%d (%d,%d): %g vs %g", m, n, k, ta, tb, i, j,
-                          c[i * n + j], ref);
+      for (int tb = 0; tb < 2; tb++)
+        for (int ab = 0; ab < 2; ab++) {
+          int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+          /* leading dimensions wider than the matrices, the padding poisoned
+           * with NaN: a kernel that reads outside op(A) or op(B) fails */
+          int a_rows = ta ? k : m, a_cols = ta ? m : k, lda = a_cols + 3;
+          int b_rows = tb ? n : k, b_cols = tb ? k : n, ldb = b_cols + 2;
+          int ldc = n + 1;
+          float *a = alloc_floats((size_t)a_rows * lda), *b = alloc_floats((size_t)b_rows * ldb);
+          float *c = alloc_floats((size_t)m * ldc), *c0 = alloc_floats((size_t)m * ldc);
+          for (size_t i = 0; i < (size_t)a_rows * lda; i++)
+            a[i] = (int)(i % lda) < a_cols ? (float)td_rng_normal(&rng) : NAN;
+          for (size_t i = 0; i < (size_t)b_rows * ldb; i++)
+            b[i] = (int)(i % ldb) < b_cols ? (float)td_rng_normal(&rng) : NAN;
+          for (size_t i = 0; i < (size_t)m * ldc; i++) /* beta = 0 must not read C */
+            c0[i] = (int)(i % ldc) == n ? 12345.0f : betas[ab] == 0 ? NAN
+                                                                     : (float)td_rng_normal(&rng);
+          memcpy(c, c0, (size_t)m * ldc * sizeof *c);
+          td_backend_gemm(be, ta, tb, m, n, k, alphas[ab], a, lda, b, ldb, betas[ab], c, ldc);
+          for (int i = 0; i < m; i++) {
+            for (int j = 0; j < n; j++) {
+              double ref = 0, mag = 0;
+              for (int p = 0; p < k; p++) {
+                ref += at(a, lda, ta, i, p) * at(b, ldb, tb, p, j);
+                mag += fabs(at(a, lda, ta, i, p) * at(b, ldb, tb, p, j));
+              }
+              ref = alphas[ab] * ref + (betas[ab] != 0 ? betas[ab] * c0[(size_t)i * ldc + j] : 0);
+              double got = c[(size_t)i * ldc + j];
+              ck_assert_msg(fabs(got - ref) <= 1e-4 * (fabs(ref) + mag + 1e-6),
+                            "%dx%dx%d ta%d tb%d (%d,%d): %g vs %g", m, n, k, ta, tb, i, j, got,
+                            ref);
+            }
+            ck_assert_float_eq(c[(size_t)i * ldc + n], 12345.0f); /* outside C: untouched */
           }
-      }
-  }
+          free(a);
+          free(b);
+          free(c);
+          free(c0);
+        }
   td_backend_close(&be);
 }
 END_TEST
 
-START_TEST(fused_passes_match_scalar_code) {
-  td_backend_t *be = cpu();
+START_TEST(bias_act_adds_the_bias_then_relu) {
+  td_backend_t *be = open_cpu();
   td_rng_t rng;
   td_rng_seed(&rng, 2);
-  enum { R = 5, C = 37 };
-  float y[R * C], y0[R * C], bias[C], dy[R * C], dy0[R * C], db[C];
-  fill(y0, R * C, &rng);
-  fill(bias, C, &rng);
+  enum { R = 5, C = 37 }; /* odd widths exercise the vector loops' tails */
+  float y0[R * C], y[R * C], bias[C];
+  fill_normal(y0, R * C, &rng);
+  fill_normal(bias, C, &rng);
   memcpy(y, y0, sizeof y);
   td_backend_bias_act(be, y, bias, R, C, TD_ACT_RELU);
+  for (int i = 0; i < R * C; i++) {
+    float v = y0[i] + bias[i % C];
+    ck_assert_float_eq(y[i], v > 0 ? v : 0.0f);
+  }
+  memcpy(y, y0, sizeof y);
+  td_backend_bias_act(be, y, bias, R, C, TD_ACT_NONE);
   for (int i = 0; i < R * C; i++)
-    ck_assert_float_eq(y[i], fmaxf(0.0f, y0[i] + bias[i % C]));
-  fill(dy0, R * C, &rng);
-  memcpy(dy, dy0, sizeof dy);
-  td_backend_act_backward(be, dy, y, db, R, C, TD_ACT_RELU);
-  for (int c = 0; c < C; c++) {
-    double sum = 0;
-    for (int r = 0; r < R; r++) {
-      float want = y[r * C + c] > 0 ? dy0[r * C + c] : 0.0f;
-      ck_assert_float_eq(dy[r * C + c], want);
-      sum += want;
-    }
-    ck_assert_double_eq_tol(db[c], sum, 1e-5);
-  }
-  /* softmax cross-entropy: loss = -log p_label, gradient = (p - onehot) * scale */
-  int32_t labels[R] = {0, 36, 5, 5, 17};
-  float d[R * C];
-  int hits = -1;
-  double loss = td_backend_softmax_xent(be, y0, labels, d, 0.5f, R, C, &hits);
-  double ref = 0;
-  int ref_hits = 0;
-  for (int r = 0; r < R; r++) {
-    double mx = -1e30, sum = 0;
-    int arg = 0;
-    for (int c = 0; c < C; c++)
-      if (y0[r * C + c] > mx)
-        mx = y0[r * C + c], arg = c;
-    for (int c = 0; c < C; c++)
-      sum += exp(y0[r * C + c] - mx);
-    ref += -(y0[r * C + labels[r]] - mx - log(sum));
-    ref_hits += arg == labels[r];
-    double row = 0;
-    for (int c = 0; c < C; c++) {
-      double p = exp(y0[r * C + c] - mx) / sum;
-      ck_assert_double_eq_tol(d[r * C + c], 0.5 * (p - (c == labels[r])), 1e-6);
-      row += d[r * C + c];
-    }
-    ck_assert_double_eq_tol(row, 0.0, 1e-6); /* probabilities sum to one */
-  }
-  ck_assert_double_eq_tol(loss, ref, 1e-5);
-  ck_assert_int_eq(hits, ref_hits);
-  labels[0] = 99; /* a bad label is reported, not used as an index */
-  ck_assert(isnan(td_backend_softmax_xent(be, y0, labels, d, 1, R, C, NULL)));
+    ck_assert_float_eq(y[i], y0[i] + bias[i % C]);
+  /* a NaN is not hidden by the ReLU, so the loss can report it */
+  memcpy(y, y0, sizeof y);
+  y[7] = NAN;
+  td_backend_bias_act(be, y, bias, R, C, TD_ACT_RELU);
+  ck_assert(isnan(y[7]));
   td_backend_close(&be);
 }
 END_TEST
 
-/* Mean loss of the model on (x, y) in double, for finite differences. */
-static double loss_at(td_model_t *m, const float *x, const int32_t *y, int rows) {
+START_TEST(act_backward_masks_and_sums_columns) {
+  td_backend_t *be = open_cpu();
+  td_rng_t rng;
+  td_rng_seed(&rng, 3);
+  enum { R = 9, C = 19 };
+  float y[R * C], dy0[R * C], dy[R * C], dbias[C];
+  fill_normal(y, R * C, &rng);
+  for (int i = 0; i < R * C; i += 4)
+    y[i] = 0.0f; /* an activated output of exactly 0: the ReLU was off */
+  fill_normal(dy0, R * C, &rng);
+  for (int act = TD_ACT_NONE; act <= TD_ACT_RELU; act++) {
+    memcpy(dy, dy0, sizeof dy);
+    for (int c = 0; c < C; c++)
+      dbias[c] = 99.0f; /* overwritten, not accumulated */
+    td_backend_act_backward(be, dy, y, dbias, R, C, (td_act_t)act);
+    for (int c = 0; c < C; c++) {
+      double sum = 0;
+      for (int r = 0; r < R; r++) {
+        float want = act == TD_ACT_RELU && !(y[r * C + c] > 0) ? 0.0f : dy0[r * C + c];
+        ck_assert_float_eq(dy[r * C + c], want);
+        sum += want;
+      }
+      ck_assert_double_eq_tol(dbias[c], sum, 1e-5);
+    }
+  }
+  td_backend_close(&be);
+}
+END_TEST
+
+START_TEST(softmax_xent_matches_a_double_reference) {
+  td_backend_t *be = open_cpu();
+  td_rng_t rng;
+  td_rng_seed(&rng, 4);
+  enum { R = 6, C = 37 };
+  float z[R * C], d[R * C];
+  fill_normal(z, R * C, &rng);
+  for (int c = 0; c < C; c++) /* the last row is huge: only a max-shifted softmax survives */
+    z[(R - 1) * C + c] = 1000.0f - (float)c;
+  int32_t labels[R] = {0, 36, 5, 5, 17, 0};
+  int hits = -1;
+  double loss = td_backend_softmax_xent(be, z, labels, d, 1.0f, R, C, &hits);
+  double ref_loss = 0;
+  int ref_hits = 0;
+  for (int r = 0; r < R; r++) {
+    const float *row = z + r * C;
+    double max = row[0], sum = 0, p_sum = 0;
+    int argmax = 0;
+    for (int c = 1; c < C; c++)
+      if (row[c] > max) {
+        max = row[c];
+        argmax = c;
+      }
+    for (int c = 0; c < C; c++)
+      sum += exp(row[c] - max);
+    ref_loss += -log(exp(row[labels[r]] - max) / sum); /* -log p_label */
+    ref_hits += argmax == labels[r];
+    for (int c = 0; c < C; c++) {
+      double p = exp(row[c] - max) / sum;
+      ck_assert_double_eq_tol(d[r * C + c], p - (c == labels[r]), 1e-6);
+      p_sum += d[r * C + c] + (c == labels[r]); /* dlogits + onehot = softmax */
+    }
+    ck_assert_double_eq_tol(p_sum, 1.0, 1e-5);
+  }
+  ck_assert(isfinite(loss));
+  ck_assert_double_eq_tol(loss, ref_loss, 1e-5 * ref_loss);
+  ck_assert_int_eq(hits, ref_hits);
+  ck_assert_int_ge(hits, 1); /* the huge row is a hit, so argmax is exercised */
+
+  /* grad_scale multiplies the whole gradient; evaluation needs no dlogits */
+  float d_half[R * C];
+  double loss_half = td_backend_softmax_xent(be, z, labels, d_half, 0.5f, R, C, NULL);
+  ck_assert_double_eq_tol(loss_half, loss, 1e-12);
+  for (int i = 0; i < R * C; i++)
+    ck_assert_double_eq_tol(d_half[i], 0.5 * d[i], 1e-7);
+  hits = -1;
+  ck_assert_double_eq_tol(td_backend_softmax_xent(be, z, labels, NULL, 0, R, C, &hits), loss,
+                          1e-9);
+  ck_assert_int_eq(hits, ref_hits);
+
+  /* a label outside [0, cols) is reported as a NaN loss, not used as an index */
+  labels[2] = C;
+  ck_assert(isnan(td_backend_softmax_xent(be, z, labels, d, 1, R, C, NULL)));
+  labels[2] = -1;
+  ck_assert(isnan(td_backend_softmax_xent(be, z, labels, NULL, 1, R, C, NULL)));
+  td_backend_close(&be);
+}
+END_TEST
+
+/* ---- the model: gradients, determinism, init ---------------------------- */
+
+static double mean_loss(td_model_t *m, const float *x, const int32_t *y, int rows) {
   double sum = 0;
   int hits = 0;
   ck_assert_int_eq(td_model_eval_batch(m, x, y, rows, &sum, &hits), 0);
   return sum / rows;
 }
 
-START_TEST(backward_matches_finite_differences) {
-  td_backend_t *be = cpu();
-  td_model_t *m = NULL;
-  char why[128];
-  ck_assert_int_eq(td_model_open(&m, "mlp:6-5-4-3", be, 4, why, sizeof why), 0);
+START_TEST(backward_matches_central_finite_differences) {
+  enum { ROWS = 4, IN = 6 };
+  td_backend_t *be = open_cpu();
+  td_model_t *m = open_model(be, "mlp:6-5-4-3", ROWS);
   td_model_init(m, 11);
   td_rng_t rng;
-  td_rng_seed(&rng, 3);
-  float x[4 * 6];
-  fill(x, 24, &rng);
-  int32_t y[4] = {0, 2, 1, 2};
-  /* nudge biases off zero so no ReLU sits exactly at its kink */
+  td_rng_seed(&rng, 5);
+  float x[ROWS * IN];
+  fill_normal(x, ROWS * IN, &rng);
+  const int32_t y[ROWS] = {0, 2, 1, 2};
   float *w = td_model_params(m);
   const td_layout_t *lay = td_model_layout(m);
+  /* biases off zero, so they are tested too */
   for (size_t t = 0; t < td_layout_count(lay); t++) {
     const td_tensor_info_t *ti = td_layout_tensor(lay, t);
     if (ti->ndim == 1)
@@ -146,134 +392,381 @@ START_TEST(backward_matches_finite_differences) {
   }
   double loss;
   int hits;
-  ck_assert_int_eq(td_model_train_batch(m, x, y, 4, &loss, &hits), 0);
+  ck_assert_int_eq(td_model_train_batch(m, x, y, ROWS, &loss, &hits), 0);
+  ck_assert_double_eq_tol(loss, mean_loss(m, x, y, ROWS), 1e-6);
   size_t numel = td_model_numel(m);
-  float *g = malloc(numel * sizeof *g);
-  memcpy(g, td_model_grads(m), numel * sizeof *g);
-  ck_assert_double_eq_tol(loss, loss_at(m, x, y, 4), 1e-6);
-  const float eps = 1e-2f;
+  float *grad = alloc_floats(numel);
+  memcpy(grad, td_model_grads(m), numel * sizeof *grad);
+
+  /* Loss in float, differences in double: eps = 1e-3 keeps the truncation
+   * error (eps^2) and the float rounding of the loss (~1e-7 / eps) both far
+   * below the 2e-2 tolerance, and is small enough that no ReLU of this
+   * batch changes side. The step is the one the float parameter really took. */
+  const float eps = 1e-3f;
   for (size_t t = 0; t < td_layout_count(lay); t++) {
     const td_tensor_info_t *ti = td_layout_tensor(lay, t);
-    double max_err = 0, max_err_wrong = 0, scale = 1e-3;
+    double max_err = 0, max_err_wrong = 0, scale = 1e-3, max_grad = 0;
     for (size_t i = 0; i < ti->numel; i++) {
       float *p = &w[ti->offset + i];
-      float keep = *p;
-      *p = keep + eps;
-      double up = loss_at(m, x, y, 4);
-      *p = keep - eps;
-      double down = loss_at(m, x, y, 4);
+      const float keep = *p, up_at = keep + eps, down_at = keep - eps;
+      *p = up_at;
+      double up = mean_loss(m, x, y, ROWS);
+      *p = down_at;
+      double down = mean_loss(m, x, y, ROWS);
       *p = keep;
-      double fd = (up - down) / (2 * eps);
-      double an = g[ti->offset + i];
-      scale = fmax(scale, fmax(fabs(fd), fabs(an)));
-      max_err = fmax(max_err, fabs(fd - an));
-      max_err_wrong = fmax(max_err_wrong, fabs(fd - 1.1 * an));
+      double fd = (up - down) / ((double)up_at - (double)down_at);
+      double g = grad[ti->offset + i];
+      scale = fmax(scale, fmax(fabs(fd), fabs(g)));
+      max_grad = fmax(max_grad, fabs(g));
+      max_err = fmax(max_err, fabs(fd - g));
+      max_err_wrong = fmax(max_err_wrong, fabs(fd - 1.1 * g));
     }
+    ck_assert_msg(max_grad > 1e-3, "%s: gradient is ~0, the check would be vacuous", ti->name);
     ck_assert_msg(max_err / scale < 2e-2, "%s: relative error %g", ti->name, max_err / scale);
     /* the same comparison flags a gradient that is 10% off */
-    ck_assert_msg(max_err_wrong / scale > 2e-2, "%s: check too weak", ti->name);
+    ck_assert_msg(max_err_wrong / scale > 2e-2, "%s: check too weak (%g)", ti->name,
+                  max_err_wrong / scale);
   }
-  free(g);
+  /* padding floats of the gradient buffer stay zero */
+  for (size_t t = 0; t < td_layout_count(lay); t++) {
+    const td_tensor_info_t *ti = td_layout_tensor(lay, t);
+    size_t end = t + 1 < td_layout_count(lay) ? td_layout_tensor(lay, t + 1)->offset : numel;
+    for (size_t i = ti->offset + ti->numel; i < end; i++)
+      ck_assert_float_eq(grad[i], 0.0f);
+  }
+  free(grad);
   td_model_close(&m);
   td_backend_close(&be);
 }
 END_TEST
 
-START_TEST(layout_init_and_determinism) {
-  td_backend_t *be = cpu();
-  td_model_t *a = NULL, *b = NULL, *c = NULL;
-  char why[128];
-  ck_assert_int_eq(td_model_open(&a, "mlp:784-256-128-10", be, 8, why, sizeof why), 0);
-  const td_layout_t *lay = td_model_layout(a);
-  ck_assert_uint_eq(td_layout_param_count(lay), 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
-  ck_assert_uint_eq(td_layout_count(lay), 6);
-  for (size_t t = 0; t < td_layout_count(lay); t++)
-    ck_assert_uint_eq(td_layout_tensor(lay, t)->offset % TD_PARAMS_ALIGN_FLOATS, 0);
-  ck_assert_str_eq(td_layout_tensor(lay, 0)->name, "fc0.weight");
-  ck_assert_uint_eq(td_layout_tensor(lay, 0)->shape[0], 256);
-  ck_assert_uint_eq(td_layout_tensor(lay, 0)->shape[1], 784);
-  td_model_init(a, 5);
-  const float *w = td_model_params(a);
-  double s2 = 0;
-  for (size_t i = 0; i < 784 * 256; i++)
-    s2 += (double)w[i] * w[i];
-  double std = sqrt(s2 / (784 * 256));
-  ck_assert_double_eq_tol(std, sqrt(2.0 / 784), 0.1 * sqrt(2.0 / 784)); /* He */
-  const td_tensor_info_t *out = td_layout_tensor(lay, 4);
-  double limit = sqrt(6.0 / (128 + 10));
-  for (size_t i = 0; i < out->numel; i++)
-    ck_assert(fabs(w[out->offset + i]) <= limit); /* Xavier bound */
-  for (size_t i = 0; i < 256; i++)
-    ck_assert_float_eq(w[td_layout_tensor(lay, 1)->offset + i], 0.0f);
-
-  /* same seed, same data: bit-identical after 20 steps; another seed differs */
-  ck_assert_int_eq(td_model_open(&b, "mlp:784-256-128-10", be, 8, why, sizeof why), 0);
-  ck_assert_int_eq(td_model_open(&c, "mlp:784-256-128-10", be, 8, why, sizeof why), 0);
-  td_model_init(b, 5);
-  td_model_init(c, 6);
-  td_sgd_t *oa = NULL, *ob = NULL;
-  td_sgd_opts_t so = {.momentum = 0.9};
-  td_sgd_open(&oa, be, td_model_numel(a), &so);
-  td_sgd_open(&ob, be, td_model_numel(b), &so);
+START_TEST(train_batch_overwrites_grads_and_takes_any_row_count) {
+  td_backend_t *be = open_cpu();
+  td_model_t *m = open_model(be, "mlp:8-7-3", 16);
+  td_model_init(m, 2);
   td_rng_t rng;
-  td_rng_seed(&rng, 9);
-  float x[8 * 784];
-  int32_t y[8];
-  for (int step = 0; step < 20; step++) {
-    fill(x, 8 * 784, &rng);
-    for (int i = 0; i < 8; i++)
-      y[i] = (int32_t)td_rng_below(&rng, 10);
-    double la, lb;
-    int h;
-    td_model_train_batch(a, x, y, 8, &la, &h);
-    td_sgd_step(oa, td_model_params(a), td_model_grads(a), 0.01);
-    td_model_train_batch(b, x, y, 8, &lb, &h);
-    td_sgd_step(ob, td_model_params(b), td_model_grads(b), 0.01);
+  td_rng_seed(&rng, 6);
+  float x[16 * 8];
+  int32_t y[16];
+  fill_normal(x, 16 * 8, &rng);
+  for (int i = 0; i < 16; i++)
+    y[i] = (int32_t)td_rng_below(&rng, 3);
+  size_t bytes = td_model_numel(m) * sizeof(float);
+  float *first = alloc_floats(td_model_numel(m));
+  for (int rows = 1; rows <= 16; rows += 5) {
+    double loss, loss_again;
+    int hits;
+    ck_assert_int_eq(td_model_train_batch(m, x, y, rows, &loss, &hits), 0);
+    ck_assert_int_ge(hits, 0);
+    ck_assert_int_le(hits, rows);
+    memcpy(first, td_model_grads(m), bytes);
+    ck_assert_int_eq(td_model_train_batch(m, x, y, rows, &loss_again, NULL), 0);
+    ck_assert_int_eq(memcmp(first, td_model_grads(m), bytes), 0); /* not accumulated */
+    ck_assert_double_eq(loss, loss_again);
+    /* eval adds the sum of losses and the hits to what is there */
+    double loss_sum = 1.0;
+    int eval_hits = 2;
+    ck_assert_int_eq(td_model_eval_batch(m, x, y, rows, &loss_sum, &eval_hits), 0);
+    ck_assert_double_eq_tol(loss_sum - 1.0, loss * rows, 1e-9 * rows);
+    ck_assert_int_eq(eval_hits - 2, hits);
   }
-  size_t bytes = td_model_numel(a) * sizeof(float);
-  ck_assert_int_eq(memcmp(td_model_params(a), td_model_params(b), bytes), 0);
-  ck_assert_int_ne(memcmp(td_model_params(a), td_model_params(c), bytes), 0);
-  td_sgd_close(&oa);
-  td_sgd_close(&ob);
-  td_model_close(&a);
-  td_model_close(&b);
-  td_model_close(&c);
-  ck_assert_ptr_null(a);
+  free(first);
+  td_model_close(&m);
   td_backend_close(&be);
 }
 END_TEST
 
-START_TEST(sgd_variants_match_hand_computation) {
-  td_backend_t *be = cpu();
-  static const struct { double mu, wd; bool nesterov; } cases[] = {
-      {0, 0, false}, {0.9, 0, false}, {0.9, 0.1, false}, {0.9, 0.1, true}, {0, 0.1, false}};
-  for (size_t k = 0; k < 5; k++) {
-    td_sgd_t *o = NULL;
-    td_sgd_opts_t so = {.momentum = cases[k].mu, .nesterov = cases[k].nesterov,
-                        .weight_decay = cases[k].wd};
-    ck_assert_int_eq(td_sgd_open(&o, be, 3, &so), 0);
-    float w[3] = {1.0f, -2.0f, 0.5f};
-    double rw[3] = {1.0, -2.0, 0.5}, rv[3] = {0, 0, 0};
-    const float grads[3][3] = {{0.1f, 0.2f, -0.3f}, {-0.5f, 0.0f, 0.25f}, {1.0f, -1.0f, 0.0f}};
+static void train_steps(td_model_t *m, td_sgd_t *opt, int steps, uint64_t data_seed) {
+  td_rng_t rng;
+  td_rng_seed(&rng, data_seed);
+  int rows = td_model_max_batch(m), dim = td_model_input_dim(m);
+  float *x = alloc_floats((size_t)rows * dim);
+  int32_t *y = malloc((size_t)rows * sizeof *y);
+  for (int step = 0; step < steps; step++) {
+    fill_normal(x, (size_t)rows * dim, &rng);
+    for (int i = 0; i < rows; i++)
+      y[i] = (int32_t)td_rng_below(&rng, (uint32_t)td_model_classes(m));
+    double loss;
+    ck_assert_int_eq(td_model_train_batch(m, x, y, rows, &loss, NULL), 0);
+    td_sgd_step(opt, td_model_params(m), td_model_grads(m), 0.05);
+  }
+  free(x);
+  free(y);
+}
+
+START_TEST(same_seed_same_bits_after_training) {
+  td_backend_t *be = open_cpu();
+  const char *spec = "mlp:64-48-32-10";
+  td_model_t *models[3];
+  td_sgd_t *opts[3];
+  static const uint64_t seeds[3] = {7, 7, 8};
+  td_sgd_opts_t so = {.momentum = 0.9, .nesterov = true, .weight_decay = 1e-4};
+  for (int i = 0; i < 3; i++) {
+    models[i] = open_model(be, spec, 16);
+    td_model_init(models[i], seeds[i]);
+    ck_assert_int_eq(td_sgd_open(&opts[i], be, td_model_numel(models[i]), &so), 0);
+    train_steps(models[i], opts[i], 20, 99);
+  }
+  size_t bytes = td_model_numel(models[0]) * sizeof(float);
+  ck_assert_int_eq(memcmp(td_model_params(models[0]), td_model_params(models[1]), bytes), 0);
+  ck_assert_int_eq(memcmp(td_sgd_velocity(opts[0]), td_sgd_velocity(opts[1]), bytes), 0);
+  ck_assert_int_ne(memcmp(td_model_params(models[0]), td_model_params(models[2]), bytes), 0);
+  for (int i = 0; i < 3; i++) {
+    td_sgd_close(&opts[i]);
+    td_model_close(&models[i]);
+  }
+  td_backend_close(&be);
+}
+END_TEST
+
+START_TEST(init_is_he_normal_then_xavier_uniform_with_zero_biases) {
+  td_backend_t *be = open_cpu();
+  td_model_t *m = open_model(be, "mlp:784-256-10", 1);
+  const td_layout_t *lay = td_model_layout(m);
+  float *w = td_model_params(m);
+  for (size_t i = 0; i < td_model_numel(m); i++)
+    w[i] = 1.0f; /* init must overwrite everything, padding included */
+  td_model_init(m, 5);
+
+  /* fc0 (784 -> 256) is followed by a ReLU: He-normal, std sqrt(2 / 784) */
+  const td_tensor_info_t *fc0 = td_layout_tensor(lay, 0);
+  double sum = 0, sum2 = 0;
+  for (size_t i = 0; i < fc0->numel; i++) {
+    sum += w[fc0->offset + i];
+    sum2 += (double)w[fc0->offset + i] * w[fc0->offset + i];
+  }
+  double mean = sum / fc0->numel, std = sqrt(sum2 / fc0->numel - mean * mean);
+  double he = sqrt(2.0 / 784);
+  ck_assert_msg(fabs(std - he) < 0.1 * he, "He std %g, want %g", std, he);
+  ck_assert_msg(fabs(mean) < 0.05 * he, "He mean %g", mean);
+
+  /* fc1 (256 -> 10) is the output layer: Xavier-uniform in +-sqrt(6 / (256 + 10)) */
+  const td_tensor_info_t *fc1 = td_layout_tensor(lay, 2);
+  double limit = sqrt(6.0 / (256 + 10)), max_abs = 0;
+  sum2 = 0;
+  for (size_t i = 0; i < fc1->numel; i++) {
+    double v = w[fc1->offset + i];
+    ck_assert_msg(fabs(v) <= limit, "xavier %g beyond %g", v, limit);
+    max_abs = fmax(max_abs, fabs(v));
+    sum2 += v * v;
+  }
+  ck_assert(max_abs > 0.95 * limit); /* the bound is reached, not just respected */
+  double uniform_std = limit / sqrt(3.0);
+  ck_assert(fabs(sqrt(sum2 / fc1->numel) - uniform_std) < 0.1 * uniform_std);
+
+  /* biases and padding are zero */
+  for (size_t t = 0; t < td_layout_count(lay); t++) {
+    const td_tensor_info_t *ti = td_layout_tensor(lay, t);
+    size_t end = t + 1 < td_layout_count(lay) ? td_layout_tensor(lay, t + 1)->offset
+                                              : td_model_numel(m);
+    size_t first_zero = ti->ndim == 1 ? ti->offset : ti->offset + ti->numel;
+    for (size_t i = first_zero; i < end; i++)
+      ck_assert_msg(w[i] == 0.0f, "%s: float %zu is %g", ti->name, i - ti->offset, w[i]);
+  }
+
+  /* the seed alone fixes every bit */
+  td_model_t *same = open_model(be, "mlp:784-256-10", 3);
+  td_model_t *other = open_model(be, "mlp:784-256-10", 1);
+  td_model_init(same, 5);
+  td_model_init(other, 6);
+  size_t bytes = td_model_numel(m) * sizeof(float);
+  ck_assert_int_eq(memcmp(w, td_model_params(same), bytes), 0);
+  ck_assert_int_ne(memcmp(w, td_model_params(other), bytes), 0);
+  td_model_close(&same);
+  td_model_close(&other);
+  td_model_close(&m);
+  td_backend_close(&be);
+}
+END_TEST
+
+/* ---- what a step asks of the backend ------------------------------------ */
+
+static struct {
+  int gemms, other_ops, allocs;
+  double flops;
+} calls;
+
+static void counting_gemm(td_backend_t *be, bool ta, bool tb, int m, int n, int k, float alpha,
+                          const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                          int ldc) {
+  calls.gemms++;
+  calls.flops += 2.0 * m * n * k;
+  td__backend_cpu.gemm(be, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+static void counting_bias_act(td_backend_t *be, float *y, const float *bias, int rows, int cols,
+                              td_act_t act) {
+  calls.other_ops++;
+  td__backend_cpu.bias_act(be, y, bias, rows, cols, act);
+}
+static void counting_act_backward(td_backend_t *be, float *dy, const float *y, float *dbias,
+                                  int rows, int cols, td_act_t act) {
+  calls.other_ops++;
+  td__backend_cpu.act_backward(be, dy, y, dbias, rows, cols, act);
+}
+static double counting_softmax_xent(td_backend_t *be, const float *logits,
+                                    const int32_t *labels, float *dlogits, float grad_scale,
+                                    int rows, int cols, int *correct) {
+  calls.other_ops++;
+  return td__backend_cpu.softmax_xent(be, logits, labels, dlogits, grad_scale, rows, cols,
+                                      correct);
+}
+static void *counting_alloc(td_backend_t *be, size_t bytes) {
+  calls.allocs++;
+  return td__backend_cpu.alloc(be, bytes);
+}
+
+START_TEST(a_step_runs_exactly_the_counted_gemms_and_allocates_nothing) {
+  td_backend_iface_t iface = td__backend_cpu;
+  iface.gemm = counting_gemm;
+  iface.bias_act = counting_bias_act;
+  iface.act_backward = counting_act_backward;
+  iface.softmax_xent = counting_softmax_xent;
+  iface.alloc = counting_alloc;
+  td_backend_t be = {.iface = &iface, .context = NULL, .threads = 1};
+  td_model_t *m = open_model(&be, "mlp:784-256-128-10", 64);
+  td_model_init(m, 1);
+  float *x = alloc_floats(64 * 784);
+  int32_t y[64];
+  td_rng_t rng;
+  td_rng_seed(&rng, 7);
+  fill_normal(x, 64 * 784, &rng);
+  for (int i = 0; i < 64; i++)
+    y[i] = (int32_t)td_rng_below(&rng, 10);
+  double want = 2.0 * 64 * (784 * 256 * 2 + 256 * 128 * 3 + 128 * 10 * 3); /* no dX for fc0 */
+  ck_assert_double_eq(td_model_train_gemm_flops(m, 64), want);
+  ck_assert_double_eq(td_model_train_gemm_flops(m, 32), want / 2);
+
+  memset(&calls, 0, sizeof calls);
+  double loss;
+  ck_assert_int_eq(td_model_train_batch(m, x, y, 64, &loss, NULL), 0);
+  ck_assert_int_eq(calls.gemms, 3 + 3 + 2);
+  ck_assert_double_eq(calls.flops, want);
+  ck_assert_int_eq(calls.other_ops, 3 + 1 + 3); /* bias_act, softmax_xent, act_backward */
+  ck_assert_int_eq(calls.allocs, 0);
+
+  float *params = alloc_floats(td_model_numel(m));
+  memcpy(params, td_model_params(m), td_model_numel(m) * sizeof(float));
+  memset(&calls, 0, sizeof calls);
+  td_model_gemm_only(m, x, 64);
+  ck_assert_int_eq(calls.gemms, 8);
+  ck_assert_double_eq(calls.flops, want);
+  ck_assert_int_eq(calls.other_ops + calls.allocs, 0);
+  ck_assert_int_eq(memcmp(params, td_model_params(m), td_model_numel(m) * sizeof(float)), 0);
+  free(params);
+  free(x);
+  td_model_close(&m);
+}
+END_TEST
+
+/* ---- SGD and schedules -------------------------------------------------- */
+
+START_TEST(sgd_matches_hand_computed_updates) {
+  td_backend_t *be = open_cpu();
+  /* One weight w = 1, gradient 0.5 three times, lr 0.1, mu 0.9:
+   *   momentum: v = 0.5, 0.95, 1.355;  w = 0.95, 0.855, 0.7195
+   *   nesterov: w -= lr * (g + mu * v): 0.905, 0.7695, 0.59755 */
+  static const struct {
+    td_sgd_opts_t opts;
+    float w3;
+  } literal[] = {
+      {{.momentum = 0.9}, 0.7195f},
+      {{.momentum = 0.9, .nesterov = true}, 0.59755f},
+      {{.momentum = 0}, 0.85f},
+  };
+  for (size_t k = 0; k < sizeof literal / sizeof literal[0]; k++) {
+    td_sgd_t *opt = NULL;
+    ck_assert_int_eq(td_sgd_open(&opt, be, 1, &literal[k].opts), 0);
+    float w = 1.0f;
+    const float g = 0.5f;
+    for (int step = 0; step < 3; step++)
+      td_sgd_step(opt, &w, &g, 0.1);
+    ck_assert_msg(fabsf(w - literal[k].w3) < 1e-6f, "case %zu: %.7g vs %.7g", k, w,
+                  literal[k].w3);
+    td_sgd_close(&opt);
+  }
+
+  /* every combination against the formula of td_backend_sgd_step, in double */
+  static const td_sgd_opts_t cases[] = {
+      {.momentum = 0},
+      {.momentum = 0.9},
+      {.momentum = 0.9, .weight_decay = 0.1},
+      {.momentum = 0.9, .weight_decay = 0.1, .nesterov = true},
+      {.momentum = 0, .weight_decay = 0.1},
+  };
+  enum { N = 19 };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    const td_sgd_opts_t *c = &cases[k];
+    td_sgd_t *opt = NULL;
+    ck_assert_int_eq(td_sgd_open(&opt, be, N, c), 0);
+    float w[N], g[N];
+    double ref_w[N], ref_v[N];
+    td_rng_t rng;
+    td_rng_seed(&rng, 8);
+    for (int i = 0; i < N; i++)
+      ref_w[i] = w[i] = (float)td_rng_normal(&rng);
+    memset(ref_v, 0, sizeof ref_v);
     for (int step = 0; step < 3; step++) {
-      td_sgd_step(o, w, grads[step], 0.1);
-      for (int i = 0; i < 3; i++) {
-        double g = grads[step][i] + cases[k].wd * rw[i];
-        if (cases[k].mu > 0) {
-          rv[i] = cases[k].mu * rv[i] + g;
-          rw[i] -= 0.1 * (cases[k].nesterov ? g + cases[k].mu * rv[i] : rv[i]);
+      fill_normal(g, N, &rng);
+      td_sgd_step(opt, w, g, 0.1);
+      for (int i = 0; i < N; i++) {
+        double gi = g[i] + c->weight_decay * ref_w[i];
+        if (c->momentum > 0) {
+          ref_v[i] = c->momentum * ref_v[i] + gi;
+          ref_w[i] -= 0.1 * (c->nesterov ? gi + c->momentum * ref_v[i] : ref_v[i]);
         } else {
-          rw[i] -= 0.1 * g;
+          ref_w[i] -= 0.1 * gi;
         }
       }
     }
-    for (int i = 0; i < 3; i++)
-      ck_assert_msg(fabs(w[i] - rw[i]) < 1e-6, "case %zu w[%d] %g vs %g", k, i, w[i], rw[i]);
-    td_sgd_close(&o);
+    const float *v = td_sgd_velocity(opt);
+    for (int i = 0; i < N; i++) {
+      ck_assert_msg(fabs(w[i] - ref_w[i]) < 1e-6, "case %zu w[%d] %.9g vs %.9g", k, i, w[i],
+                    ref_w[i]);
+      ck_assert_msg(fabs(v[i] - ref_v[i]) < 1e-6, "case %zu v[%d]", k, i);
+    }
+    td_sgd_close(&opt);
+    ck_assert_ptr_null(opt);
   }
-  td_sgd_t *o = NULL;
-  td_sgd_opts_t bad = {.momentum = 1.0};
-  ck_assert_int_eq(td_sgd_open(&o, be, 3, &bad), TD_ECONFIG);
+
+  /* options out of range are a configuration error */
+  td_sgd_t *opt = NULL;
+  static const td_sgd_opts_t bad[] = {
+      {.momentum = 1.0}, {.momentum = -0.1}, {.weight_decay = -1}, {.nesterov = true},
+      {.momentum = NAN}};
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    ck_assert_int_eq(td_sgd_open(&opt, be, 3, &bad[k]), TD_ECONFIG);
+    ck_assert_ptr_null(opt);
+  }
+  td_sgd_close(&opt);
+  td_backend_close(&be);
+}
+END_TEST
+
+START_TEST(momentum_zero_is_plain_sgd) {
+  td_backend_t *be = open_cpu();
+  enum { N = 1000 };
+  td_sgd_t *opt = NULL;
+  td_sgd_opts_t so = {.momentum = 0};
+  ck_assert_int_eq(td_sgd_open(&opt, be, N, &so), 0);
+  float *w = alloc_floats(N), *ref = alloc_floats(N), *g = alloc_floats(N);
+  td_rng_t rng;
+  td_rng_seed(&rng, 9);
+  fill_normal(w, N, &rng);
+  memcpy(ref, w, N * sizeof *w);
+  for (int step = 0; step < 3; step++) {
+    fill_normal(g, N, &rng);
+    td_sgd_step(opt, w, g, 0.25);
+    for (int i = 0; i < N; i++)
+      ref[i] -= 0.25f * g[i];
+  }
+  for (int i = 0; i < N; i++) {
+    ck_assert_float_eq_tol(w[i], ref[i], 1e-6f);
+    ck_assert_float_eq(td_sgd_velocity(opt)[i], 0.0f); /* the velocity is never touched */
+  }
+  free(w);
+  free(ref);
+  free(g);
+  td_sgd_close(&opt);
   td_backend_close(&be);
 }
 END_TEST
@@ -281,98 +774,196 @@ END_TEST
 START_TEST(lr_schedules_at_known_points) {
   td_lr_schedule_t s;
   char why[256] = "";
+  /* (spec, base_lr, warmup_steps, steps_per_epoch, total_steps) */
   ck_assert_int_eq(td_lr_schedule_parse(&s, "constant", 0.1, 0, 10, 100, why, sizeof why), 0);
+  ck_assert_int_eq(s.kind, TD_LR_CONSTANT);
   ck_assert_double_eq(td_lr_at(&s, 0), 0.1);
-  ck_assert_double_eq(td_lr_at(&s, 99), 0.1);
+  ck_assert_double_eq(td_lr_at(&s, 1000000), 0.1);
+
   ck_assert_int_eq(td_lr_schedule_parse(&s, "cosine", 0.1, 0, 10, 100, why, sizeof why), 0);
-  ck_assert_double_eq_tol(td_lr_at(&s, 0), 0.1, 1e-12);
+  ck_assert_double_eq_tol(td_lr_at(&s, 0), 0.1, 1e-15);
   ck_assert_double_eq_tol(td_lr_at(&s, 50), 0.05, 1e-9);
-  ck_assert_double_eq_tol(td_lr_at(&s, 100), 0.0, 1e-12);
+  ck_assert_double_eq_tol(td_lr_at(&s, 99), 0.1 * 0.5 * (1 + cos(M_PI * 0.99)), 1e-12);
+  ck_assert_double_eq_tol(td_lr_at(&s, 100), 0.0, 1e-15);
+  ck_assert_double_eq_tol(td_lr_at(&s, 5000), 0.0, 1e-15); /* stays at 0 past the end */
+
+  /* step:EPOCHS:GAMMA multiplies by GAMMA every EPOCHS epochs */
   ck_assert_int_eq(td_lr_schedule_parse(&s, "step:1:0.5", 0.1, 0, 10, 100, why, sizeof why), 0);
-  ck_assert_double_eq_tol(td_lr_at(&s, 9), 0.1, 1e-12);
-  ck_assert_double_eq_tol(td_lr_at(&s, 25), 0.025, 1e-12);
+  ck_assert_uint_eq(s.step_every, 10);
+  ck_assert_double_eq_tol(td_lr_at(&s, 9), 0.1, 1e-15);
+  ck_assert_double_eq_tol(td_lr_at(&s, 10), 0.05, 1e-15);
+  ck_assert_double_eq_tol(td_lr_at(&s, 25), 0.025, 1e-15);
   ck_assert_int_eq(td_lr_schedule_parse(&s, "step:2", 1.0, 0, 10, 100, why, sizeof why), 0);
-  ck_assert_double_eq_tol(td_lr_at(&s, 20), 0.1, 1e-12); /* gamma defaults to 0.1 */
-  /* warm-up: linear ramp, then the schedule over the remaining steps */
+  ck_assert_double_eq_tol(td_lr_at(&s, 19), 1.0, 1e-15);
+  ck_assert_double_eq_tol(td_lr_at(&s, 20), 0.1, 1e-15); /* GAMMA defaults to 0.1 */
+  ck_assert_double_eq_tol(td_lr_at(&s, 45), 0.01, 1e-15);
+
+  /* warm-up: linear from base/warmup to base, then the schedule over the rest */
   ck_assert_int_eq(td_lr_schedule_parse(&s, "cosine", 0.1, 10, 10, 110, why, sizeof why), 0);
-  ck_assert_double_eq_tol(td_lr_at(&s, 0), 0.01, 1e-12);
-  ck_assert_double_eq_tol(td_lr_at(&s, 4), 0.05, 1e-12);
-  ck_assert_double_eq_tol(td_lr_at(&s, 10), 0.1, 1e-12);
+  for (unsigned long step = 0; step < 10; step++)
+    ck_assert_double_eq_tol(td_lr_at(&s, step), 0.1 * (step + 1) / 10, 1e-15);
+  ck_assert_double_eq_tol(td_lr_at(&s, 10), 0.1, 1e-15);
   ck_assert_double_eq_tol(td_lr_at(&s, 60), 0.05, 1e-9);
-  static const char *bad[] = {"linear", "step:", "step:0", "step:2:0", "step:2:1.5", "step:x",
-                              "cosine2", ""};
+  ck_assert_double_eq_tol(td_lr_at(&s, 110), 0.0, 1e-15);
+  ck_assert_int_eq(td_lr_schedule_parse(&s, "constant", 0.2, 4, 10, 100, why, sizeof why), 0);
+  ck_assert_double_eq_tol(td_lr_at(&s, 0), 0.05, 1e-15);
+  ck_assert_double_eq_tol(td_lr_at(&s, 3), 0.2, 1e-15);
+  /* cosine with no steps left after the warm-up: base, then 0 */
+  ck_assert_int_eq(td_lr_schedule_parse(&s, "cosine", 0.1, 10, 10, 5, why, sizeof why), 0);
+  ck_assert_double_eq_tol(td_lr_at(&s, 10), 0.1, 1e-15);
+  ck_assert_double_eq_tol(td_lr_at(&s, 11), 0.0, 1e-15);
+
+  static const char *bad[] = {"linear",   "step:",       "step:0",     "step:2:0",
+                              "step:2:1.5", "step:x",    "step:2:",    "step:2:0.5x",
+                              "step:-1",  "step: 2",     "step:+2",    "step:2:nan",
+                              "step:2:1e-1", "step:2:-0.5", "step:99999999999999999999",
+                              "cosine2",  "Constant",    "",           "constant "};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     why[0] = '\0';
-    ck_assert_int_eq(td_lr_schedule_parse(&s, bad[i], 0.1, 0, 10, 100, why, sizeof why),
-                     TD_ECONFIG);
-    ck_assert_str_ne(why, "");
+    ck_assert_msg(td_lr_schedule_parse(&s, bad[i], 0.1, 0, 10, 100, why, sizeof why) ==
+                      TD_ECONFIG,
+                  "'%s' was accepted", bad[i]);
+    ck_assert_msg(why[0] != '\0', "'%s': no reason given", bad[i]);
   }
+  ck_assert_int_eq(td_lr_schedule_parse(&s, NULL, 0.1, 0, 10, 100, why, sizeof why), TD_ECONFIG);
+  ck_assert_int_eq(td_lr_schedule_parse(&s, "constant", NAN, 0, 10, 100, why, sizeof why),
+                   TD_ECONFIG);
+  ck_assert_int_eq(td_lr_schedule_parse(&s, "step:2:1", 0.1, 0, 10, 100, why, sizeof why), 0);
+  ck_assert_int_eq(td_lr_schedule_parse(&s, "step:2:.5", 0.1, 0, 10, 100, why, sizeof why), 0);
+  ck_assert_double_eq(s.gamma, 0.5);
 }
 END_TEST
 
-START_TEST(bad_specs_and_inputs_are_refused) {
-  td_backend_t *be = cpu();
+/* ---- refusing bad input -------------------------------------------------- */
+
+START_TEST(bad_model_specs_are_config_errors_with_a_reason) {
   char why[256];
-  static const char *bad[] = {"mlp:784", "mlp:784-0-10", "mlp:a-b", "cnn:1-2", "mlp:784-256-10x",
-                              "mlp:", "mlp:784--10", "mlp:99999999-10", ""};
+  static const char *bad[] = {
+      "mlp:784",       "mlp:784-0-10", "mlp:a-b",      "cnn:1-2",      "mlp:784-256-10x",
+      "mlp:",          "mlp",          "",             "mlp:784--10",  "mlp:-784-10",
+      "mlp:784-10-",   "mlp:+784-10",  "mlp: 784-10",  "mlp:784-65537", "MLP:784-10",
+      "mlp:99999999999999999999-10",   "mlp:0x10-2",   "mlp:784-10\n",
+      "mlp:1-1-1-1-1-1-1-1-1-1-1-1-1-1-1-1-1-1", /* 17 layers */
+  };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     why[0] = '\0';
-    ck_assert_msg(td_model_check_spec(bad[i], why, sizeof why) == TD_ECONFIG, "%s", bad[i]);
-    ck_assert_str_ne(why, "");
+    ck_assert_msg(td_model_check_spec(bad[i], why, sizeof why) == TD_ECONFIG, "'%s' accepted",
+                  bad[i]);
+    ck_assert_msg(why[0] != '\0', "'%s': no reason given", bad[i]);
   }
+  ck_assert_int_eq(td_model_check_spec(NULL, why, sizeof why), TD_ECONFIG);
   td_model_check_spec("cnn:1-2", why, sizeof why);
-  ck_assert_ptr_nonnull(strstr(why, "unknown model 'cnn'"));
+  ck_assert_str_eq(why, "unknown model 'cnn' (supported: mlp:IN-H1-...-OUT)");
+  td_model_check_spec("mlp:784-0-10", why, sizeof why);
+  ck_assert_ptr_nonnull(strstr(why, "'0'"));
+  static const char *good[] = {"mlp:784-10", "mlp:1-1", "mlp:784-256-128-10", "mlp:2-65536",
+                               "mlp:1-1-1-1-1-1-1-1-1-1-1-1-1-1-1-1-1" /* 16 layers */};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+    ck_assert_msg(td_model_check_spec(good[i], why, sizeof why) == 0, "'%s': %s", good[i], why);
+
+  td_backend_t *be = open_cpu();
   td_model_t *m = NULL;
+  ck_assert_int_eq(td_model_open(&m, "cnn:1-2", be, 4, why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_null(m);
+  why[0] = '\0';
   ck_assert_int_eq(td_model_open(&m, "mlp:4-3-2", be, 0, why, sizeof why), TD_ECONFIG);
-  ck_assert_int_eq(td_model_open(&m, "mlp:4-3-2", be, 2, why, sizeof why), 0);
-  td_model_init(m, 1);
-  float x[3 * 4] = {0};
-  int32_t y[3] = {0, 1, 1};
-  double loss;
-  int hits;
-  ck_assert_int_eq(td_model_train_batch(m, x, y, 3, &loss, &hits), TD_EINVAL); /* > max_batch */
-  ck_assert_int_eq(td_model_train_batch(m, x, y, 0, &loss, &hits), TD_EINVAL);
-  x[1] = NAN;
-  ck_assert_int_eq(td_model_train_batch(m, x, y, 2, &loss, &hits), TD_ENUMERIC);
-  x[1] = 0;
-  y[0] = 7;
-  ck_assert_int_eq(td_model_train_batch(m, x, y, 2, &loss, &hits), TD_ERANGE);
-  td_model_close(&m);
-  td_backend_t *gpu = NULL;
-  ck_assert_int_eq(td_backend_open(&gpu, "cuda", 0, why, sizeof why), TD_EDEVICE);
-  ck_assert_ptr_null(gpu);
-  ck_assert_int_eq(td_backend_open(&gpu, "nope", 0, why, sizeof why), TD_ECONFIG);
-  ck_assert(td_backend_available("cpu"));
+  ck_assert_str_ne(why, "");
+  ck_assert_int_eq(td_model_open(&m, "mlp:4-3-2", be, TD_MODEL_MAX_BATCH + 1, why, sizeof why),
+                   TD_ECONFIG);
+  ck_assert_ptr_null(m);
   td_backend_close(&be);
 }
 END_TEST
 
-START_TEST(a_small_model_learns) {
-  td_backend_t *be = cpu();
-  td_model_t *m = NULL;
-  char why[128];
-  ck_assert_int_eq(td_model_open(&m, "mlp:2-16-2", be, 32, why, sizeof why), 0);
+START_TEST(bad_batches_are_errors_and_the_model_recovers) {
+  td_backend_t *be = open_cpu();
+  td_model_t *m = open_model(be, "mlp:4-3-2", 2);
+  td_model_init(m, 1);
+  float x[3 * 4] = {0.5f, -1, 2, 0, 1, 1, -1, 0.25f, 0, 0, 0, 0};
+  int32_t y[3] = {0, 1, 1};
+  double loss = -1, loss_sum = 0;
+  int hits = 0;
+  ck_assert_int_eq(td_model_train_batch(m, x, y, 3, &loss, &hits), TD_EINVAL); /* > max_batch */
+  ck_assert_int_eq(td_model_train_batch(m, x, y, 0, &loss, &hits), TD_EINVAL);
+  ck_assert_int_eq(td_model_train_batch(m, x, y, -1, &loss, &hits), TD_EINVAL);
+  ck_assert_int_eq(td_model_eval_batch(m, x, y, 3, &loss_sum, &hits), TD_EINVAL);
+  ck_assert_int_eq(td_model_train_batch(m, NULL, y, 2, &loss, &hits), TD_EINVAL);
+
+  x[1] = NAN; /* a NaN anywhere in the input is a numeric error, not garbage gradients */
+  ck_assert_int_eq(td_model_train_batch(m, x, y, 2, &loss, &hits), TD_ENUMERIC);
+  ck_assert_int_eq(td_model_eval_batch(m, x, y, 2, &loss_sum, &hits), TD_ENUMERIC);
+  x[1] = INFINITY;
+  ck_assert_int_eq(td_model_train_batch(m, x, y, 2, &loss, &hits), TD_ENUMERIC);
+  /* even an Inf that every ReLU clips to 0, leaving the loss finite: fc0's
+   * weights on input 1 made positive, so x[1] = -Inf switches all units off,
+   * and dW = dYᵀX would still hold 0 * Inf = NaN */
+  float *w = td_model_params(m);
+  for (int j = 0; j < 3; j++)
+    w[j * 4 + 1] = fabsf(w[j * 4 + 1]) + 0.1f;
+  x[1] = -INFINITY;
+  ck_assert_int_eq(td_model_train_batch(m, x, y, 2, &loss, &hits), TD_ENUMERIC);
+  x[1] = -1;
+  float keep = w[0];
+  w[0] = NAN; /* so are parameters that went bad: the loss reports them */
+  ck_assert_int_eq(td_model_train_batch(m, x, y, 2, &loss, &hits), TD_ENUMERIC);
+  w[0] = keep;
+
+  y[1] = 2; /* a label outside [0, classes) is refused, never used as an index */
+  ck_assert_int_eq(td_model_train_batch(m, x, y, 2, &loss, &hits), TD_ERANGE);
+  ck_assert_int_eq(td_model_eval_batch(m, x, y, 2, &loss_sum, &hits), TD_ERANGE);
+  y[1] = -7;
+  ck_assert_int_eq(td_model_train_batch(m, x, y, 2, &loss, &hits), TD_ERANGE);
+  y[1] = INT32_MAX;
+  ck_assert_int_eq(td_model_train_batch(m, x, y, 2, &loss, &hits), TD_ERANGE);
+  y[1] = 1;
+  ck_assert_double_eq(loss_sum, 0); /* failed calls add nothing */
+
+  /* the NaNs left in the activation buffers do not leak into the next step */
+  ck_assert_int_eq(td_model_train_batch(m, x, y, 2, &loss, &hits), 0);
+  ck_assert(isfinite(loss));
+  for (size_t i = 0; i < td_model_numel(m); i++)
+    ck_assert(isfinite(td_model_grads(m)[i]));
+  td_model_close(&m);
+  td_backend_close(&be);
+}
+END_TEST
+
+/* ---- it learns ----------------------------------------------------------- */
+
+START_TEST(a_small_mlp_learns_a_separable_set) {
+  enum { N = 256, BATCH = 32, STEPS = 300 };
+  td_backend_t *be = open_cpu();
+  td_model_t *m = open_model(be, "mlp:2-16-2", BATCH);
   td_model_init(m, 3);
-  td_sgd_t *o = NULL;
+  td_sgd_t *opt = NULL;
   td_sgd_opts_t so = {.momentum = 0.9};
-  td_sgd_open(&o, be, td_model_numel(m), &so);
+  ck_assert_int_eq(td_sgd_open(&opt, be, td_model_numel(m), &so), 0);
+  /* class = which side of the line x0 + 0.5 x1 = 0.3, with a margin */
+  float x[N * 2];
+  int32_t y[N];
   td_rng_t rng;
   td_rng_seed(&rng, 4);
-  float x[64];
-  int32_t y[32];
-  int hits = 0;
-  for (int step = 0; step < 300; step++) {
-    for (int i = 0; i < 32; i++) {
+  for (int i = 0; i < N; i++) {
+    double side;
+    do {
       x[2 * i] = (float)td_rng_normal(&rng);
       x[2 * i + 1] = (float)td_rng_normal(&rng);
-      y[i] = x[2 * i] + 0.5f * x[2 * i + 1] > 0;
-    }
-    double loss;
-    td_model_train_batch(m, x, y, 32, &loss, &hits);
-    td_sgd_step(o, td_model_params(m), td_model_grads(m), 0.05);
+      side = x[2 * i] + 0.5 * x[2 * i + 1] - 0.3;
+    } while (fabs(side) < 0.1);
+    y[i] = side > 0;
   }
-  ck_assert_int_ge(hits, 30); /* >= 94% of the last batch */
-  td_sgd_close(&o);
+  for (int step = 0; step < STEPS; step++) {
+    int at = (step * BATCH) % N;
+    double loss;
+    ck_assert_int_eq(td_model_train_batch(m, x + 2 * at, y + at, BATCH, &loss, NULL), 0);
+    td_sgd_step(opt, td_model_params(m), td_model_grads(m), 0.05);
+  }
+  int correct = 0;
+  double loss_sum = 0;
+  for (int at = 0; at < N; at += BATCH)
+    ck_assert_int_eq(td_model_eval_batch(m, x + 2 * at, y + at, BATCH, &loss_sum, &correct), 0);
+  ck_assert_msg(correct > 0.95 * N, "training accuracy %d / %d", correct, N);
+  td_sgd_close(&opt);
   td_model_close(&m);
   td_backend_close(&be);
 }
@@ -380,20 +971,40 @@ END_TEST
 
 int main(void) {
   Suite *s = suite_create("model");
-  TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, gemm_matches_naive_for_all_transposes);
-  tcase_add_test(tc, fused_passes_match_scalar_code);
-  tcase_add_test(tc, backward_matches_finite_differences);
-  tcase_add_test(tc, layout_init_and_determinism);
-  tcase_add_test(tc, sgd_variants_match_hand_computation);
-  tcase_add_test(tc, lr_schedules_at_known_points);
-  tcase_add_test(tc, bad_specs_and_inputs_are_refused);
-  tcase_add_test(tc, a_small_model_learns);
-  suite_add_tcase(s, tc);
+  TCase *params = tcase_create("params");
+  tcase_add_test(params, layout_aligns_every_tensor_and_counts_padding_apart);
+  tcase_add_test(params, mlp_layout_is_weight_then_bias_per_layer);
+  suite_add_tcase(s, params);
+
+  TCase *backend = tcase_create("backend");
+  tcase_add_test(backend, backends_open_by_name_and_say_why_not);
+  tcase_add_test(backend, gemm_matches_a_naive_loop_for_every_transpose);
+  tcase_add_test(backend, bias_act_adds_the_bias_then_relu);
+  tcase_add_test(backend, act_backward_masks_and_sums_columns);
+  tcase_add_test(backend, softmax_xent_matches_a_double_reference);
+  suite_add_tcase(s, backend);
+
+  TCase *model = tcase_create("model");
+  tcase_set_timeout(model, 120);
+  tcase_add_test(model, backward_matches_central_finite_differences);
+  tcase_add_test(model, train_batch_overwrites_grads_and_takes_any_row_count);
+  tcase_add_test(model, same_seed_same_bits_after_training);
+  tcase_add_test(model, init_is_he_normal_then_xavier_uniform_with_zero_biases);
+  tcase_add_test(model, a_step_runs_exactly_the_counted_gemms_and_allocates_nothing);
+  tcase_add_test(model, bad_model_specs_are_config_errors_with_a_reason);
+  tcase_add_test(model, bad_batches_are_errors_and_the_model_recovers);
+  tcase_add_test(model, a_small_mlp_learns_a_separable_set);
+  suite_add_tcase(s, model);
+
+  TCase *optim = tcase_create("optim");
+  tcase_add_test(optim, sgd_matches_hand_computed_updates);
+  tcase_add_test(optim, momentum_zero_is_plain_sgd);
+  tcase_add_test(optim, lr_schedules_at_known_points);
+  suite_add_tcase(s, optim);
+
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
