@@ -5,21 +5,8 @@
 # time not computing (the overhead: packing, sending, waiting for the slowest
 # peer), and update bytes on the wire per model byte (1 + framing for none).
 # Also each node's resident memory at rounds 50 and 190 (flatness).
-set -u
-B=${top_builddir:-$(cd "$(dirname "$0")/.." && pwd)/build}
-T=$(mktemp -d /tmp/td-bench-XXXXXX)
-PIDS=()
-trap 'for p in "${PIDS[@]}"; do kill -9 $p 2>/dev/null; done; wait 2>/dev/null; rm -rf "$T"' EXIT
-ctl() { local i=$1; shift; "$B/trainctl" --socket "$T/n$i/ctl" "$@"; }
-for i in 0 1 2 3; do
-  mkdir -p "$T/n$i"
-  "$B/traind" --data-dir "$T/n$i" --listen tcp://127.0.0.1:0 --control "$T/n$i/ctl" --threads 1 \
-    --log-level warn 2>"$T/n$i.log" &
-  PIDS+=($!)
-done
-for i in 0 1 2 3; do for _ in $(seq 100); do [ -s "$T/n$i/endpoint" ] && [ -S "$T/n$i/ctl" ] && break; sleep 0.1; done; done
-for i in 1 2 3; do ctl $i join "$(cat "$T/n0/endpoint")" >/dev/null || exit 1; done
-sleep 1
+. "$(dirname "$0")/cluster.sh"
+start_cluster
 ctl 0 start --set rounds=200 --set local_steps=8 --set batch=256 --set eval_every=1000 >/dev/null || exit 1
 rss_mid="" rss_late=""
 for _ in $(seq 3000); do
@@ -42,5 +29,4 @@ for i in 0 1 2 3; do
     sum(bytes_recv) / ((SELECT count(*) FROM updates) * $numel * 4.0)) FROM rounds"
 done
 echo "resident memory (kB) of the 4 daemons at round 50: $rss_mid; at round 190: $rss_late"
-for i in 0 1 2 3; do ctl $i leave >/dev/null; done
-wait
+stop_cluster

@@ -4,21 +4,8 @@
 # Fashion-MNIST for 3 epochs once per codec (none, topk:0.01, ternary,
 # powersgd:4). For each: node 0's final test accuracy and the update bytes it
 # received, from its ledger, with the reduction against codec none.
-set -u
-B=${top_builddir:-$(cd "$(dirname "$0")/.." && pwd)/build}
-T=$(mktemp -d /tmp/td-bench-codecs-XXXXXX)
-PIDS=()
-trap 'for p in "${PIDS[@]}"; do kill -9 $p 2>/dev/null; done; wait 2>/dev/null; rm -rf "$T"' EXIT
-ctl() { local i=$1; shift; "$B/trainctl" --socket "$T/n$i/ctl" "$@"; }
-for i in 0 1 2 3; do
-  mkdir -p "$T/n$i"
-  "$B/traind" --data-dir "$T/n$i" --listen tcp://127.0.0.1:0 --control "$T/n$i/ctl" --threads 1 \
-    --log-level warn 2>"$T/n$i.log" &
-  PIDS+=($!)
-done
-for i in 0 1 2 3; do for _ in $(seq 100); do [ -s "$T/n$i/endpoint" ] && [ -S "$T/n$i/ctl" ] && break; sleep 0.1; done; done
-for i in 1 2 3; do ctl $i join "$(cat "$T/n0/endpoint")" >/dev/null || exit 1; done
-sleep 1
+. "$(dirname "$0")/cluster.sh"
+start_cluster
 printf '%-12s %9s %14s %10s %8s\n' codec test_acc update_bytes reduction seconds
 base=""
 for codec in none topk:0.01 ternary powersgd:4; do
@@ -38,5 +25,4 @@ for codec in none topk:0.01 ternary powersgd:4; do
     "$(awk -v a="$base" -v b="$bytes" 'BEGIN { print a / b }')" "$secs"
   sleep 1
 done
-for i in 0 1 2 3; do ctl $i leave >/dev/null; done
-wait
+stop_cluster

@@ -1,0 +1,30 @@
+# bench/cluster.sh: sourced by the cluster benchmarks. Starts 4 traind on
+# loopback (own data dirs, ephemeral ports, control sockets, one BLAS thread
+# each), joins them to node 0, and kills whatever is left on exit.
+set -u
+B=${top_builddir:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build}
+T=$(mktemp -d /tmp/td-bench-XXXXXX)
+PIDS=()
+trap 'for p in "${PIDS[@]}"; do kill -9 $p 2>/dev/null; done; wait 2>/dev/null; rm -rf "$T"' EXIT
+ctl() { local i=$1; shift; "$B/trainctl" --socket "$T/n$i/ctl" "$@"; }
+
+start_cluster() {
+  local i
+  for i in 0 1 2 3; do
+    mkdir -p "$T/n$i"
+    "$B/traind" --data-dir "$T/n$i" --listen tcp://127.0.0.1:0 --control "$T/n$i/ctl" \
+      --threads 1 --log-level warn 2>"$T/n$i.log" &
+    PIDS+=($!)
+  done
+  for i in 0 1 2 3; do
+    for _ in $(seq 100); do [ -s "$T/n$i/endpoint" ] && [ -S "$T/n$i/ctl" ] && break; sleep 0.1; done
+  done
+  for i in 1 2 3; do ctl $i join "$(cat "$T/n0/endpoint")" >/dev/null || exit 1; done
+  sleep 1
+}
+
+stop_cluster() {
+  local i
+  for i in 0 1 2 3; do ctl $i leave >/dev/null; done
+  wait
+}
