@@ -1373,23 +1373,8 @@ static void cmd_start(control_conn_t *c, const Traind__ControlRequest *req) {
   td_runspec_t spec;
   td_runspec_defaults(&spec);
   int rc = 0;
-  if (req->ini_text != NULL && req->ini_text[0] != '\0') {
-    /* the INI text is parsed from memory through a temporary file */
-    char path[600];
-    snprintf(path, sizeof path, "%s/start-XXXXXX", n->data_dir);
-    int fd = mkstemp(path);
-    if (fd < 0) {
-      respond(c, TD_EIO, "cannot write a temporary file in the data directory", NULL);
-      return;
-    }
-    size_t len = strlen(req->ini_text);
-    ssize_t w = write(fd, req->ini_text, len);
-    close(fd);
-    rc = w == (ssize_t)len ? td_runspec_load_ini(&spec, path, why, sizeof why) : TD_EIO;
-    unlink(path);
-    if (rc != 0 && why[0] == '\0')
-      snprintf(why, sizeof why, "cannot read the run file");
-  }
+  if (req->ini_text != NULL && req->ini_text[0] != '\0') /* parsed in memory, no disk */
+    rc = td_runspec_load_ini_text(&spec, req->ini_text, "run file", why, sizeof why);
   for (size_t i = 0; rc == 0 && i < req->n_settings; i++)
     rc = td_runspec_set_arg(&spec, req->settings[i], why, sizeof why);
   if (rc == 0)

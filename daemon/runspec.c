@@ -276,6 +276,19 @@ static int on_ini_pair(void *user, const char *section, const char *name, const 
   return ctx->rc == 0;
 }
 
+/* The result of ini_parse_file / ini_parse_string turned into a reason. */
+static int ini_result(int line, const ini_ctx_t *ctx, const char *sub, const char *path,
+                      char *why, size_t why_len) {
+  if (line == 0)
+    return 0;
+  if (line < 0)
+    return td_why(why, why_len, TD_EIO, "cannot read %s", path);
+  if (ctx->rc != 0)
+    return td_why(why, why_len, TD_ECONFIG, "%s:%d: %s", path, line, sub);
+  return td_why(why, why_len, TD_ECONFIG, "%s:%d: syntax error (expected key = value)", path,
+                line);
+}
+
 int td_runspec_load_ini(td_runspec_t *rs, const char *path, char *why, size_t why_len) {
   FILE *f = fopen(path, "r");
   if (f == NULL)
@@ -285,14 +298,15 @@ int td_runspec_load_ini(td_runspec_t *rs, const char *path, char *why, size_t wh
   ini_ctx_t ctx = {.rs = rs, .why = sub, .why_len = sizeof sub, .rc = 0};
   int line = ini_parse_file(f, on_ini_pair, &ctx);
   fclose(f);
-  if (line == 0)
-    return 0;
-  if (line < 0)
-    return td_why(why, why_len, TD_EIO, "cannot read %s", path);
-  if (ctx.rc != 0)
-    return td_why(why, why_len, TD_ECONFIG, "%s:%d: %s", path, line, sub);
-  return td_why(why, why_len, TD_ECONFIG, "%s:%d: syntax error (expected key = value)", path,
-                line);
+  return ini_result(line, &ctx, sub, path, why, why_len);
+}
+
+int td_runspec_load_ini_text(td_runspec_t *rs, const char *text, const char *origin, char *why,
+                             size_t why_len) {
+  char sub[768] = "";
+  ini_ctx_t ctx = {.rs = rs, .why = sub, .why_len = sizeof sub, .rc = 0};
+  int line = ini_parse_string(text, on_ini_pair, &ctx);
+  return ini_result(line, &ctx, sub, origin, why, why_len);
 }
 
 int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len) {

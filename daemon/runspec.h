@@ -52,6 +52,10 @@ int td_runspec_set_arg(td_runspec_t *rs, const char *key_eq_value, char *why, si
 /* Apply an INI file. TD_ENOENT if it cannot be opened, TD_ECONFIG (with the
  * line number) for a syntax error or a bad key/value. */
 int td_runspec_load_ini(td_runspec_t *rs, const char *path, char *why, size_t why_len);
+/* Apply INI text held in memory (what trainctl start sends); `origin` names it
+ * in errors. TD_ECONFIG (with the line number) + why. */
+int td_runspec_load_ini_text(td_runspec_t *rs, const char *text, const char *origin, char *why,
+                             size_t why_len);
 /* Cross-key checks (e.g. nesterov needs momentum > 0). */
 int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len);
 /* Canonical "key = value\n" lines in table order; returns the length that the

@@ -28,6 +28,9 @@ run bad_key ctl a start --set colour=blue
 expect_error bad_key "unknown key 'colour'"
 run bad_codec ctl a start --set codec=zstd
 expect_error bad_codec "codec"
+printf '[run]\nbatch = 32\nepochs = many\n' >"$T/bad_run.ini"
+run bad_run_ini ctl a start "$T/bad_run.ini"
+expect_error bad_run_ini "run file:3: epochs"
 run self_join ctl a join "$(endpoint_of a)"
 expect_error self_join "own endpoint"
 run bad_join ctl a join "http://example"

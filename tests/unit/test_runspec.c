@@ -127,6 +127,13 @@ START_TEST(ini_files_use_the_same_table) {
 
   ck_assert_int_eq(td_runspec_load_ini(&rs, "/nonexistent/run.ini", why, sizeof why), TD_ENOENT);
   ck_assert_ptr_nonnull(strstr(why, "/nonexistent/run.ini"));
+  /* the same parser on text in memory (what trainctl start sends the daemon) */
+  ck_assert_int_eq(td_runspec_load_ini_text(&rs, "[run]\nbatch = 32\n", "run file", why,
+                                            sizeof why), 0);
+  ck_assert_uint_eq(rs.batch, 32);
+  ck_assert_int_eq(td_runspec_load_ini_text(&rs, "batch = 8\nlr = fast\n", "run file", why,
+                                            sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, "run file:2:"));
 }
 END_TEST
 
