@@ -1,4 +1,4 @@
-/* round.c: two-slot update collection and sample-weighted aggregation.
+/* round.c: windowed update collection and sample-weighted aggregation.
  *
  * Each slot holds, per peer, the message bytes received so far, a map of the
  * chunks received, the decoded update (numel floats) and its metadata. Buffers
@@ -38,7 +38,7 @@ struct td_round {
   size_t numel;
   uint64_t max_bytes;
   uint32_t max_chunks;
-  slot_t slots[2]; /* [0] current round, [1] the next */
+  slot_t slots[TD_ROUND_SLOTS]; /* [k] holds round t + k */
 };
 
 uint32_t td_round_chunk_count(uint64_t total_bytes) {
@@ -53,7 +53,7 @@ int td_round_open(td_round_t **out, const td_layout_t *layout) {
   r->numel = td_layout_numel(layout);
   r->max_bytes = td_codec_message_bound(layout);
   r->max_chunks = td_round_chunk_count(r->max_bytes);
-  for (int s = 0; s < 2; s++)
+  for (int s = 0; s < TD_ROUND_SLOTS; s++)
     r->slots[s].round = (uint64_t)s;
   *out = r;
   return 0;
@@ -63,7 +63,7 @@ void td_round_close(td_round_t **self_p) {
   if (self_p == NULL || *self_p == NULL)
     return;
   td_round_t *r = *self_p;
-  for (int s = 0; s < 2; s++)
+  for (int s = 0; s < TD_ROUND_SLOTS; s++)
     for (int i = 0; i < TD_ROUND_MAX_PEERS; i++) {
       free(r->slots[s].e[i].data);
       free(r->slots[s].e[i].seen);
@@ -104,19 +104,25 @@ static slot_entry_t *find_or_add(slot_t *s, uint64_t peer) {
 }
 
 void td_round_begin(td_round_t *r, uint64_t round, const uint64_t *peers, size_t n_peers) {
-  if (round == r->slots[1].round) {
-    /* advance by one: the next slot becomes current, keep what it buffered */
-    slot_t tmp = r->slots[0];
-    r->slots[0] = r->slots[1];
-    r->slots[1] = tmp;
-  } else if (round != r->slots[0].round) {
-    for (int i = 0; i < TD_ROUND_MAX_PEERS; i++)
-      clear_entry(r, &r->slots[0].e[i]);
+  uint64_t t = r->slots[0].round;
+  if (round > t && round - t < TD_ROUND_SLOTS) {
+    /* advance by d: slots t+d.. become current, keep what they buffered, and
+     * recycle the d slots that fall out of the window at its far end */
+    unsigned d = (unsigned)(round - t);
+    slot_t old[TD_ROUND_SLOTS];
+    memcpy(old, r->slots, sizeof old);
+    for (unsigned k = 0; k < TD_ROUND_SLOTS; k++)
+      r->slots[k] = old[(k + d) % TD_ROUND_SLOTS];
+    for (unsigned k = TD_ROUND_SLOTS - d; k < TD_ROUND_SLOTS; k++)
+      for (int i = 0; i < TD_ROUND_MAX_PEERS; i++)
+        clear_entry(r, &r->slots[k].e[i]);
+  } else if (round != t) {
+    for (unsigned k = 0; k < TD_ROUND_SLOTS; k++)
+      for (int i = 0; i < TD_ROUND_MAX_PEERS; i++)
+        clear_entry(r, &r->slots[k].e[i]);
   }
-  for (int i = 0; i < TD_ROUND_MAX_PEERS; i++)
-    clear_entry(r, &r->slots[1].e[i]);
-  r->slots[0].round = round;
-  r->slots[1].round = round + 1;
+  for (unsigned k = 0; k < TD_ROUND_SLOTS; k++)
+    r->slots[k].round = round + k;
   for (int i = 0; i < TD_ROUND_MAX_PEERS; i++)
     r->slots[0].e[i].expected = false;
   for (size_t i = 0; i < n_peers; i++) {
@@ -144,11 +150,11 @@ int td_round_add_chunk(td_round_t *r, uint64_t peer, uint64_t round, uint64_t sa
     *result = TD_CHUNK_LATE;
     return 0;
   }
-  if (round > r->slots[1].round) {
+  if (round - r->slots[0].round >= TD_ROUND_SLOTS) {
     *result = TD_CHUNK_AHEAD;
     return 0;
   }
-  slot_t *s = &r->slots[round == r->slots[0].round ? 0 : 1];
+  slot_t *s = &r->slots[round - r->slots[0].round];
   slot_entry_t *e = find_or_add(s, peer);
   if (e == NULL) {
     *result = TD_CHUNK_AHEAD; /* table full: treat as unusable */

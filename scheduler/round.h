@@ -4,11 +4,12 @@
  * a peer died) and free of sockets, so it is unit-tested without a network.
  * An update is a compressed message (compress/codec.h) cut into chunks; when
  * its last chunk arrives it is decoded, and any inconsistency discards it.
- * Two slots are kept: the round being collected (t) and the next one (t + 1),
- * because in sync mode a peer that already finished round t may send its
- * round t + 1 update before our round t closes. A chunk for an older round is
- * reported as late (its staleness is recorded by the caller); one beyond t + 1
- * is refused. Aggregation is sample-weighted: anchor += sum_j w_j delta_j with
+ * TD_ROUND_SLOTS slots are kept: the round being collected (t) and the next
+ * ones, because a peer that already closed round t may send later updates
+ * before our round t closes (one round ahead in sync mode, two in overlap
+ * mode, where compute runs one round past the open round). A chunk for an
+ * older round is reported as late (its staleness is recorded by the caller);
+ * one beyond the window is refused. Aggregation is sample-weighted: anchor += sum_j w_j delta_j with
  * w_j = samples_j / sum samples, over the local delta and every complete
  * update of the round. */
 #ifndef TD_ROUND_H
@@ -21,6 +22,7 @@
 #include "compute/params.h"
 
 #define TD_ROUND_MAX_PEERS 32
+#define TD_ROUND_SLOTS 3
 
 typedef struct td_round td_round_t;
 
@@ -29,7 +31,7 @@ typedef enum {
   TD_CHUNK_COMPLETED,    /* this chunk completed the peer's update */
   TD_CHUNK_DUPLICATE,    /* already had it; ignored */
   TD_CHUNK_LATE,         /* for a round already closed */
-  TD_CHUNK_AHEAD,        /* more than one round ahead; dropped */
+  TD_CHUNK_AHEAD,        /* beyond the slot window; dropped */
   TD_CHUNK_REJECTED,     /* completed, but did not decode (malformed, NaN/Inf): discarded */
 } td_chunk_result_t;
 
@@ -48,7 +50,8 @@ int td_round_open(td_round_t **out, const td_layout_t *layout);
 void td_round_close(td_round_t **self_p);
 
 /* Start collecting `round` from the given peers (the local node excluded).
- * Updates already buffered for it (from the old t + 1 slot) are kept. */
+ * Updates already buffered for it and the rounds after it are kept when
+ * `round` lies inside the window; any other jump clears every slot. */
 void td_round_begin(td_round_t *r, uint64_t round, const uint64_t *peers, size_t n_peers);
 uint64_t td_round_current(const td_round_t *r);
 

@@ -128,8 +128,8 @@ START_TEST(chunks_are_classified_and_checked) {
   ck_assert_int_eq(td_round_add_chunk(r, 5, 9, 1, 0, chunks, total, msg, 65536, 0, &res, NULL,
                                       why, sizeof why), 0);
   ck_assert_int_eq(res, TD_CHUNK_LATE);
-  ck_assert_int_eq(td_round_add_chunk(r, 5, 12, 1, 0, chunks, total, msg, 65536, 0, &res, NULL,
-                                      why, sizeof why), 0);
+  ck_assert_int_eq(td_round_add_chunk(r, 5, 10 + TD_ROUND_SLOTS, 1, 0, chunks, total, msg, 65536,
+                                      0, &res, NULL, why, sizeof why), 0);
   ck_assert_int_eq(res, TD_CHUNK_AHEAD);
   /* a dead peer is not waited for */
   ck_assert(!td_round_complete(r));
@@ -172,12 +172,49 @@ START_TEST(nan_updates_are_rejected_and_next_round_is_kept) {
 }
 END_TEST
 
+/* Overlap mode: a peer may be two rounds ahead of the open round. Its updates
+ * for t + 1 and t + 2 survive the window advancing one round at a time, and a
+ * jump past the window clears everything. */
+START_TEST(window_keeps_updates_two_rounds_ahead) {
+  static float d5[NUMEL], d6[NUMEL], anchor[NUMEL];
+  for (int i = 0; i < NUMEL; i++) {
+    d5[i] = 5.0f;
+    d6[i] = 6.0f;
+  }
+  td_round_t *r = NULL;
+  ck_assert_int_eq(td_round_open(&r, layout), 0);
+  uint64_t peers[] = {7};
+  td_round_begin(r, 4, peers, 1);
+  td_chunk_result_t res;
+  send_update(r, 7, 6, 10, d6, &res);
+  ck_assert_int_eq(res, TD_CHUNK_COMPLETED);
+  send_update(r, 7, 5, 10, d5, &res);
+  ck_assert_int_eq(res, TD_CHUNK_COMPLETED);
+  ck_assert(!td_round_complete(r)); /* round 4 itself is still missing */
+  td_round_begin(r, 5, peers, 1);
+  ck_assert(td_round_complete(r));
+  ck_assert_uint_eq(td_round_aggregate(r, NULL, 0, anchor), 1);
+  ck_assert_float_eq(anchor[17], 5.0f);
+  td_round_begin(r, 6, peers, 1);
+  ck_assert(td_round_complete(r));
+  memset(anchor, 0, sizeof anchor);
+  ck_assert_uint_eq(td_round_aggregate(r, NULL, 0, anchor), 1);
+  ck_assert_float_eq(anchor[17], 6.0f);
+  send_update(r, 7, 8, 10, d6, &res);
+  ck_assert_int_eq(res, TD_CHUNK_COMPLETED);
+  td_round_begin(r, 20, peers, 1); /* far jump: nothing buffered survives */
+  ck_assert(!td_round_complete(r));
+  td_round_close(&r);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("round");
   TCase *tc = tcase_create("core");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, weighted_mean_of_complete_updates);
   tcase_add_test(tc, chunks_are_classified_and_checked);
+  tcase_add_test(tc, window_keeps_updates_two_rounds_ahead);
   tcase_add_test(tc, nan_updates_are_rejected_and_next_round_is_kept);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
