@@ -148,6 +148,7 @@ struct td_link_codec {
   td_rng_t rng;
   size_t bound;
   uint8_t *msg; /* bound bytes, reused by every encode */
+  bool residual_dirty; /* an EF codec left mass in residual */
 };
 
 int td_link_codec_open(td_link_codec_t **out, const td_codec_spec_t *spec,
@@ -194,6 +195,53 @@ void td_link_codec_close(td_link_codec_t **self_p) {
 }
 
 const float *td_link_codec_residual(const td_link_codec_t *lc) { return lc->residual; }
+
+int td_link_codec_set_spec(td_link_codec_t *lc, const td_codec_spec_t *spec) {
+  if (spec->id >= TD_CODEC_COUNT)
+    return TD_EINVAL;
+  if (spec->id != lc->spec.id || spec->rank != lc->spec.rank)
+    for (size_t i = 0; i < td_layout_count(lc->layout); i++) { /* warm starts no longer fit */
+      free(lc->state[i].q);
+      free(lc->state[i].scratch);
+      memset(&lc->state[i], 0, sizeof lc->state[i]);
+    }
+  lc->spec = *spec;
+  return 0;
+}
+
+size_t td_codec_message_size(const td_codec_spec_t *spec, const td_layout_t *layout) {
+  size_t total = 0;
+  for (size_t t = 0; t < td_layout_count(layout); t++) {
+    const td_tensor_info_t *ti = td_layout_tensor(layout, t);
+    size_t n, m;
+    matrix_shape(ti, &n, &m);
+    total += TD_CODEC_HEADER_BYTES + registry[codec_for(spec, ti)]->bound(spec, n, m);
+  }
+  return total;
+}
+
+/* The ladder of ALGORITHMS.md 6.2: dense fp32, fp16, ternary, then top-k
+ * with the largest density that fits (binary search: the size is monotone in
+ * k), never below 0.01 % so every round makes progress. */
+void td_codec_fit_budget(const td_layout_t *layout, double budget_bytes, td_codec_spec_t *out) {
+  static const td_codec_id_t ladder[] = {TD_CODEC_NONE, TD_CODEC_FP16, TD_CODEC_TERNARY};
+  for (size_t i = 0; i < sizeof ladder / sizeof ladder[0]; i++) {
+    *out = (td_codec_spec_t){.id = ladder[i], .clip = 2.5};
+    if ((double)td_codec_message_size(out, layout) <= budget_bytes)
+      return;
+  }
+  double lo = 1e-4, hi = 0.25;
+  *out = (td_codec_spec_t){.id = TD_CODEC_TOPK, .density = lo};
+  for (int it = 0; it < 40; it++) {
+    td_codec_spec_t mid = {.id = TD_CODEC_TOPK, .density = 0.5 * (lo + hi)};
+    if ((double)td_codec_message_size(&mid, layout) <= budget_bytes) {
+      lo = mid.density;
+      *out = mid;
+    } else {
+      hi = mid.density;
+    }
+  }
+}
 const td_codec_spec_t *td_link_codec_spec(const td_link_codec_t *lc) { return &lc->spec; }
 
 /* NaN and Inf are the floats whose exponent bits are all ones; an integer
@@ -227,8 +275,10 @@ int td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t 
   if (!registry[lc->spec.id]->checks_finite && !all_finite(delta, numel))
     return TD_ENUMERIC;
   bool ef = registry[lc->spec.id]->error_feedback;
+  /* after a switch away from an EF codec, what it held back goes out now */
+  bool carry = !ef && lc->residual_dirty;
   const float *src = delta;
-  if (ef) { /* a = delta + residual, built in the residual buffer itself */
+  if (ef || carry) { /* a = delta + residual, built in the residual buffer itself */
     add_into(lc->residual, delta, lc->residual, numel);
     src = lc->residual;
   }
@@ -262,6 +312,9 @@ int td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t 
     td__put_u32(hdr + 12, (uint32_t)plen);
     used += TD_CODEC_HEADER_BYTES + plen;
   }
+  if (carry)
+    memset(lc->residual, 0, numel * sizeof(float));
+  lc->residual_dirty = ef;
   *msg = buf;
   *len = used;
   return 0;

@@ -74,6 +74,16 @@ int td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t 
 /* The residual buffer (td_layout_numel floats; zeros for unbiased codecs). */
 const float *td_link_codec_residual(const td_link_codec_t *lc);
 const td_codec_spec_t *td_link_codec_spec(const td_link_codec_t *lc);
+/* Switch the link to another codec (codec = auto re-plans every round). The
+ * residual stays: an EF codec keeps accumulating into it, and a codec without
+ * EF sends it along with the next delta, so nothing held back is lost. */
+int td_link_codec_set_spec(td_link_codec_t *lc, const td_codec_spec_t *spec);
+/* Upper bound of the message a spec produces for this layout (exact for
+ * none, fp16 and top-k; ternary adds at most its per-tensor scale). */
+size_t td_codec_message_size(const td_codec_spec_t *spec, const td_layout_t *layout);
+/* codec = auto: the least lossy spec whose message fits budget_bytes, from
+ * none, fp16, ternary and top-k (largest density >= 0.0001 that fits). */
+void td_codec_fit_budget(const td_layout_t *layout, double budget_bytes, td_codec_spec_t *out);
 
 /* Decode a message into out (td_layout_numel floats, overwritten); every tensor
  * of the layout must be present exactly once. TD_EPROTO + why for anything malformed,

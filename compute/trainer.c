@@ -17,7 +17,8 @@ struct td_trainer {
   td_model_t *model;
   td_sgd_t *sgd;
   td_lr_schedule_t schedule;
-  unsigned batch;
+  unsigned batch, max_batch;
+  double lr_scale; /* multiplies the schedule (1 unless set) */
   uint64_t seed;
   unsigned long step;  /* global step */
   unsigned long epoch; /* epochs started */
@@ -61,8 +62,13 @@ int td_trainer_open(td_trainer_t **out, td_backend_t *be, td_dataset_t *train,
   tr->train = train;
   tr->rows = td_dataset_rows(train);
   tr->batch = opts->batch < tr->rows ? opts->batch : (unsigned)tr->rows;
+  unsigned mb = opts->max_batch > opts->batch ? opts->max_batch : opts->batch;
+  if (mb > TD_MODEL_MAX_BATCH)
+    mb = TD_MODEL_MAX_BATCH;
+  tr->max_batch = mb < tr->rows ? mb : (unsigned)tr->rows;
   tr->seed = opts->seed;
-  rc = td_model_open(&tr->model, opts->model_spec, be, (int)tr->batch, why, why_len);
+  tr->lr_scale = 1;
+  rc = td_model_open(&tr->model, opts->model_spec, be, (int)tr->max_batch, why, why_len);
   if (rc != 0)
     goto fail;
   rc = td_trainer_check_dataset(tr, train, why, why_len);
@@ -99,6 +105,27 @@ void td_trainer_close(td_trainer_t **self_p) {
   *self_p = NULL;
 }
 
+int td_trainer_set_batch(td_trainer_t *tr, unsigned batch) {
+  if (batch == 0)
+    return TD_EINVAL;
+  if (batch > tr->rows)
+    batch = (unsigned)tr->rows;
+  if (batch > tr->max_batch)
+    return TD_EINVAL;
+  tr->batch = batch;
+  return 0;
+}
+
+unsigned td_trainer_batch(const td_trainer_t *tr) { return tr->batch; }
+
+void td_trainer_set_lr_scale(td_trainer_t *tr, double scale) {
+  tr->lr_scale = isfinite(scale) && scale > 0 ? scale : 1;
+}
+
+double td_trainer_lr_at(const td_trainer_t *tr, unsigned long step) {
+  return td_lr_at(&tr->schedule, step);
+}
+
 unsigned long td_trainer_steps_per_epoch(const td_trainer_t *tr) {
   return (unsigned long)((tr->rows + tr->batch - 1) / tr->batch);
 }
@@ -129,7 +156,7 @@ int td_trainer_steps(td_trainer_t *tr, unsigned long n, td_train_stats_t *stats,
                                         "(learning rate too high?)"
                                       : "training step %lu failed",
                     tr->step + 1);
-    lr = td_lr_at(&tr->schedule, tr->step);
+    lr = td_lr_at(&tr->schedule, tr->step) * tr->lr_scale;
     td_sgd_step(tr->sgd, td_model_params(tr->model), td_model_grads(tr->model), lr);
     tr->cursor += rows;
     tr->step++;

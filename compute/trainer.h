@@ -19,6 +19,7 @@
 typedef struct {
   const char *model_spec;
   unsigned batch;  /* rows per step */
+  unsigned max_batch; /* largest batch td_trainer_set_batch may set later (0: batch) */
   uint64_t seed;   /* init and shuffling */
   double lr;
   const char *lr_schedule; /* constant | cosine | step:E[:G] */
@@ -52,6 +53,17 @@ unsigned long td_trainer_steps_per_epoch(const td_trainer_t *tr);
  * every epoch boundary. TD_ENUMERIC (with why) if the loss stops being finite. */
 int td_trainer_steps(td_trainer_t *tr, unsigned long n, td_train_stats_t *stats, char *why,
                      size_t why_len);
+/* Change the rows per step (weighted dynamic batching), within
+ * [1, max_batch] of the options (clamped to the partition size). TD_EINVAL
+ * outside. The learning-rate schedule keeps counting steps. */
+int td_trainer_set_batch(td_trainer_t *tr, unsigned batch);
+unsigned td_trainer_batch(const td_trainer_t *tr);
+/* Multiply the scheduled learning rate by scale (> 0; anything else means 1).
+ * Weighted batching scales a shrunken local batch's rate down linearly, so a
+ * slow node's tiny batches take proportionally small steps. */
+void td_trainer_set_lr_scale(td_trainer_t *tr, double scale);
+/* Learning rate the schedule gives at global step `step` (for the QSR). */
+double td_trainer_lr_at(const td_trainer_t *tr, unsigned long step);
 /* Loss and accuracy on a dataset (batched forward passes, no state change). */
 int td_trainer_evaluate(td_trainer_t *tr, const td_dataset_t *ds, double *loss,
                         double *accuracy, char *why, size_t why_len);

@@ -37,6 +37,12 @@ static const char *const migrations[] = {
     "  detail TEXT);"
     "CREATE TABLE checkpoints (run_id INTEGER NOT NULL, round INTEGER NOT NULL,"
     "  blob BLOB NOT NULL, PRIMARY KEY (run_id, round));",
+    /* 1 -> 2: the scheduler's measurements */
+    "ALTER TABLE rounds ADD COLUMN capacity REAL;"
+    "ALTER TABLE links ADD COLUMN run_id INTEGER;"
+    "ALTER TABLE links ADD COLUMN round INTEGER;"
+    "ALTER TABLE links ADD COLUMN window_bytes INTEGER;"
+    "ALTER TABLE links ADD COLUMN bytes_sent INTEGER;",
 };
 #define N_MIGRATIONS (sizeof migrations / sizeof migrations[0])
 
@@ -52,18 +58,18 @@ static const char *const statements[ST_COUNT_] = {
                 " VALUES (?1, ?2, ?3, ?3, ?4, ?5) ON CONFLICT (node_id) DO UPDATE SET"
                 " endpoint = ?2, last_seen = ?3, state = ?4, capacity = ?5",
     [ST_ROUND] = "INSERT OR REPLACE INTO rounds VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,"
-                 " ?10, ?11, ?12, ?13, ?14)",
+                 " ?10, ?11, ?12, ?13, ?14, ?15)",
     [ST_UPDATE] = "INSERT INTO updates (run_id, round, peer, peer_round, staleness, bytes,"
                   " codec, ratio, arrived) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-    [ST_LINK] = "INSERT INTO links (peer, at, goodput_bps, rtt_ms, codec, budget_bytes)"
-                " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    [ST_LINK] = "INSERT INTO links (peer, at, goodput_bps, rtt_ms, codec, budget_bytes, run_id,"
+                " round, window_bytes, bytes_sent) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     [ST_EVENT] = "INSERT INTO events (at, kind, detail) VALUES (?1, ?2, ?3)",
     [ST_CKPT_PUT] = "INSERT OR REPLACE INTO checkpoints VALUES (?1, ?2, ?3)",
     [ST_CKPT_GET] = "SELECT round, blob FROM checkpoints WHERE run_id = ?1"
                     " ORDER BY round DESC LIMIT 1",
     [ST_ROUNDS] = "SELECT * FROM (SELECT run_id, round, started, ended, local_steps, batch,"
-                  " samples, loss, eval_acc, bytes_sent, bytes_recv, lr, compute_s, wait_s"
-                  " FROM rounds WHERE run_id = ?1 ORDER BY round DESC LIMIT ?2)"
+                  " samples, loss, eval_acc, bytes_sent, bytes_recv, lr, compute_s, wait_s,"
+                  " capacity FROM rounds WHERE run_id = ?1 ORDER BY round DESC LIMIT ?2)"
                   " ORDER BY round ASC",
 };
 
@@ -209,6 +215,7 @@ int td_ledger_round_add(td_ledger_t *l, const td_ledger_round_t *r) {
   bind_real_or_null(st, 12, r->lr);
   bind_real_or_null(st, 13, r->compute_s);
   bind_real_or_null(st, 14, r->wait_s);
+  bind_real_or_null(st, 15, r->capacity);
   return step_done(l, ST_ROUND);
 }
 
@@ -226,15 +233,18 @@ int td_ledger_update_add(td_ledger_t *l, const td_ledger_update_t *u) {
   return step_done(l, ST_UPDATE);
 }
 
-int td_ledger_link_add(td_ledger_t *l, uint64_t peer, double at, double goodput_bps,
-                       double rtt_ms, const char *codec, double budget_bytes) {
+int td_ledger_link_add(td_ledger_t *l, const td_ledger_link_t *k) {
   sqlite3_stmt *st = l->st[ST_LINK];
-  sqlite3_bind_int64(st, 1, (sqlite3_int64)peer);
-  sqlite3_bind_double(st, 2, at);
-  bind_real_or_null(st, 3, goodput_bps);
-  bind_real_or_null(st, 4, rtt_ms);
-  sqlite3_bind_text(st, 5, codec, -1, SQLITE_STATIC);
-  bind_real_or_null(st, 6, budget_bytes);
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)k->peer);
+  sqlite3_bind_double(st, 2, k->at);
+  bind_real_or_null(st, 3, k->goodput_bps);
+  bind_real_or_null(st, 4, k->rtt_ms);
+  sqlite3_bind_text(st, 5, k->codec ? k->codec : "", -1, SQLITE_STATIC);
+  bind_real_or_null(st, 6, k->budget_bytes);
+  sqlite3_bind_int64(st, 7, (sqlite3_int64)k->run_id);
+  sqlite3_bind_int64(st, 8, (sqlite3_int64)k->round);
+  sqlite3_bind_int64(st, 9, (sqlite3_int64)k->window_bytes);
+  sqlite3_bind_int64(st, 10, (sqlite3_int64)k->bytes_sent);
   return step_done(l, ST_LINK);
 }
 
@@ -308,6 +318,7 @@ int td_ledger_rounds(td_ledger_t *l, uint64_t run_id, unsigned last, td_ledger_r
         .lr = column_real(st, 11),
         .compute_s = column_real(st, 12),
         .wait_s = column_real(st, 13),
+        .capacity = column_real(st, 14),
     };
     fn(&r, user);
   }

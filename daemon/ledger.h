@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TD_LEDGER_SCHEMA_VERSION 1
+#define TD_LEDGER_SCHEMA_VERSION 2
 
 typedef struct td_ledger td_ledger_t;
 
@@ -28,8 +28,21 @@ typedef struct {
   double eval_acc;       /* NaN when the round was not evaluated */
   uint64_t bytes_sent, bytes_recv;
   double lr;
-  double compute_s, wait_s;
+  double compute_s;      /* seconds computing the round (slowdown included) */
+  double wait_s;         /* seconds compute was blocked before the round's steps */
+  double capacity;       /* samples/s EWMA after the round */
 } td_ledger_round_t;
+
+/* One per-link measurement, taken once per round per peer. */
+typedef struct {
+  uint64_t run_id, round, peer;
+  double at;             /* unix seconds */
+  double goodput_bps;    /* bytes/s delivered (EWMA of acknowledged delivery rate) */
+  double rtt_ms;         /* EWMA of chunk round-trip times */
+  const char *codec;     /* the codec the link used this round */
+  double budget_bytes;   /* per-round byte budget of the link */
+  uint64_t window_bytes, bytes_sent;
+} td_ledger_link_t;
 
 typedef struct {
   uint64_t run_id;
@@ -59,8 +72,7 @@ int td_ledger_peer_seen(td_ledger_t *l, uint64_t node_id, const char *endpoint, 
                         const char *state, double capacity);
 int td_ledger_round_add(td_ledger_t *l, const td_ledger_round_t *r);
 int td_ledger_update_add(td_ledger_t *l, const td_ledger_update_t *u);
-int td_ledger_link_add(td_ledger_t *l, uint64_t peer, double at, double goodput_bps,
-                       double rtt_ms, const char *codec, double budget_bytes);
+int td_ledger_link_add(td_ledger_t *l, const td_ledger_link_t *k);
 int td_ledger_event_add(td_ledger_t *l, double at, const char *kind, const char *detail);
 int td_ledger_checkpoint_put(td_ledger_t *l, uint64_t run_id, uint64_t round, const void *blob,
                              size_t bytes);

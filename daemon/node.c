@@ -35,6 +35,7 @@
 #include "daemon/run.h"
 #include "daemon/runspec.h"
 #include "proto/wire.h"
+#include "scheduler/plan.h"
 #include "scheduler/round.h"
 
 #define MAX_LINKS TD_MEMBERS_MAX
@@ -68,6 +69,15 @@ typedef struct link {
 } link_t;
 
 typedef struct control_conn control_conn_t;
+
+#define OWN_RING 4
+
+/* What the compute thread reported for one of its rounds. */
+typedef struct {
+  uint64_t round, samples;
+  double loss, compute_s, idle_s, lr, capacity, done_at;
+  unsigned batch, steps;
+} own_round_t;
 
 typedef struct node {
   uv_loop_t loop;
@@ -111,12 +121,20 @@ typedef struct node {
     uint64_t members[TD_MEMBERS_MAX];
     size_t n_members;
     unsigned rank;
-    td_round_t *collector;
-    uint64_t round, rounds;
-    bool own_ready, ready;
-    uint64_t own_samples;
-    double own_loss, own_compute_s, lr;
-    double round_started, wait_started, deadline;
+    td_round_t *collector;            /* sync/overlap: every peer's update of a round */
+    td_round_t *peer_inbox[TD_MEMBERS_MAX]; /* async: one collector per peer (by index) */
+    float *scratch;                   /* async: a decoded peer update */
+    uint64_t peer_round[TD_MEMBERS_MAX]; /* async: newest round received per peer */
+    uint64_t round, rounds;           /* open round (sync/overlap); rounds of the run */
+    bool ready;
+    own_round_t own[OWN_RING];        /* own round r in [r % OWN_RING] */
+    uint64_t own_done, packed, pack_pending; /* rounds posted / packed; queued pack */
+    double own_loss, lr, capacity;
+    double round_started, deadline;
+    double peer_capacity[TD_MEMBERS_MAX][OWN_RING]; /* reported with round r at [r % OWN_RING] */
+    uint64_t peer_capacity_round[TD_MEMBERS_MAX][OWN_RING];
+    unsigned plan[TD_MEMBERS_MAX];    /* current batch plan by member index (0: none) */
+    uint64_t plans_applied, stale_dropped;
     uint64_t bytes_sent_round, bytes_recv_round;
     double test_accuracy, test_loss, last_eval_acc;
     double started, ended;
@@ -391,8 +409,8 @@ typedef struct {
   uv_work_t req;
   node_t *node;
   uint64_t run_id, round, samples, node_id;
-  unsigned codec_id;
-  double loss;
+  unsigned codec_id, batch;
+  double loss, capacity;
   const float *delta;
   size_t numel;
   size_t n_targets;
@@ -400,13 +418,6 @@ typedef struct {
 } pack_job_t;
 
 static void try_close_round(node_t *n);
-
-static bool in_run(node_t *n, uint64_t peer) {
-  for (size_t i = 0; i < n->r.n_members; i++)
-    if (n->r.members[i] == peer)
-      return true;
-  return false;
-}
 
 /* Peers of the run we still wait for: members, reachable, not us. */
 static size_t run_peers(node_t *n, uint64_t *out) {
@@ -451,6 +462,8 @@ static void pack_target(pack_job_t *job, pack_target_t *t) {
     up.payload.data = (uint8_t *)msg + off;
     up.payload.len = c + 1 < t->chunks ? TD_ROUND_CHUNK_BYTES : (size_t)(total - off);
     up.loss = job->loss;
+    up.capacity = job->capacity;
+    up.batch = job->batch;
     Traind__Envelope env = TRAIND__ENVELOPE__INIT;
     env.body_case = TRAIND__ENVELOPE__BODY_UPDATE;
     env.update = &up;
@@ -466,6 +479,8 @@ static void pack_work(uv_work_t *req) {
   for (size_t i = 0; i < job->n_targets; i++)
     pack_target(job, &job->targets[i]);
 }
+
+static void start_pack(node_t *n, uint64_t round);
 
 static void pack_done(uv_work_t *req, int status) {
   pack_job_t *job = req->data;
@@ -499,8 +514,55 @@ static void pack_done(uv_work_t *req, int status) {
     free(t->bufs);
     free(t->lens);
   }
+  if (same_run && job->round > n->r.packed)
+    n->r.packed = job->round;
   free(job);
+  if (same_run && n->r.pack_pending > n->r.packed) {
+    uint64_t next = n->r.pack_pending;
+    n->r.pack_pending = 0;
+    start_pack(n, next);
+  }
   try_close_round(n);
+}
+
+/* Encode and send own round `round` to every reachable peer, one job at a
+ * time (overlap and async modes can post the next round while one packs). */
+static void start_pack(node_t *n, uint64_t round) {
+  if (n->r.pack_in_flight) {
+    n->r.pack_pending = round;
+    return;
+  }
+  const own_round_t *o = &n->r.own[round % OWN_RING];
+  pack_job_t *job = calloc(1, sizeof *job);
+  if (job == NULL) {
+    n->r.packed = round; /* nothing sent; peers see a late update */
+    return;
+  }
+  job->node = n;
+  job->node_id = n->node_id;
+  job->run_id = n->r.run_id;
+  job->round = round;
+  job->samples = o->samples;
+  job->loss = o->loss;
+  job->capacity = o->capacity;
+  job->batch = o->batch;
+  job->codec_id = n->r.codec.id;
+  job->delta = td_run_delta(n->r.run, round);
+  job->numel = td_run_numel(n->r.run);
+  uint64_t peers[TD_MEMBERS_MAX];
+  size_t np = run_peers(n, peers);
+  for (size_t p = 0; p < np; p++) {
+    td_link_codec_t *lc = link_codec_of(n, peers[p]);
+    if (lc != NULL)
+      job->targets[job->n_targets++] = (pack_target_t){.peer = peers[p], .codec = lc};
+  }
+  job->req.data = job;
+  if (uv_queue_work(&n->loop, &job->req, pack_work, pack_done) == 0) {
+    n->r.pack_in_flight = true;
+  } else {
+    free(job);
+    n->r.packed = round;
+  }
 }
 
 static void begin_round(node_t *n, uint64_t round) {
@@ -508,66 +570,113 @@ static void begin_round(node_t *n, uint64_t round) {
   size_t np = run_peers(n, peers);
   n->r.round = round;
   td_round_begin(n->r.collector, round, peers, np);
-  n->r.own_ready = false;
   n->r.round_started = wall_s();
   n->r.bytes_sent_round = n->r.bytes_recv_round = 0;
+  if (n->r.own_done >= round) /* overlap: own update already done */
+    n->r.deadline = n->r.own[round % OWN_RING].done_at + n->r.spec.round_timeout;
 }
 
-static ledger_op_t *round_row(node_t *n, double eval_acc) {
+static ledger_op_t *round_row(node_t *n, uint64_t round, double eval_acc) {
   ledger_op_t *op = op_new(n, OP_ROUND);
   if (op == NULL)
     return NULL;
+  const own_round_t *o = &n->r.own[round % OWN_RING];
   double now = wall_s();
   op->round_row = (td_ledger_round_t){
-      .run_id = n->r.run_id, .round = n->r.round, .started = n->r.round_started,
-      .ended = now, .local_steps = td_run_local_steps(n->r.run),
-      .batch = td_run_local_batch(n->r.run), .samples = n->r.own_samples,
-      .loss = n->r.own_loss, .eval_acc = eval_acc, .bytes_sent = n->r.bytes_sent_round,
-      .bytes_recv = n->r.bytes_recv_round, .lr = n->r.lr, .compute_s = n->r.own_compute_s,
-      .wait_s = now - n->r.wait_started};
+      .run_id = n->r.run_id, .round = round, .started = n->r.round_started,
+      .ended = now, .local_steps = o->steps, .batch = o->batch, .samples = o->samples,
+      .loss = o->loss, .eval_acc = eval_acc, .bytes_sent = n->r.bytes_sent_round,
+      .bytes_recv = n->r.bytes_recv_round, .lr = o->lr, .compute_s = o->compute_s,
+      .wait_s = o->idle_s, .capacity = o->capacity};
+  n->r.last_round_row = op->round_row;
   return op;
 }
 
+/* Weighted dynamic batching (ALGORITHMS.md 6.1): split the global batch over
+ * the live members in proportion to the capacities they reported with round
+ * `round` (the last known value for one whose update is missing). Every node
+ * holds the same reports once the round closed, so every node computes the
+ * same plan; only our own share is applied, from round `from` on. */
+static void replan(node_t *n, uint64_t round, uint64_t from) {
+  if (!n->r.spec.weighted_batching || n->r.n_members < 2)
+    return;
+  double caps[TD_MEMBERS_MAX];
+  size_t idx[TD_MEMBERS_MAX], k = 0, me = 0;
+  for (size_t i = 0; i < n->r.n_members; i++) {
+    uint64_t id = n->r.members[i];
+    double c;
+    if (id == n->node_id) {
+      c = n->r.own[round % OWN_RING].capacity;
+      me = k;
+    } else if (member_reachable(n, id)) {
+      c = n->r.peer_capacity_round[i][round % OWN_RING] == round
+              ? n->r.peer_capacity[i][round % OWN_RING]
+              : 0;
+      if (c <= 0) { /* not reported with this round: newest report we have */
+        for (unsigned j = 0; j < OWN_RING; j++)
+          if (n->r.peer_capacity_round[i][j] && n->r.peer_capacity[i][j] > c)
+            c = n->r.peer_capacity[i][j];
+      }
+    } else {
+      continue;
+    }
+    if (!(c > 0))
+      return; /* someone has not measured yet: keep the current plan */
+    caps[k] = c;
+    idx[k++] = i;
+  }
+  unsigned split[TD_MEMBERS_MAX], old[TD_MEMBERS_MAX];
+  /* no node below a quarter of the even share: tiny batches are all noise */
+  unsigned b_min = n->r.spec.batch / (4 * (unsigned)k);
+  if (td_plan_split_batch(caps, k, n->r.spec.batch, b_min > 2 ? b_min : 2, NULL, split) != 0 &&
+      td_plan_split_batch(caps, k, n->r.spec.batch, 1, NULL, split) != 0)
+    return;
+  bool have_old = true;
+  for (size_t j = 0; j < k; j++)
+    if ((old[j] = n->r.plan[idx[j]]) == 0)
+      have_old = false;
+  if (have_old && !td_plan_should_replan(old, split, k, 0.1))
+    return;
+  memset(n->r.plan, 0, sizeof n->r.plan);
+  for (size_t j = 0; j < k; j++)
+    n->r.plan[idx[j]] = split[j];
+  n->r.plans_applied++;
+  td_run_set_batch(n->r.run, from, split[me]);
+  td_log_debug("round %" PRIu64 ": batch plan from round %" PRIu64 ": own %u of %u "
+               "(%.0f samples/s)", round, from, split[me], n->r.spec.batch, caps[me]);
+}
 
 static void close_round(node_t *n) {
   td_run_t *run = n->r.run;
-  size_t used = td_round_aggregate(n->r.collector, td_run_delta(run), n->r.own_samples,
-                                   td_run_anchor(run));
-  ledger_op_t *op = round_row(n, NAN);
-  if (op != NULL)
-    n->r.last_round_row = op->round_row;
-  td_log_debug("round %" PRIu64 "/%" PRIu64 " closed with %zu peer updates, loss %.4f",
-               n->r.round, n->r.rounds, used, n->r.own_loss);
-  if (n->r.spec.checkpoint_every && n->r.round % n->r.spec.checkpoint_every == 0) {
-    ledger_op_t *ck = op_new(n, OP_CKPT);
-    if (ck != NULL) {
-      ck->run_id = n->r.run_id;
-      ck->round = n->r.round;
-      ck->blob_bytes = td_run_numel(run) * sizeof(float);
-      ck->blob = malloc(ck->blob_bytes);
-      if (ck->blob)
-        memcpy(ck->blob, td_run_anchor(run), ck->blob_bytes);
-      else
-        ck->blob_bytes = 0;
-    }
-  }
+  uint64_t r = n->r.round;
+  const own_round_t *o = &n->r.own[r % OWN_RING];
+  float *avg = td_run_avg(run, r);
+  memset(avg, 0, td_run_numel(run) * sizeof(float));
+  size_t used = td_round_aggregate(n->r.collector, td_run_delta(run, r), o->samples, avg);
+  round_row(n, r, NAN);
+  td_log_debug("round %" PRIu64 "/%" PRIu64 " closed with %zu peer updates, loss %.4f", r,
+               n->r.rounds, used, o->loss);
+  /* sync: the compute thread waits on this round, so the plan is used from
+   * the next one; overlap: it is already computing r + 1 */
+  replan(n, r, r + (n->r.spec.mode_kind == TD_MODE_SYNC ? 1 : 2));
   n->r.rounds_done++;
-  uint64_t done = n->r.round;
-  begin_round(n, done + 1);
-  td_run_release(run, done);
+  begin_round(n, r + 1);
+  td_run_release(run, r);
   ledger_flush(n);
 }
 
 static void try_close_round(node_t *n) {
-  if (n->r.run == NULL || !n->r.own_ready || n->r.pack_in_flight)
+  if (n->r.run == NULL || n->r.spec.mode_kind == TD_MODE_ASYNC)
     return;
-  if (td_round_complete(n->r.collector))
+  while (n->r.run != NULL && n->r.own_done >= n->r.round && n->r.packed >= n->r.round &&
+         n->r.round <= n->r.rounds && td_round_complete(n->r.collector))
     close_round(n);
 }
 
 /* Deadline: peers that have not delivered are recorded late and not waited for. */
 static void check_deadline(node_t *n) {
-  if (n->r.run == NULL || !n->r.own_ready || mono_s() < n->r.deadline)
+  if (n->r.run == NULL || n->r.spec.mode_kind == TD_MODE_ASYNC ||
+      n->r.own_done < n->r.round || mono_s() < n->r.deadline)
     return;
   uint64_t missing[TD_MEMBERS_MAX];
   size_t k = td_round_missing(n->r.collector, missing, TD_MEMBERS_MAX);
@@ -579,6 +688,22 @@ static void check_deadline(node_t *n) {
     n->r.late_peers++;
   }
   try_close_round(n);
+}
+
+/* async: release the compute thread up to the slowest live peer's round. */
+static void async_release(node_t *n) {
+  uint64_t slowest = UINT64_MAX;
+  for (size_t i = 0; i < n->r.n_members; i++)
+    if (n->r.members[i] != n->node_id && member_reachable(n, n->r.members[i]) &&
+        n->r.peer_round[i] < slowest)
+      slowest = n->r.peer_round[i];
+  td_run_release(n->r.run, slowest);
+}
+
+static void close_async_inboxes(node_t *n) {
+  for (size_t i = 0; i < TD_MEMBERS_MAX; i++)
+    td_round_close(&n->r.peer_inbox[i]);
+  td_params_free(&n->r.scratch);
 }
 
 static void finish_run(node_t *n, const char *state, double test_accuracy, const char *error) {
@@ -598,6 +723,7 @@ static void finish_run(node_t *n, const char *state, double test_accuracy, const
               n->r.rounds_done, error ? ": " : "", error ? error : "");
   td_run_close(&n->r.run);
   td_round_close(&n->r.collector);
+  close_async_inboxes(n);
   if (!n->r.pack_in_flight) /* else the next start_run closes them */
     close_link_codecs(n);
   ledger_flush(n);
@@ -611,44 +737,47 @@ static void on_run_events(td_run_t *run, void *user) {
     case TD_RUN_READY:
       n->r.rounds = td_run_rounds(run);
       n->r.ready = true;
-      td_log_info("run %016" PRIx64 ": dataset ready, %" PRIu64 " rounds of %u steps, "
-                  "local batch %u, rank %u of %zu",
-                  n->r.run_id, n->r.rounds, td_run_local_steps(run), td_run_local_batch(run),
-                  n->r.rank, n->r.n_members);
+      td_log_info("run %016" PRIx64 ": dataset ready, %" PRIu64 " rounds of %u steps%s, "
+                  "mode %s, local batch %u (%s), rank %u of %zu",
+                  n->r.run_id, n->r.rounds, td_run_steps_of(run, 1),
+                  n->r.spec.qsr_alpha > 0 ? " (QSR)" : "", n->r.spec.mode,
+                  td_run_local_batch(run), n->r.spec.batching, n->r.rank, n->r.n_members);
       break;
     case TD_RUN_ROUND_DONE: {
-      n->r.own_ready = true;
-      n->r.own_samples = ev.samples;
+      own_round_t *o = &n->r.own[ev.round % OWN_RING];
+      *o = (own_round_t){.round = ev.round, .samples = ev.samples, .loss = ev.loss,
+                         .compute_s = ev.compute_s, .idle_s = ev.idle_s, .lr = ev.lr,
+                         .capacity = ev.capacity, .done_at = mono_s(), .batch = ev.batch,
+                         .steps = ev.steps};
+      n->r.own_done = ev.round;
       n->r.own_loss = ev.loss;
-      n->r.own_compute_s = ev.compute_s;
       n->r.lr = ev.lr;
-      n->r.wait_started = wall_s();
-      n->r.deadline = mono_s() + n->r.spec.round_timeout;
-      pack_job_t *job = calloc(1, sizeof *job);
-      if (job != NULL) {
-        job->node = n;
-        job->node_id = n->node_id;
-        job->run_id = n->r.run_id;
-        job->round = ev.round;
-        job->samples = ev.samples;
-        job->loss = ev.loss;
-        job->codec_id = n->r.codec.id;
-        job->delta = td_run_delta(run);
-        job->numel = td_run_numel(run);
-        uint64_t peers[TD_MEMBERS_MAX];
-        size_t np = run_peers(n, peers);
-        for (size_t p = 0; p < np; p++) {
-          td_link_codec_t *lc = link_codec_of(n, peers[p]);
-          if (lc != NULL)
-            job->targets[job->n_targets++] = (pack_target_t){.peer = peers[p], .codec = lc};
-        }
-        job->req.data = job;
-        if (uv_queue_work(&n->loop, &job->req, pack_work, pack_done) == 0)
-          n->r.pack_in_flight = true;
-        else
-          free(job);
+      n->r.capacity = ev.capacity;
+      if (ev.round == n->r.round)
+        n->r.deadline = o->done_at + n->r.spec.round_timeout;
+      start_pack(n, ev.round);
+      if (n->r.spec.mode_kind == TD_MODE_ASYNC) {
+        n->r.round_started = wall_s();
+        round_row(n, ev.round, NAN);
+        n->r.rounds_done++;
+        replan(n, ev.round, ev.round + 1);
+        async_release(n);
+        ledger_flush(n);
       }
       try_close_round(n);
+      break;
+    }
+    case TD_RUN_CHECKPOINT: {
+      ledger_op_t *ck = op_new(n, OP_CKPT);
+      if (ck != NULL) {
+        ck->run_id = n->r.run_id;
+        ck->round = ev.round;
+        ck->blob = ev.blob;
+        ck->blob_bytes = td_run_numel(run) * sizeof(float);
+      } else {
+        free(ev.blob);
+      }
+      ledger_flush(n);
       break;
     }
     case TD_RUN_EVAL:
@@ -721,19 +850,28 @@ static int start_run(node_t *n, uint64_t run_id, const char *spec_text, const ui
   if ((rc = td_run_start(&run, &opts, why, why_len)) != 0)
     return rc;
   td_codec_spec_t codec;
-  if ((rc = td_codec_parse(&codec, spec.codec, why, why_len)) != 0) {
+  if ((rc = td_codec_parse(&codec, spec.codec_auto ? "none" : spec.codec, why, why_len)) != 0) {
     td_run_close(&run);
     return rc;
   }
   close_link_codecs(n);
+  close_async_inboxes(n);
   td_round_close(&n->r.collector);
   rc = td_round_open(&n->r.collector, td_run_layout(run));
+  if (rc == 0 && spec.mode_kind == TD_MODE_ASYNC) {
+    if ((n->r.scratch = td_params_alloc(td_run_numel(run))) == NULL)
+      rc = TD_ENOMEM;
+    for (size_t i = 0; rc == 0 && i < n_members; i++)
+      if (members[i] != n->node_id)
+        rc = td_round_open(&n->r.peer_inbox[i], td_run_layout(run));
+  }
   for (size_t i = 0; rc == 0 && i < n_members; i++)
     if (members[i] != n->node_id)
       rc = td_link_codec_open(&n->r.link_codecs[i], &codec, td_run_layout(run), spec.seed,
                               members[i] ^ (n->node_id * 0x9e3779b97f4a7c15ull));
   if (rc != 0) {
     close_link_codecs(n);
+    close_async_inboxes(n);
     td_round_close(&n->r.collector);
     td_run_close(&run);
     return td_why(why, why_len, TD_ENOMEM, "out of memory for the update buffers");
@@ -757,6 +895,16 @@ static int start_run(node_t *n, uint64_t run_id, const char *spec_text, const ui
   n->r.ended = 0;
   n->r.error[0] = '\0';
   n->r.updates_received = n->r.rounds_done = n->r.late_peers = 0;
+  n->r.own_done = n->r.packed = n->r.pack_pending = 0;
+  n->r.capacity = 0;
+  n->r.plans_applied = n->r.stale_dropped = 0;
+  memset(n->r.own, 0, sizeof n->r.own);
+  memset(n->r.peer_capacity, 0, sizeof n->r.peer_capacity);
+  memset(n->r.peer_capacity_round, 0, sizeof n->r.peer_capacity_round);
+  memset(n->r.peer_round, 0, sizeof n->r.peer_round);
+  memset(n->r.plan, 0, sizeof n->r.plan);
+  for (size_t i = 0; i < n_members; i++)
+    n->r.plan[i] = td_run_split_batch(spec.batch, (unsigned)i, (unsigned)n_members);
   begin_round(n, 1);
   ledger_op_t *op = op_new(n, OP_RUN_START);
   if (op) {
@@ -846,20 +994,80 @@ static void note_drop(node_t *n, uint64_t *counter, const char *what) {
     td_log_warn("dropped a peer message: %s (drops so far: %u)", what, n->drop_logs);
 }
 
+static size_t member_index(node_t *n, uint64_t peer) {
+  for (size_t i = 0; i < n->r.n_members; i++)
+    if (n->r.members[i] == peer)
+      return i;
+  return TD_MEMBERS_MAX;
+}
+
+static void record_update(node_t *n, uint64_t peer, uint64_t peer_round, int64_t staleness,
+                          uint64_t bytes, const char *codec) {
+  ledger_op_t *op = op_new(n, OP_UPDATE);
+  if (op == NULL)
+    return;
+  op->update_row = (td_ledger_update_t){
+      .run_id = n->r.run_id,
+      .round = n->r.spec.mode_kind == TD_MODE_ASYNC ? n->r.own_done : n->r.round,
+      .peer = peer, .peer_round = peer_round, .staleness = staleness > 0 ? staleness : 0,
+      .bytes = bytes, .ratio = (double)td_run_numel(n->r.run) * 4.0 / (double)bytes,
+      .arrived = wall_s()};
+  snprintf(op->text, sizeof op->text, "%s", codec);
+}
+
+/* async: a peer's update of round j arrives while we are at own_done; it
+ * weighs its sample share of a global round times (1 + a)^-kappa with
+ * a = own_done - j, and is dropped (and counted) when a > S. */
+static void async_update_done(node_t *n, size_t mi, const td_update_info_t *info) {
+  td_round_t *c = n->r.peer_inbox[mi];
+  int64_t a = (int64_t)n->r.own_done - (int64_t)info->round;
+  double w = td_plan_staleness_weight(a, n->r.spec.max_staleness, n->r.spec.staleness_kappa);
+  record_update(n, info->peer, info->round, a, info->bytes, td_codec_name(info->codec));
+  if (info->round > n->r.peer_round[mi])
+    n->r.peer_round[mi] = info->round;
+  if (w <= 0) {
+    n->r.stale_dropped++;
+    note_drop(n, &n->drops.late, "async update older than the staleness bound");
+  } else {
+    unsigned steps = td_run_steps_of(n->r.run, info->round);
+    double share = (double)info->samples / ((double)n->r.spec.batch * (steps ? steps : 1));
+    memset(n->r.scratch, 0, td_run_numel(n->r.run) * sizeof(float));
+    td_round_aggregate(c, NULL, 0, n->r.scratch);
+    td_run_async_add(n->r.run, n->r.scratch, w * (share < 1 ? share : 1));
+    n->r.updates_received++;
+  }
+  uint64_t peer = info->peer;
+  td_round_begin(c, info->round + 1, &peer, 1);
+  async_release(n);
+}
+
 static void on_update(node_t *n, const Traind__Envelope *env, link_t *l, size_t bytes) {
   const Traind__UpdateChunk *up = env->update;
   if (n->r.run == NULL || env->run_id != n->r.run_id) {
     note_drop(n, &n->drops.wrong_run, "update for a run this node is not running");
     return;
   }
-  if (!in_run(n, env->sender)) {
+  size_t mi = member_index(n, env->sender);
+  if (mi == TD_MEMBERS_MAX) {
     note_drop(n, &n->drops.not_member, "update from a node outside the run");
     return;
+  }
+  if (isfinite(up->capacity) && up->capacity > 0 && up->capacity < 1e12) {
+    n->r.peer_capacity[mi][up->round % OWN_RING] = up->capacity;
+    n->r.peer_capacity_round[mi][up->round % OWN_RING] = up->round;
+  }
+  bool async = n->r.spec.mode_kind == TD_MODE_ASYNC;
+  td_round_t *collector = async ? n->r.peer_inbox[mi] : n->r.collector;
+  if (collector == NULL)
+    return;
+  if (async && up->round >= td_round_current(collector) + TD_ROUND_SLOTS) {
+    uint64_t peer = env->sender; /* the peer skipped ahead: follow it */
+    td_round_begin(collector, up->round, &peer, 1);
   }
   td_chunk_result_t res;
   td_update_info_t info;
   char why[256] = "";
-  int rc = td_round_add_chunk(n->r.collector, env->sender, up->round, up->samples, up->chunk,
+  int rc = td_round_add_chunk(collector, env->sender, up->round, up->samples, up->chunk,
                               up->chunks, up->total_bytes, up->payload.data, up->payload.len,
                               up->loss, &res, &info, why, sizeof why);
   if (rc != 0) {
@@ -873,21 +1081,13 @@ static void on_update(node_t *n, const Traind__Envelope *env, link_t *l, size_t 
     n->r.bytes_recv_round += bytes;
     break;
   case TD_CHUNK_DUPLICATE: n->drops.duplicate++; break;
-  case TD_CHUNK_AHEAD: note_drop(n, &n->drops.ahead, "update more than one round ahead"); break;
+  case TD_CHUNK_AHEAD: note_drop(n, &n->drops.ahead, "update beyond the round window"); break;
   case TD_CHUNK_LATE:
     /* count and record only the first chunk of a late update */
     if (up->chunk == 0) {
       n->drops.late++;
-      ledger_op_t *op = op_new(n, OP_UPDATE);
-      if (op) {
-        op->update_row = (td_ledger_update_t){
-            .run_id = n->r.run_id, .round = n->r.round, .peer = env->sender,
-            .peer_round = up->round, .staleness = (int64_t)(n->r.round - up->round),
-            .bytes = up->total_bytes,
-            .ratio = (double)td_run_numel(n->r.run) * 4.0 / (double)up->total_bytes,
-            .arrived = wall_s()};
-        snprintf(op->text, sizeof op->text, "%s", n->r.codec_text);
-      }
+      record_update(n, env->sender, up->round, (int64_t)n->r.round - (int64_t)up->round,
+                    up->total_bytes, n->r.codec_text);
     }
     break;
   case TD_CHUNK_REJECTED:
@@ -899,24 +1099,25 @@ static void on_update(node_t *n, const Traind__Envelope *env, link_t *l, size_t 
       note_drop(n, &n->drops.rejected, what);
       ledger_event(n, "update_rejected", "peer %016" PRIx64 " round %" PRIu64 ": %s",
                    env->sender, up->round, why);
+      if (async) {
+        uint64_t peer = env->sender;
+        td_round_begin(collector, up->round + 1, &peer, 1);
+      }
       try_close_round(n);
       break;
     }
-    n->r.updates_received++;
     double dense = (double)td_run_numel(n->r.run) * 4.0;
     if (l != NULL) {
       l->update_wire_recv += info.bytes;
       l->update_dense_recv += (uint64_t)dense;
     }
-    ledger_op_t *op = op_new(n, OP_UPDATE);
-    if (op) {
-      int64_t stale = (int64_t)n->r.round - (int64_t)info.round;
-      op->update_row = (td_ledger_update_t){
-          .run_id = n->r.run_id, .round = n->r.round, .peer = env->sender,
-          .peer_round = info.round, .staleness = stale > 0 ? stale : 0, .bytes = info.bytes,
-          .ratio = dense / (double)info.bytes, .arrived = wall_s()};
-      snprintf(op->text, sizeof op->text, "%s", td_codec_name(info.codec));
+    if (async) {
+      async_update_done(n, mi, &info);
+      break;
     }
+    n->r.updates_received++;
+    record_update(n, env->sender, info.round, (int64_t)n->r.round - (int64_t)info.round,
+                  info.bytes, td_codec_name(info.codec));
     try_close_round(n);
     break;
   }

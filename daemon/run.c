@@ -1,9 +1,11 @@
-/* run.c: the compute thread of a run and its two hand-offs with the loop.
+/* run.c: the compute thread of a run and its hand-offs with the loop.
  *
  * Events flow compute -> loop through a mutex-protected ring and
  * uv_async_send (coalescing wake-ups are fine: the loop drains the ring).
  * Rounds flow loop -> compute through `released_round` and a condition
- * variable. Stop requests are a flag checked between steps and while waiting. */
+ * variable; batch plans through a small ring of (from_round, batch); async
+ * peer updates through the inbox, summed under the same mutex. Stop requests
+ * are a flag checked between rounds, while sleeping and while waiting. */
 #include "daemon/run.h"
 
 #include <math.h>
@@ -17,17 +19,30 @@
 #include "compute/error.h"
 #include "compute/partition.h"
 #include "compute/trainer.h"
+#include "scheduler/outer.h"
+#include "scheduler/plan.h"
 
 #define EVENT_RING 64
+#define PLAN_RING 4
+#define CAPACITY_RHO 0.3
 
 struct td_run {
   td_runspec_t spec;
   unsigned rank, nodes, local_batch;
+  double slowdown;
   size_t numel;
   td_backend_t *probe_be; /* the layout comes from a batch-1 copy of the model */
   td_model_t *probe;
   uint64_t rounds;
-  float *anchor, *delta;
+  unsigned *steps_of;  /* H of round r at [r - 1], set before READY */
+  float *anchor;       /* consensus model (sync/overlap) */
+  float *delta[2];     /* own delta of round r in [r % 2] */
+  float *avg[2];       /* average of round r in [r % 2], written by the loop */
+  float *start;        /* params at the start of the round (overlap, async) */
+  float *mom;          /* outer momentum buffer (NULL when not needed) */
+  float *inbox;        /* async: weighted peer deltas not yet applied */
+  struct { uint64_t from; unsigned batch; } plans[PLAN_RING];
+  unsigned n_plans;
 
   uv_loop_t *loop;
   uv_async_t async;
@@ -53,19 +68,75 @@ uint64_t td_run_round_count(const td_runspec_t *spec, size_t train_rows) {
   return r ? r : 1;
 }
 
+/* Round count and per-round H. Under the QSR, H_r = max(H_base,
+ * floor((alpha / lr_r)^2)) with lr_r the schedule's rate at the round's first
+ * step, H_base during warm-up, capped by the steps left; rounds then follow
+ * from the steps of `epochs` passes (or the `rounds` key). */
+static int plan_steps(td_run_t *run, const td_trainer_t *tr, size_t full_rows) {
+  const td_runspec_t *sp = &run->spec;
+  if (sp->qsr_alpha <= 0) {
+    run->rounds = td_run_round_count(sp, full_rows);
+  } else {
+    unsigned long total = (unsigned long)((full_rows + sp->batch - 1) / sp->batch) * sp->epochs;
+    unsigned long step = 0;
+    run->rounds = 0;
+    while (sp->rounds ? run->rounds < sp->rounds : step < total) {
+      unsigned long cap = total > step ? total - step : 0;
+      step += td_plan_qsr(sp->qsr_alpha, sp->local_steps, td_trainer_lr_at(tr, step),
+                          step < sp->warmup_steps, cap);
+      run->rounds++;
+    }
+  }
+  run->steps_of = calloc(run->rounds ? run->rounds : 1, sizeof *run->steps_of);
+  if (run->steps_of == NULL)
+    return TD_ENOMEM;
+  unsigned long step = 0;
+  unsigned long total = (unsigned long)((full_rows + sp->batch - 1) / sp->batch) * sp->epochs;
+  for (uint64_t r = 0; r < run->rounds; r++) {
+    unsigned long h = sp->local_steps;
+    if (sp->qsr_alpha > 0)
+      h = td_plan_qsr(sp->qsr_alpha, sp->local_steps, td_trainer_lr_at(tr, step),
+                      step < sp->warmup_steps, total > step ? total - step : 0);
+    run->steps_of[r] = (unsigned)(h ? h : 1);
+    step += run->steps_of[r];
+  }
+  return 0;
+}
+
+unsigned td_run_steps_of(const td_run_t *run, uint64_t round) {
+  if (run->steps_of == NULL || round == 0 || round > run->rounds)
+    return run->spec.local_steps;
+  return run->steps_of[round - 1];
+}
+
 unsigned td_run_split_batch(unsigned batch, unsigned rank, unsigned nodes) {
   unsigned b = batch / nodes + (rank < batch % nodes ? 1 : 0);
   return b ? b : 1;
 }
 
-static void post(td_run_t *run, const td_run_event_t *ev) {
+static bool post(td_run_t *run, const td_run_event_t *ev) {
   pthread_mutex_lock(&run->mu);
-  if (run->ring_count < EVENT_RING) {
+  bool ok = run->ring_count < EVENT_RING;
+  if (ok) {
     run->ring[(run->ring_head + run->ring_count) % EVENT_RING] = *ev;
     run->ring_count++;
   }
   pthread_mutex_unlock(&run->mu);
   uv_async_send(&run->async);
+  return ok;
+}
+
+/* A copy of the anchor for the ledger, every checkpoint_every rounds. */
+static void post_checkpoint(td_run_t *run, uint64_t round) {
+  if (run->spec.checkpoint_every == 0 || round % run->spec.checkpoint_every != 0)
+    return;
+  td_run_event_t ev = {.kind = TD_RUN_CHECKPOINT, .round = round};
+  if ((ev.blob = malloc(run->numel * sizeof(float))) == NULL)
+    return;
+  memcpy(ev.blob, run->spec.mode_kind == TD_MODE_ASYNC ? run->start : run->anchor,
+         run->numel * sizeof(float));
+  if (!post(run, &ev))
+    free(ev.blob);
 }
 
 static void post_failed(td_run_t *run, const char *why) {
@@ -81,14 +152,69 @@ static bool stopping(td_run_t *run) {
   return s;
 }
 
-/* Wait until the loop released `round` (true) or a stop was requested. */
-static bool wait_release(td_run_t *run, uint64_t round) {
+static double mono_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Wait until the loop released `round` (true) or a stop was requested; adds
+ * the time blocked to *idle. */
+static bool wait_release(td_run_t *run, uint64_t round, double *idle) {
+  double t0 = mono_now();
   pthread_mutex_lock(&run->mu);
   while (!run->stop && run->released_round < round)
     pthread_cond_wait(&run->cv, &run->mu);
   bool ok = !run->stop;
   pthread_mutex_unlock(&run->mu);
+  *idle += mono_now() - t0;
   return ok;
+}
+
+/* slowdown = F: stay idle (F - 1) times the compute time, so the node's
+ * throughput is F times lower without burning a core another node needs. */
+static void sleep_for(td_run_t *run, double seconds) {
+  if (seconds <= 0)
+    return;
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  double t = (double)until.tv_sec + (double)until.tv_nsec * 1e-9 + seconds;
+  until.tv_sec = (time_t)t;
+  until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
+  pthread_mutex_lock(&run->mu);
+  while (!run->stop) {
+    if (pthread_cond_timedwait(&run->cv, &run->mu, &until) != 0)
+      break;
+  }
+  pthread_mutex_unlock(&run->mu);
+}
+
+static unsigned batch_for(td_run_t *run, uint64_t round, unsigned current) {
+  pthread_mutex_lock(&run->mu);
+  uint64_t best = 0;
+  unsigned b = current;
+  for (unsigned i = 0; i < run->n_plans; i++)
+    if (run->plans[i].from <= round && run->plans[i].from >= best) {
+      best = run->plans[i].from;
+      b = run->plans[i].batch;
+    }
+  pthread_mutex_unlock(&run->mu);
+  return b;
+}
+
+/* Outer step on round r's average: anchor += step and, in overlap mode,
+ * params += step - own delta of r (swap the stale own progress for the
+ * global step, keeping the progress made since). */
+static void apply_round(td_run_t *run, uint64_t r, float *params, bool overlap) {
+  td_outer_opts_t o = {.lr = run->spec.outer_lr, .momentum = run->spec.outer_momentum,
+                       .nesterov = run->spec.outer_nesterov, .clip = run->spec.outer_clip};
+  float *avg = run->avg[r % 2];
+  td_outer_step(&o, avg, run->mom, avg, run->numel); /* avg becomes the step */
+  const float *own = run->delta[r % 2];
+  for (size_t i = 0; i < run->numel; i++) {
+    run->anchor[i] += avg[i];
+    params[i] = overlap ? params[i] + avg[i] - own[i] : run->anchor[i];
+  }
 }
 
 static int load_partition(td_run_t *run, td_dataset_t **train, td_dataset_t **test,
@@ -140,22 +266,30 @@ static void *compute_main(void *arg) {
     post_failed(run, why);
     goto done;
   }
-  run->rounds = td_run_round_count(&run->spec, full_rows);
   td_trainer_opts_t opts = {
       .model_spec = run->spec.model,
       .batch = run->local_batch,
+      .max_batch = run->spec.batch,
       .seed = run->spec.seed,
       .lr = run->spec.lr,
       .lr_schedule = run->spec.lr_schedule,
       .warmup_steps = run->spec.warmup_steps,
       .epochs = 1,
-      .total_steps = (unsigned long)(run->rounds * run->spec.local_steps),
+      .total_steps = run->spec.qsr_alpha > 0
+                         ? (unsigned long)((full_rows + run->spec.batch - 1) / run->spec.batch) *
+                               run->spec.epochs
+                         : (unsigned long)(td_run_round_count(&run->spec, full_rows) *
+                                           run->spec.local_steps),
       .sgd = {.momentum = run->spec.momentum, .nesterov = run->spec.nesterov,
               .weight_decay = run->spec.weight_decay},
   };
   if ((rc = td_trainer_open(&tr, be, train, &opts, why, sizeof why)) != 0 ||
       (test != NULL && (rc = td_trainer_check_dataset(tr, test, why, sizeof why)) != 0)) {
     post_failed(run, why);
+    goto done;
+  }
+  if (plan_steps(run, tr, full_rows) != 0) {
+    post_failed(run, "out of memory for the round plan");
     goto done;
   }
   td_model_t *model = td_trainer_model(tr);
@@ -166,28 +300,78 @@ static void *compute_main(void *arg) {
   }
   /* Every node initialises from the same seed: the anchor starts identical. */
   memcpy(run->anchor, params, run->numel * sizeof(float));
+  memcpy(run->start, params, run->numel * sizeof(float));
   td_run_event_t ready = {.kind = TD_RUN_READY, .round = run->rounds};
   post(run, &ready);
 
   const td_dataset_t *eval_set = test != NULL ? test : train;
-  double loss = NAN, acc = NAN;
+  const td_mode_t mode = run->spec.mode_kind;
+  double loss = NAN, acc = NAN, capacity = 0, idle = 0;
+  unsigned batch = run->local_batch;
   for (uint64_t round = 1; round <= run->rounds; round++) {
     td_train_stats_t st = {0};
     if (stopping(run))
       break;
-    rc = td_trainer_steps(tr, run->spec.local_steps, &st, why, sizeof why);
+    if (mode == TD_MODE_ASYNC && round > run->spec.max_staleness + 1 &&
+        !wait_release(run, round - 1 - run->spec.max_staleness, &idle))
+      break;
+    batch = batch_for(run, round, batch);
+    td_trainer_set_batch(tr, batch);
+    /* linear scaling below the even share: per-sample steps stay the same */
+    double even = (double)run->spec.batch / run->nodes;
+    td_trainer_set_lr_scale(tr, batch < even ? batch / even : 1);
+    double t0 = mono_now();
+    rc = td_trainer_steps(tr, td_run_steps_of(run, round), &st, why, sizeof why);
     if (rc != 0) {
       post_failed(run, why);
       goto done;
     }
+    sleep_for(run, (run->slowdown - 1) * (mono_now() - t0));
+    double compute_s = mono_now() - t0;
+    if (compute_s > 0)
+      capacity = td_plan_ewma(capacity, (double)st.samples / compute_s, CAPACITY_RHO);
+    float *delta = run->delta[round % 2];
+    const float *base = mode == TD_MODE_SYNC ? run->anchor : run->start;
     for (size_t i = 0; i < run->numel; i++)
-      run->delta[i] = params[i] - run->anchor[i];
+      delta[i] = params[i] - base[i];
     td_run_event_t ev = {.kind = TD_RUN_ROUND_DONE, .round = round, .samples = st.samples,
-                         .loss = st.loss, .compute_s = st.seconds, .lr = st.lr};
+                         .loss = st.loss, .compute_s = compute_s, .idle_s = idle,
+                         .capacity = capacity, .batch = batch,
+                         .steps = td_run_steps_of(run, round), .lr = st.lr};
     post(run, &ev);
-    if (!wait_release(run, round))
-      break;
-    memcpy(params, run->anchor, run->numel * sizeof(float));
+    idle = 0;
+    if (mode == TD_MODE_SYNC) {
+      if (!wait_release(run, round, &idle))
+        break;
+      apply_round(run, round, params, false);
+      post_checkpoint(run, round);
+    } else if (mode == TD_MODE_OVERLAP) {
+      if (round >= 2) {
+        if (!wait_release(run, round - 1, &idle))
+          break;
+        apply_round(run, round - 1, params, true);
+        post_checkpoint(run, round - 1);
+      }
+      if (round == run->rounds) { /* the last average, then the consensus model */
+        if (!wait_release(run, round, &idle))
+          break;
+        apply_round(run, round, params, true);
+        memcpy(params, run->anchor, run->numel * sizeof(float));
+      }
+    } else {
+      /* own progress counts with its sample share; peers' arrive in the inbox */
+      double share = (double)st.samples / ((double)run->spec.batch * ev.steps);
+      float keep = (float)(share < 1 ? share : 1);
+      pthread_mutex_lock(&run->mu);
+      for (size_t i = 0; i < run->numel; i++) {
+        params[i] += (keep - 1.0f) * delta[i] + run->inbox[i];
+        run->inbox[i] = 0;
+      }
+      pthread_mutex_unlock(&run->mu);
+      memcpy(run->start, params, run->numel * sizeof(float));
+      post_checkpoint(run, round);
+    }
+    memcpy(run->start, params, run->numel * sizeof(float));
     if (round % run->spec.eval_every == 0 || round == run->rounds) {
       rc = td_trainer_evaluate(tr, eval_set, &loss, &acc, why, sizeof why);
       if (rc != 0) {
@@ -211,6 +395,18 @@ done:
   return NULL;
 }
 
+static void free_buffers(td_run_t *run) {
+  free(run->anchor);
+  free(run->delta[0]);
+  free(run->delta[1]);
+  free(run->avg[0]);
+  free(run->avg[1]);
+  free(run->start);
+  free(run->inbox);
+  free(run->mom);
+  free(run->steps_of);
+}
+
 static void on_async(uv_async_t *h) {
   td_run_t *run = h->data;
   if (run->on_events)
@@ -231,6 +427,7 @@ int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t wh
   run->rank = opts->rank;
   run->nodes = opts->nodes;
   run->local_batch = td_run_split_batch(run->spec.batch, run->rank, run->nodes);
+  run->slowdown = td_runspec_slowdown(&run->spec, run->rank);
   run->loop = opts->loop;
   run->on_events = opts->on_events;
   run->user = opts->user;
@@ -252,14 +449,22 @@ int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t wh
     free(run);
     return rc;
   }
-  run->anchor = calloc(run->numel, sizeof(float));
-  run->delta = calloc(run->numel, sizeof(float));
-  if (run->anchor == NULL || run->delta == NULL ||
-      uv_async_init(run->loop, &run->async, on_async) != 0) {
+  bool need_mom = run->spec.outer_momentum > 0 || run->spec.outer_clip > 0;
+  float **bufs[] = {&run->anchor, &run->delta[0], &run->delta[1], &run->avg[0], &run->avg[1],
+                    &run->start, &run->inbox, &run->mom};
+  bool ok = true;
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+    if (bufs[i] == &run->mom && !need_mom)
+      continue;
+    if (bufs[i] == &run->inbox && run->spec.mode_kind != TD_MODE_ASYNC)
+      continue;
+    if ((*bufs[i] = calloc(run->numel, sizeof(float))) == NULL)
+      ok = false;
+  }
+  if (!ok || uv_async_init(run->loop, &run->async, on_async) != 0) {
     td_model_close(&run->probe);
     td_backend_close(&run->probe_be);
-    free(run->anchor);
-    free(run->delta);
+    free_buffers(run);
     pthread_mutex_destroy(&run->mu);
     pthread_cond_destroy(&run->cv);
     free(run);
@@ -279,10 +484,12 @@ int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t wh
 
 static void free_after_close(uv_handle_t *h) {
   td_run_t *run = h->data;
+  for (unsigned i = 0; i < run->ring_count; i++) /* checkpoints nobody took */
+    if (run->ring[(run->ring_head + i) % EVENT_RING].kind == TD_RUN_CHECKPOINT)
+      free(run->ring[(run->ring_head + i) % EVENT_RING].blob);
   td_model_close(&run->probe);
   td_backend_close(&run->probe_be);
-  free(run->anchor);
-  free(run->delta);
+  free_buffers(run);
   pthread_mutex_destroy(&run->mu);
   pthread_cond_destroy(&run->cv);
   free(run);
@@ -314,11 +521,36 @@ bool td_run_next_event(td_run_t *run, td_run_event_t *ev) {
 
 size_t td_run_numel(const td_run_t *run) { return run->numel; }
 const td_layout_t *td_run_layout(const td_run_t *run) { return td_model_layout(run->probe); }
-const float *td_run_delta(const td_run_t *run) { return run->delta; }
-float *td_run_anchor(td_run_t *run) { return run->anchor; }
+const float *td_run_delta(const td_run_t *run, uint64_t round) { return run->delta[round % 2]; }
+float *td_run_avg(td_run_t *run, uint64_t round) { return run->avg[round % 2]; }
 uint64_t td_run_rounds(const td_run_t *run) { return run->rounds; }
-unsigned td_run_local_steps(const td_run_t *run) { return run->spec.local_steps; }
 unsigned td_run_local_batch(const td_run_t *run) { return run->local_batch; }
+
+void td_run_async_add(td_run_t *run, const float *delta, double weight) {
+  if (run->inbox == NULL || !(weight > 0))
+    return;
+  float w = (float)weight;
+  pthread_mutex_lock(&run->mu);
+  for (size_t i = 0; i < run->numel; i++)
+    run->inbox[i] += w * delta[i];
+  pthread_mutex_unlock(&run->mu);
+}
+
+void td_run_set_batch(td_run_t *run, uint64_t from_round, unsigned batch) {
+  if (batch == 0 || batch > run->spec.batch)
+    return;
+  pthread_mutex_lock(&run->mu);
+  if (run->n_plans == PLAN_RING) { /* forget the oldest plan */
+    unsigned oldest = 0;
+    for (unsigned i = 1; i < PLAN_RING; i++)
+      if (run->plans[i].from < run->plans[oldest].from)
+        oldest = i;
+    run->plans[oldest] = run->plans[--run->n_plans];
+  }
+  run->plans[run->n_plans].from = from_round;
+  run->plans[run->n_plans++].batch = batch;
+  pthread_mutex_unlock(&run->mu);
+}
 
 void td_run_release(td_run_t *run, uint64_t round) {
   pthread_mutex_lock(&run->mu);

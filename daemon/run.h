@@ -1,14 +1,25 @@
 /* run.h: one training run on this node: the compute thread and its hand-offs.
  *
  * The compute thread loads the dataset, takes partition `rank` of `nodes`,
- * and runs rounds of H local SGD steps. After each round it computes the
- * pseudo-gradient delta = params - anchor, posts TD_RUN_ROUND_DONE to the loop
- * thread (a queue + uv_async_send) and, in sync mode, waits until the loop
- * releases the round; the loop meanwhile sends the delta, collects the peers'
- * updates and adds their weighted mean into the anchor. Ownership: while the
- * compute thread waits, the loop thread may read td_run_delta() and write
- * td_run_anchor(); td_run_release() hands both back. The compute thread never
- * touches a socket; the loop thread never runs BLAS. */
+ * and runs rounds of H local SGD steps (H from `local_steps`, or the QSR).
+ * After round r it writes its delta (the round's local progress) into slot
+ * r % 2, posts TD_RUN_ROUND_DONE to the loop thread (a queue + uv_async_send),
+ * and then, by mode (ALGORITHMS.md section 5):
+ *   sync:    waits until the loop releases r, applies the outer step on the
+ *            round average and continues from the new anchor;
+ *   overlap: continues at once; at the end of round r + 1 it waits for r's
+ *            average (normally long there) and swaps its own stale delta for
+ *            the outer step (CO2's one-round-delayed form), so compute never
+ *            waits a round for the network;
+ *   async:S: never waits for a round: peers' deltas are added into an inbox
+ *            as they arrive (weighted by sample share and staleness) and folded
+ *            in at the end of each round; it only waits when it would run more
+ *            than S + 1 rounds ahead of the slowest live peer.
+ * Ownership: the loop thread reads td_run_delta(r) until it has packed and
+ * aggregated round r, and writes td_run_avg(r) (the weighted mean of every
+ * delta of round r) before td_run_release(r); the compute thread touches
+ * neither slot until then. The compute thread never touches a socket; the
+ * loop thread never runs BLAS. */
 #ifndef TD_RUN_H
 #define TD_RUN_H
 
@@ -24,6 +35,7 @@ typedef enum {
   TD_RUN_READY = 0,  /* dataset loaded; rounds and samples are known */
   TD_RUN_ROUND_DONE, /* local steps of `round` done; delta ready */
   TD_RUN_EVAL,       /* anchor after `round` evaluated */
+  TD_RUN_CHECKPOINT, /* blob: a copy of the anchor after `round` (loop owns it) */
   TD_RUN_FINISHED,   /* all rounds done; final evaluation in accuracy/loss */
   TD_RUN_FAILED,     /* message says why */
   TD_RUN_STOPPED,    /* stopped on request */
@@ -35,8 +47,13 @@ typedef struct {
   uint64_t samples;     /* ROUND_DONE: samples used in the round */
   double loss;          /* ROUND_DONE: mean training loss; EVAL/FINISHED: test loss */
   double accuracy;      /* EVAL/FINISHED: test accuracy */
-  double compute_s;     /* ROUND_DONE: seconds computing */
+  double compute_s;     /* ROUND_DONE: seconds computing (slowdown included) */
+  double idle_s;        /* ROUND_DONE: seconds blocked between the previous round and this one */
+  double capacity;      /* ROUND_DONE: samples/s, EWMA over rounds */
+  unsigned batch;       /* ROUND_DONE: rows per step in the round */
+  unsigned steps;       /* ROUND_DONE: local steps in the round (H) */
   double lr;
+  float *blob;          /* CHECKPOINT: td_run_numel() floats, malloc'd, owned by the receiver */
   char message[256];    /* FAILED */
 } td_run_event_t;
 
@@ -65,16 +82,25 @@ bool td_run_next_event(td_run_t *run, td_run_event_t *ev);
 size_t td_run_numel(const td_run_t *run);
 /* The model's tensor layout (borrowed for the run's lifetime). */
 const td_layout_t *td_run_layout(const td_run_t *run);
-const float *td_run_delta(const td_run_t *run);
-float *td_run_anchor(td_run_t *run);
-/* The anchor for `round` is final: the compute thread continues from it. */
+const float *td_run_delta(const td_run_t *run, uint64_t round);
+/* Where the loop writes round's average (sync and overlap). */
+float *td_run_avg(td_run_t *run, uint64_t round);
+/* sync/overlap: round's average is final. async: every live peer has sent
+ * rounds up to `round` (UINT64_MAX when no peer is left). */
 void td_run_release(td_run_t *run, uint64_t round);
+/* async: add weight * delta (a peer's update) into the inbox (any thread). */
+void td_run_async_add(td_run_t *run, const float *delta, double weight);
+/* Rows per step from round `from_round` on (weighted batching); ignored when
+ * outside [1, global batch]. */
+void td_run_set_batch(td_run_t *run, uint64_t from_round, unsigned batch);
 /* Ask the compute thread to stop at the next step; it posts TD_RUN_STOPPED. */
 void td_run_stop(td_run_t *run);
 
 uint64_t td_run_rounds(const td_run_t *run);     /* known after READY */
-unsigned td_run_local_steps(const td_run_t *run);
-unsigned td_run_local_batch(const td_run_t *run);
+unsigned td_run_local_batch(const td_run_t *run); /* the initial (even) split */
+/* Local steps of round r (1-based): local_steps, or the QSR value; the same on
+ * every node because it depends only on the shared schedule. Valid after READY. */
+unsigned td_run_steps_of(const td_run_t *run, uint64_t round);
 
 /* Rounds of a run: ceil(epochs * ceil(train_rows / batch) / local_steps), or the
  * `rounds` key when it is set; the same on every node. */

@@ -69,18 +69,117 @@ static int check_dataset(td_runspec_t *rs, const char *v, char *why, size_t n) {
                 v);
 }
 
+/* Strict unsigned integer in [lo, hi] spanning the whole of [s, end). */
+static bool parse_uint_span(const char *s, const char *end, unsigned long lo, unsigned long hi,
+                            unsigned long *out) {
+  if (s == end || *s < '0' || *s > '9')
+    return false;
+  char *stop;
+  errno = 0;
+  unsigned long v = strtoul(s, &stop, 10);
+  if (stop != end || errno != 0 || v < lo || v > hi)
+    return false;
+  *out = v;
+  return true;
+}
+
 static int check_mode(td_runspec_t *rs, const char *v, char *why, size_t n) {
-  (void)rs;
-  if (strcmp(v, "sync") == 0)
-    return 0;
-  return td_why(why, n, TD_ECONFIG,
-                "mode '%s' is not available in this version (accepted: sync)", v);
+  unsigned long s = 0;
+  if (strcmp(v, "sync") == 0) {
+    rs->mode_kind = TD_MODE_SYNC;
+  } else if (strcmp(v, "overlap") == 0) {
+    rs->mode_kind = TD_MODE_OVERLAP;
+  } else if (strncmp(v, "async:", 6) == 0 && parse_uint_span(v + 6, v + strlen(v), 0, 1000, &s)) {
+    rs->mode_kind = TD_MODE_ASYNC;
+    rs->max_staleness = (unsigned)s;
+  } else {
+    return td_why(why, n, TD_ECONFIG,
+                  "unknown mode '%s' (accepted: sync, overlap, async:S with S in [0, 1000])", v);
+  }
+  return 0;
 }
 
 static int check_codec(td_runspec_t *rs, const char *v, char *why, size_t n) {
   td_codec_spec_t spec;
+  if (strcmp(v, "auto") == 0) {
+    rs->codec_auto = true;
+    return 0;
+  }
+  int rc = td_codec_parse(&spec, v, why, n);
+  if (rc == 0)
+    rs->codec_auto = false;
+  else
+    td_why(why, n, TD_ECONFIG, "unknown codec '%s' (accepted: auto, none, fp16, ternary[:base3],"
+                               " topk:DENSITY, powersgd:RANK, qsgd:LEVELS)", v);
+  return rc;
+}
+
+/* local_steps = H | qsr:ALPHA:HBASE */
+static int check_local_steps(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  unsigned long h = 0;
+  if (parse_uint_span(v, v + strlen(v), 1, 1000000, &h)) {
+    rs->local_steps = (unsigned)h;
+    rs->qsr_alpha = 0;
+    return 0;
+  }
+  if (strncmp(v, "qsr:", 4) == 0) {
+    char *end;
+    errno = 0;
+    double alpha = strtod(v + 4, &end);
+    if (end != v + 4 && *end == ':' && errno == 0 && isfinite(alpha) && alpha > 0 &&
+        parse_uint_span(end + 1, v + strlen(v), 1, 1000000, &h)) {
+      rs->local_steps = (unsigned)h;
+      rs->qsr_alpha = alpha;
+      return 0;
+    }
+  }
+  return td_why(why, n, TD_ECONFIG,
+                "bad local_steps '%s' (accepted: H in [1, 1000000], or qsr:ALPHA:HBASE with "
+                "ALPHA > 0)", v);
+}
+
+static int check_batching(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  if (strcmp(v, "weighted") == 0 || strcmp(v, "equal") == 0) {
+    rs->weighted_batching = v[0] == 'w';
+    return 0;
+  }
+  return td_why(why, n, TD_ECONFIG, "unknown batching '%s' (accepted: weighted, equal)", v);
+}
+
+/* slowdown = F or F0,F1,... : each a finite number in [1, 1000] */
+static int check_slowdown(td_runspec_t *rs, const char *v, char *why, size_t n) {
   (void)rs;
-  return td_codec_parse(&spec, v, why, n);
+  const char *p = v;
+  for (unsigned i = 0;; i++) {
+    char *end;
+    errno = 0;
+    double f = strtod(p, &end);
+    if (end == p || errno != 0 || !isfinite(f) || f < 1 || f > 1000 ||
+        i >= TD_RUNSPEC_MAX_SLOWDOWNS || (*end != ',' && *end != '\0'))
+      return td_why(why, n, TD_ECONFIG,
+                    "bad slowdown '%s' (accepted: F or F0,F1,... per rank, each in [1, 1000],"
+                    " at most %d)", v, TD_RUNSPEC_MAX_SLOWDOWNS);
+    if (*end == '\0')
+      return 0;
+    p = end + 1;
+  }
+}
+
+double td_runspec_slowdown(const td_runspec_t *rs, unsigned rank) {
+  const char *p = rs->slowdown;
+  double f = 1;
+  unsigned i = 0;
+  for (;; i++) {
+    char *end;
+    f = strtod(p, &end);
+    if (end == p)
+      return 1;
+    if (i == rank || (i == 0 && *end == '\0'))
+      return f >= 1 && isfinite(f) ? f : 1;
+    if (*end != ',')
+      return 1;
+    p = end + 1;
+  }
 }
 
 /* node = K/N with 0 <= K < N <= 4096 */
@@ -125,13 +224,28 @@ static const run_key_t td__run_keys[] = {
     {"seed", KEY_U64, F(seed), "1", 0, 0, NULL, "seed for init, shuffling and partitions"},
     {"threads", KEY_UINT, F(threads), "0", 0, 1024, NULL, "BLAS threads (0 = library default)"},
     {"backend", KEY_STR, F(backend), "cpu", 0, 0, check_backend, "cpu | cuda"},
-    {"local_steps", KEY_UINT, F(local_steps), "8", 1, 1000000, NULL,
-     "H: local steps per round (peer runs)"},
+    {"local_steps", KEY_STR, F(local_steps_text), "8", 0, 0, check_local_steps,
+     "H local steps per round, or qsr:ALPHA:HBASE (H = max(HBASE, (ALPHA/lr)^2))"},
     {"rounds", KEY_UINT, F(rounds), "0", 0, 100000000, NULL,
      "rounds of a peer run (0: from epochs)"},
-    {"mode", KEY_STR, F(mode), "sync", 0, 0, check_mode, "sync (barrier with deadline)"},
+    {"mode", KEY_STR, F(mode), "sync", 0, 0, check_mode,
+     "sync (barrier) | overlap (one-round-delayed update) | async:S (staleness <= S)"},
     {"codec", KEY_STR, F(codec), "none", 0, 0, check_codec,
-     "none | fp16 | ternary[:base3] | topk:DENSITY | powersgd:RANK | qsgd:LEVELS"},
+     "none | fp16 | ternary[:base3] | topk:DENSITY | powersgd:RANK | qsgd:LEVELS | auto"},
+    {"batching", KEY_STR, F(batching), "weighted", 0, 0, check_batching,
+     "weighted (local batch follows measured capacity) | equal"},
+    {"slowdown", KEY_STR, F(slowdown), "1", 0, 0, check_slowdown,
+     "F or F0,F1,... by rank: make nodes F times slower (experiments)"},
+    {"outer_lr", KEY_DOUBLE, F(outer_lr), "1", 1e-6, 100, NULL,
+     "outer learning rate on the round average (1 = plain averaging)"},
+    {"outer_momentum", KEY_DOUBLE, F(outer_momentum), "0", 0, 0.999999, NULL,
+     "outer momentum in [0, 1)"},
+    {"outer_nesterov", KEY_BOOL, F(outer_nesterov), "false", 0, 0, NULL,
+     "Nesterov outer momentum"},
+    {"outer_clip", KEY_DOUBLE, F(outer_clip), "0", 0, 1e30, NULL,
+     "element-wise clamp of the outer momentum buffer (0: off)"},
+    {"staleness_kappa", KEY_DOUBLE, F(staleness_kappa), "0.5", 0, 100, NULL,
+     "async: an update a rounds old weighs (1 + a)^-kappa"},
     {"eval_every", KEY_UINT, F(eval_every), "10", 1, 100000000, NULL,
      "rounds between test evaluations (peer runs)"},
     {"checkpoint_every", KEY_UINT, F(checkpoint_every), "0", 0, 100000000, NULL,
@@ -312,6 +426,8 @@ int td_runspec_load_ini_text(td_runspec_t *rs, const char *text, const char *ori
 int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len) {
   if (rs->nesterov && rs->momentum <= 0)
     return td_why(why, why_len, TD_ECONFIG, "nesterov: needs momentum > 0");
+  if (rs->outer_nesterov && rs->outer_momentum <= 0)
+    return td_why(why, why_len, TD_ECONFIG, "outer_nesterov: needs outer_momentum > 0");
   return 0;
 }
 
@@ -347,6 +463,6 @@ size_t td_runspec_format(const td_runspec_t *rs, char *buf, size_t len) {
 
 void td_runspec_print_help(FILE *out) {
   for (size_t i = 0; i < N_KEYS; i++)
-    fprintf(out, "  %-13s %-20s %s\n", td__run_keys[i].name, td__run_keys[i].default_value,
+    fprintf(out, "  %-16s %-20s %s\n", td__run_keys[i].name, td__run_keys[i].default_value,
             td__run_keys[i].help);
 }

@@ -15,6 +15,13 @@
 #include <stdio.h>
 
 #define TD_RUNSPEC_STR_MAX 1024
+#define TD_RUNSPEC_MAX_SLOWDOWNS 64
+
+typedef enum {
+  TD_MODE_SYNC = 0, /* barrier with a deadline */
+  TD_MODE_OVERLAP,  /* one-round-delayed outer update; compute never waits a round */
+  TD_MODE_ASYNC,    /* no barrier; updates older than max_staleness are dropped */
+} td_mode_t;
 
 typedef struct {
   char model[TD_RUNSPEC_STR_MAX];       /* mlp:784-256-128-10 */
@@ -23,9 +30,20 @@ typedef struct {
   char node[TD_RUNSPEC_STR_MAX];        /* K/N: which partition (standalone) */
   char lr_schedule[TD_RUNSPEC_STR_MAX]; /* constant | cosine | step:E[:G] */
   char backend[TD_RUNSPEC_STR_MAX];     /* cpu | cuda */
-  char mode[TD_RUNSPEC_STR_MAX];        /* sync */
-  char codec[TD_RUNSPEC_STR_MAX];       /* none */
-  unsigned local_steps;                 /* H */
+  char mode[TD_RUNSPEC_STR_MAX];        /* sync | overlap | async:S */
+  char codec[TD_RUNSPEC_STR_MAX];       /* none | ... | auto */
+  char local_steps_text[TD_RUNSPEC_STR_MAX]; /* H | qsr:ALPHA:HBASE */
+  char batching[TD_RUNSPEC_STR_MAX];    /* weighted | equal */
+  char slowdown[TD_RUNSPEC_STR_MAX];    /* F | F0,F1,... by rank */
+  unsigned local_steps;                 /* H (H_base under QSR), from local_steps_text */
+  double qsr_alpha;                     /* > 0: quadratic synchronization rule */
+  td_mode_t mode_kind;                  /* from mode */
+  unsigned max_staleness;               /* async:S */
+  bool codec_auto;                      /* codec = auto */
+  bool weighted_batching;               /* batching = weighted */
+  double outer_lr, outer_momentum, outer_clip;
+  bool outer_nesterov;
+  double staleness_kappa;               /* async weight (1 + a)^-kappa */
   unsigned rounds;                      /* 0 = derived from epochs */
   unsigned eval_every;                  /* rounds between evaluations */
   unsigned checkpoint_every;            /* rounds between checkpoints, 0 = off */
@@ -61,6 +79,9 @@ int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len);
 /* Canonical "key = value\n" lines in table order; returns the length that the
  * full text needs (snprintf semantics). */
 size_t td_runspec_format(const td_runspec_t *rs, char *buf, size_t len);
+/* Slowdown factor (>= 1) of the node of `rank`: the single value of `slowdown`
+ * for every rank, or its rank-th entry (1 past the end of the list). */
+double td_runspec_slowdown(const td_runspec_t *rs, unsigned rank);
 /* One line per key: name, default, meaning. */
 void td_runspec_print_help(FILE *out);
 

@@ -157,6 +157,65 @@ START_TEST(error_feedback_conserves_mass) {
 }
 END_TEST
 
+/* codec = auto: the chosen spec's real message fits the byte budget (or is
+ * the 0.01 % top-k floor), less budget never buys a bigger message, a roomy
+ * budget sends dense; switching a link from top-k to none flushes the
+ * residual with the next delta, so no mass is lost across the switch. */
+START_TEST(auto_fits_budget_and_switches_without_loss) {
+  td_layout_t *l = layout_new();
+  size_t n = td_layout_numel(l);
+  float *x = gaussian(n, 77, 0.1), *y = td_params_alloc(n), *old = td_params_alloc(n);
+  padding_zero(l, x);
+  td_codec_spec_t none = spec_of("none");
+  double dense = (double)td_codec_message_size(&none, l);
+  const double budgets[] = {1e9, dense, dense * 0.6, dense / 10, dense / 50, dense / 400, 10};
+  const td_codec_id_t want[] = {TD_CODEC_NONE, TD_CODEC_NONE, TD_CODEC_FP16, TD_CODEC_TERNARY,
+                                TD_CODEC_TOPK, TD_CODEC_TOPK, TD_CODEC_TOPK};
+  size_t prev = SIZE_MAX;
+  td_codec_spec_t floor_spec = {.id = TD_CODEC_TOPK, .density = 1e-4};
+  size_t floor_bytes = td_codec_message_size(&floor_spec, l);
+  for (size_t b = 0; b < sizeof budgets / sizeof budgets[0]; b++) {
+    td_codec_spec_t s;
+    td_codec_fit_budget(l, budgets[b], &s);
+    ck_assert_msg(s.id == want[b], "budget %g: codec %u", budgets[b], s.id);
+    td_link_codec_t *lc = NULL;
+    ck_assert_int_eq(td_link_codec_open(&lc, &s, l, 1, 2), 0);
+    const uint8_t *msg;
+    size_t len;
+    ck_assert_int_eq(td_link_codec_encode(lc, x, &msg, &len), 0);
+    ck_assert_msg((double)len <= budgets[b] || len <= floor_bytes, "budget %g: %zu bytes",
+                  budgets[b], len);
+    ck_assert_msg(len <= prev, "budget %g: %zu bytes > %zu for a larger budget", budgets[b], len,
+                  prev);
+    prev = len;
+    td_link_codec_close(&lc);
+  }
+  /* top-k for one round, then none: decoded == delta + what top-k held back */
+  td_codec_spec_t topk = spec_of("topk:0.01");
+  td_link_codec_t *lc = NULL;
+  ck_assert_int_eq(td_link_codec_open(&lc, &topk, l, 1, 2), 0);
+  const uint8_t *msg;
+  size_t len;
+  char why[128];
+  ck_assert_int_eq(td_link_codec_encode(lc, x, &msg, &len), 0);
+  memcpy(old, td_link_codec_residual(lc), n * sizeof *old);
+  ck_assert_int_eq(td_link_codec_set_spec(lc, &none), 0);
+  ck_assert_int_eq(td_link_codec_encode(lc, x, &msg, &len), 0);
+  ck_assert_int_eq(td_codec_decode_message(l, msg, len, y, NULL, why, sizeof why), 0);
+  double worst = 0, res = 0;
+  for (size_t i = 0; i < n; i++) {
+    worst = fmax(worst, fabs((double)x[i] + old[i] - y[i]));
+    res = fmax(res, fabs((double)td_link_codec_residual(lc)[i]));
+  }
+  ck_assert_msg(worst < 1e-6 && res == 0, "switch lost mass: %g, residual %g", worst, res);
+  td_link_codec_close(&lc);
+  free(x);
+  free(y);
+  free(old);
+  td_layout_free(&l);
+}
+END_TEST
+
 START_TEST(topk_sends_exactly_the_largest) {
   td_layout_t *l = layout_new();
   size_t n = td_layout_numel(l);
@@ -510,6 +569,7 @@ int main(void) {
   tcase_add_test(tc, none_is_exact_and_fp16_is_close);
   tcase_add_test(tc, error_feedback_conserves_mass);
   tcase_add_test(tc, topk_sends_exactly_the_largest);
+  tcase_add_test(tc, auto_fits_budget_and_switches_without_loss);
   tcase_add_test(tc, ternary_and_qsgd_are_unbiased);
   tcase_add_test(tc, powersgd_exact_at_full_rank_and_on_rank_deficient_input);
   tcase_add_test(tc, edge_cases_one_element_zero_constant_nan);

@@ -78,6 +78,11 @@ START_TEST(bad_values_are_refused_with_the_key_named) {
       {"node", "3/2"},         {"node", "1"},            {"node", "-1/2"},
       {"dataset", "foo"},      {"backend", "tpu"},       {"epochs", "0"},
       {"threads", "x"},        {"seed", "1.5"},          {"batch", ""},
+      {"mode", "async"},       {"mode", "async:-1"},     {"mode", "gossip"},
+      {"local_steps", "0"},    {"local_steps", "qsr:0:4"}, {"local_steps", "qsr:0.1"},
+      {"local_steps", "qsr:x:4"}, {"codec", "autox"},    {"batching", "fair"},
+      {"slowdown", "0.5"},     {"slowdown", "2,,3"},     {"slowdown", "nan"},
+      {"outer_lr", "0"},       {"outer_momentum", "1"},  {"staleness_kappa", "-1"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     td_runspec_t rs;
@@ -99,6 +104,44 @@ START_TEST(bad_values_are_refused_with_the_key_named) {
   td_runspec_set(&rs, "nesterov", "true", why, sizeof why);
   ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), TD_ECONFIG);
   ck_assert_ptr_nonnull(strstr(why, "nesterov"));
+  td_runspec_defaults(&rs);
+  td_runspec_set(&rs, "outer_nesterov", "true", why, sizeof why);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, "outer_momentum"));
+}
+END_TEST
+
+/* The scheduler keys fill their parsed fields, and slowdown lists are per rank. */
+START_TEST(scheduler_keys_fill_parsed_fields) {
+  td_runspec_t rs;
+  char why[512] = "";
+  td_runspec_defaults(&rs);
+  ck_assert_int_eq(rs.mode_kind, TD_MODE_SYNC);
+  ck_assert(rs.weighted_batching);
+  ck_assert_uint_eq(rs.local_steps, 8);
+  ck_assert(rs.qsr_alpha == 0);
+  ck_assert(td_runspec_slowdown(&rs, 3) == 1);
+  ck_assert_int_eq(td_runspec_set(&rs, "mode", "async:4", why, sizeof why), 0);
+  ck_assert_int_eq(rs.mode_kind, TD_MODE_ASYNC);
+  ck_assert_uint_eq(rs.max_staleness, 4);
+  ck_assert_int_eq(td_runspec_set(&rs, "mode", "overlap", why, sizeof why), 0);
+  ck_assert_int_eq(rs.mode_kind, TD_MODE_OVERLAP);
+  ck_assert_int_eq(td_runspec_set(&rs, "local_steps", "qsr:0.0175:4", why, sizeof why), 0);
+  ck_assert_uint_eq(rs.local_steps, 4);
+  ck_assert_double_eq_tol(rs.qsr_alpha, 0.0175, 1e-12);
+  ck_assert_int_eq(td_runspec_set(&rs, "local_steps", "16", why, sizeof why), 0);
+  ck_assert(rs.qsr_alpha == 0);
+  ck_assert_int_eq(td_runspec_set(&rs, "codec", "auto", why, sizeof why), 0);
+  ck_assert(rs.codec_auto);
+  ck_assert_int_eq(td_runspec_set(&rs, "codec", "topk:0.1", why, sizeof why), 0);
+  ck_assert(!rs.codec_auto);
+  ck_assert_int_eq(td_runspec_set(&rs, "batching", "equal", why, sizeof why), 0);
+  ck_assert(!rs.weighted_batching);
+  ck_assert_int_eq(td_runspec_set(&rs, "slowdown", "3", why, sizeof why), 0);
+  ck_assert(td_runspec_slowdown(&rs, 0) == 3 && td_runspec_slowdown(&rs, 7) == 3);
+  ck_assert_int_eq(td_runspec_set(&rs, "slowdown", "1,1,3,2.5", why, sizeof why), 0);
+  ck_assert(td_runspec_slowdown(&rs, 1) == 1 && td_runspec_slowdown(&rs, 2) == 3);
+  ck_assert(td_runspec_slowdown(&rs, 3) == 2.5 && td_runspec_slowdown(&rs, 4) == 1);
 }
 END_TEST
 
@@ -168,6 +211,7 @@ int main(void) {
   tcase_add_test(tc, bad_values_are_refused_with_the_key_named);
   tcase_add_test(tc, ini_files_use_the_same_table);
   tcase_add_test(tc, canonical_text_round_trips);
+  tcase_add_test(tc, scheduler_keys_fill_parsed_fields);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -129,6 +129,38 @@ START_TEST(divergence_stops_with_enumeric) {
 }
 END_TEST
 
+/* Weighted batching changes the rows per step within [1, max_batch]; a
+ * step then consumes exactly that many samples and stays finite. */
+START_TEST(set_batch_changes_rows_per_step) {
+  td_backend_t *be = NULL;
+  char why[256] = "";
+  ck_assert_int_eq(td_backend_open(&be, "cpu", 1, why, sizeof why), 0);
+  const char *csv = synthetic_csv();
+  td_dataset_t *ds = NULL;
+  ck_assert_int_eq(td_dataset_load_csv(&ds, csv, why, sizeof why), 0);
+  td_trainer_t *tr = NULL;
+  td_trainer_opts_t o = small_opts(1);
+  o.max_batch = 64;
+  ck_assert_int_eq(td_trainer_open(&tr, be, ds, &o, why, sizeof why), 0);
+  ck_assert_uint_eq(td_trainer_batch(tr), 32);
+  ck_assert_int_eq(td_trainer_set_batch(tr, 0), TD_EINVAL);
+  ck_assert_int_eq(td_trainer_set_batch(tr, 65), TD_EINVAL);
+  td_train_stats_t st;
+  ck_assert_int_eq(td_trainer_set_batch(tr, 64), 0);
+  ck_assert_int_eq(td_trainer_steps(tr, 2, &st, why, sizeof why), 0);
+  ck_assert_uint_eq(st.samples, 128);
+  ck_assert_int_eq(td_trainer_set_batch(tr, 5), 0);
+  ck_assert_int_eq(td_trainer_steps(tr, 3, &st, why, sizeof why), 0);
+  ck_assert_uint_eq(st.samples, 15);
+  ck_assert(isfinite(st.loss));
+  ck_assert(td_trainer_lr_at(tr, 0) == td_trainer_lr_at(tr, 0) && td_trainer_lr_at(tr, 0) > 0);
+  td_trainer_close(&tr);
+  td_dataset_close(&ds);
+  td_backend_close(&be);
+  unlink(csv);
+}
+END_TEST
+
 /* The acceptance bar of the foundation issue, on the real dataset. */
 START_TEST(fashion_mnist_one_epoch_reaches_083) {
   char why[512] = "";
@@ -172,6 +204,7 @@ int main(void) {
   tcase_add_test(tc, same_seed_gives_bit_identical_weights);
   tcase_add_test(tc, a_dataset_that_does_not_fit_is_refused);
   tcase_add_test(tc, divergence_stops_with_enumeric);
+  tcase_add_test(tc, set_batch_changes_rows_per_step);
   tcase_add_test(tc, fashion_mnist_one_epoch_reaches_083);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

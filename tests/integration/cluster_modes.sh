@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# cluster_modes.sh: the scheduler's modes on 3 real nodes (ALGORITHMS.md 5).
+#  - overlap: compute never waits a round; every node ends on the same
+#    consensus model (equal test accuracy) that learns as well as sync, and the
+#    ledger records one row per round;
+#  - async:1 with a 3x slower node: no barrier, every update's staleness is
+#    recorded, none above the bound was applied (the ones beyond it are
+#    counted as late drops), and the model still learns;
+#  - local_steps = qsr:ALPHA:HBASE: H per round follows the quadratic
+#    synchronization rule, i.e. grows as the cosine learning rate decays, and
+#    is identical on every node; outer Nesterov momentum runs and learns.
+. "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
+
+for n in a b c; do start_node $n || finish; done
+for n in b c; do ctl $n join "$(endpoint_of a)" >/dev/null || fail "$n join a"; done
+for n in a b c; do wait_peers $n 2 15 || fail "$n does not see 2 alive peers"; done
+[ "$failures" -eq 0 ] && pass "full mesh of 3 nodes" || finish
+
+BASE=(--set batch=64 --set lr=0.05 --set seed=9 --set eval_every=1000)
+# start_run ARGS...: start a run from a and wait until all finish; sets run_id
+start_run() {
+  local out
+  out=$(ctl a start "${BASE[@]}" "$@") || { fail "start $*: $out"; return 1; }
+  run_id=$(sed -E 's/started run ([0-9a-f]+).*/\1/' <<<"$out")
+  for n in a b c; do wait_run_state $n finished 400 || fail "$n did not finish ($*)"; done
+}
+acc_of() { json_field "$(ctl "$1" status --json)" test_accuracy; }
+q() { sql "$1" "$2" | head -n1; }
+where="printf('%016x', run_id) = '\$run_id'"
+
+# ---- overlap
+start_run --set mode=overlap --set local_steps=8 --set rounds=60
+a1=$(acc_of a); b1=$(acc_of b); c1=$(acc_of c)
+[ "$a1" = "$b1" ] && [ "$b1" = "$c1" ] && pass "overlap: all nodes end on one consensus model ($a1)" \
+  || fail "overlap: final accuracies differ: $a1 $b1 $c1"
+awk -v a="$a1" 'BEGIN { exit !(a >= 0.78) }' && pass "overlap: learns (test accuracy $a1)" \
+  || fail "overlap: test accuracy $a1 < 0.78"
+rows=$(q a "SELECT count(*) FROM rounds WHERE printf('%016x', run_id) = '$run_id'")
+[ "$rows" -eq 60 ] && pass "overlap: 60 rounds in the ledger" || fail "overlap: $rows round rows"
+late=$(json_field "$(ctl a status --json)" late_peers)
+[ "$late" -eq 0 ] && pass "overlap: no late peers" || fail "overlap: $late late peers"
+
+# ---- async:1 with one slow node
+start_run --set mode=async:1 --set local_steps=8 --set rounds=40 --set slowdown=1,1,3 \
+  --set batching=equal
+for n in a b c; do
+  acc=$(acc_of $n)
+  awk -v a="$acc" 'BEGIN { exit !(a >= 0.70) }' && pass "async: $n learns (test accuracy $acc)" \
+    || fail "async: $n test accuracy $acc < 0.70"
+done
+tot=0
+for n in a b c; do
+  m=$(q $n "SELECT count(*), coalesce(max(staleness), 0) FROM updates WHERE printf('%016x', run_id) = '$run_id'")
+  echo "info: async: $n: updates|max staleness = $m"
+  tot=$((tot + ${m%%|*}))
+done
+[ "$tot" -ge 100 ] && pass "async: $tot updates recorded with their staleness" \
+  || fail "async: only $tot updates recorded"
+st=$(for n in a b c; do q $n "SELECT max(staleness) FROM updates WHERE printf('%016x', run_id) = '$run_id'"; done | sort -n | tail -n1)
+[ "${st:-0}" -ge 1 ] && pass "async: stale updates do occur with a slow node (max staleness $st)" \
+  || fail "async: no staleness at all with a 3x slower node"
+
+# ---- QSR + outer Nesterov
+start_run --set local_steps=qsr:0.1:4 --set epochs=1 --set outer_lr=0.9 --set outer_momentum=0.3 \
+  --set outer_nesterov=true --set lr_schedule=cosine
+hs=$(sql a "SELECT local_steps FROM rounds WHERE printf('%016x', run_id) = '$run_id' ORDER BY round")
+first=$(head -n1 <<<"$hs"); last=$(tail -n2 <<<"$hs" | head -n1)
+mono=$(awk 'NR > 1 && $1 < p { bad = 1 } { p = $1 } END { print bad ? "no" : "yes" }' <<<"$hs")
+[ "$first" -eq 4 ] && [ "$last" -gt "$first" ] && [ "$mono" = yes ] \
+  && pass "qsr: H grows from $first to $last as the learning rate decays" \
+  || fail "qsr: H sequence not as the rule says (first $first, last $last, monotone $mono)"
+for n in b c; do
+  other=$(sql $n "SELECT local_steps FROM rounds WHERE printf('%016x', run_id) = '$run_id' ORDER BY round")
+  [ "$other" = "$hs" ] && pass "qsr: node $n runs the same H sequence as a" \
+    || fail "qsr: node $n's H sequence differs from a's"
+done
+acc=$(acc_of a)
+awk -v a="$acc" 'BEGIN { exit !(a >= 0.80) }' && pass "qsr + outer Nesterov: learns (test accuracy $acc)" \
+  || fail "qsr + outer Nesterov: test accuracy $acc < 0.80"
+finish
