@@ -43,7 +43,9 @@
 
 /* ---- ledger write queue ------------------------------------------------------ */
 
-typedef enum { OP_RUN_START, OP_RUN_END, OP_PEER, OP_ROUND, OP_UPDATE, OP_EVENT, OP_CKPT } op_kind_t;
+typedef enum {
+  OP_RUN_START, OP_RUN_END, OP_PEER, OP_ROUND, OP_UPDATE, OP_EVENT, OP_CKPT, OP_LINK
+} op_kind_t;
 
 typedef struct ledger_op {
   struct ledger_op *next;
@@ -56,7 +58,14 @@ typedef struct ledger_op {
   size_t blob_bytes;
   td_ledger_round_t round_row;
   td_ledger_update_t update_row;
+  td_ledger_link_t link_row;
 } ledger_op_t;
+
+typedef struct {
+  double sent_at; /* mono seconds; 0 when acked or never sent */
+  uint64_t round, bytes;
+  char codec[32];
+} pending_update_t;
 
 typedef struct link {
   uint64_t peer; /* 0 until the node behind `endpoint` introduced itself */
@@ -66,6 +75,11 @@ typedef struct link {
   /* updates only: bytes on the wire and the dense fp32 bytes they stand for */
   uint64_t update_wire_sent, update_dense_sent, update_wire_recv, update_dense_recv;
   char codec[32];
+  /* per-link measurement from update acknowledgements (ALGORITHMS.md 6.2):
+   * the receiver acks each complete update; goodput = its bytes over the
+   * time from our send to the ack, EWMA. budget = goodput x compute time. */
+  double goodput_bps, ack_s, budget;
+  pending_update_t pending[2]; /* updates awaiting their ack, by round % 2 */
 } link_t;
 
 typedef struct control_conn control_conn_t;
@@ -206,6 +220,10 @@ static void apply_op(td_ledger_t *l, ledger_op_t *op) {
     break;
   case OP_EVENT: rc = td_ledger_event_add(l, op->at, op->text, op->big ? op->big : ""); break;
   case OP_CKPT: rc = td_ledger_checkpoint_put(l, op->run_id, op->round, op->blob, op->blob_bytes); break;
+  case OP_LINK:
+    op->link_row.codec = op->text;
+    rc = td_ledger_link_add(l, &op->link_row);
+    break;
   }
   if (rc != 0)
     td_log_warn("ledger write (kind %d) failed: %s", (int)op->kind, td_strerror(rc));
@@ -403,6 +421,7 @@ typedef struct {
   uint32_t chunks;
   size_t msg_bytes;
   int rc;
+  char codec_text[32]; /* the spec used, for status and the ledger */
 } pack_target_t;
 
 typedef struct {
@@ -507,7 +526,11 @@ static void pack_done(uv_work_t *req, int status) {
       }
       l->update_wire_sent += t->msg_bytes;
       l->update_dense_sent += job->numel * sizeof(float);
-      snprintf(l->codec, sizeof l->codec, "%s", n->r.codec_text);
+      snprintf(l->codec, sizeof l->codec, "%s", t->codec_text);
+      l->pending[job->round % 2].round = job->round;
+      l->pending[job->round % 2].bytes = t->msg_bytes;
+      l->pending[job->round % 2].sent_at = mono_s();
+      snprintf(l->pending[job->round % 2].codec, sizeof l->codec, "%s", t->codec_text);
     }
     for (uint32_t c = 0; t->bufs && c < t->chunks; c++)
       free(t->bufs[c]);
@@ -523,6 +546,60 @@ static void pack_done(uv_work_t *req, int status) {
     start_pack(n, next);
   }
   try_close_round(n);
+}
+
+/* codec = auto: the link's byte budget is what its measured goodput carries
+ * in the time the round computed (80 %, leaving room for control traffic and
+ * the other links' share of the uplink), so the exchange hides behind the next
+ * round's compute; the least lossy codec that fits is used. Until the first
+ * ack measured the link, ternary (16x) is the cautious start. */
+static void fit_link_codec(node_t *n, link_t *l, td_link_codec_t *lc, const own_round_t *o) {
+  td_codec_spec_t spec = {.id = TD_CODEC_TERNARY, .clip = 2.5};
+  if (l != NULL && l->goodput_bps > 0) {
+    l->budget = 0.8 * l->goodput_bps * (o->compute_s > 0.01 ? o->compute_s : 0.01);
+    td_codec_fit_budget(td_run_layout(n->r.run), l->budget, &spec);
+  }
+  td_link_codec_set_spec(lc, &spec);
+}
+
+/* The receiver of a complete update acknowledges it (round and bytes). */
+static void send_ack(node_t *n, uint64_t peer, uint64_t round, uint64_t bytes) {
+  link_t *l = link_find(n, peer);
+  if (l == NULL)
+    return;
+  Traind__Ack ack = TRAIND__ACK__INIT;
+  ack.ack_seq = round;
+  ack.bytes = bytes;
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_ACK;
+  env.ack = &ack;
+  env.run_id = n->r.run_id;
+  send_envelope(n, l, &env);
+}
+
+/* An ack for the update we sent last on this link: one goodput sample. */
+static void on_ack(node_t *n, const Traind__Envelope *env, link_t *l) {
+  const Traind__Ack *a = env->ack;
+  if (l == NULL || n->r.run == NULL || env->run_id != n->r.run_id)
+    return;
+  pending_update_t *p = &l->pending[a->ack_seq % 2];
+  if (a->ack_seq != p->round || p->sent_at <= 0 || a->bytes != p->bytes)
+    return; /* stale, duplicate or forged: nothing to learn */
+  double dt = mono_s() - p->sent_at;
+  p->sent_at = 0;
+  if (!(dt > 0))
+    return;
+  l->ack_s = dt;
+  l->goodput_bps = td_plan_ewma(l->goodput_bps, (double)a->bytes / dt, 0.3);
+  ledger_op_t *op = op_new(n, OP_LINK);
+  if (op != NULL) {
+    op->link_row = (td_ledger_link_t){.run_id = n->r.run_id, .round = a->ack_seq,
+                                      .peer = l->peer, .at = wall_s(),
+                                      .goodput_bps = l->goodput_bps, .rtt_ms = dt * 1e3,
+                                      .budget_bytes = n->r.spec.codec_auto ? l->budget : NAN,
+                                      .bytes_sent = a->bytes};
+    snprintf(op->text, sizeof op->text, "%s", p->codec);
+  }
 }
 
 /* Encode and send own round `round` to every reachable peer, one job at a
@@ -553,8 +630,13 @@ static void start_pack(node_t *n, uint64_t round) {
   size_t np = run_peers(n, peers);
   for (size_t p = 0; p < np; p++) {
     td_link_codec_t *lc = link_codec_of(n, peers[p]);
-    if (lc != NULL)
-      job->targets[job->n_targets++] = (pack_target_t){.peer = peers[p], .codec = lc};
+    if (lc == NULL)
+      continue;
+    if (n->r.spec.codec_auto)
+      fit_link_codec(n, link_find(n, peers[p]), lc, o);
+    pack_target_t *t = &job->targets[job->n_targets++];
+    *t = (pack_target_t){.peer = peers[p], .codec = lc};
+    td_codec_format(td_link_codec_spec(lc), t->codec_text, sizeof t->codec_text);
   }
   job->req.data = job;
   if (uv_queue_work(&n->loop, &job->req, pack_work, pack_done) == 0) {
@@ -1111,6 +1193,7 @@ static void on_update(node_t *n, const Traind__Envelope *env, link_t *l, size_t 
       l->update_wire_recv += info.bytes;
       l->update_dense_recv += (uint64_t)dense;
     }
+    send_ack(n, env->sender, info.round, info.bytes);
     if (async) {
       async_update_done(n, mi, &info);
       break;
@@ -1205,7 +1288,16 @@ static void on_envelope(node_t *n, Traind__Envelope *env, size_t bytes) {
     }
     break;
   case TRAIND__ENVELOPE__BODY_UPDATE:
+    /* a member's update chunks are proof of life: on a slow uplink its
+     * heartbeats queue behind them, and must not get it declared dead */
+    if (td_members_find(n->members, env->sender) != NULL)
+      heard_from(n, env->sender, NULL);
     on_update(n, env, l, bytes);
+    break;
+  case TRAIND__ENVELOPE__BODY_ACK:
+    if (td_members_find(n->members, env->sender) != NULL)
+      heard_from(n, env->sender, NULL);
+    on_ack(n, env, l);
     break;
   default:
     break; /* ack, snapshots, eval reports: used by the scheduler milestone */
@@ -1453,6 +1545,9 @@ static json_object *peers_json(node_t *n) {
     json_object_object_add(p, "bytes_recv", json_object_new_int64(l ? (int64_t)l->bytes_recv : 0));
     json_object_object_add(p, "send_drops", json_object_new_int64(l ? (int64_t)l->send_drops : 0));
     json_object_object_add(p, "codec", json_object_new_string(l && l->codec[0] ? l->codec : "-"));
+    json_object_object_add(p, "goodput_bps", json_real(l && l->goodput_bps > 0 ? l->goodput_bps : NAN));
+    json_object_object_add(p, "ack_ms", json_real(l && l->ack_s > 0 ? l->ack_s * 1e3 : NAN));
+    json_object_object_add(p, "budget_bytes", json_real(l && l->budget > 0 ? l->budget : NAN));
     json_object_object_add(p, "update_bytes_sent",
                            json_object_new_int64(l ? (int64_t)l->update_wire_sent : 0));
     json_object_object_add(p, "update_bytes_recv",

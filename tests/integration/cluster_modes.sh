@@ -8,7 +8,11 @@
 #    counted as late drops), and the model still learns;
 #  - local_steps = qsr:ALPHA:HBASE: H per round follows the quadratic
 #    synchronization rule, i.e. grows as the cosine learning rate decays, and
-#    is identical on every node; outer Nesterov momentum runs and learns.
+#    is identical on every node; outer Nesterov momentum runs and learns;
+#  - codec = auto: every complete update is acknowledged, each link's goodput
+#    is measured from the acks and logged per round in the ledger's links
+#    table, and on loopback (a budget far above a dense update) the links
+#    carry dense updates (links start on ternary until their first ack).
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
 
 for n in a b c; do start_node $n || finish; done
@@ -77,4 +81,18 @@ done
 acc=$(acc_of a)
 awk -v a="$acc" 'BEGIN { exit !(a >= 0.80) }' && pass "qsr + outer Nesterov: learns (test accuracy $acc)" \
   || fail "qsr + outer Nesterov: test accuracy $acc < 0.80"
+
+# ---- codec = auto on loopback
+start_run --set mode=overlap --set codec=auto --set local_steps=8 --set rounds=20
+rows=$(q a "SELECT count(*) FROM links WHERE printf('%016x', run_id) = '$run_id' AND goodput_bps > 0")
+[ "$rows" -ge 30 ] && pass "auto: $rows per-link goodput measurements in a's ledger" \
+  || fail "auto: only $rows link measurements"
+last=$(q a "SELECT codec FROM links WHERE printf('%016x', run_id) = '$run_id' ORDER BY round DESC LIMIT 1")
+peers=$(q a "SELECT count(DISTINCT peer) FROM links WHERE printf('%016x', run_id) = '$run_id'")
+[ "$last" = none ] && [ "$peers" -eq 2 ] \
+  && pass "auto: both links measured; a fast link carries dense updates (none)" \
+  || fail "auto: last codec '$last', $peers links measured (expected none, 2)"
+acc=$(acc_of b)
+awk -v a="$acc" 'BEGIN { exit !(a >= 0.70) }' && pass "auto: learns (test accuracy $acc)" \
+  || fail "auto: test accuracy $acc < 0.70"
 finish
