@@ -1420,6 +1420,7 @@ static void on_heartbeat(uv_timer_t *t) {
   hb.peers = ptrs;
   hb.round = n->r.run ? n->r.round : 0;
   hb.run_state = n->r.run ? 1 : 0;
+  hb.capacity = n->r.run ? n->r.capacity : 0; /* samples/s EWMA (weighted batching) */
   Traind__Envelope env = TRAIND__ENVELOPE__INIT;
   env.body_case = TRAIND__ENVELOPE__BODY_HEARTBEAT;
   env.heartbeat = &hb;
@@ -1540,6 +1541,7 @@ static json_object *peers_json(node_t *n) {
     json_object_object_add(p, "state", json_object_new_string(td_peer_state_name(m->state)));
     json_object_object_add(p, "last_heard_s", json_object_new_double(now - m->last_heard));
     json_object_object_add(p, "round", json_object_new_int64((int64_t)m->round));
+    json_object_object_add(p, "capacity", json_real(m->capacity > 0 ? m->capacity : NAN));
     link_t *l = link_find(n, m->node_id);
     json_object_object_add(p, "bytes_sent", json_object_new_int64(l ? (int64_t)l->bytes_sent : 0));
     json_object_object_add(p, "bytes_recv", json_object_new_int64(l ? (int64_t)l->bytes_recv : 0));
