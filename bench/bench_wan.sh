@@ -9,24 +9,24 @@
 # or above TARGET (default 0.85) on node 0, the final accuracy, the compute
 # idle fraction of every node (ledger: wait_s / (compute_s + wait_s)) and the
 # codecs codec=auto chose per link. Needs root (namespaces); exits 77 without.
-# Knobs: TARGET, MODEL (default mlp:784-128-10), EPOCHS (2), H (16), CAP_S
-# (per-run time limit, 600).
+# Knobs: TARGET, MODEL (default mlp:784-128-10), EPOCHS (3), H (64), CAP_S
+# (per-run time limit, 600), LOG_LEVEL, KEEP (copy the data dirs there).
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 B=${top_builddir:-$ROOT/build}
 . "$ROOT/tests/integration/netns_lib.sh"
 td_wan_can_run || exit 77
-TARGET=${TARGET:-0.85} MODEL=${MODEL:-mlp:784-128-10} EPOCHS=${EPOCHS:-2} H=${H:-16}
+TARGET=${TARGET:-0.85} MODEL=${MODEL:-mlp:784-128-10} EPOCHS=${EPOCHS:-3} H=${H:-64}
 CAP_S=${CAP_S:-600}
 T=$(mktemp -d /tmp/td-wan-XXXXXX)
-trap 'td_wan_teardown; rm -rf "$T"' EXIT
+trap 'td_wan_teardown; [ -n "${KEEP:-}" ] && cp -r "$T" "$KEEP"; rm -rf "$T"' EXIT
 td_wan_setup "$(td_wan_prefix)" 20 20 2 2 || exit 1
 ctl() { local i=$1; shift; "$B/trainctl" --socket "$T/n$i/ctl" "$@"; }
 
 for i in 0 1 2 3; do
   mkdir -p "$T/n$i"
   td_wan_spawn $i "$T/n$i.log" "$B/traind" --data-dir "$T/n$i" \
-    --listen "tcp://$(td_wan_ip $i):7700" --control "$T/n$i/ctl" --threads 1 --log-level warn
+    --listen "tcp://$(td_wan_ip $i):7700" --control "$T/n$i/ctl" --threads 1 --log-level "${LOG_LEVEL:-warn}"
 done
 for i in 0 1 2 3; do
   for _ in $(seq 100); do [ -S "$T/n$i/ctl" ] && break; sleep 0.1; done
@@ -39,7 +39,7 @@ one_run() {
   local label=$1; shift
   local out rid t0 state i
   out=$(ctl 0 start --set model="$MODEL" --set epochs="$EPOCHS" --set local_steps="$H" \
-        --set batch=64 --set lr=0.05 --set eval_every=2 --set seed=11 --set round_timeout=120 "$@") \
+        --set batch=64 --set lr=0.05 --set eval_every=1 --set seed=11 --set round_timeout=120 "$@") \
     || { echo "$label: start failed: $out"; return 1; }
   rid=$(sed -E 's/started run ([0-9a-f]+).*/\1/' <<<"$out")
   t0=$(date +%s)
@@ -53,13 +53,13 @@ one_run() {
   local db="$T/n0/traind.db" w="printf('%016x', run_id) = '$rid'"
   local start ttt acc
   start=$(sqlite3 "$db" "SELECT started FROM runs WHERE $w")
-  ttt=$(sqlite3 "$db" "SELECT printf('%.1f', min(ended) - $start) FROM rounds WHERE $w AND eval_acc >= $TARGET")
+  ttt=$(sqlite3 "$db" "SELECT CASE WHEN count(*) > 0 THEN printf('%.1f', min(ended) - $start) END FROM rounds WHERE $w AND eval_acc >= $TARGET")
   acc=$(sqlite3 "$db" "SELECT printf('%.4f', eval_acc) FROM rounds WHERE $w AND eval_acc IS NOT NULL ORDER BY round DESC LIMIT 1")
   echo "$label: time to $TARGET: ${ttt:-not reached} s; last evaluated accuracy ${acc}; rounds $(sqlite3 "$db" "SELECT count(*) FROM rounds WHERE $w")"
   for i in 0 1 2 3; do
     echo "  node $i ($(td_wan_rate $i) Mbit/s up): compute idle $(sqlite3 "$T/n$i/traind.db" \
       "SELECT printf('%.1f%%', 100.0 * sum(wait_s) / (sum(wait_s) + sum(compute_s))) FROM rounds WHERE $w"), mean batch $(sqlite3 "$T/n$i/traind.db" "SELECT printf('%.1f', avg(batch)) FROM rounds WHERE $w"), codecs by link: $(sqlite3 "$T/n$i/traind.db" \
-      "SELECT group_concat(x, '; ') FROM (SELECT printf('%x:%s', peer % 65536, codec) || ' x' || count(*) AS x FROM links WHERE $w GROUP BY peer, codec ORDER BY peer)")"
+      "SELECT group_concat(x, '; ') FROM (SELECT printf('%04x:%s', (peer >> 48) & 65535, codec) || ' x' || count(*) AS x FROM links WHERE $w GROUP BY peer, codec ORDER BY peer)")"
   done
   echo "$ttt" >"$T/$label.ttt"
 }

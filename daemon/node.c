@@ -70,7 +70,12 @@ typedef struct {
 typedef struct link {
   uint64_t peer; /* 0 until the node behind `endpoint` introduced itself */
   char endpoint[TD_ENDPOINT_MAX];
-  void *sock;
+  /* Two connections per link, so control traffic (hello, heartbeats, acks,
+   * run start/stop) never queues behind a multi-megabyte update in the same
+   * ZeroMQ pipe and TCP stream: on a 2 Mbit/s uplink one dense update takes
+   * seconds, long enough to get a healthy peer suspected. */
+  void *sock;     /* update chunks (bulk) */
+  void *ctl_sock; /* everything else */
   uint64_t bytes_sent, bytes_recv, msgs_sent, msgs_recv, send_drops;
   /* updates only: bytes on the wire and the dense fp32 bytes they stand for */
   uint64_t update_wire_sent, update_dense_sent, update_wire_recv, update_dense_recv;
@@ -306,28 +311,39 @@ static link_t *link_ensure(node_t *n, uint64_t peer, const char *endpoint) {
     if (endpoint != NULL && endpoint[0] && strcmp(l->endpoint, endpoint) != 0) {
       /* the peer restarted elsewhere: reconnect */
       zmq_disconnect(l->sock, l->endpoint);
+      zmq_disconnect(l->ctl_sock, l->endpoint);
       snprintf(l->endpoint, sizeof l->endpoint, "%s", endpoint);
       zmq_connect(l->sock, l->endpoint);
+      zmq_connect(l->ctl_sock, l->endpoint);
     }
     return l;
   }
   if (endpoint == NULL || endpoint[0] == '\0' || n->n_links >= MAX_LINKS)
     return NULL;
-  void *s = zmq_socket(n->zctx, ZMQ_DEALER);
-  if (s == NULL)
+  void *s = zmq_socket(n->zctx, ZMQ_DEALER), *c = zmq_socket(n->zctx, ZMQ_DEALER);
+  if (s == NULL || c == NULL) {
+    if (s)
+      zmq_close(s);
+    if (c)
+      zmq_close(c);
     return NULL;
+  }
   int linger = 0, hwm = 4000;
   zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
   zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
-  if (zmq_connect(s, endpoint) != 0) {
+  zmq_setsockopt(c, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_setsockopt(c, ZMQ_SNDHWM, &hwm, sizeof hwm);
+  if (zmq_connect(s, endpoint) != 0 || zmq_connect(c, endpoint) != 0) {
     td_log_warn("cannot connect to %s: %s", endpoint, zmq_strerror(zmq_errno()));
     zmq_close(s);
+    zmq_close(c);
     return NULL;
   }
   l = &n->links[n->n_links++];
   memset(l, 0, sizeof *l);
   l->peer = peer;
   l->sock = s;
+  l->ctl_sock = c;
   snprintf(l->endpoint, sizeof l->endpoint, "%s", endpoint);
   td_log_debug("link to %016" PRIx64 " at %s", peer, endpoint);
   return l;
@@ -340,7 +356,7 @@ static int send_envelope(node_t *n, link_t *l, Traind__Envelope *env) {
   env->seq = ++n->seq;
   if (td_wire_pack(env, &buf, &len) != 0)
     return TD_EPROTO;
-  int rc = zmq_send(l->sock, buf, len, ZMQ_DONTWAIT);
+  int rc = zmq_send(l->ctl_sock, buf, len, ZMQ_DONTWAIT);
   free(buf);
   if (rc < 0) {
     l->send_drops++;
@@ -590,7 +606,14 @@ static void on_ack(node_t *n, const Traind__Envelope *env, link_t *l) {
   if (!(dt > 0))
     return;
   l->ack_s = dt;
-  l->goodput_bps = td_plan_ewma(l->goodput_bps, (double)a->bytes / dt, 0.3);
+  double sample = (double)a->bytes / dt;
+  /* A message well under the budget was app-limited: its time is mostly
+   * latency, so it may raise the estimate but never lower it (BBR's rule);
+   * otherwise small budgets would shrink themselves round after round. */
+  if (l->budget > 0 && (double)a->bytes < 0.5 * l->budget)
+    l->goodput_bps = sample > l->goodput_bps ? sample : l->goodput_bps;
+  else
+    l->goodput_bps = td_plan_ewma(l->goodput_bps, sample, 0.3);
   ledger_op_t *op = op_new(n, OP_LINK);
   if (op != NULL) {
     op->link_row = (td_ledger_link_t){.run_id = n->r.run_id, .round = a->ack_seq,
@@ -2159,8 +2182,10 @@ out_loop:
   uv_walk(&n->loop, close_walk, NULL);
   uv_run(&n->loop, UV_RUN_DEFAULT);
   uv_loop_close(&n->loop);
-  for (size_t i = 0; i < n->n_links; i++)
+  for (size_t i = 0; i < n->n_links; i++) {
     zmq_close(n->links[i].sock);
+    zmq_close(n->links[i].ctl_sock);
+  }
   if (n->monitor)
     zmq_close(n->monitor);
   if (n->router)
