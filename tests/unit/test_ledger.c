@@ -102,6 +102,57 @@ START_TEST(rounds_and_updates_are_recorded) {
 }
 END_TEST
 
+/* Schema 2: per-link measurements and round capacity; a version-1 file
+ * (as an older traind left it) is migrated forward and keeps its rows. */
+START_TEST(links_capacity_and_migration_from_v1) {
+  fresh_path();
+  sqlite3 *db;
+  ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+  /* the exact version-1 tables the scheduler columns are added to */
+  ck_assert_int_eq(sqlite3_exec(db,
+      "CREATE TABLE runs (run_id INTEGER PRIMARY KEY, spec TEXT NOT NULL, started REAL NOT NULL,"
+      "  ended REAL, state TEXT NOT NULL, test_accuracy REAL);"
+      "CREATE TABLE peers (node_id INTEGER PRIMARY KEY, endpoint TEXT NOT NULL,"
+      "  first_seen REAL NOT NULL, last_seen REAL NOT NULL, state TEXT NOT NULL, capacity REAL);"
+      "CREATE TABLE rounds (run_id INTEGER NOT NULL, round INTEGER NOT NULL,"
+      "  started REAL NOT NULL, ended REAL NOT NULL, local_steps INTEGER NOT NULL,"
+      "  batch INTEGER NOT NULL, samples INTEGER NOT NULL, loss REAL, eval_acc REAL,"
+      "  bytes_sent INTEGER NOT NULL, bytes_recv INTEGER NOT NULL, lr REAL,"
+      "  compute_s REAL, wait_s REAL, PRIMARY KEY (run_id, round));"
+      "CREATE TABLE updates (id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL,"
+      "  round INTEGER NOT NULL, peer INTEGER NOT NULL, peer_round INTEGER NOT NULL,"
+      "  staleness INTEGER NOT NULL, bytes INTEGER NOT NULL, codec TEXT NOT NULL, ratio REAL,"
+      "  arrived REAL NOT NULL);"
+      "CREATE TABLE links (id INTEGER PRIMARY KEY, peer INTEGER NOT NULL, at REAL NOT NULL,"
+      "  goodput_bps REAL, rtt_ms REAL, codec TEXT, budget_bytes REAL);"
+      "CREATE TABLE events (id INTEGER PRIMARY KEY, at REAL NOT NULL, kind TEXT NOT NULL,"
+      "  detail TEXT);"
+      "CREATE TABLE checkpoints (run_id INTEGER NOT NULL, round INTEGER NOT NULL,"
+      "  blob BLOB NOT NULL, PRIMARY KEY (run_id, round));"
+      "INSERT INTO rounds VALUES (5, 1, 1, 2, 8, 64, 512, 0.5, NULL, 1, 2, 0.1, 0.2, 0.3);"
+      "PRAGMA user_version = 1;", NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+  td_ledger_t *l = NULL;
+  char why[256] = "";
+  ck_assert_msg(td_ledger_open(&l, path, why, sizeof why) == 0, "%s", why);
+  td_ledger_round_t row = {.run_id = 5, .round = 2, .started = 3, .ended = 4, .local_steps = 8,
+                           .batch = 40, .samples = 320, .loss = 0.4, .eval_acc = NAN,
+                           .compute_s = 0.25, .wait_s = 0.01, .capacity = 1280};
+  ck_assert_int_eq(td_ledger_round_add(l, &row), 0);
+  td_ledger_link_t k = {.run_id = 5, .round = 2, .peer = 9, .at = 4, .goodput_bps = 2.5e5,
+                        .rtt_ms = 12, .codec = "topk:0.01", .budget_bytes = 5e4,
+                        .window_bytes = 0, .bytes_sent = 48000};
+  ck_assert_int_eq(td_ledger_link_add(l, &k), 0);
+  td_ledger_close(&l);
+  ck_assert_int_eq(pragma_int("PRAGMA user_version"), 2);
+  ck_assert_int_eq(pragma_int("SELECT count(*) FROM rounds WHERE run_id = 5"), 2);
+  ck_assert_int_eq(pragma_int("SELECT capacity FROM rounds WHERE round = 2"), 1280);
+  ck_assert_int_eq(pragma_int("SELECT capacity IS NULL FROM rounds WHERE round = 1"), 1);
+  ck_assert_int_eq(pragma_int("SELECT bytes_sent FROM links WHERE peer = 9 AND round = 2"
+                              " AND codec = 'topk:0.01' AND budget_bytes = 5e4"), 48000);
+}
+END_TEST
+
 START_TEST(wal_mode_and_checkpoints) {
   fresh_path();
   td_ledger_t *l = NULL;
@@ -161,6 +212,7 @@ int main(void) {
   Suite *s = suite_create("ledger");
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, rounds_and_updates_are_recorded);
+  tcase_add_test(tc, links_capacity_and_migration_from_v1);
   tcase_add_test(tc, wal_mode_and_checkpoints);
   tcase_add_test(tc, newer_schema_and_bad_paths_are_refused);
   suite_add_tcase(s, tc);
