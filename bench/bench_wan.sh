@@ -9,14 +9,14 @@
 # or above TARGET (default 0.85) on node 0, the final accuracy, the compute
 # idle fraction of every node (ledger: wait_s / (compute_s + wait_s)) and the
 # codecs codec=auto chose per link. Needs root (namespaces); exits 77 without.
-# Knobs: TARGET, MODEL (default mlp:784-128-10), EPOCHS (3), H (64), CAP_S
+# Knobs: TARGET, MODEL (default mlp:784-128-10), EPOCHS (2), H (16), CAP_S
 # (per-run time limit, 600), LOG_LEVEL, KEEP (copy the data dirs there).
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 B=${top_builddir:-$ROOT/build}
 . "$ROOT/tests/integration/netns_lib.sh"
 td_wan_can_run || exit 77
-TARGET=${TARGET:-0.85} MODEL=${MODEL:-mlp:784-128-10} EPOCHS=${EPOCHS:-3} H=${H:-64}
+TARGET=${TARGET:-0.85} MODEL=${MODEL:-mlp:784-128-10} EPOCHS=${EPOCHS:-2} H=${H:-16}
 CAP_S=${CAP_S:-600}
 T=$(mktemp -d /tmp/td-wan-XXXXXX)
 trap 'td_wan_teardown; [ -n "${KEEP:-}" ] && cp -r "$T" "$KEEP"; rm -rf "$T"' EXIT

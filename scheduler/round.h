@@ -6,8 +6,10 @@
  * its last chunk arrives it is decoded, and any inconsistency discards it.
  * TD_ROUND_SLOTS slots are kept: the round being collected (t) and the next
  * ones, because a peer that already closed round t may send later updates
- * before our round t closes (one round ahead in sync mode, two in overlap
- * mode, where compute runs one round past the open round). A chunk for an
+ * before our round t closes: one round ahead in sync mode, three in overlap
+ * mode (our compute may post t + 1 while t is open; a peer that has it can
+ * close t + 1, compute t + 2 and, released, t + 3; it cannot release t + 2
+ * before our t + 2 update, which waits for our t to close). A chunk for an
  * older round is reported as late (its staleness is recorded by the caller);
  * one beyond the window is refused. Aggregation is sample-weighted: anchor += sum_j w_j delta_j with
  * w_j = samples_j / sum samples, over the local delta and every complete
@@ -22,7 +24,7 @@
 #include "compute/params.h"
 
 #define TD_ROUND_MAX_PEERS 32
-#define TD_ROUND_SLOTS 3
+#define TD_ROUND_SLOTS 4
 
 typedef struct td_round td_round_t;
 
