@@ -35,6 +35,7 @@
 #include "daemon/run.h"
 #include "daemon/runspec.h"
 #include "proto/wire.h"
+#include "scheduler/linkq.h"
 #include "scheduler/plan.h"
 #include "scheduler/round.h"
 
@@ -74,8 +75,9 @@ typedef struct link {
    * run start/stop) never queues behind a multi-megabyte update in the same
    * ZeroMQ pipe and TCP stream: on a 2 Mbit/s uplink one dense update takes
    * seconds, long enough to get a healthy peer suspected. */
-  void *sock;     /* update chunks (bulk) */
+  void *sock;     /* update chunks (bulk), paced by q */
   void *ctl_sock; /* everything else */
+  td_linkq_t *q;  /* update chunks waiting for the window (scheduler/linkq.h) */
   uint64_t bytes_sent, bytes_recv, msgs_sent, msgs_recv, send_drops;
   /* updates only: bytes on the wire and the dense fp32 bytes they stand for */
   uint64_t update_wire_sent, update_dense_sent, update_wire_recv, update_dense_recv;
@@ -104,6 +106,8 @@ typedef struct node {
   uv_poll_t router_poll, monitor_poll;
   uv_pipe_t control;
   uv_timer_t heartbeat_timer;
+  uv_timer_t pump_timer; /* next time a queued chunk becomes sendable */
+  double link_delay_s;
   uv_signal_t sigint, sigterm;
   bool shutting_down;
 
@@ -339,11 +343,19 @@ static link_t *link_ensure(node_t *n, uint64_t peer, const char *endpoint) {
     zmq_close(c);
     return NULL;
   }
+  td_linkq_opts_t qo = {.delay_s = n->link_delay_s};
+  td_linkq_t *q = NULL;
+  if (td_linkq_open(&q, &qo) != 0) {
+    zmq_close(s);
+    zmq_close(c);
+    return NULL;
+  }
   l = &n->links[n->n_links++];
   memset(l, 0, sizeof *l);
   l->peer = peer;
   l->sock = s;
   l->ctl_sock = c;
+  l->q = q;
   snprintf(l->endpoint, sizeof l->endpoint, "%s", endpoint);
   td_log_debug("link to %016" PRIx64 " at %s", peer, endpoint);
   return l;
@@ -438,6 +450,7 @@ typedef struct {
   size_t msg_bytes;
   int rc;
   char codec_text[32]; /* the spec used, for status and the ledger */
+  uint64_t first_seq;  /* link sequence number of chunk 0 (chunk c: first_seq + c) */
 } pack_target_t;
 
 typedef struct {
@@ -504,6 +517,7 @@ static void pack_target(pack_job_t *job, pack_target_t *t) {
     env.update = &up;
     env.run_id = job->run_id;
     env.sender = job->node_id;
+    env.seq = t->first_seq + c; /* echoed by the receiver's chunk ack */
     t->rc = td_wire_pack(&env, &t->bufs[c], &t->lens[c]);
   }
 }
@@ -516,6 +530,42 @@ static void pack_work(uv_work_t *req) {
 }
 
 static void start_pack(node_t *n, uint64_t round);
+static void pump(node_t *n, link_t *l);
+
+static void on_pump_timer(uv_timer_t *t) {
+  node_t *n = t->data;
+  for (size_t i = 0; i < n->n_links; i++)
+    pump(n, &n->links[i]);
+}
+
+/* Arm the pump timer for the earliest chunk that waits on time (delay). */
+static void arm_pump(node_t *n) {
+  double next = INFINITY;
+  for (size_t i = 0; i < n->n_links; i++)
+    next = fmin(next, td_linkq_next_ready(n->links[i].q));
+  if (isfinite(next) && !n->shutting_down) {
+    double ms = ceil((next - mono_s()) * 1e3);
+    uv_timer_start(&n->pump_timer, on_pump_timer, ms > 1 ? (uint64_t)ms : 1, 0);
+  }
+}
+
+/* Hand the link's socket every chunk its window and delay allow now. */
+static void pump(node_t *n, link_t *l) {
+  td_linkq_frame_t f;
+  double now = mono_s();
+  while (td_linkq_pop(l->q, now, &f)) {
+    if (zmq_send(l->sock, f.frame, f.len, ZMQ_DONTWAIT) < 0) {
+      l->send_drops++; /* counted; its window share comes back at expiry */
+    } else {
+      l->bytes_sent += f.len;
+      l->msgs_sent++;
+      if (n->r.run != NULL)
+        n->r.bytes_sent_round += f.len;
+    }
+    free(f.frame);
+  }
+  arm_pump(n);
+}
 
 static void pack_done(uv_work_t *req, int status) {
   pack_job_t *job = req->data;
@@ -531,15 +581,14 @@ static void pack_done(uv_work_t *req, int status) {
       td_log_error("cannot encode the round %" PRIu64 " update for %016" PRIx64 ": %s",
                    job->round, t->peer, td_strerror(t->rc));
     } else if (same_run && l != NULL && member_reachable(n, t->peer)) {
-      for (uint32_t c = 0; c < t->chunks; c++) {
-        if (zmq_send(l->sock, t->bufs[c], t->lens[c], ZMQ_DONTWAIT) < 0) {
-          l->send_drops++;
-          continue;
-        }
-        l->bytes_sent += t->lens[c];
-        l->msgs_sent++;
-        n->r.bytes_sent_round += t->lens[c];
+      double now = mono_s();
+      for (uint32_t c = 0; c < t->chunks; c++) { /* the link queue takes the buffers */
+        uint64_t seq = td_linkq_push(l->q, TD_PRIO_UPDATE, t->bufs[c], t->lens[c], true, now);
+        t->bufs[c] = NULL;
+        if (seq != t->first_seq + c)
+          l->send_drops++; /* refused, or stamped with another number: never acked */
       }
+      pump(n, l);
       l->update_wire_sent += t->msg_bytes;
       l->update_dense_sent += job->numel * sizeof(float);
       snprintf(l->codec, sizeof l->codec, "%s", t->codec_text);
@@ -578,14 +627,16 @@ static void fit_link_codec(node_t *n, link_t *l, td_link_codec_t *lc, const own_
   td_link_codec_set_spec(lc, &spec);
 }
 
-/* The receiver of a complete update acknowledges it (round and bytes). */
-static void send_ack(node_t *n, uint64_t peer, uint64_t round, uint64_t bytes) {
+/* Acks: kind 0 for a complete update (round, message bytes), kind 1 for
+ * every chunk (its Envelope.seq), which opens the sender's window. */
+static void send_ack(node_t *n, uint64_t peer, unsigned kind, uint64_t seq, uint64_t bytes) {
   link_t *l = link_find(n, peer);
   if (l == NULL)
     return;
   Traind__Ack ack = TRAIND__ACK__INIT;
-  ack.ack_seq = round;
+  ack.ack_seq = seq;
   ack.bytes = bytes;
+  ack.kind = kind;
   Traind__Envelope env = TRAIND__ENVELOPE__INIT;
   env.body_case = TRAIND__ENVELOPE__BODY_ACK;
   env.ack = &ack;
@@ -596,6 +647,11 @@ static void send_ack(node_t *n, uint64_t peer, uint64_t round, uint64_t bytes) {
 /* An ack for the update we sent last on this link: one goodput sample. */
 static void on_ack(node_t *n, const Traind__Envelope *env, link_t *l) {
   const Traind__Ack *a = env->ack;
+  if (l != NULL && a->kind == 1) {
+    if (td_linkq_ack(l->q, a->ack_seq, mono_s()))
+      pump(n, l);
+    return;
+  }
   if (l == NULL || n->r.run == NULL || env->run_id != n->r.run_id)
     return;
   pending_update_t *p = &l->pending[a->ack_seq % 2];
@@ -614,13 +670,16 @@ static void on_ack(node_t *n, const Traind__Envelope *env, link_t *l) {
     l->goodput_bps = sample > l->goodput_bps ? sample : l->goodput_bps;
   else
     l->goodput_bps = td_plan_ewma(l->goodput_bps, sample, 0.3);
+  td_linkq_stats_t qs;
+  td_linkq_stats(l->q, &qs);
   ledger_op_t *op = op_new(n, OP_LINK);
   if (op != NULL) {
     op->link_row = (td_ledger_link_t){.run_id = n->r.run_id, .round = a->ack_seq,
                                       .peer = l->peer, .at = wall_s(),
-                                      .goodput_bps = l->goodput_bps, .rtt_ms = dt * 1e3,
+                                      .goodput_bps = l->goodput_bps,
+                                      .rtt_ms = qs.rtt_s > 0 ? qs.rtt_s * 1e3 : NAN,
                                       .budget_bytes = n->r.spec.codec_auto ? l->budget : NAN,
-                                      .bytes_sent = a->bytes};
+                                      .window_bytes = qs.window, .bytes_sent = a->bytes};
     snprintf(op->text, sizeof op->text, "%s", p->codec);
   }
 }
@@ -653,12 +712,13 @@ static void start_pack(node_t *n, uint64_t round) {
   size_t np = run_peers(n, peers);
   for (size_t p = 0; p < np; p++) {
     td_link_codec_t *lc = link_codec_of(n, peers[p]);
-    if (lc == NULL)
+    link_t *l = link_find(n, peers[p]);
+    if (lc == NULL || l == NULL)
       continue;
     if (n->r.spec.codec_auto)
-      fit_link_codec(n, link_find(n, peers[p]), lc, o);
+      fit_link_codec(n, l, lc, o);
     pack_target_t *t = &job->targets[job->n_targets++];
-    *t = (pack_target_t){.peer = peers[p], .codec = lc};
+    *t = (pack_target_t){.peer = peers[p], .codec = lc, .first_seq = td_linkq_next_seq(l->q)};
     td_codec_format(td_link_codec_spec(lc), t->codec_text, sizeof t->codec_text);
   }
   job->req.data = job;
@@ -1179,6 +1239,7 @@ static void on_update(node_t *n, const Traind__Envelope *env, link_t *l, size_t 
     note_drop(n, &n->drops.malformed, "update chunk inconsistent with the model");
     return;
   }
+  send_ack(n, env->sender, 1, env->seq, up->payload.len); /* frees the sender's window */
   if (l != NULL)
     l->bytes_recv += bytes;
   switch (res) {
@@ -1216,7 +1277,7 @@ static void on_update(node_t *n, const Traind__Envelope *env, link_t *l, size_t 
       l->update_wire_recv += info.bytes;
       l->update_dense_recv += (uint64_t)dense;
     }
-    send_ack(n, env->sender, info.round, info.bytes);
+    send_ack(n, env->sender, 0, info.round, info.bytes);
     if (async) {
       async_update_done(n, mi, &info);
       break;
@@ -1454,6 +1515,10 @@ static void on_heartbeat(uv_timer_t *t) {
     if (m != NULL && m->state != TD_PEER_LEFT)
       send_envelope(n, &n->links[i], &env);
   }
+  for (size_t i = 0; i < n->n_links; i++) { /* acks lost with a dead peer */
+    if (td_linkq_expire(n->links[i].q, mono_s(), 30.0) > 0)
+      pump(n, &n->links[i]);
+  }
   if (n->r.run != NULL) {
     check_deadline(n);
     try_close_round(n);
@@ -1573,6 +1638,14 @@ static json_object *peers_json(node_t *n) {
     json_object_object_add(p, "goodput_bps", json_real(l && l->goodput_bps > 0 ? l->goodput_bps : NAN));
     json_object_object_add(p, "ack_ms", json_real(l && l->ack_s > 0 ? l->ack_s * 1e3 : NAN));
     json_object_object_add(p, "budget_bytes", json_real(l && l->budget > 0 ? l->budget : NAN));
+    td_linkq_stats_t qs = {0};
+    if (l != NULL)
+      td_linkq_stats(l->q, &qs);
+    json_object_object_add(p, "rtt_ms", json_real(qs.rtt_s > 0 ? qs.rtt_s * 1e3 : NAN));
+    json_object_object_add(p, "window_bytes", json_object_new_int64((int64_t)qs.window));
+    json_object_object_add(p, "in_flight_bytes", json_object_new_int64((int64_t)qs.in_flight));
+    json_object_object_add(p, "queued_bytes",
+                           json_object_new_int64((int64_t)qs.queued_bytes[TD_PRIO_UPDATE]));
     json_object_object_add(p, "update_bytes_sent",
                            json_object_new_int64(l ? (int64_t)l->update_wire_sent : 0));
     json_object_object_add(p, "update_bytes_recv",
@@ -2095,6 +2168,7 @@ int td_node_main(const td_node_opts_t *opts, char *why, size_t why_len) {
   n->r.test_accuracy = n->r.last_eval_acc = n->r.test_loss = NAN;
   n->threads = opts->threads;
   n->heartbeat_s = (opts->heartbeat_ms ? opts->heartbeat_ms : 500) / 1000.0;
+  n->link_delay_s = opts->link_delay_ms / 1000.0;
   if (opts->data_dir != NULL)
     snprintf(n->data_dir, sizeof n->data_dir, "%s", opts->data_dir);
   else
@@ -2139,6 +2213,8 @@ int td_node_main(const td_node_opts_t *opts, char *why, size_t why_len) {
   }
   uv_timer_init(&n->loop, &n->heartbeat_timer);
   n->heartbeat_timer.data = n;
+  uv_timer_init(&n->loop, &n->pump_timer);
+  n->pump_timer.data = n;
   uint64_t hb_ms = (uint64_t)(n->heartbeat_s * 1000);
   uv_timer_start(&n->heartbeat_timer, on_heartbeat, hb_ms, hb_ms);
   uv_signal_init(&n->loop, &n->sigint);
@@ -2185,6 +2261,7 @@ out_loop:
   for (size_t i = 0; i < n->n_links; i++) {
     zmq_close(n->links[i].sock);
     zmq_close(n->links[i].ctl_sock);
+    td_linkq_close(&n->links[i].q);
   }
   if (n->monitor)
     zmq_close(n->monitor);

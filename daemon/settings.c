@@ -22,6 +22,8 @@ static const config_key_t keys[] = {
     {"log_level", "error | warn | info | debug (default info)"},
     {"threads", "BLAS threads for training (default 0 = library default)"},
     {"heartbeat_ms", "heartbeat period; suspect after 3 missed, dead after 6 (default 500)"},
+    {"link_delay_ms", "added one-way latency of every outgoing update chunk, held in user space"
+                      " (emulated WAN; default 0)"},
 };
 
 void td_settings_defaults(td_settings_t *c) {
@@ -72,9 +74,11 @@ int td_settings_set(td_settings_t *c, const char *key, const char *v, char *why,
     return set_uint(&c->threads, key, v, 0, 1024, why, n);
   if (strcmp(key, "heartbeat_ms") == 0)
     return set_uint(&c->heartbeat_ms, key, v, 20, 60000, why, n);
+  if (strcmp(key, "link_delay_ms") == 0)
+    return set_uint(&c->link_delay_ms, key, v, 0, 60000, why, n);
   return td_why(why, n, TD_ECONFIG,
                 "unknown key '%s' (known: data_dir, listen, control, log_level, threads, "
-                "heartbeat_ms)",
+                "heartbeat_ms, link_delay_ms)",
                 key);
 }
 

@@ -15,10 +15,11 @@ typedef struct {
   char log_level[16];
   unsigned threads;
   unsigned heartbeat_ms;
+  unsigned link_delay_ms;
 } td_settings_t;
 
 void td_settings_defaults(td_settings_t *c);
-/* Set one key (data_dir, listen, control, log_level, threads, heartbeat_ms).
+/* Set one key (data_dir, listen, control, log_level, threads, heartbeat_ms, link_delay_ms).
  * TD_ECONFIG + why on an unknown key or a bad value. */
 int td_settings_set(td_settings_t *c, const char *key, const char *value, char *why, size_t why_len);
 /* Apply an INI file; TD_ENOENT / TD_ECONFIG (with the line) + why. */

@@ -94,6 +94,10 @@ void td_linkq_close(td_linkq_t **self_p);
 uint64_t td_linkq_push(td_linkq_t *q, td_prio_t prio, uint8_t *frame, size_t len, bool acked,
                        double now);
 
+/* The sequence number the next push will get (lets a caller stamp frames
+ * before pushing them, when it is the only one pushing in between). */
+uint64_t td_linkq_next_seq(const td_linkq_t *q);
+
 /* The next frame to send at `now` (see the order and window rules above). On
  * true the caller owns out->frame, and an acked frame is in flight, sent at
  * `now`. False when nothing may go now (or, rarely, when memory for the

@@ -9,7 +9,8 @@
 #  - local_steps = qsr:ALPHA:HBASE: H per round follows the quadratic
 #    synchronization rule, i.e. grows as the cosine learning rate decays, and
 #    is identical on every node; outer Nesterov momentum runs and learns;
-#  - codec = auto: every complete update is acknowledged, each link's goodput
+#  - codec = auto: every chunk and every complete update is acknowledged
+#    (chunk acks open the per-link window of scheduler/linkq), each link's goodput
 #    is measured from the acks and logged per round in the ledger's links
 #    table, and every codec chosen is one of the auto ladder (which codec
 #    depends on the measured speed, so it is printed, not asserted; the
@@ -94,6 +95,15 @@ peers=$(q a "SELECT count(DISTINCT peer) FROM links WHERE printf('%016x', run_id
 [ -z "$bad" ] && [ "$peers" -eq 2 ] \
   && pass "auto: both links measured; codecs chosen: $(sql a "SELECT group_concat(DISTINCT codec) FROM links WHERE printf('%016x', run_id) = '$run_id'")" \
   || fail "auto: unexpected codecs '$bad' or $peers links measured (expected 2)"
+# update chunks go through the per-link queue: every chunk is acked, the
+# window and chunk RTT are measured, nothing stays in flight after the run
+win=$(q a "SELECT min(window_bytes) FROM links WHERE printf('%016x', run_id) = '$run_id'")
+[ "${win:-0}" -ge 131072 ] && pass "auto: link windows measured (>= $win bytes)" \
+  || fail "auto: link window missing in the ledger ($win)"
+pj=$(ctl a peers --json)
+grep -q '"rtt_ms":[0-9]' <<<"$pj" && grep -q '"in_flight_bytes":0,' <<<"$pj" \
+  && pass "auto: peers shows chunk RTTs and empty windows after the run" \
+  || fail "auto: peers --json lacks rtt_ms or still has bytes in flight: $pj"
 acc=$(acc_of b)
 awk -v a="$acc" 'BEGIN { exit !(a >= 0.70) }' && pass "auto: learns (test accuracy $acc)" \
   || fail "auto: test accuracy $acc < 0.70"
