@@ -93,6 +93,13 @@ typedef struct control_conn control_conn_t;
 
 #define OWN_RING 4
 
+/* A member's last validation score (knowledge transfer). */
+typedef struct {
+  uint64_t round;
+  double loss;
+  bool have;
+} report_t;
+
 /* What the compute thread reported for one of its rounds. */
 typedef struct {
   uint64_t round, samples;
@@ -157,6 +164,18 @@ typedef struct node {
     double peer_capacity[TD_MEMBERS_MAX][OWN_RING]; /* reported with round r at [r % OWN_RING] */
     uint64_t peer_capacity_round[TD_MEMBERS_MAX][OWN_RING];
     unsigned plan[TD_MEMBERS_MAX];    /* current batch plan by member index (0: none) */
+    /* direct knowledge transfer (ALGORITHMS.md 6.3) */
+    report_t reports[TD_MEMBERS_MAX];
+    float *probe_blob;                /* own model at the last probe, served to laggards */
+    uint64_t probe_round;
+    double probe_loss;
+    struct {
+      bool active;
+      uint64_t peer, round, total, received;
+      uint8_t *buf;
+      double last; /* mono time of the last progress */
+    } xfer;
+    uint64_t transfers, snapshots_served;
     uint64_t plans_applied, stale_dropped;
     uint64_t bytes_sent_round, bytes_recv_round;
     double test_accuracy, test_loss, last_eval_acc;
@@ -433,6 +452,7 @@ static void broadcast(node_t *n, Traind__Envelope *env) {
 /* ---- runs: loop side --------------------------------------------------------- */
 
 static void note_drop(node_t *n, uint64_t *counter, const char *what);
+static void xfer_reset(node_t *n);
 
 static void close_link_codecs(node_t *n) {
   for (size_t i = 0; i < TD_MEMBERS_MAX; i++)
@@ -614,14 +634,17 @@ static void pack_done(uv_work_t *req, int status) {
 }
 
 /* codec = auto: the link's byte budget is what its measured goodput carries
- * in the time the round computed (80 %, leaving room for control traffic and
- * the other links' share of the uplink), so the exchange hides behind the next
- * round's compute; the least lossy codec that fits is used. Until the first
- * ack measured the link, ternary (16x) is the cautious start. */
+ * in the time the round computed (80 %, leaving room for control traffic),
+ * so the exchange hides behind the next round's compute; the least lossy
+ * codec that fits is used. A round that computes for milliseconds cannot hide
+ * any exchange and would starve every update down to the top-k floor, so the
+ * time is at least budget_ms. Until the first ack measured the link, ternary
+ * (16x) is the cautious start. */
 static void fit_link_codec(node_t *n, link_t *l, td_link_codec_t *lc, const own_round_t *o) {
   td_codec_spec_t spec = {.id = TD_CODEC_TERNARY, .clip = 2.5};
+  double t_min = n->r.spec.budget_ms / 1000.0;
   if (l != NULL && l->goodput_bps > 0) {
-    l->budget = 0.8 * l->goodput_bps * (o->compute_s > 0.01 ? o->compute_s : 0.01);
+    l->budget = 0.8 * l->goodput_bps * (o->compute_s > t_min ? o->compute_s : t_min);
     td_codec_fit_budget(td_run_layout(n->r.run), l->budget, &spec);
   }
   td_link_codec_set_spec(lc, &spec);
@@ -889,9 +912,95 @@ static void finish_run(node_t *n, const char *state, double test_accuracy, const
   td_run_close(&n->r.run);
   td_round_close(&n->r.collector);
   close_async_inboxes(n);
+  free(n->r.probe_blob);
+  n->r.probe_blob = NULL;
+  xfer_reset(n);
   if (!n->r.pack_in_flight) /* else the next start_run closes them */
     close_link_codecs(n);
   ledger_flush(n);
+}
+
+/* ---- direct knowledge transfer ----------------------------------------------------
+ * Every `transfer` rounds each node scores its local model on the same
+ * validation rows and floods (round, loss) in an EvalReport. A node whose loss
+ * exceeds the best recent report by more than transfer_margin asks that node
+ * for its model (SnapshotRequest); the model comes back in 64 KiB
+ * SnapshotChunks on the bulk class of the link queue (behind updates), in
+ * order, resumable from the received offset, and is merged by the compute
+ * thread before its next round. One transfer at a time. */
+
+static void xfer_reset(node_t *n) {
+  free(n->r.xfer.buf);
+  memset(&n->r.xfer, 0, sizeof n->r.xfer);
+}
+
+static void request_snapshot(node_t *n) {
+  link_t *l = link_find(n, n->r.xfer.peer);
+  if (l == NULL)
+    return;
+  Traind__SnapshotRequest rq = TRAIND__SNAPSHOT_REQUEST__INIT;
+  rq.round = n->r.xfer.round;
+  rq.offset = n->r.xfer.received;
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_SNAPSHOT_REQUEST;
+  env.snapshot_request = &rq;
+  env.run_id = n->r.run_id;
+  send_envelope(n, l, &env);
+  n->r.xfer.last = mono_s();
+}
+
+static void decide_transfer(node_t *n) {
+  if (n->r.xfer.active || n->r.run == NULL)
+    return;
+  size_t best = TD_MEMBERS_MAX;
+  for (size_t i = 0; i < n->r.n_members; i++) {
+    if (!n->r.reports[i].have ||
+        n->r.reports[i].round + n->r.spec.transfer < n->r.probe_round) /* too old */
+      continue;
+    if (best == TD_MEMBERS_MAX || n->r.reports[i].loss < n->r.reports[best].loss ||
+        (n->r.reports[i].loss == n->r.reports[best].loss && n->r.members[i] < n->r.members[best]))
+      best = i;
+  }
+  if (best == TD_MEMBERS_MAX || n->r.members[best] == n->node_id ||
+      !member_reachable(n, n->r.members[best]) ||
+      !(n->r.probe_loss > (1 + n->r.spec.transfer_margin) * n->r.reports[best].loss))
+    return;
+  n->r.xfer.total = td_run_numel(n->r.run) * sizeof(float);
+  if ((n->r.xfer.buf = malloc(n->r.xfer.total)) == NULL)
+    return;
+  n->r.xfer.active = true;
+  n->r.xfer.peer = n->r.members[best];
+  n->r.xfer.round = n->r.reports[best].round;
+  td_log_info("round %" PRIu64 ": validation loss %.4f lags %016" PRIx64 "'s %.4f: fetching its "
+              "model", n->r.probe_round, n->r.probe_loss, n->r.xfer.peer,
+              n->r.reports[best].loss);
+  request_snapshot(n);
+}
+
+static void on_probe(node_t *n, const td_run_event_t *ev) {
+  free(n->r.probe_blob);
+  n->r.probe_blob = ev->blob;
+  n->r.probe_round = ev->round;
+  n->r.probe_loss = ev->loss;
+  for (size_t i = 0; i < n->r.n_members; i++)
+    if (n->r.members[i] == n->node_id)
+      n->r.reports[i] = (report_t){.round = ev->round, .loss = ev->loss, .have = true};
+  Traind__EvalReport rep = TRAIND__EVAL_REPORT__INIT;
+  rep.round = ev->round;
+  rep.loss = ev->loss;
+  rep.accuracy = ev->accuracy;
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_EVAL_REPORT;
+  env.eval_report = &rep;
+  env.run_id = n->r.run_id;
+  uint64_t peers[TD_MEMBERS_MAX];
+  size_t np = run_peers(n, peers);
+  for (size_t p = 0; p < np; p++) {
+    link_t *l = link_find(n, peers[p]);
+    if (l != NULL)
+      send_envelope(n, l, &env);
+  }
+  decide_transfer(n);
 }
 
 static void on_run_events(td_run_t *run, void *user) {
@@ -932,6 +1041,9 @@ static void on_run_events(td_run_t *run, void *user) {
       try_close_round(n);
       break;
     }
+    case TD_RUN_PROBE:
+      on_probe(n, &ev);
+      break;
     case TD_RUN_CHECKPOINT: {
       ledger_op_t *ck = op_new(n, OP_CKPT);
       if (ck != NULL) {
@@ -1068,6 +1180,11 @@ static int start_run(node_t *n, uint64_t run_id, const char *spec_text, const ui
   memset(n->r.peer_capacity_round, 0, sizeof n->r.peer_capacity_round);
   memset(n->r.peer_round, 0, sizeof n->r.peer_round);
   memset(n->r.plan, 0, sizeof n->r.plan);
+  memset(n->r.reports, 0, sizeof n->r.reports);
+  free(n->r.probe_blob);
+  n->r.probe_blob = NULL;
+  xfer_reset(n);
+  n->r.transfers = n->r.snapshots_served = 0;
   for (size_t i = 0; i < n_members; i++)
     n->r.plan[i] = td_run_split_batch(spec.batch, (unsigned)i, (unsigned)n_members);
   begin_round(n, 1);
@@ -1291,6 +1408,85 @@ static void on_update(node_t *n, const Traind__Envelope *env, link_t *l, size_t 
   }
 }
 
+static void on_eval_report(node_t *n, const Traind__Envelope *env) {
+  size_t mi = n->r.run != NULL && env->run_id == n->r.run_id ? member_index(n, env->sender)
+                                                              : TD_MEMBERS_MAX;
+  if (mi == TD_MEMBERS_MAX || !isfinite(env->eval_report->loss) || env->eval_report->loss < 0) {
+    note_drop(n, &n->drops.wrong_run, "eval report outside the run or not finite");
+    return;
+  }
+  n->r.reports[mi] = (report_t){.round = env->eval_report->round,
+                                .loss = env->eval_report->loss, .have = true};
+}
+
+/* Serve our probed model from `offset` as bulk chunks on the link queue. */
+static void on_snapshot_request(node_t *n, const Traind__Envelope *env, link_t *l) {
+  uint64_t total = n->r.run ? td_run_numel(n->r.run) * sizeof(float) : 0;
+  const Traind__SnapshotRequest *rq = env->snapshot_request;
+  if (l == NULL || n->r.run == NULL || env->run_id != n->r.run_id ||
+      member_index(n, env->sender) == TD_MEMBERS_MAX || n->r.probe_blob == NULL ||
+      rq->offset >= total) {
+    note_drop(n, &n->drops.wrong_run, "snapshot request we cannot serve");
+    return;
+  }
+  double now = mono_s();
+  /* a resumed request supersedes what is still queued from the last one */
+  td_linkq_drop_class(l->q, TD_PRIO_BULK);
+  const uint8_t *src = (const uint8_t *)n->r.probe_blob;
+  for (uint64_t off = rq->offset; off < total; off += TD_WIRE_MAX_CHUNK) {
+    Traind__SnapshotChunk ch = TRAIND__SNAPSHOT_CHUNK__INIT;
+    ch.round = n->r.probe_round;
+    ch.offset = off;
+    ch.total_bytes = total;
+    ch.payload.data = (uint8_t *)src + off;
+    ch.payload.len = total - off < TD_WIRE_MAX_CHUNK ? (size_t)(total - off) : TD_WIRE_MAX_CHUNK;
+    Traind__Envelope out = TRAIND__ENVELOPE__INIT;
+    out.body_case = TRAIND__ENVELOPE__BODY_SNAPSHOT_CHUNK;
+    out.snapshot_chunk = &ch;
+    out.run_id = n->r.run_id;
+    out.sender = n->node_id;
+    out.seq = td_linkq_next_seq(l->q);
+    uint8_t *buf;
+    size_t len;
+    if (td_wire_pack(&out, &buf, &len) != 0)
+      break;
+    td_linkq_push(l->q, TD_PRIO_BULK, buf, len, true, now);
+  }
+  n->r.snapshots_served++;
+  pump(n, l);
+}
+
+static void on_snapshot_chunk(node_t *n, const Traind__Envelope *env) {
+  const Traind__SnapshotChunk *ch = env->snapshot_chunk;
+  send_ack(n, env->sender, 1, env->seq, ch->payload.len); /* frees the sender's window */
+  if (!n->r.xfer.active || env->sender != n->r.xfer.peer || env->run_id != n->r.run_id ||
+      ch->total_bytes != n->r.xfer.total || ch->offset != n->r.xfer.received ||
+      ch->payload.len == 0) {
+    n->drops.duplicate++; /* a stale or out-of-order chunk: the resume asks again */
+    return;
+  }
+  memcpy(n->r.xfer.buf + ch->offset, ch->payload.data, ch->payload.len);
+  n->r.xfer.received += ch->payload.len;
+  n->r.xfer.last = mono_s();
+  if (n->r.xfer.received < n->r.xfer.total)
+    return;
+  const float *x = (const float *)(const void *)n->r.xfer.buf;
+  size_t numel = n->r.xfer.total / sizeof(float), bad = 0;
+  for (size_t i = 0; i < numel; i++)
+    bad += !isfinite(x[i]);
+  if (bad) {
+    note_drop(n, &n->drops.rejected, "transferred model holds NaN/Inf; not merged");
+  } else {
+    td_run_merge(n->r.run, x, n->r.spec.transfer_lambda);
+    n->r.transfers++;
+    ledger_event(n, "transfer", "merged the model of %016" PRIx64 " (round %" PRIu64
+                 ", lambda %.2f)", n->r.xfer.peer, ch->round, n->r.spec.transfer_lambda);
+    td_log_info("merged the model of %016" PRIx64 " (lambda %.2f)", n->r.xfer.peer,
+                n->r.spec.transfer_lambda);
+  }
+  xfer_reset(n);
+}
+
 static void on_envelope(node_t *n, Traind__Envelope *env, size_t bytes) {
   if (env->sender == 0 || env->sender == n->node_id) {
     note_drop(n, &n->drops.malformed, "message with a bad sender id");
@@ -1382,6 +1578,17 @@ static void on_envelope(node_t *n, Traind__Envelope *env, size_t bytes) {
     if (td_members_find(n->members, env->sender) != NULL)
       heard_from(n, env->sender, NULL);
     on_ack(n, env, l);
+    break;
+  case TRAIND__ENVELOPE__BODY_EVAL_REPORT:
+    on_eval_report(n, env);
+    break;
+  case TRAIND__ENVELOPE__BODY_SNAPSHOT_REQUEST:
+    on_snapshot_request(n, env, l);
+    break;
+  case TRAIND__ENVELOPE__BODY_SNAPSHOT_CHUNK:
+    if (td_members_find(n->members, env->sender) != NULL)
+      heard_from(n, env->sender, NULL);
+    on_snapshot_chunk(n, env);
     break;
   default:
     break; /* ack, snapshots, eval reports: used by the scheduler milestone */
@@ -1518,6 +1725,12 @@ static void on_heartbeat(uv_timer_t *t) {
   for (size_t i = 0; i < n->n_links; i++) { /* acks lost with a dead peer */
     if (td_linkq_expire(n->links[i].q, mono_s(), 30.0) > 0)
       pump(n, &n->links[i]);
+  }
+  if (n->r.run != NULL && n->r.xfer.active && mono_s() - n->r.xfer.last > 10.0) {
+    if (member_reachable(n, n->r.xfer.peer))
+      request_snapshot(n); /* resume from what arrived */
+    else
+      xfer_reset(n);
   }
   if (n->r.run != NULL) {
     check_deadline(n);
@@ -1683,6 +1896,10 @@ static json_object *status_json(node_t *n) {
   json_object_object_add(run, "updates_received",
                          json_object_new_int64((int64_t)n->r.updates_received));
   json_object_object_add(run, "late_peers", json_object_new_int64((int64_t)n->r.late_peers));
+  json_object_object_add(run, "transfers", json_object_new_int64((int64_t)n->r.transfers));
+  json_object_object_add(run, "snapshots_served",
+                         json_object_new_int64((int64_t)n->r.snapshots_served));
+  json_object_object_add(run, "capacity", json_real(n->r.capacity > 0 ? n->r.capacity : NAN));
   json_object_object_add(run, "error", n->r.error[0] ? json_object_new_string(n->r.error) : NULL);
   json_object_object_add(o, "run", run);
   json_object *d = json_object_new_object();

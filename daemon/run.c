@@ -41,6 +41,8 @@ struct td_run {
   float *start;        /* params at the start of the round (overlap, async) */
   float *mom;          /* outer momentum buffer (NULL when not needed) */
   float *inbox;        /* async: weighted peer deltas not yet applied */
+  float *merge;        /* knowledge transfer: a better peer's model, pending */
+  double merge_lambda; /* > 0 while a merge is pending */
   struct { uint64_t from; unsigned batch; } plans[PLAN_RING];
   unsigned n_plans;
 
@@ -189,6 +191,37 @@ static void sleep_for(td_run_t *run, double seconds) {
   pthread_mutex_unlock(&run->mu);
 }
 
+/* Fold a pending knowledge-transfer merge into params (and the round start,
+ * so the merge is not mistaken for local progress). */
+static void apply_merge(td_run_t *run, float *params) {
+  pthread_mutex_lock(&run->mu);
+  if (run->merge_lambda > 0) {
+    float l = (float)run->merge_lambda;
+    for (size_t i = 0; i < run->numel; i++) {
+      params[i] = (1.0f - l) * params[i] + l * run->merge[i];
+      run->start[i] = params[i];
+    }
+    run->merge_lambda = 0;
+  }
+  pthread_mutex_unlock(&run->mu);
+}
+
+/* Loss on the fixed validation subset and a copy of the local model, so the
+ * loop can compare with peers and serve the model to a lagging one. */
+static void post_probe(td_run_t *run, td_trainer_t *tr, const td_dataset_t *val, uint64_t round,
+                       const float *params) {
+  double loss = NAN, acc = NAN;
+  char why[256];
+  if (td_trainer_evaluate(tr, val, &loss, &acc, why, sizeof why) != 0 || !isfinite(loss))
+    return;
+  td_run_event_t ev = {.kind = TD_RUN_PROBE, .round = round, .loss = loss, .accuracy = acc};
+  if ((ev.blob = malloc(run->numel * sizeof(float))) == NULL)
+    return;
+  memcpy(ev.blob, params, run->numel * sizeof(float));
+  if (!post(run, &ev))
+    free(ev.blob);
+}
+
 static unsigned batch_for(td_run_t *run, uint64_t round, unsigned current) {
   pthread_mutex_lock(&run->mu);
   uint64_t best = 0;
@@ -256,7 +289,7 @@ static void *compute_main(void *arg) {
   td_run_t *run = arg;
   char why[512] = "";
   td_backend_t *be = NULL;
-  td_dataset_t *train = NULL, *test = NULL;
+  td_dataset_t *train = NULL, *test = NULL, *val = NULL;
   td_trainer_t *tr = NULL;
   size_t full_rows = 0;
   int rc = td_backend_open(&be, run->spec.backend, (int)run->spec.threads, why, sizeof why);
@@ -306,6 +339,17 @@ static void *compute_main(void *arg) {
 
   const td_dataset_t *eval_set = test != NULL ? test : train;
   const td_mode_t mode = run->spec.mode_kind;
+  /* knowledge transfer compares every node on the same first rows of the
+   * test set (1000 at most), so the scores are comparable */
+  if (run->spec.transfer > 0) {
+    size_t nv = td_dataset_rows(eval_set) < 1000 ? td_dataset_rows(eval_set) : 1000;
+    uint32_t *idx = malloc(nv * sizeof *idx);
+    for (size_t i = 0; idx != NULL && i < nv; i++)
+      idx[i] = (uint32_t)i;
+    if (idx == NULL || td_dataset_subset(&val, eval_set, idx, nv) != 0)
+      val = NULL;
+    free(idx);
+  }
   double loss = NAN, acc = NAN, capacity = 0, idle = 0;
   unsigned batch = run->local_batch;
   for (uint64_t round = 1; round <= run->rounds; round++) {
@@ -315,6 +359,7 @@ static void *compute_main(void *arg) {
     if (mode == TD_MODE_ASYNC && round > run->spec.max_staleness + 1 &&
         !wait_release(run, round - 1 - run->spec.max_staleness, &idle))
       break;
+    apply_merge(run, params);
     batch = batch_for(run, round, batch);
     td_trainer_set_batch(tr, batch);
     /* linear scaling below the even share: per-sample steps stay the same */
@@ -372,6 +417,8 @@ static void *compute_main(void *arg) {
       post_checkpoint(run, round);
     }
     memcpy(run->start, params, run->numel * sizeof(float));
+    if (val != NULL && round % run->spec.transfer == 0 && round < run->rounds)
+      post_probe(run, tr, val, round, params);
     if (round % run->spec.eval_every == 0 || round == run->rounds) {
       rc = td_trainer_evaluate(tr, eval_set, &loss, &acc, why, sizeof why);
       if (rc != 0) {
@@ -388,6 +435,7 @@ static void *compute_main(void *arg) {
     post(run, &ev);
   }
 done:
+  td_dataset_close(&val);
   td_trainer_close(&tr);
   td_dataset_close(&train);
   td_dataset_close(&test);
@@ -404,6 +452,7 @@ static void free_buffers(td_run_t *run) {
   free(run->start);
   free(run->inbox);
   free(run->mom);
+  free(run->merge);
   free(run->steps_of);
 }
 
@@ -485,7 +534,7 @@ int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t wh
 static void free_after_close(uv_handle_t *h) {
   td_run_t *run = h->data;
   for (unsigned i = 0; i < run->ring_count; i++) /* checkpoints nobody took */
-    if (run->ring[(run->ring_head + i) % EVENT_RING].kind == TD_RUN_CHECKPOINT)
+    if (run->ring[(run->ring_head + i) % EVENT_RING].blob != NULL)
       free(run->ring[(run->ring_head + i) % EVENT_RING].blob);
   td_model_close(&run->probe);
   td_backend_close(&run->probe_be);
@@ -533,6 +582,19 @@ void td_run_async_add(td_run_t *run, const float *delta, double weight) {
   pthread_mutex_lock(&run->mu);
   for (size_t i = 0; i < run->numel; i++)
     run->inbox[i] += w * delta[i];
+  pthread_mutex_unlock(&run->mu);
+}
+
+void td_run_merge(td_run_t *run, const float *x, double lambda) {
+  if (!(lambda > 0) || lambda > 1)
+    return;
+  pthread_mutex_lock(&run->mu);
+  if (run->merge == NULL)
+    run->merge = malloc(run->numel * sizeof(float));
+  if (run->merge != NULL) {
+    memcpy(run->merge, x, run->numel * sizeof(float));
+    run->merge_lambda = lambda;
+  }
   pthread_mutex_unlock(&run->mu);
 }
 

@@ -36,6 +36,8 @@ typedef enum {
   TD_RUN_ROUND_DONE, /* local steps of `round` done; delta ready */
   TD_RUN_EVAL,       /* anchor after `round` evaluated */
   TD_RUN_CHECKPOINT, /* blob: a copy of the anchor after `round` (loop owns it) */
+  TD_RUN_PROBE,      /* knowledge transfer: loss on the shared validation subset,
+                        blob: a copy of the local model (loop owns it) */
   TD_RUN_FINISHED,   /* all rounds done; final evaluation in accuracy/loss */
   TD_RUN_FAILED,     /* message says why */
   TD_RUN_STOPPED,    /* stopped on request */
@@ -90,6 +92,9 @@ float *td_run_avg(td_run_t *run, uint64_t round);
 void td_run_release(td_run_t *run, uint64_t round);
 /* async: add weight * delta (a peer's update) into the inbox (any thread). */
 void td_run_async_add(td_run_t *run, const float *delta, double weight);
+/* Knowledge transfer: merge params = (1 - lambda) params + lambda x (x is
+ * copied) before the next round's steps. Any thread. */
+void td_run_merge(td_run_t *run, const float *x, double lambda);
 /* Rows per step from round `from_round` on (weighted batching); ignored when
  * outside [1, global batch]. */
 void td_run_set_batch(td_run_t *run, uint64_t from_round, unsigned batch);

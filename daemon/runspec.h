@@ -44,6 +44,9 @@ typedef struct {
   double outer_lr, outer_momentum, outer_clip;
   bool outer_nesterov;
   double staleness_kappa;               /* async weight (1 + a)^-kappa */
+  unsigned budget_ms;                   /* codec=auto: least time budget of a round's exchange */
+  unsigned transfer;                    /* direct knowledge transfer every N rounds, 0 = off */
+  double transfer_lambda, transfer_margin;
   unsigned rounds;                      /* 0 = derived from epochs */
   unsigned eval_every;                  /* rounds between evaluations */
   unsigned checkpoint_every;            /* rounds between checkpoints, 0 = off */

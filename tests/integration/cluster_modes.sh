@@ -14,7 +14,11 @@
 #    is measured from the acks and logged per round in the ledger's links
 #    table, and every codec chosen is one of the auto ladder (which codec
 #    depends on the measured speed, so it is printed, not asserted; the
-#    budget fit itself is unit-tested in test_codec).
+#    budget fit itself is unit-tested in test_codec);
+#  - transfer = N (async, label-skewed partitions so the models differ): the
+#    nodes score their models on the same validation rows, the lagging ones
+#    fetch the best model in bulk chunks and merge it (ledger events,
+#    status counters), and every node still learns.
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
 
 for n in a b c; do start_node $n || finish; done
@@ -107,4 +111,21 @@ grep -q '"rtt_ms":[0-9]' <<<"$pj" && grep -q '"in_flight_bytes":0,' <<<"$pj" \
 acc=$(acc_of b)
 awk -v a="$acc" 'BEGIN { exit !(a >= 0.70) }' && pass "auto: learns (test accuracy $acc)" \
   || fail "auto: test accuracy $acc < 0.70"
+# ---- direct knowledge transfer (async, label-skewed partitions: models differ)
+start_run --set mode=async:2 --set local_steps=8 --set rounds=30 --set partition=dirichlet:0.3 \
+  --set transfer=5 --set transfer_margin=0
+tr=0; sv=0
+for n in a b c; do
+  st=$(ctl $n status --json)
+  tr=$((tr + $(json_field "$st" transfers))); sv=$((sv + $(json_field "$st" snapshots_served)))
+done
+ev=$(for n in a b c; do sql $n "SELECT count(*) FROM events WHERE kind = 'transfer'"; done | awk '{ s += $1 } END { print s }')
+[ "$tr" -ge 1 ] && [ "$sv" -ge "$tr" ] && [ "$ev" -eq "$tr" ] \
+  && pass "transfer: $tr lagging models merged the best one ($sv served, $ev ledger events)" \
+  || fail "transfer: $tr merged, $sv served, $ev events"
+for n in a b c; do
+  acc=$(acc_of $n)
+  awk -v a="$acc" 'BEGIN { exit !(a >= 0.5) }' && pass "transfer: $n still learns (test accuracy $acc)" \
+    || fail "transfer: $n test accuracy $acc < 0.5"
+done
 finish
