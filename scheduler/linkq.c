@@ -93,15 +93,16 @@ void td_linkq_close(td_linkq_t **self_p) {
   *self_p = NULL;
 }
 
-uint64_t td_linkq_push(td_linkq_t *q, td_prio_t prio, uint8_t *frame, size_t len, bool acked,
-                       double now) {
+static uint64_t push_node(td_linkq_t *q, td_prio_t prio, uint8_t *frame, size_t len, bool acked,
+                          double now, uint64_t seq) {
   linkq_node_t *n = NULL;
-  if (q == NULL || frame == NULL || len == 0 || (unsigned)prio >= TD_PRIO_COUNT ||
+  if (q == NULL || frame == NULL || len == 0 || (unsigned)prio >= TD_PRIO_COUNT || seq == 0 ||
+      seq >= q->next_seq || (q->last[prio] != NULL && seq <= q->last[prio]->seq) ||
       (n = malloc(sizeof *n)) == NULL) {
     free(frame);
     return 0;
   }
-  *n = (linkq_node_t){.frame = frame, .len = len, .seq = q->next_seq++,
+  *n = (linkq_node_t){.frame = frame, .len = len, .seq = seq,
                       .ready_s = now + q->opts.delay_s, .acked = acked};
   if (q->last[prio])
     q->last[prio]->next = n;
@@ -111,6 +112,22 @@ uint64_t td_linkq_push(td_linkq_t *q, td_prio_t prio, uint8_t *frame, size_t len
   q->queued_bytes[prio] += len;
   q->queued_frames[prio]++;
   return n->seq;
+}
+
+uint64_t td_linkq_push(td_linkq_t *q, td_prio_t prio, uint8_t *frame, size_t len, bool acked,
+                       double now) {
+  return push_node(q, prio, frame, len, acked, now, q != NULL ? q->next_seq++ : 0);
+}
+
+uint64_t td_linkq_reserve(td_linkq_t *q, size_t n) {
+  uint64_t first = q->next_seq;
+  q->next_seq += n;
+  return first;
+}
+
+uint64_t td_linkq_push_seq(td_linkq_t *q, td_prio_t prio, uint8_t *frame, size_t len, bool acked,
+                           double now, uint64_t seq) {
+  return push_node(q, prio, frame, len, acked, now, seq);
 }
 
 static flight_t *ring_at(const flight_ring_t *r, size_t i) {

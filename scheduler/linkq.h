@@ -94,6 +94,13 @@ void td_linkq_close(td_linkq_t **self_p);
 uint64_t td_linkq_push(td_linkq_t *q, td_prio_t prio, uint8_t *frame, size_t len, bool acked,
                        double now);
 
+/* Reserve n sequence numbers for frames that are stamped before they are
+ * pushed (an update packed on a worker thread while other frames are pushed):
+ * returns the first, and td_linkq_push_seq() queues a frame under one of them
+ * (in increasing order within a class). Unused ones are harmless gaps. */
+uint64_t td_linkq_reserve(td_linkq_t *q, size_t n);
+uint64_t td_linkq_push_seq(td_linkq_t *q, td_prio_t prio, uint8_t *frame, size_t len, bool acked,
+                           double now, uint64_t seq);
 /* The sequence number the next push will get (lets a caller stamp frames
  * before pushing them, when it is the only one pushing in between). */
 uint64_t td_linkq_next_seq(const td_linkq_t *q);

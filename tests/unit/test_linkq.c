@@ -229,6 +229,44 @@ START_TEST(window_stops_acked_frames_and_acks_reopen_it) {
 }
 END_TEST
 
+/* Frames stamped before they are pushed (an update packed on a worker while
+ * snapshot chunks are queued) keep their reserved numbers, and the acks the
+ * receiver echoes for those numbers free the window. */
+START_TEST(reserved_seqs_survive_interleaved_pushes) {
+  td_linkq_opts_t o = {.window_min = 100000, .window_max = 100000};
+  td_linkq_t *q;
+  td_linkq_frame_t f;
+  td_linkq_stats_t st;
+  ck_assert_int_eq(td_linkq_open(&q, &o), 0);
+  uint64_t first = td_linkq_reserve(q, 3);
+  uint64_t bulk = td_linkq_push(q, TD_PRIO_BULK, frame_new(30000, 9), 30000, true, 0);
+  ck_assert_uint_eq(bulk, first + 3);
+  ck_assert_uint_eq(td_linkq_push_seq(q, TD_PRIO_UPDATE, frame_new(30000, 0), 30000, true, 0,
+                                      first), first);
+  ck_assert_uint_eq(td_linkq_push_seq(q, TD_PRIO_UPDATE, frame_new(30000, 1), 30000, true, 0,
+                                      first + 1), first + 1);
+  /* out of order within a class, or a number never handed out: refused */
+  ck_assert_uint_eq(td_linkq_push_seq(q, TD_PRIO_UPDATE, frame_new(10, 2), 10, true, 0, first), 0);
+  ck_assert_uint_eq(td_linkq_push_seq(q, TD_PRIO_UPDATE, frame_new(10, 2), 10, true, 0, 999), 0);
+  for (uint64_t want = first; want <= first + 1; want++) {
+    ck_assert(td_linkq_pop(q, 0, &f));
+    ck_assert_uint_eq(f.seq, want);
+    free(f.frame);
+  }
+  ck_assert(td_linkq_pop(q, 0, &f)); /* the bulk frame, 90000 <= 100000 */
+  ck_assert_uint_eq(f.seq, bulk);
+  free(f.frame);
+  td_linkq_stats(q, &st);
+  ck_assert_uint_eq(st.in_flight, 90000);
+  ck_assert(td_linkq_ack(q, first + 1, 0.1));
+  ck_assert(td_linkq_ack(q, bulk, 0.1));
+  ck_assert(td_linkq_ack(q, first, 0.1));
+  td_linkq_stats(q, &st);
+  ck_assert_uint_eq(st.in_flight, 0);
+  td_linkq_close(&q);
+}
+END_TEST
+
 /* A link of exactly 1 MB/s (frames serialised one after the other) and a
  * 50 ms RTT; the pump sends whatever the window allows at every ack. */
 START_TEST(goodput_rtt_and_window_follow_the_link) {
@@ -440,6 +478,7 @@ int main(void) {
   tcase_add_test(tc, expire_frees_the_window_of_lost_acks);
   tcase_add_test(tc, delay_holds_frames_back);
   tcase_add_test(tc, drop_class_frees_queued_frames);
+  tcase_add_test(tc, reserved_seqs_survive_interleaved_pushes);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
