@@ -91,7 +91,7 @@ awk -v a="$acc" 'BEGIN { exit !(a >= 0.80) }' && pass "qsr + outer Nesterov: lea
 # ---- codec = auto on loopback
 start_run --set mode=overlap --set codec=auto --set local_steps=8 --set rounds=20
 rows=$(q a "SELECT count(*) FROM links WHERE printf('%016x', run_id) = '$run_id' AND goodput_bps > 0")
-[ "$rows" -ge 30 ] && pass "auto: $rows per-link goodput measurements in a's ledger" \
+[ "$rows" -ge 20 ] && pass "auto: $rows per-link goodput measurements in a's ledger" \
   || fail "auto: only $rows link measurements"
 bad=$(sql a "SELECT DISTINCT codec FROM links WHERE printf('%016x', run_id) = '$run_id'" \
       | grep -vE '^(none|fp16|ternary|topk:[0-9.e-]+)$')
