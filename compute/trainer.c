@@ -6,6 +6,7 @@
 #include "compute/trainer.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -130,8 +131,8 @@ unsigned long td_trainer_steps_per_epoch(const td_trainer_t *tr) {
   return (unsigned long)((tr->rows + tr->batch - 1) / tr->batch);
 }
 
-int td_trainer_steps(td_trainer_t *tr, unsigned long n, td_train_stats_t *stats, char *why,
-                     size_t why_len) {
+static int run_steps(td_trainer_t *tr, unsigned long n, bool advance, td_train_stats_t *stats,
+                     char *why, size_t why_len) {
   size_t dim = td_dataset_dim(tr->train);
   double loss_sum = 0, t0 = now_s();
   unsigned long correct = 0, samples = 0;
@@ -159,7 +160,7 @@ int td_trainer_steps(td_trainer_t *tr, unsigned long n, td_train_stats_t *stats,
     lr = td_lr_at(&tr->schedule, tr->step) * tr->lr_scale;
     td_sgd_step(tr->sgd, td_model_params(tr->model), td_model_grads(tr->model), lr);
     tr->cursor += rows;
-    tr->step++;
+    tr->step += advance;
     loss_sum += loss * (double)rows;
     correct += (unsigned long)hits;
     samples += rows;
@@ -173,6 +174,16 @@ int td_trainer_steps(td_trainer_t *tr, unsigned long n, td_train_stats_t *stats,
     stats->lr = lr;
   }
   return 0;
+}
+
+int td_trainer_steps(td_trainer_t *tr, unsigned long n, td_train_stats_t *stats, char *why,
+                     size_t why_len) {
+  return run_steps(tr, n, true, stats, why, why_len);
+}
+
+int td_trainer_fill_steps(td_trainer_t *tr, unsigned long n, td_train_stats_t *stats, char *why,
+                          size_t why_len) {
+  return run_steps(tr, n, false, stats, why, why_len);
 }
 
 int td_trainer_evaluate(td_trainer_t *tr, const td_dataset_t *ds, double *loss,
@@ -202,3 +213,5 @@ int td_trainer_evaluate(td_trainer_t *tr, const td_dataset_t *ds, double *loss,
 
 td_model_t *td_trainer_model(td_trainer_t *tr) { return tr->model; }
 unsigned long td_trainer_global_step(const td_trainer_t *tr) { return tr->step; }
+
+void td_trainer_seek(td_trainer_t *tr, unsigned long step) { tr->step = step; }

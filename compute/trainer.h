@@ -53,6 +53,11 @@ unsigned long td_trainer_steps_per_epoch(const td_trainer_t *tr);
  * every epoch boundary. TD_ENUMERIC (with why) if the loss stops being finite. */
 int td_trainer_steps(td_trainer_t *tr, unsigned long n, td_train_stats_t *stats, char *why,
                      size_t why_len);
+/* Like td_trainer_steps, but the learning-rate schedule stays where it is: n
+ * extra steps at the current rate (overlap mode fills its wait for the
+ * network with them; the schedule keeps following the nominal steps). */
+int td_trainer_fill_steps(td_trainer_t *tr, unsigned long n, td_train_stats_t *stats, char *why,
+                          size_t why_len);
 /* Change the rows per step (weighted dynamic batching), within
  * [1, max_batch] of the options (clamped to the partition size). TD_EINVAL
  * outside. The learning-rate schedule keeps counting steps. */
@@ -72,5 +77,8 @@ int td_trainer_check_dataset(const td_trainer_t *tr, const td_dataset_t *ds, cha
                              size_t why_len);
 td_model_t *td_trainer_model(td_trainer_t *tr);
 unsigned long td_trainer_global_step(const td_trainer_t *tr);
+/* Put the learning-rate schedule at global step `step` (a node joining a
+ * running run continues where the others are). */
+void td_trainer_seek(td_trainer_t *tr, unsigned long step);
 
 #endif

@@ -30,6 +30,8 @@ typedef struct {
   double last_heard; /* seconds, monotonic clock of the caller */
   double capacity;   /* samples/s reported in heartbeats */
   uint64_t round;    /* last round reported */
+  uint64_t run_id;   /* run of its last heartbeat (0: idle) */
+  bool reported;     /* a heartbeat arrived (run_id is known) */
   bool self;
 } td_member_t;
 

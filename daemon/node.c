@@ -104,7 +104,8 @@ typedef struct {
 typedef struct {
   uint64_t round, samples;
   double loss, compute_s, idle_s, lr, capacity, done_at;
-  unsigned batch, steps;
+  double fill_s; /* overlap: extra steps while waiting (not in compute_s) */
+  unsigned batch, steps, fill_steps;
 } own_round_t;
 
 typedef struct node {
@@ -169,8 +170,16 @@ typedef struct node {
     float *probe_blob;                /* own model at the last probe, served to laggards */
     uint64_t probe_round;
     double probe_loss;
+    uint64_t since[TD_MEMBERS_MAX];   /* first round of each member (late joiners > 1) */
+    uint64_t first_round;             /* this node's first round (> 1: it joined late) */
+    /* late join, serving side: the anchor holding round join_want, posted by
+     * the compute thread, and requests that came before it */
+    uint64_t join_want, join_blob_round, joins;
+    float *join_blob;
+    struct { uint64_t peer, offset; } join_waiting[4];
+    size_t n_join_waiting;
     struct {
-      bool active;
+      bool active, join; /* join: the late-join seed, not a knowledge transfer */
       uint64_t peer, round, total, received;
       uint8_t *buf;
       double last; /* mono time of the last progress */
@@ -453,6 +462,7 @@ static void broadcast(node_t *n, Traind__Envelope *env) {
 
 static void note_drop(node_t *n, uint64_t *counter, const char *what);
 static void xfer_reset(node_t *n);
+static void join_reset(node_t *n);
 
 static void close_link_codecs(node_t *n) {
   for (size_t i = 0; i < TD_MEMBERS_MAX; i++)
@@ -492,6 +502,16 @@ static size_t run_peers(node_t *n, uint64_t *out) {
   size_t k = 0;
   for (size_t i = 0; i < n->r.n_members; i++)
     if (n->r.members[i] != n->node_id && member_reachable(n, n->r.members[i]))
+      out[k++] = n->r.members[i];
+  return k;
+}
+
+/* Peers that take part in `round`: run_peers() less late joiners not in yet. */
+static size_t run_peers_at(node_t *n, uint64_t round, uint64_t *out) {
+  size_t k = 0;
+  for (size_t i = 0; i < n->r.n_members; i++)
+    if (n->r.members[i] != n->node_id && n->r.since[i] <= round &&
+        member_reachable(n, n->r.members[i]))
       out[k++] = n->r.members[i];
   return k;
 }
@@ -603,10 +623,11 @@ static void pack_done(uv_work_t *req, int status) {
     } else if (same_run && l != NULL && member_reachable(n, t->peer)) {
       double now = mono_s();
       for (uint32_t c = 0; c < t->chunks; c++) { /* the link queue takes the buffers */
-        uint64_t seq = td_linkq_push(l->q, TD_PRIO_UPDATE, t->bufs[c], t->lens[c], true, now);
+        uint64_t seq = td_linkq_push_seq(l->q, TD_PRIO_UPDATE, t->bufs[c], t->lens[c], true, now,
+                                         t->first_seq + c);
         t->bufs[c] = NULL;
-        if (seq != t->first_seq + c)
-          l->send_drops++; /* refused, or stamped with another number: never acked */
+        if (seq == 0)
+          l->send_drops++; /* refused (out of memory) */
       }
       pump(n, l);
       l->update_wire_sent += t->msg_bytes;
@@ -732,7 +753,7 @@ static void start_pack(node_t *n, uint64_t round) {
   job->delta = td_run_delta(n->r.run, round);
   job->numel = td_run_numel(n->r.run);
   uint64_t peers[TD_MEMBERS_MAX];
-  size_t np = run_peers(n, peers);
+  size_t np = run_peers_at(n, round, peers);
   for (size_t p = 0; p < np; p++) {
     td_link_codec_t *lc = link_codec_of(n, peers[p]);
     link_t *l = link_find(n, peers[p]);
@@ -741,7 +762,10 @@ static void start_pack(node_t *n, uint64_t round) {
     if (n->r.spec.codec_auto)
       fit_link_codec(n, l, lc, o);
     pack_target_t *t = &job->targets[job->n_targets++];
-    *t = (pack_target_t){.peer = peers[p], .codec = lc, .first_seq = td_linkq_next_seq(l->q)};
+    /* the chunks are stamped on the worker while other frames (acks,
+     * snapshot chunks) may be queued: their numbers are reserved now */
+    size_t most = td_round_chunk_count(td_codec_message_bound(td_run_layout(n->r.run)));
+    *t = (pack_target_t){.peer = peers[p], .codec = lc, .first_seq = td_linkq_reserve(l->q, most)};
     td_codec_format(td_link_codec_spec(lc), t->codec_text, sizeof t->codec_text);
   }
   job->req.data = job;
@@ -755,7 +779,7 @@ static void start_pack(node_t *n, uint64_t round) {
 
 static void begin_round(node_t *n, uint64_t round) {
   uint64_t peers[TD_MEMBERS_MAX];
-  size_t np = run_peers(n, peers);
+  size_t np = run_peers_at(n, round, peers);
   n->r.round = round;
   td_round_begin(n->r.collector, round, peers, np);
   n->r.round_started = wall_s();
@@ -772,9 +796,9 @@ static ledger_op_t *round_row(node_t *n, uint64_t round, double eval_acc) {
   double now = wall_s();
   op->round_row = (td_ledger_round_t){
       .run_id = n->r.run_id, .round = round, .started = n->r.round_started,
-      .ended = now, .local_steps = o->steps, .batch = o->batch, .samples = o->samples,
+      .ended = now, .local_steps = o->steps + o->fill_steps, .batch = o->batch, .samples = o->samples,
       .loss = o->loss, .eval_acc = eval_acc, .bytes_sent = n->r.bytes_sent_round,
-      .bytes_recv = n->r.bytes_recv_round, .lr = o->lr, .compute_s = o->compute_s,
+      .bytes_recv = n->r.bytes_recv_round, .lr = o->lr, .compute_s = o->compute_s + o->fill_s,
       .wait_s = o->idle_s, .capacity = o->capacity};
   n->r.last_round_row = op->round_row;
   return op;
@@ -914,6 +938,7 @@ static void finish_run(node_t *n, const char *state, double test_accuracy, const
   close_async_inboxes(n);
   free(n->r.probe_blob);
   n->r.probe_blob = NULL;
+  join_reset(n);
   xfer_reset(n);
   if (!n->r.pack_in_flight) /* else the next start_run closes them */
     close_link_codecs(n);
@@ -934,6 +959,13 @@ static void xfer_reset(node_t *n) {
   memset(&n->r.xfer, 0, sizeof n->r.xfer);
 }
 
+static void join_reset(node_t *n) {
+  free(n->r.join_blob);
+  n->r.join_blob = NULL;
+  n->r.join_want = n->r.join_blob_round = 0;
+  n->r.n_join_waiting = 0;
+}
+
 static void request_snapshot(node_t *n) {
   link_t *l = link_find(n, n->r.xfer.peer);
   if (l == NULL)
@@ -941,6 +973,7 @@ static void request_snapshot(node_t *n) {
   Traind__SnapshotRequest rq = TRAIND__SNAPSHOT_REQUEST__INIT;
   rq.round = n->r.xfer.round;
   rq.offset = n->r.xfer.received;
+  rq.join = n->r.xfer.join;
   Traind__Envelope env = TRAIND__ENVELOPE__INIT;
   env.body_case = TRAIND__ENVELOPE__BODY_SNAPSHOT_REQUEST;
   env.snapshot_request = &rq;
@@ -1003,6 +1036,8 @@ static void on_probe(node_t *n, const td_run_event_t *ev) {
   decide_transfer(n);
 }
 
+static void on_anchor(node_t *n, td_run_event_t *ev);
+
 static void on_run_events(td_run_t *run, void *user) {
   node_t *n = user;
   td_run_event_t ev;
@@ -1022,7 +1057,7 @@ static void on_run_events(td_run_t *run, void *user) {
       *o = (own_round_t){.round = ev.round, .samples = ev.samples, .loss = ev.loss,
                          .compute_s = ev.compute_s, .idle_s = ev.idle_s, .lr = ev.lr,
                          .capacity = ev.capacity, .done_at = mono_s(), .batch = ev.batch,
-                         .steps = ev.steps};
+                         .steps = ev.steps, .fill_steps = ev.fill_steps, .fill_s = ev.fill_s};
       n->r.own_done = ev.round;
       n->r.own_loss = ev.loss;
       n->r.lr = ev.lr;
@@ -1043,6 +1078,9 @@ static void on_run_events(td_run_t *run, void *user) {
     }
     case TD_RUN_PROBE:
       on_probe(n, &ev);
+      break;
+    case TD_RUN_ANCHOR:
+      on_anchor(n, &ev);
       break;
     case TD_RUN_CHECKPOINT: {
       ledger_op_t *ck = op_new(n, OP_CKPT);
@@ -1095,8 +1133,12 @@ static uint64_t fnv1a64(const void *data, size_t len, uint64_t h) {
 }
 
 /* Start run_id on this node as member `rank` of members[]. */
+/* Start run `run_id` as one of `members`. A late joiner (first_round > 1)
+ * takes part from first_round on and fetches the consensus model from
+ * `sponsor` first. */
 static int start_run(node_t *n, uint64_t run_id, const char *spec_text, const uint64_t *members,
-                     size_t n_members, char *why, size_t why_len) {
+                     size_t n_members, uint64_t first_round, uint64_t sponsor, char *why,
+                     size_t why_len) {
   td_runspec_t spec;
   td_runspec_defaults(&spec);
   int rc = 0;
@@ -1121,8 +1163,11 @@ static int start_run(node_t *n, uint64_t run_id, const char *spec_text, const ui
   if (n->r.run != NULL)
     return td_why(why, why_len, TD_EINVAL, "run %016" PRIx64 " is already running",
                   n->r.run_id);
+  if (first_round > 1 && spec.mode_kind == TD_MODE_ASYNC)
+    return td_why(why, why_len, TD_EINVAL, "late join is for sync and overlap runs");
   td_run_opts_t opts = {.spec = &spec, .rank = (unsigned)rank, .nodes = (unsigned)n_members,
-                        .loop = &n->loop, .on_events = on_run_events, .user = n};
+                        .first_round = first_round, .loop = &n->loop,
+                        .on_events = on_run_events, .user = n};
   td_run_t *run = NULL;
   if ((rc = td_run_start(&run, &opts, why, why_len)) != 0)
     return rc;
@@ -1184,18 +1229,34 @@ static int start_run(node_t *n, uint64_t run_id, const char *spec_text, const ui
   free(n->r.probe_blob);
   n->r.probe_blob = NULL;
   xfer_reset(n);
-  n->r.transfers = n->r.snapshots_served = 0;
+  join_reset(n);
+  n->r.transfers = n->r.snapshots_served = n->r.joins = 0;
+  first_round = first_round > 1 ? first_round : 1;
+  n->r.first_round = first_round;
+  memset(n->r.since, 0, sizeof n->r.since);
+  n->r.since[rank] = first_round;
+  n->r.own_done = n->r.packed = first_round - 1;
   for (size_t i = 0; i < n_members; i++)
     n->r.plan[i] = td_run_split_batch(spec.batch, (unsigned)i, (unsigned)n_members);
-  begin_round(n, 1);
+  begin_round(n, first_round);
+  if (first_round > 1) { /* fetch the members' model before the first round */
+    n->r.xfer.total = td_run_anchor_bytes(run);
+    if ((n->r.xfer.buf = malloc(n->r.xfer.total)) != NULL) {
+      n->r.xfer.active = n->r.xfer.join = true;
+      n->r.xfer.peer = sponsor;
+      n->r.xfer.round = first_round - 1;
+      request_snapshot(n);
+    }
+  }
   ledger_op_t *op = op_new(n, OP_RUN_START);
   if (op) {
     op->run_id = run_id;
     op->big = strdup(spec_text);
   }
-  ledger_event(n, "run_start", "run %016" PRIx64 " rank %zu of %zu", run_id, rank, n_members);
-  td_log_info("run %016" PRIx64 " started: rank %zu of %zu, model %s, dataset %s", run_id, rank,
-              n_members, spec.model, spec.dataset);
+  ledger_event(n, "run_start", "run %016" PRIx64 " rank %zu of %zu, from round %" PRIu64,
+               run_id, rank, n_members, first_round);
+  td_log_info("run %016" PRIx64 " started: rank %zu of %zu, model %s, dataset %s%s", run_id, rank,
+              n_members, spec.model, spec.dataset, first_round > 1 ? " (late join)" : "");
   ledger_flush(n);
   return 0;
 }
@@ -1419,23 +1480,16 @@ static void on_eval_report(node_t *n, const Traind__Envelope *env) {
                                 .loss = env->eval_report->loss, .have = true};
 }
 
-/* Serve our probed model from `offset` as bulk chunks on the link queue. */
-static void on_snapshot_request(node_t *n, const Traind__Envelope *env, link_t *l) {
-  uint64_t total = n->r.run ? td_run_numel(n->r.run) * sizeof(float) : 0;
-  const Traind__SnapshotRequest *rq = env->snapshot_request;
-  if (l == NULL || n->r.run == NULL || env->run_id != n->r.run_id ||
-      member_index(n, env->sender) == TD_MEMBERS_MAX || n->r.probe_blob == NULL ||
-      rq->offset >= total) {
-    note_drop(n, &n->drops.wrong_run, "snapshot request we cannot serve");
-    return;
-  }
+/* Queue `blob` (total bytes) from `offset` as bulk chunks on the link queue. */
+static void serve_blob(node_t *n, link_t *l, const void *blob, uint64_t total, uint64_t round,
+                       uint64_t offset) {
   double now = mono_s();
   /* a resumed request supersedes what is still queued from the last one */
   td_linkq_drop_class(l->q, TD_PRIO_BULK);
-  const uint8_t *src = (const uint8_t *)n->r.probe_blob;
-  for (uint64_t off = rq->offset; off < total; off += TD_WIRE_MAX_CHUNK) {
+  const uint8_t *src = blob;
+  for (uint64_t off = offset; off < total; off += TD_WIRE_MAX_CHUNK) {
     Traind__SnapshotChunk ch = TRAIND__SNAPSHOT_CHUNK__INIT;
-    ch.round = n->r.probe_round;
+    ch.round = round;
     ch.offset = off;
     ch.total_bytes = total;
     ch.payload.data = (uint8_t *)src + off;
@@ -1456,6 +1510,41 @@ static void on_snapshot_request(node_t *n, const Traind__Envelope *env, link_t *
   pump(n, l);
 }
 
+/* A peer asks for our probed model (knowledge transfer) or, with `join`, for
+ * the anchor a late joiner starts from (served when the compute thread has
+ * posted it; a request that comes first waits for it). */
+static void on_snapshot_request(node_t *n, const Traind__Envelope *env, link_t *l) {
+  const Traind__SnapshotRequest *rq = env->snapshot_request;
+  bool member = n->r.run != NULL && env->run_id == n->r.run_id &&
+                member_index(n, env->sender) != TD_MEMBERS_MAX;
+  if (l != NULL && member && rq->join) {
+    uint64_t total = td_run_anchor_bytes(n->r.run);
+    if (rq->offset >= total || rq->round == 0 ||
+        (rq->round != n->r.join_blob_round && rq->round != n->r.join_want)) {
+      note_drop(n, &n->drops.wrong_run, "join snapshot request for a round we do not hold");
+    } else if (n->r.join_blob != NULL && rq->round == n->r.join_blob_round) {
+      serve_blob(n, l, n->r.join_blob, total, rq->round, rq->offset);
+    } else {
+      size_t i = 0;
+      while (i < n->r.n_join_waiting && n->r.join_waiting[i].peer != env->sender)
+        i++;
+      if (i < sizeof n->r.join_waiting / sizeof n->r.join_waiting[0]) {
+        n->r.join_waiting[i].peer = env->sender;
+        n->r.join_waiting[i].offset = rq->offset;
+        if (i == n->r.n_join_waiting)
+          n->r.n_join_waiting++;
+      }
+    }
+    return;
+  }
+  uint64_t total = n->r.run ? td_run_numel(n->r.run) * sizeof(float) : 0;
+  if (l == NULL || !member || n->r.probe_blob == NULL || rq->offset >= total) {
+    note_drop(n, &n->drops.wrong_run, "snapshot request we cannot serve");
+    return;
+  }
+  serve_blob(n, l, n->r.probe_blob, total, n->r.probe_round, rq->offset);
+}
+
 static void on_snapshot_chunk(node_t *n, const Traind__Envelope *env) {
   const Traind__SnapshotChunk *ch = env->snapshot_chunk;
   send_ack(n, env->sender, 1, env->seq, ch->payload.len); /* frees the sender's window */
@@ -1474,6 +1563,23 @@ static void on_snapshot_chunk(node_t *n, const Traind__Envelope *env) {
   size_t numel = n->r.xfer.total / sizeof(float), bad = 0;
   for (size_t i = 0; i < numel; i++)
     bad += !isfinite(x[i]);
+  if (n->r.xfer.join) {
+    if (bad) { /* ask again: the serving node's copy cannot hold NaN */
+      note_drop(n, &n->drops.rejected, "join snapshot holds NaN/Inf; fetching it again");
+      n->r.xfer.received = 0;
+      request_snapshot(n);
+      return;
+    }
+    td_run_seed(n->r.run, x, n->r.xfer.total);
+    ledger_event(n, "joined", "run %016" PRIx64 " from round %" PRIu64 " with the model of %016"
+                 PRIx64 " (%" PRIu64 " bytes)", n->r.run_id, n->r.first_round, n->r.xfer.peer,
+                 n->r.xfer.total);
+    td_log_info("joined run %016" PRIx64 " at round %" PRIu64 " with the model of %016" PRIx64
+                " (%" PRIu64 " KiB)", n->r.run_id, n->r.first_round, n->r.xfer.peer,
+                n->r.xfer.total / 1024);
+    xfer_reset(n);
+    return;
+  }
   if (bad) {
     note_drop(n, &n->drops.rejected, "transferred model holds NaN/Inf; not merged");
   } else {
@@ -1485,6 +1591,148 @@ static void on_snapshot_chunk(node_t *n, const Traind__Envelope *env) {
                 n->r.spec.transfer_lambda);
   }
   xfer_reset(n);
+}
+
+/* ---- late join ---------------------------------------------------------------------
+ * A node that joins the cluster while a run is going (trainctl join) is
+ * admitted by the run member with the lowest id among those reachable: it
+ * picks round R = its open round + 3 (no member has begun R yet: members are
+ * at most one round apart, and R - 1 is still ahead of every compute thread)
+ * and sends RunStart{members + joiner, join_round R} to the members and to
+ * the joiner. From R on every member expects the joiner's update, sends it
+ * its own and counts it in the batch split. The admitter asks its compute
+ * thread for the anchor once it holds round R - 1; the joiner fetches it
+ * (bulk, chunked, resumable: SnapshotRequest{join}) and starts from it at R,
+ * its learning-rate schedule moved to where the others are. */
+
+static void add_member(node_t *n, uint64_t id, uint64_t from) {
+  if (member_index(n, id) != TD_MEMBERS_MAX || n->r.n_members >= TD_MEMBERS_MAX ||
+      n->r.n_members >= TD_ROUND_MAX_PEERS)
+    return;
+  size_t i = n->r.n_members;
+  if (td_link_codec_open(&n->r.link_codecs[i], &n->r.codec, td_run_layout(n->r.run),
+                         n->r.spec.seed, id ^ (n->node_id * 0x9e3779b97f4a7c15ull)) != 0) {
+    td_log_warn("out of memory for the link codec of %016" PRIx64 ": not admitted", id);
+    return;
+  }
+  n->r.members[i] = id;
+  n->r.since[i] = from;
+  n->r.n_members++;
+  memset(n->r.peer_capacity[i], 0, sizeof n->r.peer_capacity[i]);
+  memset(n->r.peer_capacity_round[i], 0, sizeof n->r.peer_capacity_round[i]);
+  /* from R on the batch is split evenly again, until the joiner has measured */
+  unsigned k = (unsigned)n->r.n_members;
+  for (size_t j = 0; j < n->r.n_members; j++)
+    n->r.plan[j] = td_run_split_batch(n->r.spec.batch, (unsigned)j, k);
+  td_run_set_nodes(n->r.run, from, k);
+  td_run_set_batch(n->r.run, from, n->r.plan[n->r.rank]);
+  ledger_event(n, "member_added", "%016" PRIx64 " joins run %016" PRIx64 " at round %" PRIu64,
+               id, n->r.run_id, from);
+  td_log_info("peer %016" PRIx64 " joins the run at round %" PRIu64 " (%u nodes)", id, from, k);
+}
+
+/* RunStart with join_round: as a member, take the joiner in; as the joiner,
+ * start the run from join_round. */
+static void on_admission(node_t *n, const Traind__Envelope *env) {
+  const Traind__RunStart *rs = env->run_start;
+  size_t k = rs->n_members;
+  if (k < 2 || k > TD_MEMBERS_MAX || rs->joiner == 0 || rs->members[k - 1] != rs->joiner) {
+    note_drop(n, &n->drops.malformed, "run admission with a bad member list");
+    return;
+  }
+  if (rs->joiner == n->node_id) {
+    if (n->r.run != NULL) {
+      if (n->r.run_id != env->run_id)
+        note_drop(n, &n->drops.wrong_run, "admission into a run while running another");
+      return; /* or a repeat of the admission we acted on */
+    }
+    char why[512] = "";
+    if (start_run(n, env->run_id, rs->spec, rs->members, k, rs->join_round, env->sender, why,
+                  sizeof why) != 0) {
+      td_log_warn("cannot join run %016" PRIx64 ": %s", env->run_id, why);
+      ledger_event(n, "run_refused", "run %016" PRIx64 ": %s", env->run_id, why);
+    }
+    return;
+  }
+  if (n->r.run == NULL || n->r.run_id != env->run_id) {
+    note_drop(n, &n->drops.wrong_run, "admission into a run this node is not running");
+    return;
+  }
+  if (member_index(n, rs->joiner) != TD_MEMBERS_MAX)
+    return; /* already in */
+  /* the list must be ours plus the joiner, or the members would disagree */
+  bool same = k == n->r.n_members + 1;
+  for (size_t i = 0; same && i + 1 < k; i++)
+    same = rs->members[i] == n->r.members[i];
+  if (!same || rs->join_round <= n->r.round) {
+    td_log_warn("admission of %016" PRIx64 " at round %" PRIu64 " does not fit this node's run "
+                "(round %" PRIu64 ", %zu members): ignored", rs->joiner, rs->join_round,
+                n->r.round, n->r.n_members);
+    n->drops.wrong_run++;
+    return;
+  }
+  add_member(n, rs->joiner, rs->join_round);
+}
+
+/* Heartbeat tick: admit one idle, alive node that is not in the run. */
+static void maybe_admit(node_t *n) {
+  if (n->r.run == NULL || !n->r.ready || n->r.spec.mode_kind == TD_MODE_ASYNC ||
+      n->r.round <= n->r.first_round || n->r.round + 4 > n->r.rounds ||
+      n->r.n_members >= TD_MEMBERS_MAX || n->r.n_members >= TD_ROUND_MAX_PEERS ||
+      (n->r.join_want != 0 && n->r.join_blob_round != n->r.join_want))
+    return;
+  for (size_t i = 0; i < n->r.n_members; i++) /* the lowest reachable id admits */
+    if (n->r.members[i] < n->node_id && member_reachable(n, n->r.members[i]))
+      return;
+  uint64_t joiner = 0;
+  for (size_t i = 0; i < n->n_links && joiner == 0; i++) {
+    td_member_t *m = n->links[i].peer ? td_members_find(n->members, n->links[i].peer) : NULL;
+    if (m != NULL && m->state == TD_PEER_ALIVE && m->reported && m->run_id == 0 &&
+        member_index(n, m->node_id) == TD_MEMBERS_MAX)
+      joiner = m->node_id;
+  }
+  if (joiner == 0)
+    return;
+  uint64_t R = n->r.round + 3;
+  uint64_t members[TD_MEMBERS_MAX];
+  memcpy(members, n->r.members, n->r.n_members * sizeof *members);
+  members[n->r.n_members] = joiner;
+  Traind__RunStart rs = TRAIND__RUN_START__INIT;
+  rs.spec = n->r.spec_text;
+  rs.members = members;
+  rs.n_members = n->r.n_members + 1;
+  rs.join_round = R;
+  rs.joiner = joiner;
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_RUN_START;
+  env.run_start = &rs;
+  env.run_id = n->r.run_id;
+  for (size_t i = 0; i < rs.n_members; i++) {
+    link_t *l = members[i] != n->node_id ? link_find(n, members[i]) : NULL;
+    if (l != NULL)
+      send_envelope(n, l, &env);
+  }
+  add_member(n, joiner, R);
+  n->r.joins++;
+  free(n->r.join_blob);
+  n->r.join_blob = NULL;
+  n->r.join_blob_round = 0;
+  n->r.join_want = R - 1;
+  td_run_want_anchor(n->r.run, R - 1);
+}
+
+/* The compute thread posted the anchor a joiner starts from: serve waiters. */
+static void on_anchor(node_t *n, td_run_event_t *ev) {
+  free(n->r.join_blob);
+  n->r.join_blob = ev->blob;
+  n->r.join_blob_round = ev->round;
+  for (size_t i = 0; i < n->r.n_join_waiting; i++) {
+    link_t *l = link_find(n, n->r.join_waiting[i].peer);
+    if (l != NULL)
+      serve_blob(n, l, n->r.join_blob, td_run_anchor_bytes(n->r.run), ev->round,
+                 n->r.join_waiting[i].offset);
+  }
+  n->r.n_join_waiting = 0;
 }
 
 static void on_envelope(node_t *n, Traind__Envelope *env, size_t bytes) {
@@ -1529,6 +1777,8 @@ static void on_envelope(node_t *n, Traind__Envelope *env, size_t bytes) {
     if (isfinite(env->heartbeat->capacity) && env->heartbeat->capacity >= 0)
       m->capacity = env->heartbeat->capacity;
     m->round = env->heartbeat->round;
+    m->run_id = env->heartbeat->run_state ? env->run_id : 0;
+    m->reported = true;
     learn_peers(n, env->heartbeat->peers, env->heartbeat->n_peers);
     break;
   }
@@ -1548,11 +1798,16 @@ static void on_envelope(node_t *n, Traind__Envelope *env, size_t bytes) {
       note_drop(n, &n->drops.not_member, "run start from an unknown node");
       return;
     }
+    const Traind__RunStart *rs = env->run_start;
+    if (rs->join_round > 0) {
+      on_admission(n, env);
+      return;
+    }
     if (n->r.run != NULL && n->r.run_id == env->run_id)
       return; /* already running it */
     char why[512] = "";
-    if (start_run(n, env->run_id, env->run_start->spec, env->run_start->members,
-                  env->run_start->n_members, why, sizeof why) != 0) {
+    if (start_run(n, env->run_id, rs->spec, rs->members, rs->n_members, 1, 0, why,
+                  sizeof why) != 0) {
       td_log_warn("cannot start run %016" PRIx64 " from %016" PRIx64 ": %s", env->run_id,
                   env->sender, why);
       ledger_event(n, "run_refused", "run %016" PRIx64 ": %s", env->run_id, why);
@@ -1726,12 +1981,20 @@ static void on_heartbeat(uv_timer_t *t) {
     if (td_linkq_expire(n->links[i].q, mono_s(), 30.0) > 0)
       pump(n, &n->links[i]);
   }
-  if (n->r.run != NULL && n->r.xfer.active && mono_s() - n->r.xfer.last > 10.0) {
-    if (member_reachable(n, n->r.xfer.peer))
+  if (n->r.run != NULL && n->r.xfer.active &&
+      mono_s() - n->r.xfer.last > (n->r.xfer.join ? 3.0 : 10.0)) {
+    if (member_reachable(n, n->r.xfer.peer)) {
       request_snapshot(n); /* resume from what arrived */
-    else
+    } else if (n->r.xfer.join) {
+      td_log_error("run %016" PRIx64 ": the member serving the model to join from is gone; "
+                   "giving up the run", n->r.run_id);
+      td_run_stop(n->r.run);
       xfer_reset(n);
+    } else {
+      xfer_reset(n);
+    }
   }
+  maybe_admit(n);
   if (n->r.run != NULL) {
     check_deadline(n);
     try_close_round(n);
@@ -1897,6 +2160,8 @@ static json_object *status_json(node_t *n) {
                          json_object_new_int64((int64_t)n->r.updates_received));
   json_object_object_add(run, "late_peers", json_object_new_int64((int64_t)n->r.late_peers));
   json_object_object_add(run, "transfers", json_object_new_int64((int64_t)n->r.transfers));
+  json_object_object_add(run, "first_round", json_object_new_int64((int64_t)n->r.first_round));
+  json_object_object_add(run, "joins_admitted", json_object_new_int64((int64_t)n->r.joins));
   json_object_object_add(run, "snapshots_served",
                          json_object_new_int64((int64_t)n->r.snapshots_served));
   json_object_object_add(run, "capacity", json_real(n->r.capacity > 0 ? n->r.capacity : NAN));
@@ -2015,7 +2280,7 @@ static void cmd_start(control_conn_t *c, const Traind__ControlRequest *req) {
   run_id = fnv1a64(&now, sizeof now, run_id);
   if (run_id == 0)
     run_id = 1;
-  rc = start_run(n, run_id, text, members, nm, why, sizeof why);
+  rc = start_run(n, run_id, text, members, nm, 1, 0, why, sizeof why);
   if (rc != 0) {
     free(text);
     respond(c, rc, why, NULL);

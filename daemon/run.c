@@ -43,6 +43,11 @@ struct td_run {
   float *inbox;        /* async: weighted peer deltas not yet applied */
   float *merge;        /* knowledge transfer: a better peer's model, pending */
   double merge_lambda; /* > 0 while a merge is pending */
+  uint64_t first_round; /* late join: the first round this node takes part in */
+  float *seed;          /* late join: anchor (+ momentum) from a member, NULL until given */
+  uint64_t want_anchor; /* post TD_RUN_ANCHOR once the anchor holds this round */
+  uint64_t nodes_from;  /* from this round on, `nodes_next` nodes share the batch */
+  unsigned nodes_next;
   struct { uint64_t from; unsigned batch; } plans[PLAN_RING];
   unsigned n_plans;
 
@@ -173,6 +178,43 @@ static bool wait_release(td_run_t *run, uint64_t round, double *idle) {
   return ok;
 }
 
+/* Overlap fill (overlap_fill = F > 0): up to F x H local steps while round
+ * `round`'s average is still in flight, so compute waits less for a slow
+ * network. Off by default: on narrow links the larger deltas compress worse
+ * (on the emulated 2 Mbit/s WAN of bench_wan.sh, unbounded fill ran ~6000
+ * steps a round and ended at 0.79 test accuracy). They belong to the next
+ * round (its delta, samples and loss) and do not move the learning-rate
+ * schedule, which keeps following the nominal H steps per round. */
+typedef struct {
+  uint64_t samples;
+  double loss_sum, seconds;
+  unsigned steps;
+} fill_t;
+
+static void sleep_for(td_run_t *run, double seconds);
+
+static int fill_until(td_run_t *run, td_trainer_t *tr, uint64_t round, unsigned max_steps,
+                      fill_t *f, char *why, size_t why_len) {
+  while (f->steps < max_steps) {
+    pthread_mutex_lock(&run->mu);
+    bool done = run->stop || run->released_round >= round;
+    pthread_mutex_unlock(&run->mu);
+    if (done)
+      return 0;
+    double t0 = mono_now();
+    td_train_stats_t st;
+    int rc = td_trainer_fill_steps(tr, 1, &st, why, why_len);
+    if (rc != 0)
+      return rc;
+    sleep_for(run, (run->slowdown - 1) * (mono_now() - t0));
+    f->samples += st.samples;
+    f->loss_sum += st.loss * (double)st.samples;
+    f->seconds += mono_now() - t0;
+    f->steps++;
+  }
+  return 0;
+}
+
 /* slowdown = F: stay idle (F - 1) times the compute time, so the node's
  * throughput is F times lower without burning a core another node needs. */
 static void sleep_for(td_run_t *run, double seconds) {
@@ -246,7 +288,13 @@ static void apply_round(td_run_t *run, uint64_t r, float *params, bool overlap) 
   const float *own = run->delta[r % 2];
   for (size_t i = 0; i < run->numel; i++) {
     run->anchor[i] += avg[i];
-    params[i] = overlap ? params[i] + avg[i] - own[i] : run->anchor[i];
+    if (overlap) { /* the round start moves with params: fill steps stay progress */
+      float swap = avg[i] - own[i];
+      params[i] += swap;
+      run->start[i] += swap;
+    } else {
+      params[i] = run->anchor[i];
+    }
   }
 }
 
@@ -283,6 +331,57 @@ static int load_partition(td_run_t *run, td_dataset_t **train, td_dataset_t **te
   td_dataset_close(train);
   *train = sub;
   return 0;
+}
+
+static unsigned nodes_at(td_run_t *run, uint64_t round) {
+  pthread_mutex_lock(&run->mu);
+  unsigned k = run->nodes_from && round >= run->nodes_from ? run->nodes_next : run->nodes;
+  pthread_mutex_unlock(&run->mu);
+  return k;
+}
+
+static size_t anchor_floats(const td_run_t *run) { return run->numel * (run->mom ? 2 : 1); }
+
+/* Late join, serving side: a copy of the anchor (and the outer momentum) once
+ * it holds `round`, for a node that joins from round + 1. */
+static void post_anchor(td_run_t *run, uint64_t round) {
+  pthread_mutex_lock(&run->mu);
+  bool want = run->want_anchor == round;
+  pthread_mutex_unlock(&run->mu);
+  if (!want)
+    return;
+  td_run_event_t ev = {.kind = TD_RUN_ANCHOR, .round = round};
+  if ((ev.blob = malloc(anchor_floats(run) * sizeof(float))) == NULL)
+    return;
+  memcpy(ev.blob, run->anchor, run->numel * sizeof(float));
+  if (run->mom)
+    memcpy(ev.blob + run->numel, run->mom, run->numel * sizeof(float));
+  if (!post(run, &ev))
+    free(ev.blob);
+}
+
+/* Late join, joining side: wait for the members' model, start from it, and
+ * put the learning-rate schedule where the others are at round `first`. */
+static bool wait_seed(td_run_t *run, td_trainer_t *tr, float *params, uint64_t first) {
+  pthread_mutex_lock(&run->mu);
+  while (!run->stop && run->seed == NULL)
+    pthread_cond_wait(&run->cv, &run->mu);
+  bool ok = !run->stop;
+  if (ok) {
+    memcpy(run->anchor, run->seed, run->numel * sizeof(float));
+    if (run->mom)
+      memcpy(run->mom, run->seed + run->numel, run->numel * sizeof(float));
+  }
+  pthread_mutex_unlock(&run->mu);
+  if (!ok)
+    return false;
+  memcpy(params, run->anchor, run->numel * sizeof(float));
+  memcpy(run->start, params, run->numel * sizeof(float));
+  unsigned long step = 0;
+  for (uint64_t r = 1; r < first && r <= run->rounds; r++)
+    step += td_run_steps_of(run, r);
+  td_trainer_seek(tr, step);
+  return true;
 }
 
 static void *compute_main(void *arg) {
@@ -350,9 +449,13 @@ static void *compute_main(void *arg) {
       val = NULL;
     free(idx);
   }
+  uint64_t first = run->first_round;
+  if (first > 1 && !wait_seed(run, tr, params, first))
+    goto stopped;
   double loss = NAN, acc = NAN, capacity = 0, idle = 0;
+  fill_t fill = {0};
   unsigned batch = run->local_batch;
-  for (uint64_t round = 1; round <= run->rounds; round++) {
+  for (uint64_t round = first; round <= run->rounds; round++) {
     td_train_stats_t st = {0};
     if (stopping(run))
       break;
@@ -363,7 +466,7 @@ static void *compute_main(void *arg) {
     batch = batch_for(run, round, batch);
     td_trainer_set_batch(tr, batch);
     /* linear scaling below the even share: per-sample steps stay the same */
-    double even = (double)run->spec.batch / run->nodes;
+    double even = (double)run->spec.batch / nodes_at(run, round);
     td_trainer_set_lr_scale(tr, batch < even ? batch / even : 1);
     double t0 = mono_now();
     rc = td_trainer_steps(tr, td_run_steps_of(run, round), &st, why, sizeof why);
@@ -375,6 +478,10 @@ static void *compute_main(void *arg) {
     double compute_s = mono_now() - t0;
     if (compute_s > 0)
       capacity = td_plan_ewma(capacity, (double)st.samples / compute_s, CAPACITY_RHO);
+    if (fill.samples > 0) { /* last wait's fill steps are this round's progress too */
+      st.loss = (st.loss * (double)st.samples + fill.loss_sum) / (double)(st.samples + fill.samples);
+      st.samples += fill.samples;
+    }
     float *delta = run->delta[round % 2];
     const float *base = mode == TD_MODE_SYNC ? run->anchor : run->start;
     for (size_t i = 0; i < run->numel; i++)
@@ -382,19 +489,31 @@ static void *compute_main(void *arg) {
     td_run_event_t ev = {.kind = TD_RUN_ROUND_DONE, .round = round, .samples = st.samples,
                          .loss = st.loss, .compute_s = compute_s, .idle_s = idle,
                          .capacity = capacity, .batch = batch,
-                         .steps = td_run_steps_of(run, round), .lr = st.lr};
+                         .steps = td_run_steps_of(run, round), .fill_steps = fill.steps,
+                         .fill_s = fill.seconds, .lr = st.lr};
     post(run, &ev);
     idle = 0;
+    fill = (fill_t){0};
     if (mode == TD_MODE_SYNC) {
       if (!wait_release(run, round, &idle))
         break;
       apply_round(run, round, params, false);
+      post_anchor(run, round);
       post_checkpoint(run, round);
     } else if (mode == TD_MODE_OVERLAP) {
-      if (round >= 2) {
+      memcpy(run->start, params, run->numel * sizeof(float));
+      if (round > first) { /* a late joiner's seed already holds round first - 1 */
+        if (run->spec.overlap_fill > 0 && round < run->rounds &&
+            (rc = fill_until(run, tr, round - 1,
+                             run->spec.overlap_fill * td_run_steps_of(run, round + 1), &fill,
+                             why, sizeof why)) != 0) {
+          post_failed(run, why);
+          goto done;
+        }
         if (!wait_release(run, round - 1, &idle))
           break;
         apply_round(run, round - 1, params, true);
+        post_anchor(run, round - 1);
         post_checkpoint(run, round - 1);
       }
       if (round == run->rounds) { /* the last average, then the consensus model */
@@ -416,7 +535,8 @@ static void *compute_main(void *arg) {
       memcpy(run->start, params, run->numel * sizeof(float));
       post_checkpoint(run, round);
     }
-    memcpy(run->start, params, run->numel * sizeof(float));
+    if (mode == TD_MODE_SYNC) /* overlap moved its start with the swap */
+      memcpy(run->start, params, run->numel * sizeof(float));
     if (val != NULL && round % run->spec.transfer == 0 && round < run->rounds)
       post_probe(run, tr, val, round, params);
     if (round % run->spec.eval_every == 0 || round == run->rounds) {
@@ -430,6 +550,7 @@ static void *compute_main(void *arg) {
       post(run, &e2);
     }
   }
+stopped:
   if (stopping(run)) {
     td_run_event_t ev = {.kind = TD_RUN_STOPPED};
     post(run, &ev);
@@ -453,6 +574,7 @@ static void free_buffers(td_run_t *run) {
   free(run->inbox);
   free(run->mom);
   free(run->merge);
+  free(run->seed);
   free(run->steps_of);
 }
 
@@ -475,6 +597,7 @@ int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t wh
   run->spec = *opts->spec;
   run->rank = opts->rank;
   run->nodes = opts->nodes;
+  run->first_round = opts->first_round > 1 ? opts->first_round : 1;
   run->local_batch = td_run_split_batch(run->spec.batch, run->rank, run->nodes);
   run->slowdown = td_runspec_slowdown(&run->spec, run->rank);
   run->loop = opts->loop;
@@ -595,6 +718,38 @@ void td_run_merge(td_run_t *run, const float *x, double lambda) {
     memcpy(run->merge, x, run->numel * sizeof(float));
     run->merge_lambda = lambda;
   }
+  pthread_mutex_unlock(&run->mu);
+}
+
+size_t td_run_anchor_bytes(const td_run_t *run) { return anchor_floats(run) * sizeof(float); }
+
+int td_run_seed(td_run_t *run, const float *x, size_t bytes) {
+  if (bytes != td_run_anchor_bytes(run))
+    return TD_EINVAL;
+  float *copy = malloc(bytes);
+  if (copy == NULL)
+    return TD_ENOMEM;
+  memcpy(copy, x, bytes);
+  pthread_mutex_lock(&run->mu);
+  free(run->seed);
+  run->seed = copy;
+  pthread_cond_broadcast(&run->cv);
+  pthread_mutex_unlock(&run->mu);
+  return 0;
+}
+
+void td_run_want_anchor(td_run_t *run, uint64_t round) {
+  pthread_mutex_lock(&run->mu);
+  run->want_anchor = round;
+  pthread_mutex_unlock(&run->mu);
+}
+
+void td_run_set_nodes(td_run_t *run, uint64_t from_round, unsigned nodes) {
+  if (nodes == 0)
+    return;
+  pthread_mutex_lock(&run->mu);
+  run->nodes_from = from_round;
+  run->nodes_next = nodes;
   pthread_mutex_unlock(&run->mu);
 }
 

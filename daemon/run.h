@@ -36,6 +36,8 @@ typedef enum {
   TD_RUN_ROUND_DONE, /* local steps of `round` done; delta ready */
   TD_RUN_EVAL,       /* anchor after `round` evaluated */
   TD_RUN_CHECKPOINT, /* blob: a copy of the anchor after `round` (loop owns it) */
+  TD_RUN_ANCHOR,     /* late join: blob: the anchor holding `round` (then the outer
+                        momentum when the run has one), td_run_anchor_bytes(); loop owns it */
   TD_RUN_PROBE,      /* knowledge transfer: loss on the shared validation subset,
                         blob: a copy of the local model (loop owns it) */
   TD_RUN_FINISHED,   /* all rounds done; final evaluation in accuracy/loss */
@@ -54,6 +56,9 @@ typedef struct {
   double capacity;      /* ROUND_DONE: samples/s, EWMA over rounds */
   unsigned batch;       /* ROUND_DONE: rows per step in the round */
   unsigned steps;       /* ROUND_DONE: local steps in the round (H) */
+  unsigned fill_steps;  /* ROUND_DONE: overlap: extra steps taken while waiting, included
+                           in samples and loss but not in compute_s */
+  double fill_s;        /* ROUND_DONE: seconds of those fill steps */
   double lr;
   float *blob;          /* CHECKPOINT: td_run_numel() floats, malloc'd, owned by the receiver */
   char message[256];    /* FAILED */
@@ -64,6 +69,9 @@ typedef struct td_run td_run_t;
 typedef struct {
   const td_runspec_t *spec; /* copied */
   unsigned rank, nodes;
+  /* Late join: > 1 when this node joins a running run at this round; the
+   * compute thread loads the data, then waits for td_run_seed(). */
+  uint64_t first_round;
   uv_loop_t *loop;
   /* Called on the loop thread whenever events are queued; drain them with
    * td_run_next_event(). */
@@ -98,6 +106,16 @@ void td_run_merge(td_run_t *run, const float *x, double lambda);
 /* Rows per step from round `from_round` on (weighted batching); ignored when
  * outside [1, global batch]. */
 void td_run_set_batch(td_run_t *run, uint64_t from_round, unsigned batch);
+/* Late join. The consensus state is the anchor and, with outer momentum, its
+ * buffer: td_run_anchor_bytes() bytes. A member asks for it with
+ * td_run_want_anchor(run, R - 1) (a TD_RUN_ANCHOR event once the anchor holds
+ * round R - 1); the joiner starts from it with td_run_seed() (copied; TD_EINVAL
+ * for a wrong size), and every node counts `nodes` sharers of the batch from
+ * round R on with td_run_set_nodes(). Any thread. */
+size_t td_run_anchor_bytes(const td_run_t *run);
+int td_run_seed(td_run_t *run, const float *x, size_t bytes);
+void td_run_want_anchor(td_run_t *run, uint64_t round);
+void td_run_set_nodes(td_run_t *run, uint64_t from_round, unsigned nodes);
 /* Ask the compute thread to stop at the next step; it posts TD_RUN_STOPPED. */
 void td_run_stop(td_run_t *run);
 

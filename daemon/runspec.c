@@ -236,6 +236,8 @@ static const run_key_t td__run_keys[] = {
      "weighted (local batch follows measured capacity) | equal"},
     {"slowdown", KEY_STR, F(slowdown), "1", 0, 0, check_slowdown,
      "F or F0,F1,... by rank: make nodes F times slower (experiments)"},
+    {"overlap_fill", KEY_UINT, F(overlap_fill), "0", 0, 1000, NULL,
+     "overlap: up to this many times H extra local steps while the last average is in flight"},
     {"outer_lr", KEY_DOUBLE, F(outer_lr), "1", 1e-6, 100, NULL,
      "outer learning rate on the round average (1 = plain averaging)"},
     {"outer_momentum", KEY_DOUBLE, F(outer_momentum), "0", 0, 0.999999, NULL,

@@ -41,6 +41,7 @@ typedef struct {
   unsigned max_staleness;               /* async:S */
   bool codec_auto;                      /* codec = auto */
   bool weighted_batching;               /* batching = weighted */
+  unsigned overlap_fill;                /* overlap: up to this x H steps instead of waiting */
   double outer_lr, outer_momentum, outer_clip;
   bool outer_nesterov;
   double staleness_kappa;               /* async weight (1 + a)^-kappa */

@@ -161,6 +161,41 @@ START_TEST(set_batch_changes_rows_per_step) {
 }
 END_TEST
 
+/* Overlap mode's fill steps train (parameters move, samples count) at the
+ * current rate without moving the learning-rate schedule on. */
+START_TEST(fill_steps_do_not_advance_the_schedule) {
+  td_backend_t *be = NULL;
+  char why[256] = "";
+  ck_assert_int_eq(td_backend_open(&be, "cpu", 1, why, sizeof why), 0);
+  const char *csv = synthetic_csv();
+  td_dataset_t *ds = NULL;
+  ck_assert_int_eq(td_dataset_load_csv(&ds, csv, why, sizeof why), 0);
+  td_trainer_t *tr = NULL;
+  td_trainer_opts_t o = small_opts(3);
+  ck_assert_int_eq(td_trainer_open(&tr, be, ds, &o, why, sizeof why), 0);
+  td_train_stats_t st;
+  ck_assert_int_eq(td_trainer_steps(tr, 5, &st, why, sizeof why), 0);
+  ck_assert_uint_eq(td_trainer_global_step(tr), 5);
+  ck_assert(st.lr == td_trainer_lr_at(tr, 4));
+  size_t n = td_model_numel(td_trainer_model(tr));
+  float *before = malloc(n * sizeof *before);
+  memcpy(before, td_model_params(td_trainer_model(tr)), n * sizeof *before);
+  ck_assert_int_eq(td_trainer_fill_steps(tr, 7, &st, why, sizeof why), 0);
+  ck_assert_uint_eq(td_trainer_global_step(tr), 5);
+  ck_assert_uint_eq(st.samples, 4 * 32 + 12 + 2 * 32); /* the epoch ends at row 300 */
+  ck_assert(st.lr == td_trainer_lr_at(tr, 5) && td_trainer_lr_at(tr, 5) > td_trainer_lr_at(tr, 11));
+  ck_assert_int_ne(memcmp(before, td_model_params(td_trainer_model(tr)), n * sizeof *before), 0);
+  ck_assert_int_eq(td_trainer_steps(tr, 1, &st, why, sizeof why), 0);
+  ck_assert(st.lr == td_trainer_lr_at(tr, 5));
+  ck_assert_uint_eq(td_trainer_global_step(tr), 6);
+  free(before);
+  td_trainer_close(&tr);
+  td_dataset_close(&ds);
+  td_backend_close(&be);
+  unlink(csv);
+}
+END_TEST
+
 /* The acceptance bar of the foundation issue, on the real dataset. */
 START_TEST(fashion_mnist_one_epoch_reaches_083) {
   char why[512] = "";
@@ -205,6 +240,7 @@ int main(void) {
   tcase_add_test(tc, a_dataset_that_does_not_fit_is_refused);
   tcase_add_test(tc, divergence_stops_with_enumeric);
   tcase_add_test(tc, set_batch_changes_rows_per_step);
+  tcase_add_test(tc, fill_steps_do_not_advance_the_schedule);
   tcase_add_test(tc, fashion_mnist_one_epoch_reaches_083);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
