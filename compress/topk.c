@@ -17,10 +17,18 @@
 enum { CODING_VARINT = 0, CODING_BITMAP = 1, CODING_DENSE = 2 };
 
 static size_t topk_bound(const td_codec_spec_t *s, size_t n, size_t m) {
-  (void)s;
-  size_t count = n * m;
-  /* a varint gap is at most 5 bytes; the encoder never picks more than dense */
-  size_t varint = 5 + count * 9, dense = 5 + count * 4;
+  size_t count = n * m, dense = 5 + count * 4;
+  if (s->density > 0 && s->density < 1) {
+    /* the encoder's smallest coding, bounded: k varint gaps (at most 5 bytes
+     * each) or a bitmap, plus k values; or dense. codec=auto sizes by this. */
+    size_t k = (size_t)floor(s->density * (double)count);
+    k = k ? k : 1;
+    size_t varint = 5 + k * 9, bitmap = 5 + (count + 7) / 8 + 4 * k;
+    size_t sparse = varint < bitmap ? varint : bitmap;
+    return sparse < dense ? sparse : dense;
+  }
+  /* any density (the receiver's check) */
+  size_t varint = 5 + count * 9;
   return varint > dense ? varint : dense;
 }
 

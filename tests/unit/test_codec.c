@@ -187,6 +187,11 @@ START_TEST(auto_fits_budget_and_switches_without_loss) {
                   budgets[b], len);
     ck_assert_msg(len <= prev, "budget %g: %zu bytes > %zu for a larger budget", budgets[b], len,
                   prev);
+    /* top-k uses the budget it has: a tenth of the ternary message still
+     * buys a density well above the 0.01 % floor, and most of the bytes */
+    if (budgets[b] == dense / 50 || budgets[b] == dense / 400)
+      ck_assert_msg(s.density > 5e-4 && (double)len > 0.3 * budgets[b],
+                    "budget %g: topk:%g sends only %zu bytes", budgets[b], s.density, len);
     prev = len;
     td_link_codec_close(&lc);
   }
