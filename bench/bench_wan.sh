@@ -60,7 +60,7 @@ one_run() {
   for i in 0 1 2 3; do
     echo "  node $i ($(td_wan_rate $i) Mbit/s up): compute idle $(sqlite3 "$T/n$i/traind.db" \
       "SELECT printf('%.1f%%', 100.0 * sum(wait_s) / (sum(wait_s) + sum(compute_s))) FROM rounds WHERE $w"), mean batch $(sqlite3 "$T/n$i/traind.db" "SELECT printf('%.1f', avg(batch)) FROM rounds WHERE $w"), codecs by link: $(sqlite3 "$T/n$i/traind.db" \
-      "SELECT group_concat(x, '; ') FROM (SELECT printf('%04x:%s', (peer >> 48) & 65535, codec) || ' x' || count(*) AS x FROM links WHERE $w GROUP BY peer, codec ORDER BY peer)")"
+      "SELECT group_concat(x, '; ') FROM (SELECT printf('%04x:%s', (peer >> 48) & 65535, fam) || CASE WHEN fam = 'topk' THEN printf('(%.4f..%.4f)', min(d), max(d)) ELSE '' END || ' x' || count(*) AS x FROM (SELECT peer, CASE WHEN codec LIKE 'topk:%' THEN 'topk' ELSE codec END AS fam, CASE WHEN codec LIKE 'topk:%' THEN CAST(substr(codec, 6) AS REAL) END AS d FROM links WHERE $w) GROUP BY peer, fam ORDER BY peer)")"
   done
   echo "$ttt" >"$T/$label.ttt"
 }
