@@ -664,6 +664,15 @@ static void pack_done(uv_work_t *req, int status) {
 static void fit_link_codec(node_t *n, link_t *l, td_link_codec_t *lc, const own_round_t *o) {
   td_codec_spec_t spec = {.id = TD_CODEC_TERNARY, .clip = 2.5};
   double t_min = n->r.spec.budget_ms / 1000.0;
+  /* the update two rounds back still unacknowledged (its slot is about to be
+   * reused): the link delivered less than its bytes over the time since, so
+   * the estimate comes down to that. Without it an overestimate (a burst
+   * through a token bucket) locks itself in: updates too big for the link
+   * never get acked in time to correct it. */
+  const pending_update_t *old = l != NULL ? &l->pending[o->round % 2] : NULL;
+  double since = old != NULL && old->sent_at > 0 ? mono_s() - old->sent_at : 0;
+  if (since > 0 && old->bytes > 0 && (double)old->bytes / since < l->goodput_bps)
+    l->goodput_bps = (double)old->bytes / since;
   if (l != NULL && l->goodput_bps > 0) {
     l->budget = 0.8 * l->goodput_bps * (o->compute_s > t_min ? o->compute_s : t_min);
     td_codec_fit_budget(td_run_layout(n->r.run), l->budget, &spec);
