@@ -106,6 +106,9 @@ typedef struct {
   double loss, compute_s, idle_s, lr, capacity, done_at;
   double fill_s; /* overlap: extra steps while waiting (not in compute_s) */
   unsigned batch, steps, fill_steps;
+  double eval_acc;        /* test accuracy evaluated after the round, NAN until then */
+  bool row_written;       /* its ledger row exists (row holds it) */
+  td_ledger_round_t row;
 } own_round_t;
 
 typedef struct node {
@@ -192,7 +195,6 @@ typedef struct node {
     char error[256];
     uint64_t updates_received, rounds_done, late_peers;
     bool pack_in_flight;
-    td_ledger_round_t last_round_row;
     td_codec_spec_t codec;
     char codec_text[32];
     td_link_codec_t *link_codecs[TD_MEMBERS_MAX]; /* by index in members[]; NULL for self */
@@ -801,15 +803,20 @@ static ledger_op_t *round_row(node_t *n, uint64_t round, double eval_acc) {
   ledger_op_t *op = op_new(n, OP_ROUND);
   if (op == NULL)
     return NULL;
-  const own_round_t *o = &n->r.own[round % OWN_RING];
+  own_round_t *o = &n->r.own[round % OWN_RING];
   double now = wall_s();
+  if (isnan(eval_acc) && o->round == round)
+    eval_acc = o->eval_acc; /* overlap: evaluated before the round closed here */
   op->round_row = (td_ledger_round_t){
       .run_id = n->r.run_id, .round = round, .started = n->r.round_started,
       .ended = now, .local_steps = o->steps + o->fill_steps, .batch = o->batch, .samples = o->samples,
       .loss = o->loss, .eval_acc = eval_acc, .bytes_sent = n->r.bytes_sent_round,
       .bytes_recv = n->r.bytes_recv_round, .lr = o->lr, .compute_s = o->compute_s + o->fill_s,
       .wait_s = o->idle_s, .capacity = o->capacity};
-  n->r.last_round_row = op->round_row;
+  if (o->round == round) {
+    o->row = op->round_row;
+    o->row_written = true;
+  }
   return op;
 }
 
@@ -1066,7 +1073,8 @@ static void on_run_events(td_run_t *run, void *user) {
       *o = (own_round_t){.round = ev.round, .samples = ev.samples, .loss = ev.loss,
                          .compute_s = ev.compute_s, .idle_s = ev.idle_s, .lr = ev.lr,
                          .capacity = ev.capacity, .done_at = mono_s(), .batch = ev.batch,
-                         .steps = ev.steps, .fill_steps = ev.fill_steps, .fill_s = ev.fill_s};
+                         .steps = ev.steps, .fill_steps = ev.fill_steps, .fill_s = ev.fill_s,
+                         .eval_acc = NAN};
       n->r.own_done = ev.round;
       n->r.own_loss = ev.loss;
       n->r.lr = ev.lr;
@@ -1108,10 +1116,17 @@ static void on_run_events(td_run_t *run, void *user) {
     case TD_RUN_FINISHED: {
       n->r.last_eval_acc = ev.accuracy;
       n->r.test_loss = ev.loss;
-      ledger_op_t *op = op_new(n, OP_ROUND);
-      if (op != NULL) {
-        op->round_row = n->r.last_round_row;
-        op->round_row.eval_acc = ev.accuracy;
+      /* the accuracy belongs to the row of ev.round: in overlap mode the
+       * compute thread evaluates round r before the loop closes it, so it
+       * waits in the ring and round_row() writes it with the row */
+      own_round_t *o = &n->r.own[ev.round % OWN_RING];
+      if (o->round == ev.round) {
+        o->eval_acc = ev.accuracy;
+        ledger_op_t *op = o->row_written ? op_new(n, OP_ROUND) : NULL;
+        if (op != NULL) {
+          op->round_row = o->row;
+          op->round_row.eval_acc = ev.accuracy;
+        }
       }
       td_log_info("round %" PRIu64 "/%" PRIu64 ": test accuracy %.4f, test loss %.4f",
                   ev.round, n->r.rounds, ev.accuracy, ev.loss);
