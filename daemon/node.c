@@ -1156,7 +1156,6 @@ static uint64_t fnv1a64(const void *data, size_t len, uint64_t h) {
   return h;
 }
 
-/* Start run_id on this node as member `rank` of members[]. */
 /* Start run `run_id` as one of `members`. A late joiner (first_round > 1)
  * takes part from first_round on and fetches the consensus model from
  * `sponsor` first. */
@@ -1523,12 +1522,12 @@ static void serve_blob(node_t *n, link_t *l, const void *blob, uint64_t total, u
     out.snapshot_chunk = &ch;
     out.run_id = n->r.run_id;
     out.sender = n->node_id;
-    out.seq = td_linkq_next_seq(l->q);
+    out.seq = td_linkq_reserve(l->q, 1);
     uint8_t *buf;
     size_t len;
     if (td_wire_pack(&out, &buf, &len) != 0)
       break;
-    td_linkq_push(l->q, TD_PRIO_BULK, buf, len, true, now);
+    td_linkq_push_seq(l->q, TD_PRIO_BULK, buf, len, true, now, out.seq);
   }
   n->r.snapshots_served++;
   pump(n, l);

@@ -305,7 +305,6 @@ size_t td_linkq_drop_class(td_linkq_t *q, td_prio_t prio) {
   return bytes;
 }
 
-uint64_t td_linkq_next_seq(const td_linkq_t *q) { return q->next_seq; }
 
 void td_linkq_stats(const td_linkq_t *q, td_linkq_stats_t *out) {
   *out = (td_linkq_stats_t){0};

@@ -101,9 +101,6 @@ uint64_t td_linkq_push(td_linkq_t *q, td_prio_t prio, uint8_t *frame, size_t len
 uint64_t td_linkq_reserve(td_linkq_t *q, size_t n);
 uint64_t td_linkq_push_seq(td_linkq_t *q, td_prio_t prio, uint8_t *frame, size_t len, bool acked,
                            double now, uint64_t seq);
-/* The sequence number the next push will get (lets a caller stamp frames
- * before pushing them, when it is the only one pushing in between). */
-uint64_t td_linkq_next_seq(const td_linkq_t *q);
 
 /* The next frame to send at `now` (see the order and window rules above). On
  * true the caller owns out->frame, and an acked frame is in flight, sent at
