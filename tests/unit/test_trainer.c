@@ -131,17 +131,37 @@ END_TEST
 
 /* Weighted batching changes the rows per step within [1, max_batch]; a
  * step then consumes exactly that many samples and stays finite. */
-START_TEST(set_batch_changes_rows_per_step) {
-  td_backend_t *be = NULL;
+/* A trainer on the synthetic CSV (small_opts(seed), max_batch as given). */
+typedef struct {
+  td_backend_t *be;
+  td_dataset_t *ds;
+  td_trainer_t *tr;
+  const char *csv;
+} small_t;
+
+static small_t small_open(uint64_t seed, unsigned max_batch) {
+  small_t f = {0};
   char why[256] = "";
-  ck_assert_int_eq(td_backend_open(&be, "cpu", 1, why, sizeof why), 0);
-  const char *csv = synthetic_csv();
-  td_dataset_t *ds = NULL;
-  ck_assert_int_eq(td_dataset_load_csv(&ds, csv, why, sizeof why), 0);
-  td_trainer_t *tr = NULL;
-  td_trainer_opts_t o = small_opts(1);
-  o.max_batch = 64;
-  ck_assert_int_eq(td_trainer_open(&tr, be, ds, &o, why, sizeof why), 0);
+  ck_assert_int_eq(td_backend_open(&f.be, "cpu", 1, why, sizeof why), 0);
+  f.csv = synthetic_csv();
+  ck_assert_int_eq(td_dataset_load_csv(&f.ds, f.csv, why, sizeof why), 0);
+  td_trainer_opts_t o = small_opts(seed);
+  o.max_batch = max_batch;
+  ck_assert_msg(td_trainer_open(&f.tr, f.be, f.ds, &o, why, sizeof why) == 0, "%s", why);
+  return f;
+}
+
+static void small_close(small_t *f) {
+  td_trainer_close(&f->tr);
+  td_dataset_close(&f->ds);
+  td_backend_close(&f->be);
+  unlink(f->csv);
+}
+
+START_TEST(set_batch_changes_rows_per_step) {
+  small_t f = small_open(1, 64);
+  td_trainer_t *tr = f.tr;
+  char why[256] = "";
   ck_assert_uint_eq(td_trainer_batch(tr), 32);
   ck_assert_int_eq(td_trainer_set_batch(tr, 0), TD_EINVAL);
   ck_assert_int_eq(td_trainer_set_batch(tr, 65), TD_EINVAL);
@@ -154,25 +174,16 @@ START_TEST(set_batch_changes_rows_per_step) {
   ck_assert_uint_eq(st.samples, 15);
   ck_assert(isfinite(st.loss));
   ck_assert(td_trainer_lr_at(tr, 0) == td_trainer_lr_at(tr, 0) && td_trainer_lr_at(tr, 0) > 0);
-  td_trainer_close(&tr);
-  td_dataset_close(&ds);
-  td_backend_close(&be);
-  unlink(csv);
+  small_close(&f);
 }
 END_TEST
 
 /* Overlap mode's fill steps train (parameters move, samples count) at the
  * current rate without moving the learning-rate schedule on. */
 START_TEST(fill_steps_do_not_advance_the_schedule) {
-  td_backend_t *be = NULL;
+  small_t f = small_open(3, 0);
+  td_trainer_t *tr = f.tr;
   char why[256] = "";
-  ck_assert_int_eq(td_backend_open(&be, "cpu", 1, why, sizeof why), 0);
-  const char *csv = synthetic_csv();
-  td_dataset_t *ds = NULL;
-  ck_assert_int_eq(td_dataset_load_csv(&ds, csv, why, sizeof why), 0);
-  td_trainer_t *tr = NULL;
-  td_trainer_opts_t o = small_opts(3);
-  ck_assert_int_eq(td_trainer_open(&tr, be, ds, &o, why, sizeof why), 0);
   td_train_stats_t st;
   ck_assert_int_eq(td_trainer_steps(tr, 5, &st, why, sizeof why), 0);
   ck_assert_uint_eq(td_trainer_global_step(tr), 5);
@@ -189,10 +200,7 @@ START_TEST(fill_steps_do_not_advance_the_schedule) {
   ck_assert(st.lr == td_trainer_lr_at(tr, 5));
   ck_assert_uint_eq(td_trainer_global_step(tr), 6);
   free(before);
-  td_trainer_close(&tr);
-  td_dataset_close(&ds);
-  td_backend_close(&be);
-  unlink(csv);
+  small_close(&f);
 }
 END_TEST
 
