@@ -34,6 +34,8 @@ static void usage(FILE *out) {
           "\n"
           "commands:\n"
           "  join ENDPOINT                  join the cluster of the node at tcp://HOST:PORT\n"
+          "                                 (during a sync or overlap run, also the run:\n"
+          "                                 from a later round, on the members' model)\n"
           "  start [RUN.ini] [--set k=v]... start a run on every live member\n"
           "  status [--json] [--watch [S]]  node, peers and run progress (watch: every S s)\n"
           "  stop                           stop the current run everywhere\n"
