@@ -37,6 +37,7 @@
 #include "proto/wire.h"
 #include "scheduler/linkq.h"
 #include "scheduler/plan.h"
+#include "scheduler/recon.h"
 #include "scheduler/round.h"
 
 #define MAX_LINKS TD_MEMBERS_MAX
@@ -188,6 +189,10 @@ typedef struct node {
       double last; /* mono time of the last progress */
     } xfer;
     uint64_t transfers, snapshots_served;
+    /* anchor reconciliation (scheduler/recon.h): NULL when the run has none */
+    td_recon_t *recon;
+    float *recon_mean;
+    uint64_t reconciled, recon_partial;
     uint64_t plans_applied, stale_dropped;
     uint64_t bytes_sent_round, bytes_recv_round;
     double test_accuracy, test_loss, last_eval_acc;
@@ -951,6 +956,9 @@ static void finish_run(node_t *n, const char *state, double test_accuracy, const
               n->r.rounds_done, error ? ": " : "", error ? error : "");
   td_run_close(&n->r.run);
   td_round_close(&n->r.collector);
+  td_recon_close(&n->r.recon);
+  free(n->r.recon_mean);
+  n->r.recon_mean = NULL;
   close_async_inboxes(n);
   free(n->r.probe_blob);
   n->r.probe_blob = NULL;
@@ -1053,6 +1061,7 @@ static void on_probe(node_t *n, const td_run_event_t *ev) {
 }
 
 static void on_anchor(node_t *n, td_run_event_t *ev);
+static void on_reconcile_own(node_t *n, td_run_event_t *ev);
 
 static void on_run_events(td_run_t *run, void *user) {
   node_t *n = user;
@@ -1098,6 +1107,9 @@ static void on_run_events(td_run_t *run, void *user) {
       break;
     case TD_RUN_ANCHOR:
       on_anchor(n, &ev);
+      break;
+    case TD_RUN_RECONCILE:
+      on_reconcile_own(n, &ev);
       break;
     case TD_RUN_CHECKPOINT: {
       ledger_op_t *ck = op_new(n, OP_CKPT);
@@ -1203,6 +1215,15 @@ static int start_run(node_t *n, uint64_t run_id, const char *spec_text, const ui
   close_async_inboxes(n);
   td_round_close(&n->r.collector);
   rc = td_round_open(&n->r.collector, td_run_layout(run));
+  td_recon_close(&n->r.recon);
+  free(n->r.recon_mean);
+  n->r.recon_mean = NULL;
+  if (rc == 0 && spec.reconcile > 0 && spec.mode_kind != TD_MODE_ASYNC &&
+      strcmp(spec.codec, "none") != 0) {
+    rc = td_recon_open(&n->r.recon, td_run_layout(run));
+    if (rc == 0 && (n->r.recon_mean = malloc(td_run_numel(run) * sizeof(float))) == NULL)
+      rc = TD_ENOMEM;
+  }
   if (rc == 0 && spec.mode_kind == TD_MODE_ASYNC) {
     if ((n->r.scratch = td_params_alloc(td_run_numel(run))) == NULL)
       rc = TD_ENOMEM;
@@ -1503,18 +1524,21 @@ static void on_eval_report(node_t *n, const Traind__Envelope *env) {
                                 .loss = env->eval_report->loss, .have = true};
 }
 
-/* Queue `blob` (total bytes) from `offset` as bulk chunks on the link queue. */
+/* Queue `blob` (total bytes) from `offset` as bulk chunks on the link queue.
+ * A resumed request supersedes what is still queued (`supersede`); a
+ * reconciliation push (`recon`) queues behind whatever bulk is waiting. */
 static void serve_blob(node_t *n, link_t *l, const void *blob, uint64_t total, uint64_t round,
-                       uint64_t offset) {
+                       uint64_t offset, bool recon, bool supersede) {
   double now = mono_s();
-  /* a resumed request supersedes what is still queued from the last one */
-  td_linkq_drop_class(l->q, TD_PRIO_BULK);
+  if (supersede)
+    td_linkq_drop_class(l->q, TD_PRIO_BULK);
   const uint8_t *src = blob;
   for (uint64_t off = offset; off < total; off += TD_WIRE_MAX_CHUNK) {
     Traind__SnapshotChunk ch = TRAIND__SNAPSHOT_CHUNK__INIT;
     ch.round = round;
     ch.offset = off;
     ch.total_bytes = total;
+    ch.reconcile = recon;
     ch.payload.data = (uint8_t *)src + off;
     ch.payload.len = total - off < TD_WIRE_MAX_CHUNK ? (size_t)(total - off) : TD_WIRE_MAX_CHUNK;
     Traind__Envelope out = TRAIND__ENVELOPE__INIT;
@@ -1540,13 +1564,24 @@ static void on_snapshot_request(node_t *n, const Traind__Envelope *env, link_t *
   const Traind__SnapshotRequest *rq = env->snapshot_request;
   bool member = n->r.run != NULL && env->run_id == n->r.run_id &&
                 member_index(n, env->sender) != TD_MEMBERS_MAX;
+  if (rq->reconcile) {
+    const uint8_t *msg;
+    size_t len;
+    if (l == NULL || !member || n->r.recon == NULL ||
+        !td_recon_own_message(n->r.recon, rq->round, &msg, &len) || rq->offset >= len) {
+      note_drop(n, &n->drops.wrong_run, "reconciliation request for a round we do not hold");
+      return;
+    }
+    serve_blob(n, l, msg, len, rq->round, rq->offset, true, false);
+    return;
+  }
   if (l != NULL && member && rq->join) {
     uint64_t total = td_run_anchor_bytes(n->r.run);
     if (rq->offset >= total || rq->round == 0 ||
         (rq->round != n->r.join_blob_round && rq->round != n->r.join_want)) {
       note_drop(n, &n->drops.wrong_run, "join snapshot request for a round we do not hold");
     } else if (n->r.join_blob != NULL && rq->round == n->r.join_blob_round) {
-      serve_blob(n, l, n->r.join_blob, total, rq->round, rq->offset);
+      serve_blob(n, l, n->r.join_blob, total, rq->round, rq->offset, false, true);
     } else {
       size_t i = 0;
       while (i < n->r.n_join_waiting && n->r.join_waiting[i].peer != env->sender)
@@ -1565,12 +1600,18 @@ static void on_snapshot_request(node_t *n, const Traind__Envelope *env, link_t *
     note_drop(n, &n->drops.wrong_run, "snapshot request we cannot serve");
     return;
   }
-  serve_blob(n, l, n->r.probe_blob, total, n->r.probe_round, rq->offset);
+  serve_blob(n, l, n->r.probe_blob, total, n->r.probe_round, rq->offset, false, true);
 }
+
+static void on_recon_chunk(node_t *n, const Traind__Envelope *env);
 
 static void on_snapshot_chunk(node_t *n, const Traind__Envelope *env) {
   const Traind__SnapshotChunk *ch = env->snapshot_chunk;
   send_ack(n, env->sender, 1, env->seq, ch->payload.len); /* frees the sender's window */
+  if (ch->reconcile) {
+    on_recon_chunk(n, env);
+    return;
+  }
   if (!n->r.xfer.active || env->sender != n->r.xfer.peer || env->run_id != n->r.run_id ||
       ch->total_bytes != n->r.xfer.total || ch->offset != n->r.xfer.received ||
       ch->payload.len == 0) {
@@ -1614,6 +1655,112 @@ static void on_snapshot_chunk(node_t *n, const Traind__Envelope *env) {
                 n->r.spec.transfer_lambda);
   }
   xfer_reset(n);
+}
+
+/* ---- anchor reconciliation ---------------------------------------------------------
+ * Every `reconcile` rounds and after the last (sync/overlap, lossy codec) the
+ * compute thread posts anchor - init; we encode it in fp16, push it to every
+ * member of that round over the bulk class and collect theirs
+ * (scheduler/recon.h). A message that stops growing for 3 s is asked for
+ * again from its offset; after round_timeout the mean goes out with the
+ * messages that came. The compute thread moves its anchor by mean - own. */
+
+static void recon_deliver(node_t *n) {
+  uint64_t round;
+  unsigned used, expected;
+  while (n->r.recon != NULL &&
+         td_recon_take(n->r.recon, mono_s(), n->r.spec.round_timeout, &round, n->r.recon_mean,
+                       &used, &expected)) {
+    td_run_reconciled(n->r.run, round, n->r.recon_mean);
+    n->r.reconciled++;
+    if (used < expected) {
+      n->r.recon_partial++;
+      td_log_warn("round %" PRIu64 ": anchors reconciled from %u of %u members (timeout)",
+                  round, used, expected);
+    } else {
+      td_log_info("round %" PRIu64 ": anchors of %u members reconciled", round, used);
+    }
+    ledger_event(n, "reconciled", "round %" PRIu64 ": %u of %u anchors", round, used, expected);
+  }
+}
+
+static void on_reconcile_own(node_t *n, td_run_event_t *ev) {
+  uint64_t expected = 0;
+  for (size_t i = 0; i < n->r.n_members; i++)
+    if (n->r.since[i] <= ev->round &&
+        (n->r.members[i] == n->node_id || member_reachable(n, n->r.members[i])))
+      expected |= (uint64_t)1 << i;
+  const uint8_t *msg;
+  size_t len;
+  char why[256];
+  int rc = n->r.recon == NULL ? TD_EINVAL
+                              : td_recon_own(n->r.recon, ev->round, ev->blob, n->r.rank,
+                                             expected, mono_s(), &msg, &len, why, sizeof why);
+  free(ev->blob);
+  ev->blob = NULL;
+  if (rc != 0) { /* the compute thread must not wait for it: reconcile alone */
+    td_log_warn("round %" PRIu64 ": no anchor reconciliation: %s", ev->round,
+                n->r.recon == NULL ? "not set up" : why);
+    return;
+  }
+  uint64_t peers[TD_MEMBERS_MAX];
+  size_t k = run_peers_at(n, ev->round, peers);
+  for (size_t i = 0; i < k; i++) {
+    link_t *l = link_find(n, peers[i]);
+    if (l != NULL)
+      serve_blob(n, l, msg, len, ev->round, 0, true, false);
+  }
+  recon_deliver(n);
+}
+
+static void on_recon_chunk(node_t *n, const Traind__Envelope *env) {
+  const Traind__SnapshotChunk *ch = env->snapshot_chunk;
+  size_t mi = member_index(n, env->sender);
+  if (n->r.recon == NULL || env->run_id != n->r.run_id || mi == TD_MEMBERS_MAX) {
+    note_drop(n, &n->drops.wrong_run, "reconciliation chunk outside our run");
+    return;
+  }
+  td_recon_result_t res;
+  char why[256];
+  int rc = td_recon_chunk(n->r.recon, ch->round, mi, ch->offset, ch->total_bytes,
+                          ch->payload.data, ch->payload.len, mono_s(), &res, why, sizeof why);
+  if (rc == TD_EPROTO) {
+    note_drop(n, &n->drops.malformed, why);
+    return;
+  }
+  if (rc != 0 || res == TD_RECON_REJECTED) {
+    note_drop(n, &n->drops.rejected, rc != 0 ? td_strerror(rc) : why);
+  } else if (res == TD_RECON_DUPLICATE || res == TD_RECON_LATE) {
+    n->drops.duplicate++;
+  } else if (res == TD_RECON_AHEAD) {
+    n->drops.ahead++;
+  }
+  recon_deliver(n);
+}
+
+/* Heartbeat: ask again for messages that stopped growing; time out rounds. */
+static void recon_tick(node_t *n) {
+  if (n->r.recon == NULL)
+    return;
+  td_recon_stall_t st[8];
+  size_t k = td_recon_stalled(n->r.recon, mono_s(), 3.0, st, 8);
+  for (size_t i = 0; i < k; i++) {
+    if (st[i].member >= n->r.n_members || !member_reachable(n, n->r.members[st[i].member]))
+      continue;
+    link_t *l = link_find(n, n->r.members[st[i].member]);
+    if (l == NULL)
+      continue;
+    Traind__SnapshotRequest rq = TRAIND__SNAPSHOT_REQUEST__INIT;
+    rq.round = st[i].round;
+    rq.offset = st[i].offset;
+    rq.reconcile = true;
+    Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+    env.body_case = TRAIND__ENVELOPE__BODY_SNAPSHOT_REQUEST;
+    env.snapshot_request = &rq;
+    env.run_id = n->r.run_id;
+    send_envelope(n, l, &env);
+  }
+  recon_deliver(n);
 }
 
 /* ---- late join ---------------------------------------------------------------------
@@ -1753,7 +1900,7 @@ static void on_anchor(node_t *n, td_run_event_t *ev) {
     link_t *l = link_find(n, n->r.join_waiting[i].peer);
     if (l != NULL)
       serve_blob(n, l, n->r.join_blob, td_run_anchor_bytes(n->r.run), ev->round,
-                 n->r.join_waiting[i].offset);
+                 n->r.join_waiting[i].offset, false, true);
   }
   n->r.n_join_waiting = 0;
 }
@@ -2019,6 +2166,7 @@ static void on_heartbeat(uv_timer_t *t) {
   }
   maybe_admit(n);
   if (n->r.run != NULL) {
+    recon_tick(n);
     check_deadline(n);
     try_close_round(n);
   }

@@ -25,6 +25,7 @@
 #define EVENT_RING 64
 #define PLAN_RING 4
 #define CAPACITY_RHO 0.3
+#define REC_SLOTS 2 /* reconciliations in flight, as in scheduler/recon.h */
 
 struct td_run {
   td_runspec_t spec;
@@ -40,6 +41,13 @@ struct td_run {
   float *avg[2];       /* average of round r in [r % 2], written by the loop */
   float *start;        /* params at the start of the round (overlap, async) */
   float *mom;          /* outer momentum buffer (NULL when not needed) */
+  float *init;         /* the shared initial model (reconciliation measures from it) */
+  struct {
+    uint64_t round;    /* 0: free */
+    float *own;        /* our anchor - init when posted, moved by later corrections */
+    float *mean;       /* the members' mean of the same, once have */
+    bool have;
+  } rec[REC_SLOTS];
   float *inbox;        /* async: weighted peer deltas not yet applied */
   float *merge;        /* knowledge transfer: a better peer's model, pending */
   double merge_lambda; /* > 0 while a merge is pending */
@@ -384,6 +392,101 @@ static bool wait_seed(td_run_t *run, td_trainer_t *tr, float *params, uint64_t f
   return true;
 }
 
+bool td_run_reconciles(const td_run_t *run, uint64_t round) {
+  if (run->spec.reconcile == 0 || run->spec.mode_kind == TD_MODE_ASYNC ||
+      strcmp(run->spec.codec, "none") == 0 || round == 0 || round > run->rounds)
+    return false;
+  return round % run->spec.reconcile == 0 || round == run->rounds;
+}
+
+/* Move the anchor, the model and the round start by mean - own for every
+ * reconciliation the loop finished (and the own snapshots still out by the
+ * same amount, so their later corrections do not undo this one). Returns the
+ * number applied. Caller holds run->mu. */
+static unsigned apply_reconciled_locked(td_run_t *run, float *params) {
+  unsigned n = 0;
+  for (size_t k = 0; k < REC_SLOTS; k++) {
+    if (run->rec[k].round == 0 || !run->rec[k].have)
+      continue;
+    const float *mean = run->rec[k].mean, *own = run->rec[k].own;
+    size_t other = 1 - k;
+    float *pend = run->rec[other].round != 0 && !run->rec[other].have ? run->rec[other].own : NULL;
+    for (size_t i = 0; i < run->numel; i++) {
+      float corr = mean[i] - own[i];
+      run->anchor[i] += corr;
+      params[i] += corr;
+      run->start[i] += corr;
+      if (pend != NULL)
+        pend[i] += corr;
+    }
+    run->rec[k].round = 0;
+    run->rec[k].have = false;
+    n++;
+  }
+  return n;
+}
+
+static void apply_reconciled(td_run_t *run, float *params) {
+  pthread_mutex_lock(&run->mu);
+  apply_reconciled_locked(run, params);
+  pthread_mutex_unlock(&run->mu);
+}
+
+/* The anchor holds `round`, a reconciliation round: keep anchor - init and
+ * post a copy for the loop to send. Waits (idle) when both slots are still
+ * out; false on stop or out of memory. */
+static bool post_reconcile(td_run_t *run, uint64_t round, float *params, double *idle) {
+  double t0 = mono_now();
+  pthread_mutex_lock(&run->mu);
+  size_t k;
+  for (;;) {
+    apply_reconciled_locked(run, params);
+    for (k = 0; k < REC_SLOTS && run->rec[k].round != 0; k++)
+      ;
+    if (k < REC_SLOTS || run->stop)
+      break;
+    pthread_cond_wait(&run->cv, &run->mu);
+  }
+  bool ok = !run->stop;
+  if (ok) {
+    for (size_t i = 0; i < run->numel; i++)
+      run->rec[k].own[i] = run->anchor[i] - run->init[i];
+    run->rec[k].round = round;
+    run->rec[k].have = false;
+  }
+  pthread_mutex_unlock(&run->mu);
+  *idle += mono_now() - t0;
+  if (!ok)
+    return false;
+  td_run_event_t ev = {.kind = TD_RUN_RECONCILE, .round = round};
+  if ((ev.blob = malloc(run->numel * sizeof(float))) == NULL)
+    return false;
+  memcpy(ev.blob, run->rec[k].own, run->numel * sizeof(float));
+  if (!post(run, &ev)) {
+    free(ev.blob);
+    return false;
+  }
+  return true;
+}
+
+/* After the last round: wait for its reconciliation, so every node ends on
+ * the same model. */
+static bool wait_reconciled(td_run_t *run, uint64_t round, float *params) {
+  pthread_mutex_lock(&run->mu);
+  for (;;) {
+    bool pending = false;
+    for (size_t k = 0; k < REC_SLOTS; k++)
+      pending |= run->rec[k].round == round && !run->rec[k].have;
+    if (!pending || run->stop)
+      break;
+    pthread_cond_wait(&run->cv, &run->mu);
+  }
+  apply_reconciled_locked(run, params);
+  bool ok = !run->stop;
+  pthread_mutex_unlock(&run->mu);
+  return ok;
+}
+
 static void *compute_main(void *arg) {
   td_run_t *run = arg;
   char why[512] = "";
@@ -433,6 +536,8 @@ static void *compute_main(void *arg) {
   /* Every node initialises from the same seed: the anchor starts identical. */
   memcpy(run->anchor, params, run->numel * sizeof(float));
   memcpy(run->start, params, run->numel * sizeof(float));
+  if (run->init != NULL)
+    memcpy(run->init, params, run->numel * sizeof(float));
   td_run_event_t ready = {.kind = TD_RUN_READY, .round = run->rounds};
   post(run, &ready);
 
@@ -463,6 +568,7 @@ static void *compute_main(void *arg) {
         !wait_release(run, round - 1 - run->spec.max_staleness, &idle))
       break;
     apply_merge(run, params);
+    apply_reconciled(run, params);
     batch = batch_for(run, round, batch);
     td_trainer_set_batch(tr, batch);
     /* linear scaling below the even share: per-sample steps stay the same */
@@ -498,6 +604,11 @@ static void *compute_main(void *arg) {
       if (!wait_release(run, round, &idle))
         break;
       apply_round(run, round, params, false);
+      if (td_run_reconciles(run, round) && !post_reconcile(run, round, params, &idle))
+        break;
+      if (round == run->rounds && td_run_reconciles(run, round) &&
+          !wait_reconciled(run, round, params))
+        break;
       post_anchor(run, round);
       post_checkpoint(run, round);
     } else if (mode == TD_MODE_OVERLAP) {
@@ -513,6 +624,8 @@ static void *compute_main(void *arg) {
         if (!wait_release(run, round - 1, &idle))
           break;
         apply_round(run, round - 1, params, true);
+        if (td_run_reconciles(run, round - 1) && !post_reconcile(run, round - 1, params, &idle))
+          break;
         post_anchor(run, round - 1);
         post_checkpoint(run, round - 1);
       }
@@ -520,6 +633,9 @@ static void *compute_main(void *arg) {
         if (!wait_release(run, round, &idle))
           break;
         apply_round(run, round, params, true);
+        if (td_run_reconciles(run, round) && (!post_reconcile(run, round, params, &idle) ||
+                                             !wait_reconciled(run, round, params)))
+          break;
         memcpy(params, run->anchor, run->numel * sizeof(float));
       }
     } else {
@@ -573,6 +689,11 @@ static void free_buffers(td_run_t *run) {
   free(run->start);
   free(run->inbox);
   free(run->mom);
+  free(run->init);
+  for (size_t k = 0; k < REC_SLOTS; k++) {
+    free(run->rec[k].own);
+    free(run->rec[k].mean);
+  }
   free(run->merge);
   free(run->seed);
   free(run->steps_of);
@@ -622,13 +743,18 @@ int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t wh
     return rc;
   }
   bool need_mom = run->spec.outer_momentum > 0 || run->spec.outer_clip > 0;
+  bool need_rec = run->spec.reconcile > 0 && run->spec.mode_kind != TD_MODE_ASYNC &&
+                  strcmp(run->spec.codec, "none") != 0;
   float **bufs[] = {&run->anchor, &run->delta[0], &run->delta[1], &run->avg[0], &run->avg[1],
-                    &run->start, &run->inbox, &run->mom};
+                    &run->start, &run->inbox, &run->mom, &run->init,
+                    &run->rec[0].own, &run->rec[0].mean, &run->rec[1].own, &run->rec[1].mean};
   bool ok = true;
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
     if (bufs[i] == &run->mom && !need_mom)
       continue;
     if (bufs[i] == &run->inbox && run->spec.mode_kind != TD_MODE_ASYNC)
+      continue;
+    if (i >= 8 && !need_rec) /* init and the reconciliation slots */
       continue;
     if ((*bufs[i] = calloc(run->numel, sizeof(float))) == NULL)
       ok = false;
@@ -736,6 +862,17 @@ int td_run_seed(td_run_t *run, const float *x, size_t bytes) {
   pthread_cond_broadcast(&run->cv);
   pthread_mutex_unlock(&run->mu);
   return 0;
+}
+
+void td_run_reconciled(td_run_t *run, uint64_t round, const float *mean) {
+  pthread_mutex_lock(&run->mu);
+  for (size_t k = 0; k < REC_SLOTS; k++)
+    if (run->rec[k].round == round && round != 0 && !run->rec[k].have) {
+      memcpy(run->rec[k].mean, mean, run->numel * sizeof(float));
+      run->rec[k].have = true;
+    }
+  pthread_cond_broadcast(&run->cv);
+  pthread_mutex_unlock(&run->mu);
 }
 
 void td_run_want_anchor(td_run_t *run, uint64_t round) {

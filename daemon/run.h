@@ -38,6 +38,8 @@ typedef enum {
   TD_RUN_CHECKPOINT, /* blob: a copy of the anchor after `round` (loop owns it) */
   TD_RUN_ANCHOR,     /* late join: blob: the anchor holding `round` (then the outer
                         momentum when the run has one), td_run_anchor_bytes(); loop owns it */
+  TD_RUN_RECONCILE,  /* the anchor holds `round`, a reconciliation round; blob: anchor -
+                        init, td_run_numel() floats, loop owns it */
   TD_RUN_PROBE,      /* knowledge transfer: loss on the shared validation subset,
                         blob: a copy of the local model (loop owns it) */
   TD_RUN_FINISHED,   /* all rounds done; final evaluation in accuracy/loss */
@@ -116,6 +118,15 @@ size_t td_run_anchor_bytes(const td_run_t *run);
 int td_run_seed(td_run_t *run, const float *x, size_t bytes);
 void td_run_want_anchor(td_run_t *run, uint64_t round);
 void td_run_set_nodes(td_run_t *run, uint64_t from_round, unsigned nodes);
+/* Anchor reconciliation (scheduler/recon.h): whether the nodes average their
+ * anchors after `round` (every `reconcile` rounds and the last, sync and
+ * overlap with a lossy codec). The compute thread posts TD_RUN_RECONCILE when
+ * its anchor holds such a round and goes on; td_run_reconciled() hands it the
+ * members' mean of anchor - init (copied), and it moves its anchor by mean -
+ * own before its next round. After the last round it waits for it, so every
+ * node ends on the same model. Any thread. */
+bool td_run_reconciles(const td_run_t *run, uint64_t round);
+void td_run_reconciled(td_run_t *run, uint64_t round, const float *mean);
 /* Ask the compute thread to stop at the next step; it posts TD_RUN_STOPPED. */
 void td_run_stop(td_run_t *run);
 

@@ -238,6 +238,9 @@ static const run_key_t td__run_keys[] = {
      "F or F0,F1,... by rank: make nodes F times slower (experiments)"},
     {"overlap_fill", KEY_UINT, F(overlap_fill), "0", 0, 1000, NULL,
      "overlap: up to this many times H extra local steps while the last average is in flight"},
+    {"reconcile", KEY_UINT, F(reconcile), "25", 0, 100000000, NULL,
+     "sync/overlap with a lossy codec: every N rounds and after the last, all nodes average their "
+     "anchors (fp16) so they cannot drift apart; 0 = off"},
     {"outer_lr", KEY_DOUBLE, F(outer_lr), "1", 1e-6, 100, NULL,
      "outer learning rate on the round average (1 = plain averaging)"},
     {"outer_momentum", KEY_DOUBLE, F(outer_momentum), "0", 0, 0.999999, NULL,

@@ -42,6 +42,7 @@ typedef struct {
   bool codec_auto;                      /* codec = auto */
   bool weighted_batching;               /* batching = weighted */
   unsigned overlap_fill;                /* overlap: up to this x H steps instead of waiting */
+  unsigned reconcile;                   /* anchor reconciliation every N rounds, 0 = off */
   double outer_lr, outer_momentum, outer_clip;
   bool outer_nesterov;
   double staleness_kappa;               /* async weight (1 + a)^-kappa */

@@ -15,6 +15,9 @@
 #    table, and every codec chosen is one of the auto ladder (which codec
 #    depends on the measured speed, so it is printed, not asserted; the
 #    budget fit itself is unit-tested in test_codec);
+#  - reconcile = N with a lossy codec: every N rounds and after the last the
+#    nodes average their anchors, so they end on one model (a control run
+#    without it ends apart);
 #  - transfer = N (async, label-skewed partitions so the models differ): the
 #    nodes score their models on the same validation rows, the lagging ones
 #    fetch the best model in bulk chunks and merge it (ledger events,
@@ -111,6 +114,26 @@ grep -q '"rtt_ms":[0-9]' <<<"$pj" && grep -q '"in_flight_bytes":0,' <<<"$pj" \
 acc=$(acc_of b)
 awk -v a="$acc" 'BEGIN { exit !(a >= 0.70) }' && pass "auto: learns (test accuracy $acc)" \
   || fail "auto: test accuracy $acc < 0.70"
+# ---- anchor reconciliation: ternary makes every node apply its peers' deltas
+# lossily and its own exactly, so without it the anchors drift apart
+start_run --set mode=overlap --set codec=ternary --set local_steps=8 --set rounds=20 \
+  --set reconcile=0
+a0=$(acc_of a); b0=$(acc_of b); c0=$(acc_of c)
+start_run --set mode=overlap --set codec=ternary --set local_steps=8 --set rounds=20 \
+  --set reconcile=8
+a1=$(acc_of a); b1=$(acc_of b); c1=$(acc_of c)
+ev=$(for n in a b c; do sql $n "SELECT count(*) FROM events WHERE kind = 'reconciled' AND detail LIKE '%3 of 3 anchors' AND at >= (SELECT started FROM runs WHERE printf('%016x', run_id) = '$run_id')"; done | awk '{ s += $1 } END { print s }')
+[ "$ev" -eq 9 ] && pass "reconcile: rounds 8, 16 and 20 reconciled from 3 of 3 anchors on every node" \
+  || fail "reconcile: $ev complete reconciliations recorded (expected 9)"
+[ "$a1" = "$b1" ] && [ "$b1" = "$c1" ] \
+  && pass "reconcile: every node ends on one model ($a1; without: $a0 $b0 $c0)" \
+  || fail "reconcile: final accuracies differ: $a1 $b1 $c1 (without: $a0 $b0 $c0)"
+{ [ "$a0" != "$b0" ] || [ "$b0" != "$c0" ]; } \
+  && pass "reconcile: without it the ternary run's nodes end apart ($a0 $b0 $c0)" \
+  || fail "reconcile: the control run without it ended equal ($a0): the check above proves nothing"
+awk -v a="$a1" 'BEGIN { exit !(a >= 0.70) }' && pass "reconcile: learns (test accuracy $a1)" \
+  || fail "reconcile: test accuracy $a1 < 0.70"
+
 # ---- direct knowledge transfer (async, label-skewed partitions: models differ)
 start_run --set mode=async:2 --set local_steps=8 --set rounds=30 --set partition=dirichlet:0.3 \
   --set transfer=5 --set transfer_margin=0

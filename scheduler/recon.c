@@ -1,0 +1,271 @@
+/* recon.c: anchor reconciliation, collecting every member's fp16 anchor.
+ *
+ * A slot per round in progress holds, per member, the message bytes received
+ * so far (allocated on the first chunk, freed with the slot) and one exact
+ * double sum of the decoded messages. Our own messages live in a small ring
+ * of their own so a member that lost chunks can ask again after we reconciled.
+ * Every size in a chunk is checked before memory is touched. */
+#include "scheduler/recon.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "compress/codec.h"
+#include "compute/error.h"
+
+typedef struct {
+  uint8_t *buf; /* msg_bytes, allocated on the first chunk */
+  uint64_t received;
+  double last; /* when the message last grew (or was last asked again) */
+} member_t;
+
+typedef struct {
+  bool used, own_in;
+  uint64_t round;
+  uint64_t expected; /* members waited for (bit = member index) */
+  uint64_t done;     /* members whose message completed (counted or rejected) */
+  uint64_t counted;  /* members in the sum */
+  double opened, own_at;
+  double *sum; /* numel, exact */
+  member_t m[TD_RECON_MAX_MEMBERS];
+} slot_t;
+
+typedef struct {
+  uint64_t round; /* 0: empty */
+  uint8_t *msg;
+  size_t len;
+} own_t;
+
+struct td_recon {
+  const td_layout_t *layout;
+  size_t numel, msg_bytes;
+  td_link_codec_t *enc; /* fp16: no residual, deterministic */
+  float *scratch;       /* numel: one decoded message */
+  slot_t slots[TD_RECON_SLOTS];
+  own_t own[TD_RECON_SLOTS];
+  uint64_t max_taken;
+};
+
+int td_recon_open(td_recon_t **out, const td_layout_t *layout) {
+  td_recon_t *c = calloc(1, sizeof *c);
+  if (c == NULL)
+    return TD_ENOMEM;
+  td_codec_spec_t fp16 = {.id = TD_CODEC_FP16};
+  c->layout = layout;
+  c->numel = td_layout_numel(layout);
+  c->msg_bytes = td_codec_message_size(&fp16, layout);
+  c->scratch = malloc(c->numel * sizeof(float));
+  int rc = c->scratch == NULL ? TD_ENOMEM : td_link_codec_open(&c->enc, &fp16, layout, 0, 0);
+  if (rc != 0) {
+    td_recon_close(&c);
+    return rc;
+  }
+  *out = c;
+  return 0;
+}
+
+static void slot_free(slot_t *s) {
+  for (size_t i = 0; i < TD_RECON_MAX_MEMBERS; i++)
+    free(s->m[i].buf);
+  free(s->sum);
+  memset(s, 0, sizeof *s);
+}
+
+void td_recon_close(td_recon_t **self_p) {
+  if (self_p == NULL || *self_p == NULL)
+    return;
+  td_recon_t *c = *self_p;
+  for (size_t i = 0; i < TD_RECON_SLOTS; i++) {
+    slot_free(&c->slots[i]);
+    free(c->own[i].msg);
+  }
+  td_link_codec_close(&c->enc);
+  free(c->scratch);
+  free(c);
+  *self_p = NULL;
+}
+
+size_t td_recon_message_bytes(const td_recon_t *c) { return c->msg_bytes; }
+
+static slot_t *slot_find(td_recon_t *c, uint64_t round) {
+  for (size_t i = 0; i < TD_RECON_SLOTS; i++)
+    if (c->slots[i].used && c->slots[i].round == round)
+      return &c->slots[i];
+  return NULL;
+}
+
+static slot_t *slot_get(td_recon_t *c, uint64_t round, double now) {
+  slot_t *s = slot_find(c, round);
+  if (s != NULL)
+    return s;
+  for (size_t i = 0; i < TD_RECON_SLOTS; i++) {
+    s = &c->slots[i];
+    if (!s->used) {
+      if ((s->sum = calloc(c->numel, sizeof *s->sum)) == NULL)
+        return NULL;
+      s->used = true;
+      s->round = round;
+      s->opened = now;
+      return s;
+    }
+  }
+  return NULL;
+}
+
+/* Decode one message into the slot's sum; false when it is not a finite fp16
+ * message of the layout. */
+static bool add_message(td_recon_t *c, slot_t *s, const uint8_t *msg, size_t len, char *why,
+                        size_t why_len) {
+  unsigned codec = 0;
+  if (td_codec_decode_message(c->layout, msg, len, c->scratch, &codec, why, why_len) != 0)
+    return false;
+  if (codec != TD_CODEC_FP16) {
+    td_why(why, why_len, TD_EPROTO, "reconciliation message in codec %u, not fp16", codec);
+    return false;
+  }
+  for (size_t i = 0; i < c->numel; i++)
+    s->sum[i] += (double)c->scratch[i];
+  return true;
+}
+
+int td_recon_own(td_recon_t *c, uint64_t round, const float *d, size_t self, uint64_t expected,
+                 double now, const uint8_t **msg, size_t *len, char *why, size_t why_len) {
+  if (self >= TD_RECON_MAX_MEMBERS || !(expected >> self & 1))
+    return td_why(why, why_len, TD_EINVAL, "member %zu is not among those expected", self);
+  slot_t *s = slot_get(c, round, now);
+  if (s == NULL)
+    return td_why(why, why_len, TD_ERANGE, "two reconciliations are still open");
+  if (s->own_in)
+    return td_why(why, why_len, TD_EINVAL, "round %llu already has our anchor",
+                  (unsigned long long)round);
+  const uint8_t *m;
+  size_t n;
+  int rc = td_link_codec_encode(c->enc, d, &m, &n);
+  if (rc != 0)
+    return td_why(why, why_len, rc, "our anchor holds NaN/Inf");
+  own_t *o = c->own[0].round <= c->own[1].round ? &c->own[0] : &c->own[1];
+  uint8_t *copy = realloc(o->msg, n);
+  if (copy == NULL)
+    return td_why(why, why_len, TD_ENOMEM, "out of memory");
+  memcpy(copy, m, n);
+  *o = (own_t){.round = round, .msg = copy, .len = n};
+  if (!add_message(c, s, copy, n, why, why_len))
+    return TD_EPROTO; /* cannot happen for a finite d */
+  s->own_in = true;
+  s->own_at = now;
+  s->expected = expected;
+  s->done |= (uint64_t)1 << self;
+  s->counted |= (uint64_t)1 << self;
+  for (size_t i = 0; i < TD_RECON_MAX_MEMBERS; i++)
+    s->m[i].last = s->m[i].last > 0 ? s->m[i].last : now;
+  *msg = copy;
+  *len = n;
+  return 0;
+}
+
+bool td_recon_own_message(const td_recon_t *c, uint64_t round, const uint8_t **msg, size_t *len) {
+  for (size_t i = 0; i < TD_RECON_SLOTS; i++)
+    if (round > 0 && c->own[i].round == round) {
+      *msg = c->own[i].msg;
+      *len = c->own[i].len;
+      return true;
+    }
+  return false;
+}
+
+int td_recon_chunk(td_recon_t *c, uint64_t round, size_t member, uint64_t offset,
+                   uint64_t total, const uint8_t *data, size_t len, double now,
+                   td_recon_result_t *result, char *why, size_t why_len) {
+  if (member >= TD_RECON_MAX_MEMBERS || total != c->msg_bytes || len == 0 || offset > total ||
+      len > total - offset)
+    return td_why(why, why_len, TD_EPROTO,
+                  "reconciliation chunk of %zu bytes at %llu of %llu (a message is %zu bytes)",
+                  len, (unsigned long long)offset, (unsigned long long)total, c->msg_bytes);
+  slot_t *s = slot_find(c, round);
+  if (s == NULL && round <= c->max_taken) {
+    *result = TD_RECON_LATE;
+    return 0;
+  }
+  if (s == NULL && (s = slot_get(c, round, now)) == NULL) {
+    *result = TD_RECON_AHEAD;
+    return 0;
+  }
+  member_t *m = &s->m[member];
+  if ((s->done >> member & 1) || offset != m->received) {
+    *result = TD_RECON_DUPLICATE;
+    return 0;
+  }
+  if (m->buf == NULL && (m->buf = malloc(c->msg_bytes)) == NULL)
+    return td_why(why, why_len, TD_ENOMEM, "out of memory");
+  memcpy(m->buf + offset, data, len);
+  m->received += len;
+  m->last = now;
+  if (m->received < total) {
+    *result = TD_RECON_ACCEPTED;
+    return 0;
+  }
+  s->done |= (uint64_t)1 << member;
+  bool ok = add_message(c, s, m->buf, (size_t)total, why, why_len);
+  free(m->buf);
+  m->buf = NULL;
+  if (ok)
+    s->counted |= (uint64_t)1 << member;
+  *result = ok ? TD_RECON_COMPLETED : TD_RECON_REJECTED;
+  return 0;
+}
+
+size_t td_recon_stalled(td_recon_t *c, double now, double after, td_recon_stall_t *out,
+                        size_t cap) {
+  size_t n = 0;
+  for (size_t i = 0; i < TD_RECON_SLOTS; i++) {
+    slot_t *s = &c->slots[i];
+    if (!s->used || !s->own_in)
+      continue;
+    for (size_t j = 0; j < TD_RECON_MAX_MEMBERS && n < cap; j++) {
+      bool waiting = (s->expected >> j & 1) && !(s->done >> j & 1);
+      if (waiting && now - s->m[j].last >= after) {
+        out[n++] = (td_recon_stall_t){.round = s->round, .member = j,
+                                      .offset = s->m[j].received};
+        s->m[j].last = now;
+      }
+    }
+  }
+  return n;
+}
+
+static unsigned popcount64(uint64_t x) {
+  unsigned n = 0;
+  for (; x; x &= x - 1)
+    n++;
+  return n;
+}
+
+bool td_recon_take(td_recon_t *c, double now, double timeout, uint64_t *round, float *mean,
+                   unsigned *used, unsigned *expected) {
+  slot_t *best = NULL;
+  for (size_t i = 0; i < TD_RECON_SLOTS; i++) {
+    slot_t *s = &c->slots[i];
+    if (!s->used)
+      continue;
+    if (!s->own_in) { /* peers' messages for a round we never reach: forget them */
+      if (now - s->opened > 4 * timeout)
+        slot_free(s);
+      continue;
+    }
+    bool ready = (s->done & s->expected) == s->expected || now - s->own_at >= timeout;
+    if (ready && (best == NULL || s->round < best->round))
+      best = s;
+  }
+  if (best == NULL)
+    return false;
+  unsigned k = popcount64(best->counted);
+  for (size_t i = 0; i < c->numel; i++)
+    mean[i] = (float)(best->sum[i] / k);
+  *round = best->round;
+  *used = k;
+  *expected = popcount64(best->expected);
+  if (best->round > c->max_taken)
+    c->max_taken = best->round;
+  slot_free(best);
+  return true;
+}

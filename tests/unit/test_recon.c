@@ -1,0 +1,254 @@
+/* test_recon.c: the anchor-reconciliation collector against a reference.
+ * Four members' anchors reach two collectors in different orders and chunk
+ * interleavings; both must produce the same mean bit for bit, equal to the
+ * mean of the fp16-rounded anchors computed here from the decoded messages.
+ * Gaps are refused and reported for a resume, a malformed message stops
+ * counting without blocking the round, a missing member is given up after the
+ * timeout, and chunks for a finished round or beyond the slots are refused. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compress/codec.h"
+#include "compute/error.h"
+#include "scheduler/recon.h"
+
+#define K 4
+#define CHUNK (64u * 1024u)
+
+static td_layout_t *layout;
+static size_t numel;
+static float *d[K];             /* member i's anchor - init */
+static uint8_t *msg[K];         /* member i's message, as its own collector made it */
+static size_t msg_len;
+
+static void make_messages(void) {
+  for (size_t i = 0; i < K; i++) {
+    d[i] = calloc(numel, sizeof(float)); /* padding between tensors stays 0 */
+    for (size_t t = 0; t < td_layout_count(layout); t++) {
+      const td_tensor_info_t *ti = td_layout_tensor(layout, t);
+      for (size_t j = ti->offset; j < ti->offset + ti->numel; j++) /* magnitudes differ */
+        d[i][j] = (float)(sin(0.37 * (double)j + (double)i) * 0.05 * (double)(i + 1));
+    }
+    td_recon_t *c;
+    ck_assert_int_eq(td_recon_open(&c, layout), 0);
+    const uint8_t *m;
+    ck_assert_int_eq(td_recon_own(c, 25, d[i], i, 1u << i, 0, &m, &msg_len, NULL, 0), 0);
+    ck_assert_uint_eq(msg_len, td_recon_message_bytes(c));
+    msg[i] = malloc(msg_len);
+    memcpy(msg[i], m, msg_len);
+    td_recon_close(&c);
+  }
+}
+
+static void setup(void) {
+  uint32_t w[2] = {300, 200}, b[1] = {10};
+  td_layout_new(&layout);
+  td_layout_add(layout, "w", 2, w);
+  td_layout_add(layout, "b", 1, b);
+  numel = td_layout_numel(layout);
+  make_messages();
+}
+
+static void teardown(void) {
+  for (size_t i = 0; i < K; i++) {
+    free(d[i]);
+    free(msg[i]);
+  }
+  td_layout_free(&layout);
+}
+
+static td_recon_result_t feed(td_recon_t *c, uint64_t round, size_t member, uint64_t off) {
+  td_recon_result_t res;
+  size_t len = msg_len - off < CHUNK ? msg_len - off : CHUNK;
+  ck_assert_int_eq(td_recon_chunk(c, round, member, off, msg_len, msg[member] + off, len, 1.0,
+                                  &res, NULL, 0), 0);
+  return res;
+}
+
+static void feed_all(td_recon_t *c, uint64_t round, size_t member) {
+  for (uint64_t off = 0; off < msg_len; off += CHUNK)
+    feed(c, round, member, off);
+}
+
+START_TEST(mean_is_identical_in_any_order_and_matches_the_reference) {
+  ck_assert_uint_gt(msg_len, CHUNK); /* more than one chunk per message */
+  const uint64_t all = (1u << K) - 1;
+  /* collector A is member 0: own first, then 1, 2, 3 one after the other */
+  td_recon_t *a, *b;
+  const uint8_t *m;
+  size_t len;
+  ck_assert_int_eq(td_recon_open(&a, layout), 0);
+  ck_assert_int_eq(td_recon_own(a, 25, d[0], 0, all, 0, &m, &len, NULL, 0), 0);
+  ck_assert(memcmp(m, msg[0], len) == 0); /* deterministic encoding */
+  for (size_t i = 1; i < K; i++)
+    feed_all(a, 25, i);
+  /* collector B is member 2: peers' chunks interleaved and before its own */
+  ck_assert_int_eq(td_recon_open(&b, layout), 0);
+  ck_assert_int_eq(feed(b, 25, 3, 0), TD_RECON_ACCEPTED);
+  ck_assert_int_eq(feed(b, 25, 0, 0), TD_RECON_ACCEPTED);
+  ck_assert_int_eq(feed(b, 25, 1, 0), TD_RECON_ACCEPTED);
+  ck_assert_int_eq(feed(b, 25, 0, CHUNK), TD_RECON_COMPLETED);
+  ck_assert_int_eq(feed(b, 25, 3, CHUNK), TD_RECON_COMPLETED);
+  float *ma = malloc(numel * sizeof(float)), *mb = malloc(numel * sizeof(float));
+  uint64_t round;
+  unsigned used, expected;
+  ck_assert(!td_recon_take(b, 2.0, 100, &round, mb, &used, &expected)); /* own not in */
+  ck_assert_int_eq(td_recon_own(b, 25, d[2], 2, all, 2.0, &m, &len, NULL, 0), 0);
+  ck_assert(!td_recon_take(b, 2.0, 100, &round, mb, &used, &expected)); /* 1 missing */
+  ck_assert_int_eq(feed(b, 25, 1, CHUNK), TD_RECON_COMPLETED);
+  ck_assert(td_recon_take(b, 2.0, 100, &round, mb, &used, &expected));
+  ck_assert_uint_eq(round, 25);
+  ck_assert_uint_eq(used, K);
+  ck_assert_uint_eq(expected, K);
+  ck_assert(td_recon_take(a, 2.0, 100, &round, ma, &used, &expected));
+  ck_assert(memcmp(ma, mb, numel * sizeof(float)) == 0);
+  /* reference: decode every message, average in double */
+  float *x = malloc(numel * sizeof(float));
+  double *ref = calloc(numel, sizeof *ref);
+  for (size_t i = 0; i < K; i++) {
+    ck_assert_int_eq(td_codec_decode_message(layout, msg[i], msg_len, x, NULL, NULL, 0), 0);
+    for (size_t j = 0; j < numel; j++)
+      ref[j] += x[j];
+  }
+  double worst_fp16 = 0;
+  for (size_t j = 0; j < numel; j++) {
+    ck_assert(ma[j] == (float)(ref[j] / K));
+    double exact = 0;
+    for (size_t i = 0; i < K; i++)
+      exact += d[i][j];
+    worst_fp16 = fmax(worst_fp16, fabs(ma[j] - exact / K));
+  }
+  ck_assert_msg(worst_fp16 < 1e-4, "worst %g", worst_fp16); /* fp16 of values under 0.2: half an ulp is < 6.2e-5 */
+  /* the round is done: more chunks for it are late */
+  ck_assert_int_eq(feed(a, 25, 1, 0), TD_RECON_LATE);
+  free(x);
+  free(ref);
+  free(ma);
+  free(mb);
+  td_recon_close(&a);
+  td_recon_close(&b);
+}
+END_TEST
+
+START_TEST(gaps_are_refused_and_asked_again) {
+  td_recon_t *c;
+  const uint8_t *m;
+  size_t len;
+  ck_assert_int_eq(td_recon_open(&c, layout), 0);
+  ck_assert_int_eq(td_recon_own(c, 50, d[0], 0, 0x3, 10.0, &m, &len, NULL, 0), 0);
+  ck_assert_int_eq(feed(c, 50, 1, CHUNK), TD_RECON_DUPLICATE); /* first chunk lost */
+  td_recon_stall_t st[4];
+  ck_assert_uint_eq(td_recon_stalled(c, 11.0, 3.0, st, 4), 0);
+  ck_assert_uint_eq(td_recon_stalled(c, 13.5, 3.0, st, 4), 1);
+  ck_assert_uint_eq(st[0].round, 50);
+  ck_assert_uint_eq(st[0].member, 1);
+  ck_assert_uint_eq(st[0].offset, 0);
+  ck_assert_uint_eq(td_recon_stalled(c, 14.0, 3.0, st, 4), 0); /* its clock restarted */
+  ck_assert_int_eq(feed(c, 50, 1, 0), TD_RECON_ACCEPTED);
+  ck_assert_int_eq(feed(c, 50, 1, 0), TD_RECON_DUPLICATE);
+  ck_assert_int_eq(feed(c, 50, 1, CHUNK), TD_RECON_COMPLETED);
+  const uint8_t *held;
+  ck_assert(td_recon_own_message(c, 50, &held, &len));
+  ck_assert(memcmp(held, msg[0], len) == 0);
+  ck_assert(!td_recon_own_message(c, 51, &held, &len));
+  td_recon_close(&c);
+}
+END_TEST
+
+START_TEST(hostile_and_missing_members_do_not_block_a_round) {
+  td_recon_t *c;
+  const uint8_t *m;
+  size_t len;
+  td_recon_result_t res;
+  char why[256];
+  ck_assert_int_eq(td_recon_open(&c, layout), 0);
+  /* sizes that do not match the layout */
+  ck_assert_int_eq(td_recon_chunk(c, 25, 1, 0, msg_len + 4, msg[1], 16, 0, &res, why, sizeof why),
+                   TD_EPROTO);
+  ck_assert_int_eq(td_recon_chunk(c, 25, 1, msg_len - 8, msg_len, msg[1], 16, 0, &res, why,
+                                  sizeof why), TD_EPROTO);
+  ck_assert_int_eq(td_recon_chunk(c, 25, TD_RECON_MAX_MEMBERS, 0, msg_len, msg[1], 16, 0, &res,
+                                  why, sizeof why), TD_EPROTO);
+  /* NaN in our own anchor: nothing is produced */
+  float *bad = malloc(numel * sizeof(float));
+  memcpy(bad, d[0], numel * sizeof(float));
+  bad[7] = NAN;
+  ck_assert_int_eq(td_recon_own(c, 25, bad, 0, 0xf, 0, &m, &len, why, sizeof why), TD_ENUMERIC);
+  free(bad);
+  ck_assert_int_eq(td_recon_own(c, 25, d[0], 0, 0xf, 0, &m, &len, NULL, 0), 0);
+  /* member 1 sends a message whose header is garbage: rejected */
+  uint8_t *junk = malloc(msg_len);
+  memcpy(junk, msg[1], msg_len);
+  memset(junk, 0xff, 16);
+  for (uint64_t off = 0; off < msg_len; off += CHUNK) {
+    size_t n = msg_len - off < CHUNK ? msg_len - off : CHUNK;
+    ck_assert_int_eq(td_recon_chunk(c, 25, 1, off, msg_len, junk + off, n, 0, &res, why,
+                                    sizeof why), 0);
+  }
+  ck_assert_int_eq(res, TD_RECON_REJECTED);
+  free(junk);
+  feed_all(c, 25, 2);
+  float *mean = malloc(numel * sizeof(float));
+  uint64_t round;
+  unsigned used, expected;
+  ck_assert(!td_recon_take(c, 5.0, 30, &round, mean, &used, &expected)); /* 3 still due */
+  ck_assert(td_recon_take(c, 30.0, 30, &round, mean, &used, &expected)); /* timed out */
+  ck_assert_uint_eq(used, 2); /* ours and member 2's */
+  ck_assert_uint_eq(expected, 4);
+  /* the mean of two fp16-rounded anchors */
+  float *x0 = malloc(numel * sizeof(float)), *x2 = malloc(numel * sizeof(float));
+  td_codec_decode_message(layout, msg[0], msg_len, x0, NULL, NULL, 0);
+  td_codec_decode_message(layout, msg[2], msg_len, x2, NULL, NULL, 0);
+  for (size_t j = 0; j < numel; j++)
+    ck_assert(mean[j] == (float)(((double)x0[j] + x2[j]) / 2));
+  free(x0);
+  free(x2);
+  free(mean);
+  td_recon_close(&c);
+}
+END_TEST
+
+START_TEST(two_rounds_at_most_in_flight) {
+  td_recon_t *c;
+  const uint8_t *m;
+  size_t len;
+  char why[128];
+  ck_assert_int_eq(td_recon_open(&c, layout), 0);
+  ck_assert_int_eq(td_recon_own(c, 25, d[0], 0, 0x3, 0, &m, &len, NULL, 0), 0);
+  ck_assert_int_eq(td_recon_own(c, 50, d[0], 0, 0x3, 0, &m, &len, NULL, 0), 0);
+  ck_assert_int_eq(td_recon_own(c, 75, d[0], 0, 0x3, 0, &m, &len, why, sizeof why), TD_ERANGE);
+  ck_assert_int_eq(feed(c, 75, 1, 0), TD_RECON_AHEAD);
+  /* round 50 completes first; 25 is still given out before it is done */
+  feed_all(c, 50, 1);
+  float *mean = malloc(numel * sizeof(float));
+  uint64_t round;
+  unsigned used, expected;
+  ck_assert(td_recon_take(c, 1, 30, &round, mean, &used, &expected));
+  ck_assert_uint_eq(round, 50);
+  ck_assert(!td_recon_take(c, 1, 30, &round, mean, &used, &expected));
+  feed_all(c, 25, 1);
+  ck_assert(td_recon_take(c, 1, 30, &round, mean, &used, &expected));
+  ck_assert_uint_eq(round, 25);
+  ck_assert_uint_eq(used, 2);
+  free(mean);
+  td_recon_close(&c);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("recon");
+  TCase *tc = tcase_create("core");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, mean_is_identical_in_any_order_and_matches_the_reference);
+  tcase_add_test(tc, gaps_are_refused_and_asked_again);
+  tcase_add_test(tc, hostile_and_missing_members_do_not_block_a_round);
+  tcase_add_test(tc, two_rounds_at_most_in_flight);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
