@@ -1218,7 +1218,7 @@ static int start_run(node_t *n, uint64_t run_id, const char *spec_text, const ui
   td_recon_close(&n->r.recon);
   free(n->r.recon_mean);
   n->r.recon_mean = NULL;
-  if (rc == 0 && spec.reconcile > 0 && spec.mode_kind != TD_MODE_ASYNC &&
+  if (rc == 0 && spec.reconcile_on && spec.mode_kind != TD_MODE_ASYNC &&
       strcmp(spec.codec, "none") != 0) {
     rc = td_recon_open(&n->r.recon, td_run_layout(run));
     if (rc == 0 && (n->r.recon_mean = malloc(td_run_numel(run) * sizeof(float))) == NULL)
@@ -1696,13 +1696,15 @@ static void on_reconcile_own(node_t *n, td_run_event_t *ev) {
   int rc = n->r.recon == NULL ? TD_EINVAL
                               : td_recon_own(n->r.recon, ev->round, ev->blob, n->r.rank,
                                              expected, mono_s(), &msg, &len, why, sizeof why);
-  free(ev->blob);
-  ev->blob = NULL;
-  if (rc != 0) { /* the compute thread must not wait for it: reconcile alone */
+  if (rc != 0) { /* the compute thread must not wait for it: its own mean, no move */
     td_log_warn("round %" PRIu64 ": no anchor reconciliation: %s", ev->round,
                 n->r.recon == NULL ? "not set up" : why);
-    return;
+    td_run_reconciled(n->r.run, ev->round, ev->blob);
   }
+  free(ev->blob);
+  ev->blob = NULL;
+  if (rc != 0)
+    return;
   uint64_t peers[TD_MEMBERS_MAX];
   size_t k = run_peers_at(n, ev->round, peers);
   for (size_t i = 0; i < k; i++) {

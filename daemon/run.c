@@ -188,11 +188,13 @@ static bool wait_release(td_run_t *run, uint64_t round, double *idle) {
 
 /* Overlap fill (overlap_fill = F > 0): up to F x H local steps while round
  * `round`'s average is still in flight, so compute waits less for a slow
- * network. Off by default: on narrow links the larger deltas compress worse
- * (on the emulated 2 Mbit/s WAN of bench_wan.sh, unbounded fill ran ~6000
- * steps a round and ended at 0.79 test accuracy). They belong to the next
- * round (its delta, samples and loss) and do not move the learning-rate
- * schedule, which keeps following the nominal H steps per round. */
+ * network (bench_wan.sh: idle 98 % -> 8 % with F = 1000). They belong to the
+ * next round (its delta, samples and loss) and do not move the learning-rate
+ * schedule, which keeps following the nominal H steps per round. Off by
+ * default: the larger deltas make the delayed swap noisier where the network
+ * is fast anyway (loopback, inner momentum 0.9: a 5-node run ended at 0.807
+ * with F = 1000 against 0.826 without), and under lossy codecs they make the
+ * anchors drift apart faster, which `reconcile` undoes. */
 typedef struct {
   uint64_t samples;
   double loss_sum, seconds;
@@ -393,10 +395,11 @@ static bool wait_seed(td_run_t *run, td_trainer_t *tr, float *params, uint64_t f
 }
 
 bool td_run_reconciles(const td_run_t *run, uint64_t round) {
-  if (run->spec.reconcile == 0 || run->spec.mode_kind == TD_MODE_ASYNC ||
+  if (!run->spec.reconcile_on || run->spec.mode_kind == TD_MODE_ASYNC ||
       strcmp(run->spec.codec, "none") == 0 || round == 0 || round > run->rounds)
     return false;
-  return round % run->spec.reconcile == 0 || round == run->rounds;
+  return round == run->rounds ||
+         (run->spec.reconcile_every > 0 && round % run->spec.reconcile_every == 0);
 }
 
 /* Move the anchor, the model and the round start by mean - own for every
@@ -743,7 +746,7 @@ int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t wh
     return rc;
   }
   bool need_mom = run->spec.outer_momentum > 0 || run->spec.outer_clip > 0;
-  bool need_rec = run->spec.reconcile > 0 && run->spec.mode_kind != TD_MODE_ASYNC &&
+  bool need_rec = run->spec.reconcile_on && run->spec.mode_kind != TD_MODE_ASYNC &&
                   strcmp(run->spec.codec, "none") != 0;
   float **bufs[] = {&run->anchor, &run->delta[0], &run->delta[1], &run->avg[0], &run->avg[1],
                     &run->start, &run->inbox, &run->mom, &run->init,

@@ -146,6 +146,26 @@ static int check_batching(td_runspec_t *rs, const char *v, char *why, size_t n) 
   return td_why(why, n, TD_ECONFIG, "unknown batching '%s' (accepted: weighted, equal)", v);
 }
 
+/* reconcile = end | off | N (rounds, >= 1) */
+static int check_reconcile(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  char *end;
+  errno = 0;
+  unsigned long every = strtoul(v, &end, 10);
+  if (strcmp(v, "end") == 0 || strcmp(v, "off") == 0) {
+    rs->reconcile_on = v[0] == 'e';
+    rs->reconcile_every = 0;
+    return 0;
+  }
+  if (end != v && *end == '\0' && errno == 0 && v[0] != '-' && every >= 1 &&
+      every <= 100000000) {
+    rs->reconcile_on = true;
+    rs->reconcile_every = (unsigned)every;
+    return 0;
+  }
+  return td_why(why, n, TD_ECONFIG,
+                "bad reconcile '%s' (accepted: end, off, or every N rounds, N in [1, 1e8])", v);
+}
+
 /* slowdown = F or F0,F1,... : each a finite number in [1, 1000] */
 static int check_slowdown(td_runspec_t *rs, const char *v, char *why, size_t n) {
   (void)rs;
@@ -238,9 +258,9 @@ static const run_key_t td__run_keys[] = {
      "F or F0,F1,... by rank: make nodes F times slower (experiments)"},
     {"overlap_fill", KEY_UINT, F(overlap_fill), "0", 0, 1000, NULL,
      "overlap: up to this many times H extra local steps while the last average is in flight"},
-    {"reconcile", KEY_UINT, F(reconcile), "25", 0, 100000000, NULL,
-     "sync/overlap with a lossy codec: every N rounds and after the last, all nodes average their "
-     "anchors (fp16) so they cannot drift apart; 0 = off"},
+    {"reconcile", KEY_STR, F(reconcile), "end", 0, 0, check_reconcile,
+     "sync/overlap with a lossy codec: nodes average their anchors (fp16) so they end on one "
+     "model: end (after the last round) | N (also every N rounds) | off"},
     {"outer_lr", KEY_DOUBLE, F(outer_lr), "1", 1e-6, 100, NULL,
      "outer learning rate on the round average (1 = plain averaging)"},
     {"outer_momentum", KEY_DOUBLE, F(outer_momentum), "0", 0, 0.999999, NULL,

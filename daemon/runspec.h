@@ -42,7 +42,9 @@ typedef struct {
   bool codec_auto;                      /* codec = auto */
   bool weighted_batching;               /* batching = weighted */
   unsigned overlap_fill;                /* overlap: up to this x H steps instead of waiting */
-  unsigned reconcile;                   /* anchor reconciliation every N rounds, 0 = off */
+  char reconcile[TD_RUNSPEC_STR_MAX];   /* end | off | N */
+  bool reconcile_on;                    /* from reconcile: anchors averaged after the last round */
+  unsigned reconcile_every;             /* ... and every N rounds (0: only then) */
   double outer_lr, outer_momentum, outer_clip;
   bool outer_nesterov;
   double staleness_kappa;               /* async weight (1 + a)^-kappa */

@@ -5,9 +5,9 @@
  * run drift apart. Every `reconcile` rounds (and after the last round) each
  * node sends its anchor's distance from the shared initial model, D = anchor -
  * init, in fp16 to every member; every node averages the same decoded
- * messages, its own included as decoded, and moves its anchor by mean - D_own
- * (ALGORITHMS.md section 5, "anchor drift"). Every node then holds the same
- * consensus for that round plus only the progress made since.
+ * messages, its own included as decoded, and moves its anchor by mean - D_own.
+ * Every node then holds the same consensus for that round plus only the
+ * progress made since (the averaging it corrects is ALGORITHMS.md section 5).
  *
  * The mean is bit-identical on every node whatever the order the messages
  * arrive in: fp16 values are integer multiples of 2^-24 below 2^16, so their

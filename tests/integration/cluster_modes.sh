@@ -117,7 +117,7 @@ awk -v a="$acc" 'BEGIN { exit !(a >= 0.70) }' && pass "auto: learns (test accura
 # ---- anchor reconciliation: ternary makes every node apply its peers' deltas
 # lossily and its own exactly, so without it the anchors drift apart
 start_run --set mode=overlap --set codec=ternary --set local_steps=8 --set rounds=20 \
-  --set reconcile=0
+  --set reconcile=off
 a0=$(acc_of a); b0=$(acc_of b); c0=$(acc_of c)
 start_run --set mode=overlap --set codec=ternary --set local_steps=8 --set rounds=20 \
   --set reconcile=8
