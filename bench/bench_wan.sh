@@ -4,15 +4,20 @@
 # netns_lib.sh), with tbf-shaped uplinks of 20, 20, 2 and 2 Mbit/s, train
 # Fashion-MNIST twice in one run of this script:
 #   (a) mode=sync    codec=none  batching=equal
-#   (b) mode=overlap codec=auto  batching=weighted
+#   (b) mode=overlap codec=auto  batching=weighted overlap_fill=FILL (1000)
 # and report, side by side, the seconds from start to the first evaluation at
 # or above TARGET (default 0.85) on node 0, the final accuracy, the compute
-# idle fraction of every node (ledger: wait_s / (compute_s + wait_s)) and the
+# idle fraction of every node (ledger: wait_s / (compute_s + wait_s), the time
+# from the last round's row to the end of the run, e.g. the final anchor
+# reconciliation, counted as waiting) and the
 # codecs codec=auto chose per link. Needs root (namespaces); exits 77 without.
 # Knobs: TARGET, MODEL (default mlp:784-128-10), EPOCHS (2), H (16), MOMENTUM (0.5), CAP_S
 # (per-run time limit, 600), LOG_LEVEL, KEEP (copy the data dirs there), RUNS
-# (which of sync_none overlap_auto to run; both by default), B_ARGS (extra --set
-# words for (b)).
+# (which of sync_none overlap_auto to run; both by default), FILL (overlap_fill
+# of (b): a round of this model computes for ~3 ms against a >= 200 ms exchange
+# on the 2 Mbit/s links, so without it compute idles ~98 %), B_ARGS (extra --set
+# words for (b)). Both runs end with one model on every node: (a) applies
+# exact averages, (b) reconciles the anchors after the last round (reconcile).
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 B=${top_builddir:-$ROOT/build}
@@ -63,7 +68,7 @@ one_run() {
   echo "$label: time to $TARGET: ${ttt:-not reached} s; last evaluated accuracy ${acc}; rounds $(sqlite3 "$db" "SELECT count(*) FROM rounds WHERE $w")"
   for i in 0 1 2 3; do
     echo "  node $i ($(td_wan_rate $i) Mbit/s up): compute idle $(sqlite3 "$T/n$i/traind.db" \
-      "SELECT printf('%.1f%%', 100.0 * sum(wait_s) / (sum(wait_s) + sum(compute_s))) FROM rounds WHERE $w"), mean batch $(sqlite3 "$T/n$i/traind.db" "SELECT printf('%.1f', avg(batch)) FROM rounds WHERE $w"), codecs by link: $(sqlite3 "$T/n$i/traind.db" \
+      "SELECT printf('%.1f%%', 100.0 * (sum(wait_s) + t.tail) / (sum(wait_s) + sum(compute_s) + t.tail)) FROM rounds, (SELECT max(0, (SELECT ended FROM runs WHERE $w) - (SELECT max(ended) FROM rounds WHERE $w)) AS tail) AS t WHERE $w"), mean batch $(sqlite3 "$T/n$i/traind.db" "SELECT printf('%.1f', avg(batch)) FROM rounds WHERE $w"), codecs by link: $(sqlite3 "$T/n$i/traind.db" \
       "SELECT group_concat(x, '; ') FROM (SELECT printf('%04x:%s', (peer >> 48) & 65535, fam) || CASE WHEN fam = 'topk' THEN printf('(%.4f..%.4f)', min(d), max(d)) ELSE '' END || ' x' || count(*) AS x FROM (SELECT peer, CASE WHEN codec LIKE 'topk:%' THEN 'topk' ELSE codec END AS fam, CASE WHEN codec LIKE 'topk:%' THEN CAST(substr(codec, 6) AS REAL) END AS d FROM links WHERE $w) GROUP BY peer, fam ORDER BY peer)")"
   done
   echo "$ttt" >"$T/$label.ttt"
@@ -74,7 +79,8 @@ case " ${RUNS:-sync_none overlap_auto} " in *" sync_none "*)
   one_run sync_none --set mode=sync --set codec=none --set batching=equal ;; esac
 case " ${RUNS:-sync_none overlap_auto} " in *" overlap_auto "*)
   # shellcheck disable=SC2086 # B_ARGS: extra "--set key=value" words for (b)
-  one_run overlap_auto --set mode=overlap --set codec=auto --set batching=weighted ${B_ARGS:-} ;; esac
+  one_run overlap_auto --set mode=overlap --set codec=auto --set batching=weighted \
+    --set overlap_fill="${FILL:-1000}" ${B_ARGS:-} ;; esac
 a=$(cat "$T/sync_none.ttt" 2>/dev/null); b=$(cat "$T/overlap_auto.ttt" 2>/dev/null)
 if [ -n "$a" ] && [ -n "$b" ]; then
   awk -v a="$a" -v b="$b" 'BEGIN { printf "speed-up of overlap+auto over sync+none to the target: %.2fx\n", a / b }'

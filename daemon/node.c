@@ -1213,6 +1213,12 @@ static int start_run(node_t *n, uint64_t run_id, const char *spec_text, const ui
   }
   close_link_codecs(n);
   close_async_inboxes(n);
+  /* updates and snapshots still queued for the last run (a stopped one) are
+   * of no use to anyone now, and would go out ahead of this run's */
+  for (size_t i = 0; i < n->n_links; i++) {
+    td_linkq_drop_class(n->links[i].q, TD_PRIO_UPDATE);
+    td_linkq_drop_class(n->links[i].q, TD_PRIO_BULK);
+  }
   td_round_close(&n->r.collector);
   rc = td_round_open(&n->r.collector, td_run_layout(run));
   td_recon_close(&n->r.recon);
@@ -1430,6 +1436,9 @@ static void async_update_done(node_t *n, size_t mi, const td_update_info_t *info
 
 static void on_update(node_t *n, const Traind__Envelope *env, link_t *l, size_t bytes) {
   const Traind__UpdateChunk *up = env->update;
+  /* every chunk frees the sender's window, whatever becomes of it: one left
+   * unacked (a stopped run's, say) held the window shut until it expired */
+  send_ack(n, env->sender, 1, env->seq, up->payload.len);
   if (n->r.run == NULL || env->run_id != n->r.run_id) {
     note_drop(n, &n->drops.wrong_run, "update for a run this node is not running");
     return;
@@ -1461,7 +1470,6 @@ static void on_update(node_t *n, const Traind__Envelope *env, link_t *l, size_t 
     note_drop(n, &n->drops.malformed, "update chunk inconsistent with the model");
     return;
   }
-  send_ack(n, env->sender, 1, env->seq, up->payload.len); /* frees the sender's window */
   if (l != NULL)
     l->bytes_recv += bytes;
   switch (res) {
