@@ -402,19 +402,27 @@ bool td_run_reconciles(const td_run_t *run, uint64_t round) {
          (run->spec.reconcile_every > 0 && round % run->spec.reconcile_every == 0);
 }
 
-/* Move the anchor, the model and the round start by mean - own for every
- * reconciliation the loop finished (and the own snapshots still out by the
- * same amount, so their later corrections do not undo this one). Returns the
- * number applied. Caller holds run->mu. */
+/* Move the anchor, the model and the round start by mean - own for the
+ * reconciliations the loop finished, oldest first and only in round order
+ * (a later one waits for an earlier one still out); each also moves the own
+ * snapshots still out, which were taken before it, so their corrections do
+ * not undo it. Returns the number applied. Caller holds run->mu. */
 static unsigned apply_reconciled_locked(td_run_t *run, float *params) {
   unsigned n = 0;
-  for (size_t k = 0; k < REC_SLOTS; k++) {
-    if (run->rec[k].round == 0 || !run->rec[k].have)
-      continue;
+  for (;;) {
+    size_t k = REC_SLOTS;
+    for (size_t j = 0; j < REC_SLOTS; j++)
+      if (run->rec[j].round != 0 && (k == REC_SLOTS || run->rec[j].round < run->rec[k].round))
+        k = j;
+    if (k == REC_SLOTS || !run->rec[k].have)
+      return n;
     const float *mean = run->rec[k].mean, *own = run->rec[k].own;
     size_t other = 1 - k;
-    float *pend = run->rec[other].round != 0 && !run->rec[other].have ? run->rec[other].own : NULL;
-    for (size_t i = 0; i < run->numel; i++) {
+    float *pend = run->rec[other].round != 0 ? run->rec[other].own : NULL;
+    bool last = run->rec[k].round == run->rounds; /* nothing after it: the exact mean */
+    for (size_t i = 0; last && i < run->numel; i++)
+      params[i] = run->start[i] = run->anchor[i] = run->init[i] + mean[i];
+    for (size_t i = 0; !last && i < run->numel; i++) {
       float corr = mean[i] - own[i];
       run->anchor[i] += corr;
       params[i] += corr;
@@ -426,7 +434,6 @@ static unsigned apply_reconciled_locked(td_run_t *run, float *params) {
     run->rec[k].have = false;
     n++;
   }
-  return n;
 }
 
 static void apply_reconciled(td_run_t *run, float *params) {
@@ -477,14 +484,14 @@ static bool post_reconcile(td_run_t *run, uint64_t round, float *params, double 
 static bool wait_reconciled(td_run_t *run, uint64_t round, float *params) {
   pthread_mutex_lock(&run->mu);
   for (;;) {
+    apply_reconciled_locked(run, params);
     bool pending = false;
     for (size_t k = 0; k < REC_SLOTS; k++)
-      pending |= run->rec[k].round == round && !run->rec[k].have;
+      pending |= run->rec[k].round != 0 && run->rec[k].round <= round;
     if (!pending || run->stop)
       break;
     pthread_cond_wait(&run->cv, &run->mu);
   }
-  apply_reconciled_locked(run, params);
   bool ok = !run->stop;
   pthread_mutex_unlock(&run->mu);
   return ok;
