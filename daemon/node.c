@@ -990,19 +990,27 @@ static void join_reset(node_t *n) {
   n->r.n_join_waiting = 0;
 }
 
-static void request_snapshot(node_t *n) {
-  link_t *l = link_find(n, n->r.xfer.peer);
-  if (l == NULL)
-    return;
+/* Ask l for a snapshot of `round` from `offset` (a model, a late-join seed or
+ * a reconciliation message). */
+static void send_snapshot_request(node_t *n, link_t *l, uint64_t round, uint64_t offset,
+                                  bool join, bool reconcile) {
   Traind__SnapshotRequest rq = TRAIND__SNAPSHOT_REQUEST__INIT;
-  rq.round = n->r.xfer.round;
-  rq.offset = n->r.xfer.received;
-  rq.join = n->r.xfer.join;
+  rq.round = round;
+  rq.offset = offset;
+  rq.join = join;
+  rq.reconcile = reconcile;
   Traind__Envelope env = TRAIND__ENVELOPE__INIT;
   env.body_case = TRAIND__ENVELOPE__BODY_SNAPSHOT_REQUEST;
   env.snapshot_request = &rq;
   env.run_id = n->r.run_id;
   send_envelope(n, l, &env);
+}
+
+static void request_snapshot(node_t *n) {
+  link_t *l = link_find(n, n->r.xfer.peer);
+  if (l == NULL)
+    return;
+  send_snapshot_request(n, l, n->r.xfer.round, n->r.xfer.received, n->r.xfer.join, false);
   n->r.xfer.last = mono_s();
 }
 
@@ -1758,17 +1766,8 @@ static void recon_tick(node_t *n) {
     if (st[i].member >= n->r.n_members || !member_reachable(n, n->r.members[st[i].member]))
       continue;
     link_t *l = link_find(n, n->r.members[st[i].member]);
-    if (l == NULL)
-      continue;
-    Traind__SnapshotRequest rq = TRAIND__SNAPSHOT_REQUEST__INIT;
-    rq.round = st[i].round;
-    rq.offset = st[i].offset;
-    rq.reconcile = true;
-    Traind__Envelope env = TRAIND__ENVELOPE__INIT;
-    env.body_case = TRAIND__ENVELOPE__BODY_SNAPSHOT_REQUEST;
-    env.snapshot_request = &rq;
-    env.run_id = n->r.run_id;
-    send_envelope(n, l, &env);
+    if (l != NULL)
+      send_snapshot_request(n, l, st[i].round, st[i].offset, false, true);
   }
   recon_deliver(n);
 }
