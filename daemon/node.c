@@ -106,6 +106,7 @@ typedef struct {
   uint64_t round, samples;
   double loss, compute_s, idle_s, lr, capacity, done_at;
   double fill_s; /* overlap: extra steps while waiting (not in compute_s) */
+  double uplink; /* bytes/s, as sent with the round's update (own_uplink) */
   unsigned batch, steps, fill_steps;
   double eval_acc;        /* test accuracy evaluated after the round, NAN until then */
   bool row_written;       /* its ledger row exists (row holds it) */
@@ -168,6 +169,8 @@ typedef struct node {
     double round_started, deadline;
     double peer_capacity[TD_MEMBERS_MAX][OWN_RING]; /* reported with round r at [r % OWN_RING] */
     uint64_t peer_capacity_round[TD_MEMBERS_MAX][OWN_RING];
+    double peer_uplink[TD_MEMBERS_MAX][OWN_RING]; /* reported with round r, as capacity */
+    uint64_t peer_uplink_round[TD_MEMBERS_MAX][OWN_RING];
     unsigned plan[TD_MEMBERS_MAX];    /* current batch plan by member index (0: none) */
     /* direct knowledge transfer (ALGORITHMS.md 6.3) */
     report_t reports[TD_MEMBERS_MAX];
@@ -192,7 +195,7 @@ typedef struct node {
     /* anchor reconciliation (scheduler/recon.h): NULL when the run has none */
     td_recon_t *recon;
     float *recon_mean;
-    uint64_t reconciled, recon_partial;
+    uint64_t reconciled, recon_partial, recon_via_hub, recon_as_hub;
     uint64_t plans_applied, stale_dropped;
     uint64_t bytes_sent_round, bytes_recv_round;
     double test_accuracy, test_loss, last_eval_acc;
@@ -419,6 +422,20 @@ static bool member_reachable(node_t *n, uint64_t peer) {
   return m != NULL && !m->self && (m->state == TD_PEER_ALIVE || m->state == TD_PEER_SUSPECT);
 }
 
+/* What our uplink carries, bytes/s: the links' measured goodput summed (the
+ * updates of a round go out on every link at once, so each link sees its
+ * share of the uplink). 0 before any update was acked. Sent with each round's
+ * update, so every member plans that round's reconciliation from the same
+ * figures. */
+static double own_uplink(node_t *n) {
+  double sum = 0;
+  for (size_t i = 0; i < n->n_links; i++)
+    if (n->links[i].peer != 0 && member_reachable(n, n->links[i].peer) &&
+        n->links[i].goodput_bps > 0)
+      sum += n->links[i].goodput_bps;
+  return sum;
+}
+
 static void fill_peer_infos(node_t *n, Traind__PeerInfo *infos, Traind__PeerInfo **ptrs,
                             size_t *count) {
   size_t k = 0;
@@ -495,7 +512,7 @@ typedef struct {
   node_t *node;
   uint64_t run_id, round, samples, node_id;
   unsigned codec_id, batch;
-  double loss, capacity;
+  double loss, capacity, uplink;
   const float *delta;
   size_t numel;
   size_t n_targets;
@@ -558,6 +575,7 @@ static void pack_target(pack_job_t *job, pack_target_t *t) {
     up.payload.len = c + 1 < t->chunks ? TD_ROUND_CHUNK_BYTES : (size_t)(total - off);
     up.loss = job->loss;
     up.capacity = job->capacity;
+    up.uplink = job->uplink;
     up.batch = job->batch;
     Traind__Envelope env = TRAIND__ENVELOPE__INIT;
     env.body_case = TRAIND__ENVELOPE__BODY_UPDATE;
@@ -764,6 +782,7 @@ static void start_pack(node_t *n, uint64_t round) {
   job->samples = o->samples;
   job->loss = o->loss;
   job->capacity = o->capacity;
+  job->uplink = n->r.own[round % OWN_RING].uplink = own_uplink(n);
   job->batch = o->batch;
   job->codec_id = n->r.codec.id;
   job->delta = td_run_delta(n->r.run, round);
@@ -1281,6 +1300,7 @@ static int start_run(node_t *n, uint64_t run_id, const char *spec_text, const ui
   memset(n->r.own, 0, sizeof n->r.own);
   memset(n->r.peer_capacity, 0, sizeof n->r.peer_capacity);
   memset(n->r.peer_capacity_round, 0, sizeof n->r.peer_capacity_round);
+  memset(n->r.peer_uplink_round, 0, sizeof n->r.peer_uplink_round);
   memset(n->r.peer_round, 0, sizeof n->r.peer_round);
   memset(n->r.plan, 0, sizeof n->r.plan);
   memset(n->r.reports, 0, sizeof n->r.reports);
@@ -1289,6 +1309,7 @@ static int start_run(node_t *n, uint64_t run_id, const char *spec_text, const ui
   xfer_reset(n);
   join_reset(n);
   n->r.transfers = n->r.snapshots_served = n->r.joins = 0;
+  n->r.reconciled = n->r.recon_partial = n->r.recon_via_hub = n->r.recon_as_hub = 0;
   first_round = first_round > 1 ? first_round : 1;
   n->r.first_round = first_round;
   memset(n->r.since, 0, sizeof n->r.since);
@@ -1460,6 +1481,10 @@ static void on_update(node_t *n, const Traind__Envelope *env, link_t *l, size_t 
     n->r.peer_capacity[mi][up->round % OWN_RING] = up->capacity;
     n->r.peer_capacity_round[mi][up->round % OWN_RING] = up->round;
   }
+  if (isfinite(up->uplink) && up->uplink >= 0 && up->uplink < 1e12) {
+    n->r.peer_uplink[mi][up->round % OWN_RING] = up->uplink;
+    n->r.peer_uplink_round[mi][up->round % OWN_RING] = up->round;
+  }
   bool async = n->r.spec.mode_kind == TD_MODE_ASYNC;
   td_round_t *collector = async ? n->r.peer_inbox[mi] : n->r.collector;
   if (collector == NULL)
@@ -1540,21 +1565,20 @@ static void on_eval_report(node_t *n, const Traind__Envelope *env) {
                                 .loss = env->eval_report->loss, .have = true};
 }
 
-/* Queue `blob` (total bytes) from `offset` as bulk chunks on the link queue.
- * A resumed request supersedes what is still queued (`supersede`); a
- * reconciliation push (`recon`) queues behind whatever bulk is waiting. */
-static void serve_blob(node_t *n, link_t *l, const void *blob, uint64_t total, uint64_t round,
-                       uint64_t offset, bool recon, bool supersede) {
+/* Queue `blob` (total bytes) from `offset` as bulk chunks on the link queue,
+ * each a copy of `tmpl` (round, reconciliation fields) with its own slice. A
+ * resumed request supersedes what is still queued (`supersede`); a
+ * reconciliation message queues behind whatever bulk is waiting. */
+static void serve_blob_as(node_t *n, link_t *l, const void *blob, uint64_t total,
+                          uint64_t offset, const Traind__SnapshotChunk *tmpl, bool supersede) {
   double now = mono_s();
   if (supersede)
     td_linkq_drop_class(l->q, TD_PRIO_BULK);
   const uint8_t *src = blob;
   for (uint64_t off = offset; off < total; off += TD_WIRE_MAX_CHUNK) {
-    Traind__SnapshotChunk ch = TRAIND__SNAPSHOT_CHUNK__INIT;
-    ch.round = round;
+    Traind__SnapshotChunk ch = *tmpl;
     ch.offset = off;
     ch.total_bytes = total;
-    ch.reconcile = recon;
     ch.payload.data = (uint8_t *)src + off;
     ch.payload.len = total - off < TD_WIRE_MAX_CHUNK ? (size_t)(total - off) : TD_WIRE_MAX_CHUNK;
     Traind__Envelope out = TRAIND__ENVELOPE__INIT;
@@ -1571,6 +1595,14 @@ static void serve_blob(node_t *n, link_t *l, const void *blob, uint64_t total, u
   }
   n->r.snapshots_served++;
   pump(n, l);
+}
+
+static void serve_blob(node_t *n, link_t *l, const void *blob, uint64_t total, uint64_t round,
+                       uint64_t offset, bool recon, bool supersede) {
+  Traind__SnapshotChunk tmpl = TRAIND__SNAPSHOT_CHUNK__INIT;
+  tmpl.round = round;
+  tmpl.reconcile = recon;
+  serve_blob_as(n, l, blob, total, offset, &tmpl, supersede);
 }
 
 /* A peer asks for our probed model (knowledge transfer) or, with `join`, for
@@ -1675,37 +1707,77 @@ static void on_snapshot_chunk(node_t *n, const Traind__Envelope *env) {
 
 /* ---- anchor reconciliation ---------------------------------------------------------
  * Every `reconcile` rounds and after the last (sync/overlap, lossy codec) the
- * compute thread posts anchor - init; we encode it in fp16, push it to every
- * member of that round over the bulk class and collect theirs
- * (scheduler/recon.h). A message that stops growing for 3 s is asked for
- * again from its offset; after round_timeout the mean goes out with the
- * messages that came. The compute thread moves its anchor by mean - own. */
+ * compute thread posts anchor - init; we encode it in fp16 and collect the
+ * members' (scheduler/recon.h). Mesh: pushed to every member of that round
+ * over the bulk class. Through a hub (reconcile_via; auto when the uplinks
+ * reported in heartbeats make it faster): pushed to the hub only, which sends
+ * the fp32 mean back to those that asked. A message that stops growing for
+ * 3 s is asked for again from its offset (a member waiting on a hub asks every
+ * member once the hub's expected time has passed); after round_timeout the
+ * mean goes out with the messages that came. The compute thread moves its
+ * anchor by mean - own. */
 
 static void recon_deliver(node_t *n) {
-  uint64_t round;
-  unsigned used, expected;
+  td_recon_taken_t t;
   while (n->r.recon != NULL &&
-         td_recon_take(n->r.recon, mono_s(), n->r.spec.round_timeout, &round, n->r.recon_mean,
-                       &used, &expected)) {
-    td_run_reconciled(n->r.run, round, n->r.recon_mean);
-    n->r.reconciled++;
-    if (used < expected) {
-      n->r.recon_partial++;
-      td_log_warn("round %" PRIu64 ": anchors reconciled from %u of %u members (timeout)",
-                  round, used, expected);
-    } else {
-      td_log_info("round %" PRIu64 ": anchors of %u members reconciled", round, used);
+         td_recon_take(n->r.recon, mono_s(), n->r.spec.round_timeout, n->r.recon_mean, &t)) {
+    char via[64] = "";
+    if (t.hub != TD_RECON_MESH) {
+      uint64_t id = t.hub < n->r.n_members ? n->r.members[t.hub] : 0;
+      snprintf(via, sizeof via, ", mean from hub %016" PRIx64, id);
+      n->r.recon_via_hub++;
+    } else if (t.want_mean != 0) { /* we are their hub: the mean goes back to them */
+      const uint8_t *msg;
+      size_t len;
+      unsigned sent = 0;
+      if (td_recon_encode_mean(n->r.recon, n->r.recon_mean, &msg, &len) == 0) {
+        Traind__SnapshotChunk tmpl = TRAIND__SNAPSHOT_CHUNK__INIT;
+        tmpl.round = t.round;
+        tmpl.reconcile = true;
+        tmpl.mean_of = t.used;
+        tmpl.mean_expected = t.expected;
+        for (size_t i = 0; i < n->r.n_members; i++) {
+          link_t *l = (t.want_mean >> i & 1) && member_reachable(n, n->r.members[i])
+                          ? link_find(n, n->r.members[i])
+                          : NULL;
+          if (l != NULL) {
+            serve_blob_as(n, l, msg, len, 0, &tmpl, false);
+            sent++;
+          }
+        }
+      }
+      snprintf(via, sizeof via, ", hub: mean sent to %u", sent);
+      n->r.recon_as_hub++;
     }
-    ledger_event(n, "reconciled", "round %" PRIu64 ": %u of %u anchors", round, used, expected);
+    td_run_reconciled(n->r.run, t.round, n->r.recon_mean);
+    n->r.reconciled++;
+    if (t.used < t.expected) {
+      n->r.recon_partial++;
+      td_log_warn("round %" PRIu64 ": anchors reconciled from %u of %u members (timeout)%s",
+                  t.round, t.used, t.expected, via);
+    } else {
+      td_log_info("round %" PRIu64 ": anchors of %u members reconciled%s", t.round, t.used, via);
+    }
+    ledger_event(n, "reconciled", "round %" PRIu64 ": %u of %u anchors%s", t.round, t.used,
+                 t.expected, via);
   }
 }
 
 static void on_reconcile_own(node_t *n, td_run_event_t *ev) {
   uint64_t expected = 0;
-  for (size_t i = 0; i < n->r.n_members; i++)
+  double uplink[TD_RECON_MAX_MEMBERS] = {0};
+  for (size_t i = 0; i < n->r.n_members && i < TD_RECON_MAX_MEMBERS; i++) {
     if (n->r.since[i] <= ev->round &&
         (n->r.members[i] == n->node_id || member_reachable(n, n->r.members[i])))
       expected |= (uint64_t)1 << i;
+    /* the figures every member got with this round's updates: one plan for all */
+    uint64_t r = ev->round;
+    if (n->r.members[i] == n->node_id)
+      uplink[i] = n->r.own[r % OWN_RING].round == r ? n->r.own[r % OWN_RING].uplink : 0;
+    else
+      uplink[i] = n->r.peer_uplink_round[i][r % OWN_RING] == r ? n->r.peer_uplink[i][r % OWN_RING]
+                                                                : 0;
+  }
   const uint8_t *msg;
   size_t len;
   char why[256];
@@ -1721,13 +1793,28 @@ static void on_reconcile_own(node_t *n, td_run_event_t *ev) {
   ev->blob = NULL;
   if (rc != 0)
     return;
-  uint64_t peers[TD_MEMBERS_MAX];
-  size_t k = run_peers_at(n, ev->round, peers);
-  for (size_t i = 0; i < k; i++) {
-    link_t *l = link_find(n, peers[i]);
-    if (l != NULL)
-      serve_blob(n, l, msg, len, ev->round, 0, true, false);
-  }
+  double hub_s;
+  size_t hub = td_recon_plan(uplink, expected, (td_recon_via_t)n->r.spec.reconcile_via_kind,
+                             len, &hub_s);
+  link_t *hl = hub != TD_RECON_MESH && hub != n->r.rank ? link_find(n, n->r.members[hub]) : NULL;
+  if (hl != NULL) { /* to the hub only; the others' messages come only if it fails */
+    Traind__SnapshotChunk tmpl = TRAIND__SNAPSHOT_CHUNK__INIT;
+    tmpl.round = ev->round;
+    tmpl.reconcile = true;
+    tmpl.to_hub = true;
+    serve_blob_as(n, hl, msg, len, 0, &tmpl, false);
+    td_recon_quiet(n->r.recon, ev->round, mono_s(), 2.0 * hub_s);
+    td_log_debug("round %" PRIu64 ": anchor to hub %016" PRIx64 " (expected %.2f s)", ev->round,
+                 n->r.members[hub], hub_s);
+  } else if (hub == TD_RECON_MESH || hub != n->r.rank) {
+    uint64_t peers[TD_MEMBERS_MAX];
+    size_t k = run_peers_at(n, ev->round, peers);
+    for (size_t i = 0; i < k; i++) {
+      link_t *l = link_find(n, peers[i]);
+      if (l != NULL)
+        serve_blob(n, l, msg, len, ev->round, 0, true, false);
+    }
+  } /* else: we are the hub; the members' messages come to us */
   recon_deliver(n);
 }
 
@@ -1740,8 +1827,13 @@ static void on_recon_chunk(node_t *n, const Traind__Envelope *env) {
   }
   td_recon_result_t res;
   char why[256];
-  int rc = td_recon_chunk(n->r.recon, ch->round, mi, ch->offset, ch->total_bytes,
-                          ch->payload.data, ch->payload.len, mono_s(), &res, why, sizeof why);
+  int rc = ch->mean_of > 0
+               ? td_recon_mean_chunk(n->r.recon, ch->round, mi, ch->offset, ch->total_bytes,
+                                     ch->payload.data, ch->payload.len, ch->mean_of,
+                                     ch->mean_expected, mono_s(), &res, why, sizeof why)
+               : td_recon_chunk(n->r.recon, ch->round, mi, ch->offset, ch->total_bytes,
+                                ch->payload.data, ch->payload.len, ch->to_hub, mono_s(), &res,
+                                why, sizeof why);
   if (rc == TD_EPROTO) {
     note_drop(n, &n->drops.malformed, why);
     return;
@@ -1799,6 +1891,7 @@ static void add_member(node_t *n, uint64_t id, uint64_t from) {
   n->r.n_members++;
   memset(n->r.peer_capacity[i], 0, sizeof n->r.peer_capacity[i]);
   memset(n->r.peer_capacity_round[i], 0, sizeof n->r.peer_capacity_round[i]);
+  memset(n->r.peer_uplink_round[i], 0, sizeof n->r.peer_uplink_round[i]);
   /* from R on the batch is split evenly again, until the joiner has measured */
   unsigned k = (unsigned)n->r.n_members;
   for (size_t j = 0; j < n->r.n_members; j++)
@@ -2340,6 +2433,13 @@ static json_object *status_json(node_t *n) {
                          json_object_new_int64((int64_t)n->r.updates_received));
   json_object_object_add(run, "late_peers", json_object_new_int64((int64_t)n->r.late_peers));
   json_object_object_add(run, "transfers", json_object_new_int64((int64_t)n->r.transfers));
+  json_object_object_add(run, "reconciled", json_object_new_int64((int64_t)n->r.reconciled));
+  json_object_object_add(run, "reconciled_partial",
+                         json_object_new_int64((int64_t)n->r.recon_partial));
+  json_object_object_add(run, "reconciled_via_hub",
+                         json_object_new_int64((int64_t)n->r.recon_via_hub));
+  json_object_object_add(run, "reconciled_as_hub",
+                         json_object_new_int64((int64_t)n->r.recon_as_hub));
   json_object_object_add(run, "first_round", json_object_new_int64((int64_t)n->r.first_round));
   json_object_object_add(run, "joins_admitted", json_object_new_int64((int64_t)n->r.joins));
   json_object_object_add(run, "snapshots_served",

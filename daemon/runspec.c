@@ -166,6 +166,17 @@ static int check_reconcile(td_runspec_t *rs, const char *v, char *why, size_t n)
                 "bad reconcile '%s' (accepted: end, off, or every N rounds, N in [1, 1e8])", v);
 }
 
+/* reconcile_via = auto | mesh | hub (the order of td_recon_via_t) */
+static int check_reconcile_via(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  static const char *const names[] = {"auto", "mesh", "hub"};
+  for (unsigned i = 0; i < 3; i++)
+    if (strcmp(v, names[i]) == 0) {
+      rs->reconcile_via_kind = i;
+      return 0;
+    }
+  return td_why(why, n, TD_ECONFIG, "unknown reconcile_via '%s' (accepted: auto, mesh, hub)", v);
+}
+
 /* slowdown = F or F0,F1,... : each a finite number in [1, 1000] */
 static int check_slowdown(td_runspec_t *rs, const char *v, char *why, size_t n) {
   (void)rs;
@@ -261,6 +272,9 @@ static const run_key_t td__run_keys[] = {
     {"reconcile", KEY_STR, F(reconcile), "end", 0, 0, check_reconcile,
      "sync/overlap with a lossy codec: nodes average their anchors (fp16) so they end on one "
      "model: end (after the last round) | N (also every N rounds) | off"},
+    {"reconcile_via", KEY_STR, F(reconcile_via), "auto", 0, 0, check_reconcile_via,
+     "how anchors travel: mesh (each to every member) | hub (each to the best uplink, which "
+     "sends the mean back) | auto (hub when the measured uplinks make it faster)"},
     {"outer_lr", KEY_DOUBLE, F(outer_lr), "1", 1e-6, 100, NULL,
      "outer learning rate on the round average (1 = plain averaging)"},
     {"outer_momentum", KEY_DOUBLE, F(outer_momentum), "0", 0, 0.999999, NULL,

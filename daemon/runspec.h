@@ -45,6 +45,8 @@ typedef struct {
   char reconcile[TD_RUNSPEC_STR_MAX];   /* end | off | N */
   bool reconcile_on;                    /* from reconcile: anchors averaged after the last round */
   unsigned reconcile_every;             /* ... and every N rounds (0: only then) */
+  char reconcile_via[TD_RUNSPEC_STR_MAX]; /* auto | mesh | hub */
+  unsigned reconcile_via_kind;          /* td_recon_via_t (scheduler/recon.h) */
   double outer_lr, outer_momentum, outer_clip;
   bool outer_nesterov;
   double staleness_kappa;               /* async weight (1 + a)^-kappa */

@@ -14,7 +14,7 @@
 
 #include "proto/traind.pb-c.h"
 
-#define TD_WIRE_VERSION 4
+#define TD_WIRE_VERSION 5
 /* Largest envelope accepted on a peer socket. */
 #define TD_WIRE_MAX_MESSAGE (1u << 20)
 /* Largest payload in one UpdateChunk / SnapshotChunk (DESIGN.md section 4). */

@@ -4,9 +4,12 @@
  * so far (allocated on the first chunk, freed with the slot) and one exact
  * double sum of the decoded messages. Our own messages live in a small ring
  * of their own so a member that lost chunks can ask again after we reconciled.
- * Every size in a chunk is checked before memory is touched. */
+ * A hub's mean (fp32) is held whole in its slot, checked when it completes and
+ * decoded again when the round is taken. Every size in a chunk is checked
+ * before memory is touched. */
 #include "scheduler/recon.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,9 +28,16 @@ typedef struct {
   uint64_t expected; /* members waited for (bit = member index) */
   uint64_t done;     /* members whose message completed (counted or rejected) */
   uint64_t counted;  /* members in the sum */
+  uint64_t want_mean; /* members that sent to us as their hub */
   double opened, own_at;
   double *sum; /* numel, exact */
   member_t m[TD_RECON_MAX_MEMBERS];
+  /* a hub's mean: mean_hub is the member it comes from (TD_RECON_MESH: none yet) */
+  size_t mean_hub;
+  uint8_t *mean_buf; /* mean_bytes, allocated on the first chunk */
+  uint64_t mean_received;
+  unsigned mean_used, mean_expected;
+  bool mean_in; /* complete and checked */
 } slot_t;
 
 typedef struct {
@@ -38,8 +48,9 @@ typedef struct {
 
 struct td_recon {
   const td_layout_t *layout;
-  size_t numel, msg_bytes;
-  td_link_codec_t *enc; /* fp16: no residual, deterministic */
+  size_t numel, msg_bytes, mean_bytes;
+  td_link_codec_t *enc;   /* fp16: no residual, deterministic */
+  td_link_codec_t *enc32; /* none (fp32): a hub's mean, exact */
   float *scratch;       /* numel: one decoded message */
   slot_t slots[TD_RECON_SLOTS];
   own_t own[TD_RECON_SLOTS];
@@ -50,12 +61,15 @@ int td_recon_open(td_recon_t **out, const td_layout_t *layout) {
   td_recon_t *c = calloc(1, sizeof *c);
   if (c == NULL)
     return TD_ENOMEM;
-  td_codec_spec_t fp16 = {.id = TD_CODEC_FP16};
+  td_codec_spec_t fp16 = {.id = TD_CODEC_FP16}, fp32 = {.id = TD_CODEC_NONE};
   c->layout = layout;
   c->numel = td_layout_numel(layout);
   c->msg_bytes = td_codec_message_size(&fp16, layout);
+  c->mean_bytes = td_codec_message_size(&fp32, layout);
   c->scratch = malloc(c->numel * sizeof(float));
   int rc = c->scratch == NULL ? TD_ENOMEM : td_link_codec_open(&c->enc, &fp16, layout, 0, 0);
+  if (rc == 0)
+    rc = td_link_codec_open(&c->enc32, &fp32, layout, 0, 0);
   if (rc != 0) {
     td_recon_close(&c);
     return rc;
@@ -68,7 +82,9 @@ static void slot_free(slot_t *s) {
   for (size_t i = 0; i < TD_RECON_MAX_MEMBERS; i++)
     free(s->m[i].buf);
   free(s->sum);
+  free(s->mean_buf);
   memset(s, 0, sizeof *s);
+  s->mean_hub = TD_RECON_MESH;
 }
 
 void td_recon_close(td_recon_t **self_p) {
@@ -80,12 +96,51 @@ void td_recon_close(td_recon_t **self_p) {
     free(c->own[i].msg);
   }
   td_link_codec_close(&c->enc);
+  td_link_codec_close(&c->enc32);
   free(c->scratch);
   free(c);
   *self_p = NULL;
 }
 
 size_t td_recon_message_bytes(const td_recon_t *c) { return c->msg_bytes; }
+size_t td_recon_mean_bytes(const td_recon_t *c) { return c->mean_bytes; }
+
+size_t td_recon_plan(const double *uplink, uint64_t expected, td_recon_via_t via,
+                     size_t msg_bytes, double *hub_s) {
+  if (hub_s != NULL)
+    *hub_s = 0;
+  double best = 0, slowest = INFINITY;
+  unsigned k = 0;
+  bool known = true;
+  for (size_t i = 0; i < TD_RECON_MAX_MEMBERS; i++) {
+    if (!(expected >> i & 1))
+      continue;
+    double u = isfinite(uplink[i]) && uplink[i] > 0 ? uplink[i] : 0;
+    k++;
+    known = known && u > 0;
+    best = u > best ? u : best;
+    slowest = u < slowest ? u : slowest;
+  }
+  if (via == TD_RECON_VIA_MESH || k < 2)
+    return TD_RECON_MESH;
+  size_t hub = 0;
+  while (!(expected >> hub & 1) || !(uplink[hub] >= 0.5 * best || best == 0))
+    hub++;
+  if (!known)
+    return via == TD_RECON_VIA_HUB ? hub : TD_RECON_MESH;
+  double other = INFINITY; /* the slowest member sending to the hub */
+  for (size_t i = 0; i < TD_RECON_MAX_MEMBERS; i++)
+    if ((expected >> i & 1) && i != hub && uplink[i] < other)
+      other = uplink[i];
+  double m = (double)msg_bytes;
+  double t_hub = m / other + 2.0 * (k - 1) * m / uplink[hub];
+  double t_mesh = (k - 1) * m / slowest;
+  if (hub_s != NULL)
+    *hub_s = t_hub;
+  if (via == TD_RECON_VIA_HUB || (k >= 3 && t_hub < 0.8 * t_mesh))
+    return hub;
+  return TD_RECON_MESH;
+}
 
 static slot_t *slot_find(td_recon_t *c, uint64_t round) {
   for (size_t i = 0; i < TD_RECON_SLOTS; i++)
@@ -106,6 +161,7 @@ static slot_t *slot_get(td_recon_t *c, uint64_t round, double now) {
       s->used = true;
       s->round = round;
       s->opened = now;
+      s->mean_hub = TD_RECON_MESH;
       return s;
     }
   }
@@ -173,8 +229,17 @@ bool td_recon_own_message(const td_recon_t *c, uint64_t round, const uint8_t **m
   return false;
 }
 
+void td_recon_quiet(td_recon_t *c, uint64_t round, double now, double seconds) {
+  slot_t *s = slot_find(c, round);
+  if (s == NULL || !(seconds > 0))
+    return;
+  for (size_t i = 0; i < TD_RECON_MAX_MEMBERS; i++)
+    if (s->m[i].last < now + seconds)
+      s->m[i].last = now + seconds;
+}
+
 int td_recon_chunk(td_recon_t *c, uint64_t round, size_t member, uint64_t offset,
-                   uint64_t total, const uint8_t *data, size_t len, double now,
+                   uint64_t total, const uint8_t *data, size_t len, bool to_hub, double now,
                    td_recon_result_t *result, char *why, size_t why_len) {
   if (member >= TD_RECON_MAX_MEMBERS || total != c->msg_bytes || len == 0 || offset > total ||
       len > total - offset)
@@ -191,6 +256,8 @@ int td_recon_chunk(td_recon_t *c, uint64_t round, size_t member, uint64_t offset
     return 0;
   }
   member_t *m = &s->m[member];
+  if (to_hub)
+    s->want_mean |= (uint64_t)1 << member;
   if ((s->done >> member & 1) || offset != m->received) {
     *result = TD_RECON_DUPLICATE;
     return 0;
@@ -212,6 +279,75 @@ int td_recon_chunk(td_recon_t *c, uint64_t round, size_t member, uint64_t offset
     s->counted |= (uint64_t)1 << member;
   *result = ok ? TD_RECON_COMPLETED : TD_RECON_REJECTED;
   return 0;
+}
+
+int td_recon_mean_chunk(td_recon_t *c, uint64_t round, size_t hub, uint64_t offset,
+                        uint64_t total, const uint8_t *data, size_t len, unsigned used,
+                        unsigned expected, double now, td_recon_result_t *result, char *why,
+                        size_t why_len) {
+  if (hub >= TD_RECON_MAX_MEMBERS || total != c->mean_bytes || len == 0 || offset > total ||
+      len > total - offset)
+    return td_why(why, why_len, TD_EPROTO,
+                  "reconciled mean chunk of %zu bytes at %llu of %llu (a mean is %zu bytes)", len,
+                  (unsigned long long)offset, (unsigned long long)total, c->mean_bytes);
+  slot_t *s = slot_find(c, round);
+  if (s == NULL && round <= c->max_taken) {
+    *result = TD_RECON_LATE;
+    return 0;
+  }
+  if (s == NULL && (s = slot_get(c, round, now)) == NULL) {
+    *result = TD_RECON_AHEAD;
+    return 0;
+  }
+  /* one hub per round: another's chunks (members disagreed on it) are dropped */
+  if (s->mean_in || (s->mean_hub != TD_RECON_MESH && s->mean_hub != hub) ||
+      offset != s->mean_received) {
+    *result = TD_RECON_DUPLICATE;
+    return 0;
+  }
+  if (s->mean_buf == NULL && (s->mean_buf = malloc(c->mean_bytes)) == NULL)
+    return td_why(why, why_len, TD_ENOMEM, "out of memory");
+  s->mean_hub = hub;
+  memcpy(s->mean_buf + offset, data, len);
+  s->mean_received += len;
+  s->m[hub].last = s->m[hub].last > now ? s->m[hub].last : now;
+  if (s->mean_received < total) {
+    *result = TD_RECON_ACCEPTED;
+    return 0;
+  }
+  unsigned codec = 0;
+  bool ok = false;
+  if (used < 1 || used > expected || expected > TD_RECON_MAX_MEMBERS) {
+    td_why(why, why_len, TD_EPROTO, "reconciled mean of %u of %u anchors", used, expected);
+  } else if (td_codec_decode_message(c->layout, s->mean_buf, c->mean_bytes, c->scratch, &codec,
+                                     why, why_len) != 0) {
+    /* why says what */
+  } else if (codec != TD_CODEC_NONE) {
+    td_why(why, why_len, TD_EPROTO, "reconciled mean in codec %u, not fp32", codec);
+  } else {
+    ok = true;
+    for (size_t i = 0; ok && i < c->numel; i++)
+      ok = isfinite(c->scratch[i]);
+    if (!ok)
+      td_why(why, why_len, TD_EPROTO, "reconciled mean holds NaN/Inf");
+  }
+  if (!ok) { /* forget it: the round completes by its own collection */
+    free(s->mean_buf);
+    s->mean_buf = NULL;
+    s->mean_received = 0;
+    s->mean_hub = TD_RECON_MESH;
+    *result = TD_RECON_REJECTED;
+    return 0;
+  }
+  s->mean_in = true;
+  s->mean_used = used;
+  s->mean_expected = expected;
+  *result = TD_RECON_COMPLETED;
+  return 0;
+}
+
+int td_recon_encode_mean(td_recon_t *c, const float *mean, const uint8_t **msg, size_t *len) {
+  return td_link_codec_encode(c->enc32, mean, msg, len);
 }
 
 size_t td_recon_stalled(td_recon_t *c, double now, double after, td_recon_stall_t *out,
@@ -240,8 +376,7 @@ static unsigned popcount64(uint64_t x) {
   return n;
 }
 
-bool td_recon_take(td_recon_t *c, double now, double timeout, uint64_t *round, float *mean,
-                   unsigned *used, unsigned *expected) {
+bool td_recon_take(td_recon_t *c, double now, double timeout, float *mean, td_recon_taken_t *t) {
   slot_t *best = NULL;
   for (size_t i = 0; i < TD_RECON_SLOTS; i++) {
     slot_t *s = &c->slots[i];
@@ -252,18 +387,28 @@ bool td_recon_take(td_recon_t *c, double now, double timeout, uint64_t *round, f
         slot_free(s);
       continue;
     }
-    bool ready = (s->done & s->expected) == s->expected || now - s->own_at >= timeout;
+    bool ready = s->mean_in || (s->done & s->expected) == s->expected ||
+                 now - s->own_at >= timeout;
     if (ready && (best == NULL || s->round < best->round))
       best = s;
   }
   if (best == NULL)
     return false;
-  unsigned k = popcount64(best->counted);
-  for (size_t i = 0; i < c->numel; i++)
-    mean[i] = (float)(best->sum[i] / k);
-  *round = best->round;
-  *used = k;
-  *expected = popcount64(best->expected);
+  *t = (td_recon_taken_t){.round = best->round, .hub = TD_RECON_MESH};
+  unsigned codec;
+  if (best->mean_in && td_codec_decode_message(c->layout, best->mean_buf, c->mean_bytes, mean,
+                                               &codec, NULL, 0) == 0) {
+    t->used = best->mean_used;
+    t->expected = best->mean_expected;
+    t->hub = best->mean_hub;
+  } else {
+    unsigned k = popcount64(best->counted);
+    for (size_t i = 0; i < c->numel; i++)
+      mean[i] = (float)(best->sum[i] / k);
+    t->used = k;
+    t->expected = popcount64(best->expected);
+    t->want_mean = best->want_mean & best->counted;
+  }
   if (best->round > c->max_taken)
     c->max_taken = best->round;
   slot_free(best);

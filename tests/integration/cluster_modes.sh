@@ -17,7 +17,9 @@
 #    budget fit itself is unit-tested in test_codec);
 #  - reconcile = N with a lossy codec: every N rounds and after the last the
 #    nodes average their anchors, so they end on one model (a control run
-#    without it ends apart);
+#    without it ends apart); with reconcile_via = hub one node collects the
+#    anchors and the other two take its mean (ledger events name the hub,
+#    status counts it) and they still end on one model;
 #  - transfer = N (async, label-skewed partitions so the models differ): the
 #    nodes score their models on the same validation rows, the lagging ones
 #    fetch the best model in bulk chunks and merge it (ledger events,
@@ -119,8 +121,9 @@ awk -v a="$acc" 'BEGIN { exit !(a >= 0.70) }' && pass "auto: learns (test accura
 start_run --set mode=overlap --set codec=ternary --set local_steps=8 --set rounds=20 \
   --set reconcile=off
 a0=$(acc_of a); b0=$(acc_of b); c0=$(acc_of c)
+# every node to every node (auto picks by measured uplinks; on loopback they are noise)
 start_run --set mode=overlap --set codec=ternary --set local_steps=8 --set rounds=20 \
-  --set reconcile=8
+  --set reconcile=8 --set reconcile_via=mesh
 a1=$(acc_of a); b1=$(acc_of b); c1=$(acc_of c)
 ev=$(for n in a b c; do sql $n "SELECT count(*) FROM events WHERE kind = 'reconciled' AND detail LIKE '%3 of 3 anchors' AND at >= (SELECT started FROM runs WHERE printf('%016x', run_id) = '$run_id')"; done | awk '{ s += $1 } END { print s }')
 [ "$ev" -eq 9 ] && pass "reconcile: rounds 8, 16 and 20 reconciled from 3 of 3 anchors on every node" \
@@ -133,6 +136,26 @@ ev=$(for n in a b c; do sql $n "SELECT count(*) FROM events WHERE kind = 'reconc
   || fail "reconcile: the control run without it ended equal ($a0): the check above proves nothing"
 awk -v a="$a1" 'BEGIN { exit !(a >= 0.70) }' && pass "reconcile: learns (test accuracy $a1)" \
   || fail "reconcile: test accuracy $a1 < 0.70"
+# through a hub: every round's anchors go to one node, the others take its mean
+start_run --set mode=overlap --set codec=ternary --set local_steps=8 --set rounds=20 \
+  --set reconcile=8 --set reconcile_via=hub
+since="at >= (SELECT started FROM runs WHERE printf('%016x', run_id) = '$run_id')"
+hubs=""; via=0; as=0
+for n in a b c; do
+  hubs+=$(sql $n "SELECT detail FROM events WHERE kind = 'reconciled' AND detail LIKE '%hub: mean sent to 2' AND $since" | grep -q . && echo " $(cat "$T/$n/node_id")")
+  via=$((via + $(sql $n "SELECT count(*) FROM events WHERE kind = 'reconciled' AND detail LIKE '%3 of 3 anchors, mean from hub %' AND $since")))
+  st=$(ctl $n status --json)
+  as=$((as + $(json_field "$st" reconciled_as_hub))); via_st=$((${via_st:-0} + $(json_field "$st" reconciled_via_hub)))
+done
+named=$(for n in a b c; do sql $n "SELECT DISTINCT substr(detail, -16) FROM events WHERE kind = 'reconciled' AND detail LIKE '%mean from hub %' AND $since"; done | sort -u)
+[ "$(wc -w <<<"$hubs")" -eq 1 ] && [ "$via" -eq 6 ] && [ "$as" -eq 3 ] && [ "${via_st:-0}" -eq 6 ] \
+  && [ "$named" = "${hubs# }" ] \
+  && pass "reconcile via hub: node${hubs} collected rounds 8, 16, 20 and sent the mean; the other two took it (6 events, status as_hub $as via_hub $via_st)" \
+  || fail "reconcile via hub: hubs '$hubs', $via 'mean from hub' events (expected 6), as_hub $as via_hub ${via_st:-0}, hubs named '$named'"
+a2=$(acc_of a); b2=$(acc_of b); c2=$(acc_of c)
+[ "$a2" = "$b2" ] && [ "$b2" = "$c2" ] \
+  && pass "reconcile via hub: every node ends on one model ($a2; the mesh run: $a1)" \
+  || fail "reconcile via hub: final accuracies differ: $a2 $b2 $c2"
 
 # ---- direct knowledge transfer (async, label-skewed partitions: models differ)
 start_run --set mode=async:2 --set local_steps=8 --set rounds=30 --set partition=dirichlet:0.3 \

@@ -4,7 +4,11 @@
  * mean of the fp16-rounded anchors computed here from the decoded messages.
  * Gaps are refused and reported for a resume, a malformed message stops
  * counting without blocking the round, a missing member is given up after the
- * timeout, and chunks for a finished round or beyond the slots are refused. */
+ * timeout, and chunks for a finished round or beyond the slots are refused.
+ * Through a hub: the plan picks one only where the uplinks make it faster;
+ * members take the hub's fp32 mean and end bit for bit where the hub and a
+ * member collecting for itself end; a malformed, NaN or silent hub leaves the
+ * round to its own collection. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -62,14 +66,28 @@ static void teardown(void) {
 static td_recon_result_t feed(td_recon_t *c, uint64_t round, size_t member, uint64_t off) {
   td_recon_result_t res;
   size_t len = msg_len - off < CHUNK ? msg_len - off : CHUNK;
-  ck_assert_int_eq(td_recon_chunk(c, round, member, off, msg_len, msg[member] + off, len, 1.0,
-                                  &res, NULL, 0), 0);
+  ck_assert_int_eq(td_recon_chunk(c, round, member, off, msg_len, msg[member] + off, len, false,
+                                  1.0, &res, NULL, 0), 0);
   return res;
 }
 
 static void feed_all(td_recon_t *c, uint64_t round, size_t member) {
   for (uint64_t off = 0; off < msg_len; off += CHUNK)
     feed(c, round, member, off);
+}
+
+/* td_recon_take, its result spread out */
+static bool take(td_recon_t *c, double now, double timeout, uint64_t *round, float *mean,
+                 unsigned *used, unsigned *expected) {
+  td_recon_taken_t t;
+  if (!td_recon_take(c, now, timeout, mean, &t))
+    return false;
+  ck_assert_uint_eq(t.hub, TD_RECON_MESH); /* collected here */
+  ck_assert_uint_eq(t.want_mean, 0);       /* nobody sent to us as a hub */
+  *round = t.round;
+  *used = t.used;
+  *expected = t.expected;
+  return true;
 }
 
 START_TEST(mean_is_identical_in_any_order_and_matches_the_reference) {
@@ -94,15 +112,15 @@ START_TEST(mean_is_identical_in_any_order_and_matches_the_reference) {
   float *ma = malloc(numel * sizeof(float)), *mb = malloc(numel * sizeof(float));
   uint64_t round;
   unsigned used, expected;
-  ck_assert(!td_recon_take(b, 2.0, 100, &round, mb, &used, &expected)); /* own not in */
+  ck_assert(!take(b, 2.0, 100, &round, mb, &used, &expected)); /* own not in */
   ck_assert_int_eq(td_recon_own(b, 25, d[2], 2, all, 2.0, &m, &len, NULL, 0), 0);
-  ck_assert(!td_recon_take(b, 2.0, 100, &round, mb, &used, &expected)); /* 1 missing */
+  ck_assert(!take(b, 2.0, 100, &round, mb, &used, &expected)); /* 1 missing */
   ck_assert_int_eq(feed(b, 25, 1, CHUNK), TD_RECON_COMPLETED);
-  ck_assert(td_recon_take(b, 2.0, 100, &round, mb, &used, &expected));
+  ck_assert(take(b, 2.0, 100, &round, mb, &used, &expected));
   ck_assert_uint_eq(round, 25);
   ck_assert_uint_eq(used, K);
   ck_assert_uint_eq(expected, K);
-  ck_assert(td_recon_take(a, 2.0, 100, &round, ma, &used, &expected));
+  ck_assert(take(a, 2.0, 100, &round, ma, &used, &expected));
   ck_assert(memcmp(ma, mb, numel * sizeof(float)) == 0);
   /* reference: decode every message, average in double */
   float *x = malloc(numel * sizeof(float));
@@ -165,11 +183,11 @@ START_TEST(hostile_and_missing_members_do_not_block_a_round) {
   char why[256];
   ck_assert_int_eq(td_recon_open(&c, layout), 0);
   /* sizes that do not match the layout */
-  ck_assert_int_eq(td_recon_chunk(c, 25, 1, 0, msg_len + 4, msg[1], 16, 0, &res, why, sizeof why),
+  ck_assert_int_eq(td_recon_chunk(c, 25, 1, 0, msg_len + 4, msg[1], 16, false, 0, &res, why, sizeof why),
                    TD_EPROTO);
-  ck_assert_int_eq(td_recon_chunk(c, 25, 1, msg_len - 8, msg_len, msg[1], 16, 0, &res, why,
+  ck_assert_int_eq(td_recon_chunk(c, 25, 1, msg_len - 8, msg_len, msg[1], 16, false, 0, &res, why,
                                   sizeof why), TD_EPROTO);
-  ck_assert_int_eq(td_recon_chunk(c, 25, TD_RECON_MAX_MEMBERS, 0, msg_len, msg[1], 16, 0, &res,
+  ck_assert_int_eq(td_recon_chunk(c, 25, TD_RECON_MAX_MEMBERS, 0, msg_len, msg[1], 16, false, 0, &res,
                                   why, sizeof why), TD_EPROTO);
   /* NaN in our own anchor: nothing is produced */
   float *bad = malloc(numel * sizeof(float));
@@ -184,7 +202,7 @@ START_TEST(hostile_and_missing_members_do_not_block_a_round) {
   memset(junk, 0xff, 16);
   for (uint64_t off = 0; off < msg_len; off += CHUNK) {
     size_t n = msg_len - off < CHUNK ? msg_len - off : CHUNK;
-    ck_assert_int_eq(td_recon_chunk(c, 25, 1, off, msg_len, junk + off, n, 0, &res, why,
+    ck_assert_int_eq(td_recon_chunk(c, 25, 1, off, msg_len, junk + off, n, false, 0, &res, why,
                                     sizeof why), 0);
   }
   ck_assert_int_eq(res, TD_RECON_REJECTED);
@@ -193,8 +211,8 @@ START_TEST(hostile_and_missing_members_do_not_block_a_round) {
   float *mean = malloc(numel * sizeof(float));
   uint64_t round;
   unsigned used, expected;
-  ck_assert(!td_recon_take(c, 5.0, 30, &round, mean, &used, &expected)); /* 3 still due */
-  ck_assert(td_recon_take(c, 30.0, 30, &round, mean, &used, &expected)); /* timed out */
+  ck_assert(!take(c, 5.0, 30, &round, mean, &used, &expected)); /* 3 still due */
+  ck_assert(take(c, 30.0, 30, &round, mean, &used, &expected)); /* timed out */
   ck_assert_uint_eq(used, 2); /* ours and member 2's */
   ck_assert_uint_eq(expected, 4);
   /* the mean of two fp16-rounded anchors */
@@ -225,15 +243,183 @@ START_TEST(two_rounds_at_most_in_flight) {
   float *mean = malloc(numel * sizeof(float));
   uint64_t round;
   unsigned used, expected;
-  ck_assert(td_recon_take(c, 1, 30, &round, mean, &used, &expected));
+  ck_assert(take(c, 1, 30, &round, mean, &used, &expected));
   ck_assert_uint_eq(round, 50);
-  ck_assert(!td_recon_take(c, 1, 30, &round, mean, &used, &expected));
+  ck_assert(!take(c, 1, 30, &round, mean, &used, &expected));
   feed_all(c, 25, 1);
-  ck_assert(td_recon_take(c, 1, 30, &round, mean, &used, &expected));
+  ck_assert(take(c, 1, 30, &round, mean, &used, &expected));
   ck_assert_uint_eq(round, 25);
   ck_assert_uint_eq(used, 2);
   free(mean);
   td_recon_close(&c);
+}
+END_TEST
+
+START_TEST(plan_takes_a_hub_only_where_uplinks_make_it_faster) {
+  const double M = 200e3; /* an fp16 message, bytes */
+  double hub_s;
+  /* 20, 20, 2, 2 Mbit/s: mesh 3 M / 0.25 MB/s = 2.4 s; hub M / 0.25 + 6 M / 2.5 = 1.28 s */
+  double wan[4] = {2.5e6, 2.5e6, 2.5e5, 2.5e5};
+  ck_assert_uint_eq(td_recon_plan(wan, 0xf, TD_RECON_VIA_AUTO, M, &hub_s), 0);
+  ck_assert(fabs(hub_s - 1.28) < 1e-9);
+  ck_assert_uint_eq(td_recon_plan(wan, 0xf, TD_RECON_VIA_MESH, M, &hub_s), TD_RECON_MESH);
+  /* the slow ones first: the lowest index among the fast */
+  double wan2[4] = {2.5e5, 2.4e6, 2.5e6, 2.5e5};
+  ck_assert_uint_eq(td_recon_plan(wan2, 0xf, TD_RECON_VIA_AUTO, M, NULL), 1);
+  /* the hub is chosen among the members expected only */
+  ck_assert_uint_eq(td_recon_plan(wan2, 0xd, TD_RECON_VIA_AUTO, M, NULL), 2);
+  /* equal uplinks: the mesh is faster (3 M / u against M / u + 6 M / u) */
+  double even[4] = {1e6, 1e6, 1e6, 1e6};
+  ck_assert_uint_eq(td_recon_plan(even, 0xf, TD_RECON_VIA_AUTO, M, NULL), TD_RECON_MESH);
+  ck_assert_uint_eq(td_recon_plan(even, 0xf, TD_RECON_VIA_HUB, M, &hub_s), 0);
+  ck_assert(fabs(hub_s - 7 * M / 1e6) < 1e-9);
+  /* ratio 3 with 4 members: 1/u + 6/(3u) = 3/u is not under 0.8 x 3/u */
+  double three[4] = {3e6, 3e6, 1e6, 1e6};
+  ck_assert_uint_eq(td_recon_plan(three, 0xf, TD_RECON_VIA_AUTO, M, NULL), TD_RECON_MESH);
+  /* an unknown (0, negative, NaN) uplink: auto stays on the mesh; hub mode picks among known */
+  double unknown[4] = {0, 2.5e6, NAN, -1};
+  ck_assert_uint_eq(td_recon_plan(unknown, 0xf, TD_RECON_VIA_AUTO, M, &hub_s), TD_RECON_MESH);
+  ck_assert(hub_s == 0);
+  ck_assert_uint_eq(td_recon_plan(unknown, 0xf, TD_RECON_VIA_HUB, M, NULL), 1);
+  double none[4] = {0, 0, 0, 0};
+  ck_assert_uint_eq(td_recon_plan(none, 0xe, TD_RECON_VIA_HUB, M, NULL), 1);
+  /* two members or fewer: a swap, never a hub in auto */
+  ck_assert_uint_eq(td_recon_plan(wan, 0x5, TD_RECON_VIA_AUTO, M, NULL), TD_RECON_MESH);
+  ck_assert_uint_eq(td_recon_plan(wan, 0x1, TD_RECON_VIA_HUB, M, NULL), TD_RECON_MESH);
+}
+END_TEST
+
+/* The hub's chunks of a mean message into collector c. */
+static td_recon_result_t feed_mean(td_recon_t *c, uint64_t round, size_t hub, const uint8_t *m,
+                                   size_t len, unsigned used, unsigned expected) {
+  td_recon_result_t res = TD_RECON_ACCEPTED;
+  for (uint64_t off = 0; off < len; off += CHUNK) {
+    size_t n = len - off < CHUNK ? len - off : CHUNK;
+    ck_assert_int_eq(td_recon_mean_chunk(c, round, hub, off, len, m + off, n, used, expected, 1.0,
+                                         &res, NULL, 0), 0);
+    if (off + n < len && res != TD_RECON_ACCEPTED)
+      return res; /* only the last chunk completes */
+  }
+  return res;
+}
+
+START_TEST(members_end_on_the_hubs_mean_bit_for_bit) {
+  const uint64_t all = (1u << K) - 1;
+  const uint8_t *m;
+  size_t len;
+  td_recon_t *hub, *mem, *mesh;
+  ck_assert_int_eq(td_recon_open(&hub, layout), 0);
+  ck_assert_int_eq(td_recon_open(&mem, layout), 0);
+  ck_assert_int_eq(td_recon_open(&mesh, layout), 0);
+  /* hub = member 0: the others' messages arrive marked for it */
+  ck_assert_int_eq(td_recon_own(hub, 25, d[0], 0, all, 0, &m, &len, NULL, 0), 0);
+  for (size_t i = 1; i < K; i++)
+    for (uint64_t off = 0; off < msg_len; off += CHUNK) {
+      td_recon_result_t res;
+      size_t n = msg_len - off < CHUNK ? msg_len - off : CHUNK;
+      ck_assert_int_eq(td_recon_chunk(hub, 25, i, off, msg_len, msg[i] + off, n, true, 1.0, &res,
+                                      NULL, 0), 0);
+    }
+  float *mh = malloc(numel * sizeof(float)), *mm = malloc(numel * sizeof(float)),
+        *mx = malloc(numel * sizeof(float));
+  td_recon_taken_t t;
+  ck_assert(td_recon_take(hub, 1.0, 100, mh, &t));
+  ck_assert_uint_eq(t.hub, TD_RECON_MESH);
+  ck_assert_uint_eq(t.want_mean, all & ~1u); /* all three wait for the mean */
+  ck_assert_uint_eq(t.used, K);
+  const uint8_t *mean_msg;
+  size_t mean_len;
+  ck_assert_int_eq(td_recon_encode_mean(hub, mh, &mean_msg, &mean_len), 0);
+  ck_assert_uint_eq(mean_len, td_recon_mean_bytes(hub));
+  ck_assert_uint_gt(mean_len, 2 * CHUNK);
+  /* member 2 sent to the hub and waits: no stall during the quiet time */
+  ck_assert_int_eq(td_recon_own(mem, 25, d[2], 2, all, 10.0, &m, &len, NULL, 0), 0);
+  td_recon_quiet(mem, 25, 10.0, 5.0);
+  td_recon_stall_t st[8];
+  ck_assert_uint_eq(td_recon_stalled(mem, 17.9, 3.0, st, 8), 0);
+  ck_assert(!td_recon_take(mem, 17.9, 100, mm, &t));
+  ck_assert_int_eq(feed_mean(mem, 25, 0, mean_msg, mean_len, K, K), TD_RECON_COMPLETED);
+  ck_assert(td_recon_take(mem, 17.9, 100, mm, &t));
+  ck_assert_uint_eq(t.round, 25);
+  ck_assert_uint_eq(t.hub, 0);
+  ck_assert_uint_eq(t.used, K);
+  ck_assert_uint_eq(t.expected, K);
+  ck_assert(memcmp(mh, mm, numel * sizeof(float)) == 0);
+  /* a member that fell back to the mesh computes the same floats */
+  ck_assert_int_eq(td_recon_own(mesh, 25, d[3], 3, all, 0, &m, &len, NULL, 0), 0);
+  for (size_t i = 0; i < 3; i++)
+    feed_all(mesh, 25, i);
+  ck_assert(td_recon_take(mesh, 1.0, 100, mx, &t));
+  ck_assert(memcmp(mh, mx, numel * sizeof(float)) == 0);
+  /* the mean after the round is late */
+  ck_assert_int_eq(feed_mean(mem, 25, 0, mean_msg, mean_len, K, K), TD_RECON_LATE);
+  free(mh);
+  free(mm);
+  free(mx);
+  td_recon_close(&hub);
+  td_recon_close(&mem);
+  td_recon_close(&mesh);
+}
+END_TEST
+
+START_TEST(a_bad_or_silent_hub_falls_back_to_the_mesh) {
+  const uint64_t all = (1u << K) - 1;
+  const uint8_t *m;
+  size_t len;
+  td_recon_result_t res;
+  char why[256];
+  td_recon_t *c, *enc;
+  ck_assert_int_eq(td_recon_open(&c, layout), 0);
+  ck_assert_int_eq(td_recon_open(&enc, layout), 0);
+  float *x = malloc(numel * sizeof(float)), *mean = malloc(numel * sizeof(float));
+  memcpy(x, d[1], numel * sizeof(float));
+  const uint8_t *good;
+  size_t mlen;
+  ck_assert_int_eq(td_recon_encode_mean(enc, x, &good, &mlen), 0);
+  uint8_t *bad = malloc(mlen);
+  memcpy(bad, good, mlen);
+  ck_assert_int_eq(td_recon_own(c, 25, d[2], 2, all, 0, &m, &len, NULL, 0), 0);
+  td_recon_quiet(c, 25, 0, 2.0);
+  /* sizes that do not match, a count that cannot be, NaN: nothing taken */
+  ck_assert_int_eq(td_recon_mean_chunk(c, 25, 0, 0, mlen + 4, good, 16, 4, 4, 0, &res, why,
+                                       sizeof why), TD_EPROTO);
+  ck_assert_int_eq(td_recon_mean_chunk(c, 25, TD_RECON_MAX_MEMBERS, 0, mlen, good, 16, 4, 4, 0,
+                                       &res, why, sizeof why), TD_EPROTO);
+  ck_assert_int_eq(feed_mean(c, 25, 0, good, mlen, 0, 4), TD_RECON_REJECTED);
+  ck_assert_int_eq(feed_mean(c, 25, 0, good, mlen, 5, 4), TD_RECON_REJECTED);
+  uint32_t nan_bits = 0x7fc00000;
+  memcpy(bad + mlen - 4, &nan_bits, 4); /* the last float of the last tensor */
+  ck_assert_int_eq(feed_mean(c, 25, 0, bad, mlen, 4, 4), TD_RECON_REJECTED);
+  memset(bad, 0xff, 16);
+  ck_assert_int_eq(feed_mean(c, 25, 0, bad, mlen, 4, 4), TD_RECON_REJECTED);
+  td_recon_taken_t t;
+  ck_assert(!td_recon_take(c, 1.0, 30, mean, &t));
+  /* a second hub's chunks while the first is midway are dropped */
+  ck_assert_int_eq(td_recon_mean_chunk(c, 25, 0, 0, mlen, good, CHUNK, 4, 4, 0, &res, NULL, 0), 0);
+  ck_assert_int_eq(res, TD_RECON_ACCEPTED);
+  ck_assert_int_eq(td_recon_mean_chunk(c, 25, 1, 0, mlen, good, CHUNK, 4, 4, 0, &res, NULL, 0), 0);
+  ck_assert_int_eq(res, TD_RECON_DUPLICATE);
+  /* the hub goes silent: after the quiet time and the stall time every
+   * missing member is asked for its message, and the mesh completes it */
+  td_recon_stall_t st[8];
+  ck_assert_uint_eq(td_recon_stalled(c, 4.9, 3.0, st, 8), 0);
+  ck_assert_uint_eq(td_recon_stalled(c, 5.1, 3.0, st, 8), 3);
+  for (size_t i = 0; i < 3; i++) {
+    ck_assert_uint_eq(st[i].member, i == 2 ? 3 : i);
+    ck_assert_uint_eq(st[i].offset, 0);
+  }
+  feed_all(c, 25, 0);
+  feed_all(c, 25, 1);
+  feed_all(c, 25, 3);
+  ck_assert(td_recon_take(c, 6.0, 30, mean, &t));
+  ck_assert_uint_eq(t.hub, TD_RECON_MESH);
+  ck_assert_uint_eq(t.used, K);
+  ck_assert(mean[5] != x[5]); /* the collected mean, not the partial hub message */
+  free(x);
+  free(mean);
+  free(bad);
+  td_recon_close(&c);
+  td_recon_close(&enc);
 }
 END_TEST
 
@@ -245,6 +431,9 @@ int main(void) {
   tcase_add_test(tc, gaps_are_refused_and_asked_again);
   tcase_add_test(tc, hostile_and_missing_members_do_not_block_a_round);
   tcase_add_test(tc, two_rounds_at_most_in_flight);
+  tcase_add_test(tc, plan_takes_a_hub_only_where_uplinks_make_it_faster);
+  tcase_add_test(tc, members_end_on_the_hubs_mean_bit_for_bit);
+  tcase_add_test(tc, a_bad_or_silent_hub_falls_back_to_the_mesh);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
