@@ -188,7 +188,7 @@ static bool wait_release(td_run_t *run, uint64_t round, double *idle) {
 
 /* Overlap fill (overlap_fill = F > 0): up to F x H local steps while round
  * `round`'s average is still in flight, so compute waits less for a slow
- * network (bench_wan.sh: idle 98 % -> 8 % with F = 1000). They belong to the
+ * network (bench_wan.sh: idle 99 % -> 2-4 % with F = 1000). They belong to the
  * next round (its delta, samples and loss) and do not move the learning-rate
  * schedule, which keeps following the nominal H steps per round. Off by
  * default: the larger deltas make the delayed swap noisier where the network

@@ -183,12 +183,12 @@ START_TEST(hostile_and_missing_members_do_not_block_a_round) {
   char why[256];
   ck_assert_int_eq(td_recon_open(&c, layout), 0);
   /* sizes that do not match the layout */
-  ck_assert_int_eq(td_recon_chunk(c, 25, 1, 0, msg_len + 4, msg[1], 16, false, 0, &res, why, sizeof why),
-                   TD_EPROTO);
+  ck_assert_int_eq(td_recon_chunk(c, 25, 1, 0, msg_len + 4, msg[1], 16, false, 0, &res, why,
+                                  sizeof why), TD_EPROTO);
   ck_assert_int_eq(td_recon_chunk(c, 25, 1, msg_len - 8, msg_len, msg[1], 16, false, 0, &res, why,
                                   sizeof why), TD_EPROTO);
-  ck_assert_int_eq(td_recon_chunk(c, 25, TD_RECON_MAX_MEMBERS, 0, msg_len, msg[1], 16, false, 0, &res,
-                                  why, sizeof why), TD_EPROTO);
+  ck_assert_int_eq(td_recon_chunk(c, 25, TD_RECON_MAX_MEMBERS, 0, msg_len, msg[1], 16, false, 0,
+                                  &res, why, sizeof why), TD_EPROTO);
   /* NaN in our own anchor: nothing is produced */
   float *bad = malloc(numel * sizeof(float));
   memcpy(bad, d[0], numel * sizeof(float));
