@@ -40,6 +40,10 @@ typedef struct {
   bool mean_in; /* complete and checked */
 } slot_t;
 
+/* Our last messages, kept for members that ask again after we reconciled: a
+ * member can be behind us by the rounds of both slots and then some. */
+#define OWN_HELD 4
+
 typedef struct {
   uint64_t round; /* 0: empty */
   uint8_t *msg;
@@ -53,7 +57,7 @@ struct td_recon {
   td_link_codec_t *enc32; /* none (fp32): a hub's mean, exact */
   float *scratch;       /* numel: one decoded message */
   slot_t slots[TD_RECON_SLOTS];
-  own_t own[TD_RECON_SLOTS];
+  own_t own[OWN_HELD];
   uint64_t max_taken;
 };
 
@@ -91,10 +95,10 @@ void td_recon_close(td_recon_t **self_p) {
   if (self_p == NULL || *self_p == NULL)
     return;
   td_recon_t *c = *self_p;
-  for (size_t i = 0; i < TD_RECON_SLOTS; i++) {
+  for (size_t i = 0; i < TD_RECON_SLOTS; i++)
     slot_free(&c->slots[i]);
+  for (size_t i = 0; i < OWN_HELD; i++)
     free(c->own[i].msg);
-  }
   td_link_codec_close(&c->enc);
   td_link_codec_close(&c->enc32);
   free(c->scratch);
@@ -199,7 +203,10 @@ int td_recon_own(td_recon_t *c, uint64_t round, const float *d, size_t self, uin
   int rc = td_link_codec_encode(c->enc, d, &m, &n);
   if (rc != 0)
     return td_why(why, why_len, rc, "our anchor holds NaN/Inf");
-  own_t *o = c->own[0].round <= c->own[1].round ? &c->own[0] : &c->own[1];
+  own_t *o = &c->own[0]; /* the oldest (or an empty one) makes room */
+  for (size_t i = 1; i < OWN_HELD; i++)
+    if (c->own[i].round < o->round)
+      o = &c->own[i];
   uint8_t *copy = realloc(o->msg, n);
   if (copy == NULL)
     return td_why(why, why_len, TD_ENOMEM, "out of memory");
@@ -220,7 +227,7 @@ int td_recon_own(td_recon_t *c, uint64_t round, const float *d, size_t self, uin
 }
 
 bool td_recon_own_message(const td_recon_t *c, uint64_t round, const uint8_t **msg, size_t *len) {
-  for (size_t i = 0; i < TD_RECON_SLOTS; i++)
+  for (size_t i = 0; i < OWN_HELD; i++)
     if (round > 0 && c->own[i].round == round) {
       *msg = c->own[i].msg;
       *len = c->own[i].len;

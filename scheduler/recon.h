@@ -79,7 +79,7 @@ size_t td_recon_plan(const double *uplink, uint64_t expected, td_recon_via_t via
 /* Our own contribution for `round`: encodes d (numel floats, anchor - init) in
  * fp16, counts the decoded message as member `self`, and sets the members the
  * round waits for (bit i = member index i, self included). *msg stays valid
- * until the collector forgets the round (two reconciled rounds later), so it
+ * until the collector forgets it (after four more of our own), so it
  * can be sent and re-sent. TD_ENUMERIC for a non-finite d, TD_ERANGE when
  * both slots hold other unfinished rounds. now: seconds, any monotonic clock. */
 int td_recon_own(td_recon_t *c, uint64_t round, const float *d, size_t self, uint64_t expected,

@@ -171,6 +171,19 @@ START_TEST(gaps_are_refused_and_asked_again) {
   ck_assert(td_recon_own_message(c, 50, &held, &len));
   ck_assert(memcmp(held, msg[0], len) == 0);
   ck_assert(!td_recon_own_message(c, 51, &held, &len));
+  /* our last four messages stay held after their rounds are reconciled, for
+   * members that are behind; the fifth pushes the oldest out */
+  float *mean = malloc(numel * sizeof(float));
+  td_recon_taken_t t;
+  ck_assert(td_recon_take(c, 14.0, 30, mean, &t)); /* round 50 */
+  for (uint64_t r = 60; r <= 90; r += 10) {
+    ck_assert_int_eq(td_recon_own(c, r, d[0], 0, 0x1, 14.0, &m, &len, NULL, 0), 0);
+    ck_assert(td_recon_take(c, 14.0, 30, mean, &t)); /* alone: complete at once */
+    ck_assert_uint_eq(t.round, r);
+    ck_assert(td_recon_own_message(c, 60, &held, &len) == true);
+  }
+  ck_assert(!td_recon_own_message(c, 50, &held, &len)); /* 60, 70, 80, 90 held */
+  free(mean);
   td_recon_close(&c);
 }
 END_TEST
