@@ -395,8 +395,7 @@ static bool wait_seed(td_run_t *run, td_trainer_t *tr, float *params, uint64_t f
 }
 
 bool td_run_reconciles(const td_run_t *run, uint64_t round) {
-  if (!run->spec.reconcile_on || run->spec.mode_kind == TD_MODE_ASYNC ||
-      strcmp(run->spec.codec, "none") == 0 || round == 0 || round > run->rounds)
+  if (!td_runspec_reconciles(&run->spec) || round == 0 || round > run->rounds)
     return false;
   return round == run->rounds ||
          (run->spec.reconcile_every > 0 && round % run->spec.reconcile_every == 0);
@@ -753,8 +752,7 @@ int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t wh
     return rc;
   }
   bool need_mom = run->spec.outer_momentum > 0 || run->spec.outer_clip > 0;
-  bool need_rec = run->spec.reconcile_on && run->spec.mode_kind != TD_MODE_ASYNC &&
-                  strcmp(run->spec.codec, "none") != 0;
+  bool need_rec = td_runspec_reconciles(&run->spec);
   float **bufs[] = {&run->anchor, &run->delta[0], &run->delta[1], &run->avg[0], &run->avg[1],
                     &run->start, &run->inbox, &run->mom, &run->init,
                     &run->rec[0].own, &run->rec[0].mean, &run->rec[1].own, &run->rec[1].mean};
@@ -764,7 +762,9 @@ int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t wh
       continue;
     if (bufs[i] == &run->inbox && run->spec.mode_kind != TD_MODE_ASYNC)
       continue;
-    if (i >= 8 && !need_rec) /* init and the reconciliation slots */
+    if (!need_rec && (bufs[i] == &run->init || bufs[i] == &run->rec[0].own ||
+                      bufs[i] == &run->rec[0].mean || bufs[i] == &run->rec[1].own ||
+                      bufs[i] == &run->rec[1].mean))
       continue;
     if ((*bufs[i] = calloc(run->numel, sizeof(float))) == NULL)
       ok = false;

@@ -169,7 +169,7 @@ static int check_reconcile(td_runspec_t *rs, const char *v, char *why, size_t n)
 /* reconcile_via = auto | mesh | hub (the order of td_recon_via_t) */
 static int check_reconcile_via(td_runspec_t *rs, const char *v, char *why, size_t n) {
   static const char *const names[] = {"auto", "mesh", "hub"};
-  for (unsigned i = 0; i < 3; i++)
+  for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
     if (strcmp(v, names[i]) == 0) {
       rs->reconcile_via_kind = i;
       return 0;
@@ -194,6 +194,10 @@ static int check_slowdown(td_runspec_t *rs, const char *v, char *why, size_t n) 
       return 0;
     p = end + 1;
   }
+}
+
+bool td_runspec_reconciles(const td_runspec_t *rs) {
+  return rs->reconcile_on && rs->mode_kind != TD_MODE_ASYNC && strcmp(rs->codec, "none") != 0;
 }
 
 double td_runspec_slowdown(const td_runspec_t *rs, unsigned rank) {

@@ -91,6 +91,10 @@ size_t td_runspec_format(const td_runspec_t *rs, char *buf, size_t len);
 /* Slowdown factor (>= 1) of the node of `rank`: the single value of `slowdown`
  * for every rank, or its rank-th entry (1 past the end of the list). */
 double td_runspec_slowdown(const td_runspec_t *rs, unsigned rank);
+/* Whether the run reconciles anchors at all (scheduler/recon.h): `reconcile`
+ * not off, sync or overlap (async has no shared anchor), a lossy codec (with
+ * none every node applies the same exact averages). */
+bool td_runspec_reconciles(const td_runspec_t *rs);
 /* One line per key: name, default, meaning. */
 void td_runspec_print_help(FILE *out);
 
