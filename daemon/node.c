@@ -167,10 +167,12 @@ typedef struct node {
     uint64_t own_done, packed, pack_pending; /* rounds posted / packed; queued pack */
     double own_loss, lr, capacity;
     double round_started, deadline;
-    double peer_capacity[TD_MEMBERS_MAX][OWN_RING]; /* reported with round r at [r % OWN_RING] */
-    uint64_t peer_capacity_round[TD_MEMBERS_MAX][OWN_RING];
-    double peer_uplink[TD_MEMBERS_MAX][OWN_RING]; /* reported with round r, as capacity */
-    uint64_t peer_uplink_round[TD_MEMBERS_MAX][OWN_RING];
+    /* what each member sent with its update of round r, at [r % OWN_RING];
+     * 0: not reported (or not finite) */
+    struct {
+      uint64_t round;
+      double capacity, uplink;
+    } peer_report[TD_MEMBERS_MAX][OWN_RING];
     unsigned plan[TD_MEMBERS_MAX];    /* current batch plan by member index (0: none) */
     /* direct knowledge transfer (ALGORITHMS.md 6.3) */
     report_t reports[TD_MEMBERS_MAX];
@@ -861,13 +863,13 @@ static void replan(node_t *n, uint64_t round, uint64_t from) {
       c = n->r.own[round % OWN_RING].capacity;
       me = k;
     } else if (member_reachable(n, id)) {
-      c = n->r.peer_capacity_round[i][round % OWN_RING] == round
-              ? n->r.peer_capacity[i][round % OWN_RING]
+      c = n->r.peer_report[i][round % OWN_RING].round == round
+              ? n->r.peer_report[i][round % OWN_RING].capacity
               : 0;
       if (c <= 0) { /* not reported with this round: newest report we have */
         for (unsigned j = 0; j < OWN_RING; j++)
-          if (n->r.peer_capacity_round[i][j] && n->r.peer_capacity[i][j] > c)
-            c = n->r.peer_capacity[i][j];
+          if (n->r.peer_report[i][j].capacity > c)
+            c = n->r.peer_report[i][j].capacity;
       }
     } else {
       continue;
@@ -1251,8 +1253,7 @@ static int start_run(node_t *n, uint64_t run_id, const char *spec_text, const ui
   td_recon_close(&n->r.recon);
   free(n->r.recon_mean);
   n->r.recon_mean = NULL;
-  if (rc == 0 && spec.reconcile_on && spec.mode_kind != TD_MODE_ASYNC &&
-      strcmp(spec.codec, "none") != 0) {
+  if (rc == 0 && td_runspec_reconciles(&spec)) {
     rc = td_recon_open(&n->r.recon, td_run_layout(run));
     if (rc == 0 && (n->r.recon_mean = malloc(td_run_numel(run) * sizeof(float))) == NULL)
       rc = TD_ENOMEM;
@@ -1298,9 +1299,7 @@ static int start_run(node_t *n, uint64_t run_id, const char *spec_text, const ui
   n->r.capacity = 0;
   n->r.plans_applied = n->r.stale_dropped = 0;
   memset(n->r.own, 0, sizeof n->r.own);
-  memset(n->r.peer_capacity, 0, sizeof n->r.peer_capacity);
-  memset(n->r.peer_capacity_round, 0, sizeof n->r.peer_capacity_round);
-  memset(n->r.peer_uplink_round, 0, sizeof n->r.peer_uplink_round);
+  memset(n->r.peer_report, 0, sizeof n->r.peer_report);
   memset(n->r.peer_round, 0, sizeof n->r.peer_round);
   memset(n->r.plan, 0, sizeof n->r.plan);
   memset(n->r.reports, 0, sizeof n->r.reports);
@@ -1477,14 +1476,11 @@ static void on_update(node_t *n, const Traind__Envelope *env, link_t *l, size_t 
     note_drop(n, &n->drops.not_member, "update from a node outside the run");
     return;
   }
-  if (isfinite(up->capacity) && up->capacity > 0 && up->capacity < 1e12) {
-    n->r.peer_capacity[mi][up->round % OWN_RING] = up->capacity;
-    n->r.peer_capacity_round[mi][up->round % OWN_RING] = up->round;
-  }
-  if (isfinite(up->uplink) && up->uplink >= 0 && up->uplink < 1e12) {
-    n->r.peer_uplink[mi][up->round % OWN_RING] = up->uplink;
-    n->r.peer_uplink_round[mi][up->round % OWN_RING] = up->round;
-  }
+  n->r.peer_report[mi][up->round % OWN_RING].round = up->round;
+  n->r.peer_report[mi][up->round % OWN_RING].capacity =
+      isfinite(up->capacity) && up->capacity > 0 && up->capacity < 1e12 ? up->capacity : 0;
+  n->r.peer_report[mi][up->round % OWN_RING].uplink =
+      isfinite(up->uplink) && up->uplink > 0 && up->uplink < 1e12 ? up->uplink : 0;
   bool async = n->r.spec.mode_kind == TD_MODE_ASYNC;
   td_round_t *collector = async ? n->r.peer_inbox[mi] : n->r.collector;
   if (collector == NULL)
@@ -1710,7 +1706,7 @@ static void on_snapshot_chunk(node_t *n, const Traind__Envelope *env) {
  * compute thread posts anchor - init; we encode it in fp16 and collect the
  * members' (scheduler/recon.h). Mesh: pushed to every member of that round
  * over the bulk class. Through a hub (reconcile_via; auto when the uplinks
- * reported in heartbeats make it faster): pushed to the hub only, which sends
+ * sent with that round's updates make it faster): pushed to the hub only, which sends
  * the fp32 mean back to those that asked. A message that stops growing for
  * 3 s is asked for again from its offset (a member waiting on a hub asks every
  * member once the hub's expected time has passed); after round_timeout the
@@ -1764,19 +1760,17 @@ static void recon_deliver(node_t *n) {
 }
 
 static void on_reconcile_own(node_t *n, td_run_event_t *ev) {
-  uint64_t expected = 0;
+  uint64_t expected = 0, r = ev->round;
   double uplink[TD_RECON_MAX_MEMBERS] = {0};
   for (size_t i = 0; i < n->r.n_members && i < TD_RECON_MAX_MEMBERS; i++) {
-    if (n->r.since[i] <= ev->round &&
-        (n->r.members[i] == n->node_id || member_reachable(n, n->r.members[i])))
+    bool self = n->r.members[i] == n->node_id;
+    if (n->r.since[i] <= r && (self || member_reachable(n, n->r.members[i])))
       expected |= (uint64_t)1 << i;
     /* the figures every member got with this round's updates: one plan for all */
-    uint64_t r = ev->round;
-    if (n->r.members[i] == n->node_id)
-      uplink[i] = n->r.own[r % OWN_RING].round == r ? n->r.own[r % OWN_RING].uplink : 0;
-    else
-      uplink[i] = n->r.peer_uplink_round[i][r % OWN_RING] == r ? n->r.peer_uplink[i][r % OWN_RING]
-                                                                : 0;
+    if (self && n->r.own[r % OWN_RING].round == r)
+      uplink[i] = n->r.own[r % OWN_RING].uplink;
+    else if (!self && n->r.peer_report[i][r % OWN_RING].round == r)
+      uplink[i] = n->r.peer_report[i][r % OWN_RING].uplink;
   }
   const uint8_t *msg;
   size_t len;
@@ -1889,9 +1883,7 @@ static void add_member(node_t *n, uint64_t id, uint64_t from) {
   n->r.members[i] = id;
   n->r.since[i] = from;
   n->r.n_members++;
-  memset(n->r.peer_capacity[i], 0, sizeof n->r.peer_capacity[i]);
-  memset(n->r.peer_capacity_round[i], 0, sizeof n->r.peer_capacity_round[i]);
-  memset(n->r.peer_uplink_round[i], 0, sizeof n->r.peer_uplink_round[i]);
+  memset(n->r.peer_report[i], 0, sizeof n->r.peer_report[i]);
   /* from R on the batch is split evenly again, until the joiner has measured */
   unsigned k = (unsigned)n->r.n_members;
   for (size_t j = 0; j < n->r.n_members; j++)
