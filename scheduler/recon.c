@@ -236,6 +236,18 @@ bool td_recon_own_message(const td_recon_t *c, uint64_t round, const uint8_t **m
   return false;
 }
 
+/* The slot a chunk for `round` goes into, opened if needed; NULL with *result
+ * LATE (the round is reconciled) or AHEAD (no free slot). */
+static slot_t *slot_for_chunk(td_recon_t *c, uint64_t round, double now,
+                              td_recon_result_t *result) {
+  slot_t *s = slot_find(c, round);
+  if (s == NULL && round <= c->max_taken)
+    *result = TD_RECON_LATE;
+  else if (s == NULL && (s = slot_get(c, round, now)) == NULL)
+    *result = TD_RECON_AHEAD;
+  return s;
+}
+
 void td_recon_quiet(td_recon_t *c, uint64_t round, double now, double seconds) {
   slot_t *s = slot_find(c, round);
   if (s == NULL || !(seconds > 0))
@@ -253,15 +265,9 @@ int td_recon_chunk(td_recon_t *c, uint64_t round, size_t member, uint64_t offset
     return td_why(why, why_len, TD_EPROTO,
                   "reconciliation chunk of %zu bytes at %llu of %llu (a message is %zu bytes)",
                   len, (unsigned long long)offset, (unsigned long long)total, c->msg_bytes);
-  slot_t *s = slot_find(c, round);
-  if (s == NULL && round <= c->max_taken) {
-    *result = TD_RECON_LATE;
+  slot_t *s = slot_for_chunk(c, round, now, result);
+  if (s == NULL)
     return 0;
-  }
-  if (s == NULL && (s = slot_get(c, round, now)) == NULL) {
-    *result = TD_RECON_AHEAD;
-    return 0;
-  }
   member_t *m = &s->m[member];
   if (to_hub)
     s->want_mean |= (uint64_t)1 << member;
@@ -297,15 +303,9 @@ int td_recon_mean_chunk(td_recon_t *c, uint64_t round, size_t hub, uint64_t offs
     return td_why(why, why_len, TD_EPROTO,
                   "reconciled mean chunk of %zu bytes at %llu of %llu (a mean is %zu bytes)", len,
                   (unsigned long long)offset, (unsigned long long)total, c->mean_bytes);
-  slot_t *s = slot_find(c, round);
-  if (s == NULL && round <= c->max_taken) {
-    *result = TD_RECON_LATE;
+  slot_t *s = slot_for_chunk(c, round, now, result);
+  if (s == NULL)
     return 0;
-  }
-  if (s == NULL && (s = slot_get(c, round, now)) == NULL) {
-    *result = TD_RECON_AHEAD;
-    return 0;
-  }
   /* one hub per round: another's chunks (members disagreed on it) are dropped */
   if (s->mean_in || (s->mean_hub != TD_RECON_MESH && s->mean_hub != hub) ||
       offset != s->mean_received) {
