@@ -14,11 +14,18 @@ make -s -C "$B" install DESTDIR="$D" >"$T/install.log" 2>&1 \
 prefix=$(sed -n 's/^prefix = //p' "$B/Makefile")
 unitdir=$(make -s -C "$B" -f Makefile -f - print-unitdir <<<'print-unitdir: ; @echo $(systemdsystemunitdir)' 2>/dev/null)
 compdir=$(make -s -C "$B" -f Makefile -f - print-compdir <<<'print-compdir: ; @echo $(bashcompletiondir)' 2>/dev/null)
-for f in "$prefix/bin/traind" "$prefix/bin/trainctl" \
+for f in "$prefix/bin/traind" "$prefix/bin/trainctl" "$prefix/bin/traind-lab" \
          "$prefix/share/man/man8/traind.8" "$prefix/share/man/man1/trainctl.1" \
-         "$prefix/share/man/man5/traind-run.5" "$unitdir/traind.service" "$compdir/trainctl"; do
+         "$prefix/share/man/man1/traind-lab.1" "$prefix/share/man/man5/traind-run.5" \
+         "$prefix/share/man/man5/traind-lab.5" "$unitdir/traind.service" "$compdir/trainctl" \
+         "$prefix/share/traind/netns_lib.sh" "$prefix/share/traind/examples/wan-4.ini"; do
   [ -s "$D$f" ] && pass "installed $f" || fail "missing $D$f"
 done
+[ -x "$D$prefix/bin/traind-lab" ] || fail "traind-lab is not executable"
+"$D$prefix/bin/traind-lab" --help | grep -q '^usage: traind-lab' || fail "traind-lab --help"
+grep -q "^TD_LAB_BINDIR=\${TD_LAB_BINDIR:-$prefix/bin}" "$D$prefix/bin/traind-lab" \
+  && grep -q "^TD_LAB_NETNS=\${TD_LAB_NETNS:-$prefix/share/traind/netns_lib.sh}" "$D$prefix/bin/traind-lab" \
+  && pass "traind-lab points at the installed traind and netns_lib.sh" || fail "traind-lab paths"
 grep -q "^ExecStart=$prefix/bin/traind " "$D$unitdir/traind.service" \
   && pass "unit runs $prefix/bin/traind" || fail "unit ExecStart: $(grep ExecStart= "$D$unitdir/traind.service")"
 

@@ -83,6 +83,27 @@ left=$(leftovers $pid)
 [ -z "$left" ] && pass "lab $how: nothing left behind" || fail "lab $how left: $left"
 chmod 755 "$T"
 
+# experiment-file mistakes: one line naming the file and line, nothing started
+printf '[lab]\nnodes = 3\nuplink_mbit = 20, 2\n' >"$T/bad1.ini"
+run bad1 "$LAB" "$T/bad1.ini" -o "$T/bad1"
+expect_error bad1 "uplink_mbit has 2 values for 3 nodes"
+printf '[lab]\nnodes = 2\nbandwidth = 5\n' >"$T/bad2.ini"
+run bad2 "$LAB" "$T/bad2.ini" -o "$T/bad2"
+expect_error bad2 "bad2.ini:3: unknown \[lab\] key 'bandwidth'"
+[ "$(rc_of bad2)" = 2 ] && [ ! -e "$T/bad2" ] || fail "bad2: exit $(rc_of bad2) or output made"
+
+# a rate trace (root only: rates are not emulated on loopback) and latency
+if [ "$(id -u)" -eq 0 ] && td_wan_can_run 2>/dev/null; then
+  printf '0.5 1 up 1\n' >"$T/trace.txt"
+  printf '[lab]\nnodes = 2\nuplink_mbit = 20, 2\nlatency_ms = 20\nrate_trace = trace.txt\n[run]\nmodel = mlp:784-16-10\nrounds = 3\n' >"$T/trace.ini"
+  "$LAB" "$T/trace.ini" -o "$T/trace" >"$T/trace.out" 2>&1 &
+  pid=$!; wait $pid; rc=$?
+  [ $rc = 0 ] && grep -q 'trace: node 1 up -> 1 Mbit/s' "$T/trace.out" && grep -q 'latency 20 ms' "$T/trace.out" \
+    && pass "rate trace applied during the run" || { fail "trace run: exit $rc"; tail -20 "$T/trace.out"; }
+  left=$(leftovers $pid)
+  [ -z "$left" ] || fail "trace run left: $left"
+fi
+
 # 3. SIGINT in the middle of a long variant: everything torn down, ledgers kept
 if [ "$(id -u)" -eq 0 ] && td_wan_can_run 2>/dev/null; then mode=ns; else mode=lo; fi
 set -m   # the lab in its own process group, SIGINT not ignored (as from a terminal)
