@@ -17,7 +17,8 @@
 # Knobs: TARGET (0.85), MODEL, EPOCHS, H, MOMENTUM (the file's by default),
 # CAP_S (per-run time limit, 600), LOG_LEVEL, KEEP (output directory to keep;
 # a temporary one otherwise), RUNS (which of sync_none overlap_auto
-# overlap_nofill to run; all by default), FILL (overlap_fill of (b): a round
+# overlap_nofill to run; all by default), B_ARGS (extra "--set key=value" words
+# for (b) only), FILL (overlap_fill of (b): a round
 # of this model computes for ~3 ms against a >= 200 ms exchange on the 2
 # Mbit/s links, so without it compute idles ~99 %).
 set -u
@@ -33,8 +34,11 @@ OUT=${KEEP:-$T/lab}
 sed -e "s/^target = .*/target = ${TARGET:-0.85}/" -e "s/^timeout_s = .*/timeout_s = ${CAP_S:-600}/" \
     -e "s/^overlap_fill = 1000$/overlap_fill = ${FILL:-1000}/" \
     -e "s/^log_level = .*//" "$ROOT/bench/wan-4.ini" >"$T/wan-4.ini"
-echo "log_level = ${LOG_LEVEL:-warn}" >>"$T/wan-4.ini.lab"
-sed -i "/^\[lab\]/r $T/wan-4.ini.lab" "$T/wan-4.ini"
+echo "log_level = ${LOG_LEVEL:-warn}" >"$T/lab.keys"
+sed -i "/^\[lab\]/r $T/lab.keys" "$T/wan-4.ini"
+: >"$T/b.keys"
+for w in ${B_ARGS:-}; do [ "$w" = --set ] || echo "${w%%=*} = ${w#*=}" >>"$T/b.keys"; done
+sed -i "/^\[variant overlap_auto\]/r $T/b.keys" "$T/wan-4.ini"
 args=()
 [ -n "${MODEL:-}" ] && args+=(--set "model=$MODEL")
 [ -n "${EPOCHS:-}" ] && args+=(--set "epochs=$EPOCHS")
