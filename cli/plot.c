@@ -381,8 +381,10 @@ int td__plot_main(int argc, char **argv) {
     gp_quoted(gp, xa->label);
     fprintf(gp, "\nset ylabel ");
     gp_quoted(gp, ya->label);
-    fprintf(gp, "\nset grid\nset key %s box opaque\n",
-                strcmp(y, "accuracy") == 0 ? "bottom right" : "top right");
+    /* the legend below the chart: long titles never hide a curve */
+    fprintf(gp, "\nset grid\nset key below box\n");
+    if (strcmp(y, "idle") == 0)
+      fprintf(gp, "set yrange [0:1.05]\n");
     fprintf(gp, "plot ");
     for (size_t i = 0; i < n; i++) {
       fprintf(gp, "%s$s%zu using 1:2 with linespoints pointtype 7 pointsize 0.5 title ",
