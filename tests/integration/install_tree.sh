@@ -9,11 +9,11 @@
 B=${top_builddir:-$(pwd)}
 D="$T/root"
 
-make -s -C "$B" install DESTDIR="$D" >"$T/install.log" 2>&1 \
+env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -C "$B" install DESTDIR="$D" >"$T/install.log" 2>&1 \
   || { fail "make install:"; tail -20 "$T/install.log"; finish; }
 prefix=$(sed -n 's/^prefix = //p' "$B/Makefile")
-unitdir=$(make -s --no-print-directory -C "$B" -f Makefile -f - print-unitdir <<<'print-unitdir: ; @echo $(systemdsystemunitdir)' 2>/dev/null)
-compdir=$(make -s --no-print-directory -C "$B" -f Makefile -f - print-compdir <<<'print-compdir: ; @echo $(bashcompletiondir)' 2>/dev/null)
+unitdir=$(env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory -C "$B" -f Makefile -f - print-unitdir <<<'print-unitdir: ; @echo $(systemdsystemunitdir)' 2>/dev/null)
+compdir=$(env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory -C "$B" -f Makefile -f - print-compdir <<<'print-compdir: ; @echo $(bashcompletiondir)' 2>/dev/null)
 for f in "$prefix/bin/traind" "$prefix/bin/trainctl" "$prefix/bin/traind-lab" \
          "$prefix/share/man/man8/traind.8" "$prefix/share/man/man1/trainctl.1" \
          "$prefix/share/man/man1/traind-lab.1" "$prefix/share/man/man5/traind-run.5" \
