@@ -382,9 +382,11 @@ int td__plot_main(int argc, char **argv) {
     fprintf(gp, "\nset ylabel ");
     gp_quoted(gp, ya->label);
     /* the legend below the chart: long titles never hide a curve */
-    fprintf(gp, "\nset grid\nset key below box\n");
+    fprintf(gp, "\nset grid\nset key below box spacing 1.2\n");
+    /* room under the x label for a legend of up to one row per curve */
+    fprintf(gp, "set bmargin %zu\n", 5 + (n < 10 ? n : 10));
     if (strcmp(y, "idle") == 0)
-      fprintf(gp, "set yrange [0:1.05]\n");
+      fprintf(gp, "set yrange [-0.02:1.05]\n");
     fprintf(gp, "plot ");
     for (size_t i = 0; i < n; i++) {
       fprintf(gp, "%s$s%zu using 1:2 with linespoints pointtype 7 pointsize 0.5 title ",
