@@ -68,7 +68,9 @@ fi
 
 # 2. without root, on loopback
 if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null \
-   && setpriv --reuid=nobody --regid=nogroup --clear-groups true 2>/dev/null; then
+   && setpriv --reuid=nobody --regid=nogroup --clear-groups \
+        sh -c 'test -x "$1/traind" && test -x "$1/cli/traind-lab" && test -r "$2"' _ "$B" "$EXP" 2>/dev/null
+then   # (a checkout under a private home cannot be run by nobody: --loopback then)
   chmod 777 "$T"
   as_user=(setpriv --reuid=nobody --regid=nogroup --clear-groups env HOME="$T")
   how="as nobody"
