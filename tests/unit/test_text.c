@@ -269,6 +269,7 @@ static int open_in_child(const char *spec, char *why, size_t why_len) {
   ck_assert_int_ge(pid, 0);
   if (pid == 0) {
     close(fds[0]);
+    signal(SIGALRM, SIG_DFL); /* not an inherited handler: die on the alarm */
     alarm(5);
     td_text_t *train = NULL, *valid = NULL;
     char msg[512] = "";
