@@ -5,14 +5,16 @@
  * step 1 and later, weight decay decoupled from the gradient); clipping is
  * checked by its exact invariants (post-clip norm == max_norm when above,
  * bit-for-bit untouched when below); the td_optim_t handle is checked to give
- * the same SGD as td_sgd_t, and a reset optimizer (what a late joiner starts
- * with) to take a well-scaled first step. */
+ * the same SGD as td_sgd_t, a reset optimizer (what a late joiner starts
+ * with) to take a well-scaled first step, and a backend table without the
+ * adamw_step slot to get the CPU loop. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "compute/backend.h"
+#include "compute/backend_impl.h"
 #include "compute/error.h"
 #include "compute/optim.h"
 #include "compute/rng.h"
@@ -301,6 +303,46 @@ START_TEST(reset_optimizer_takes_a_first_step_again) {
 }
 END_TEST
 
+static void must_not_run(td_backend_t *be, float *w, const float *g, float *m, float *v,
+                         size_t n, const td_adamw_hparams_t *hp) {
+  (void)be, (void)w, (void)g, (void)m, (void)v, (void)n, (void)hp;
+  ck_abort_msg("a version-1 table's adamw_step slot was called");
+}
+
+/* adamw_step is an optional version-2 slot: a table of version 1 (whatever
+ * lies past its end) or with a NULL slot gets the CPU loop, same numbers. */
+START_TEST(backends_without_adamw_step_fall_back_to_the_cpu_loop) {
+  td_backend_t *be = cpu();
+  td_backend_iface_t v1 = td__backend_cpu, v2_null = td__backend_cpu;
+  v1.version = 1;
+  v1.adamw_step = must_not_run;
+  v2_null.adamw_step = NULL;
+  td_backend_t old = {.iface = &v1}, partial = {.iface = &v2_null};
+  float w[3][N], g[N], m[3][N], v[3][N];
+  td_rng_t rng;
+  td_rng_seed(&rng, 23);
+  fill_normal(w[0], N, &rng, 1.0);
+  fill_normal(g, N, &rng, 1.0);
+  memcpy(w[1], w[0], sizeof w[0]);
+  memcpy(w[2], w[0], sizeof w[0]);
+  memset(m, 0, sizeof m);
+  memset(v, 0, sizeof v);
+  td_adamw_hparams_t hp = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                           .weight_decay = 0.1f, .bias1 = 0.1f, .bias2 = 0.05f,
+                           .grad_scale = 0.5f};
+  td_backend_adamw_step(be, w[0], g, m[0], v[0], N, &hp);
+  td_backend_adamw_step(&old, w[1], g, m[1], v[1], N, &hp);
+  td_backend_adamw_step(&partial, w[2], g, m[2], v[2], N, &hp);
+  ck_assert_int_eq(memcmp(w[0], w[1], sizeof w[0]), 0);
+  ck_assert_int_eq(memcmp(w[0], w[2], sizeof w[0]), 0);
+  ck_assert_int_eq(memcmp(v[0], v[1], sizeof v[0]), 0);
+  /* and grad_scale is applied: m = (1 - b1) * 0.5 g after one step */
+  for (int i = 0; i < N; i++)
+    ck_assert(fabs(m[0][i] - 0.1 * 0.5 * g[i]) < 1e-6);
+  td_backend_close(&be);
+}
+END_TEST
+
 START_TEST(bad_options_are_refused_with_a_reason) {
   td_backend_t *be = cpu();
   td_optim_t *opt = NULL;
@@ -340,6 +382,7 @@ int main(void) {
   tcase_add_test(tc, optimizer_clip_equals_stepping_on_the_clipped_gradient);
   tcase_add_test(tc, optim_sgd_is_td_sgd);
   tcase_add_test(tc, reset_optimizer_takes_a_first_step_again);
+  tcase_add_test(tc, backends_without_adamw_step_fall_back_to_the_cpu_loop);
   tcase_add_test(tc, bad_options_are_refused_with_a_reason);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
