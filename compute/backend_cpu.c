@@ -232,7 +232,10 @@ static void cpu_sgd_step(td_backend_t *be, float *w, const float *g, float *v, s
 }
 
 /* The bias corrections are folded into two per-pass constants, so the loop is
- * m, v, w in and out with one sqrt and one divide per element. */
+ * m, v, w in and out with one sqrt and one divide per element. gcc keeps it
+ * scalar while math-errno is on (sqrtf may set errno; neither the optimize
+ * attribute nor the pragma lift that under target_clones in gcc 12); building
+ * with -fno-math-errno vectorises it. */
 TD_CLONES
 static void adamw_fused(float *restrict w, const float *restrict g, float *restrict m,
                         float *restrict v, size_t n, float lr, float b1, float b2, float eps,
