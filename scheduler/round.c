@@ -42,7 +42,7 @@ struct td_round {
 };
 
 uint32_t td_round_chunk_count(uint64_t total_bytes) {
-  return (uint32_t)((total_bytes + TD_ROUND_CHUNK_BYTES - 1) / TD_ROUND_CHUNK_BYTES);
+  return td_chunk_count(total_bytes);
 }
 
 int td_round_open(td_round_t **out, const td_layout_t *layout) {

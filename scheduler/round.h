@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "compute/params.h"
+#include "proto/chunk.h"
 
 #define TD_ROUND_MAX_PEERS 32
 #define TD_ROUND_SLOTS 4
@@ -80,8 +81,8 @@ size_t td_round_missing(const td_round_t *r, uint64_t *peers, size_t cap);
 size_t td_round_aggregate(td_round_t *r, const float *own_delta, uint64_t own_samples,
                           float *anchor);
 
-/* Chunk size for splitting an update of total_bytes (<= 64 KiB, multiple of 4). */
-#define TD_ROUND_CHUNK_BYTES (64u * 1024u)
+/* Updates are cut by the one chunker of proto/chunk.h. */
+#define TD_ROUND_CHUNK_BYTES TD_CHUNK_BYTES
 uint32_t td_round_chunk_count(uint64_t total_bytes);
 
 #endif
