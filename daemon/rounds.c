@@ -1,0 +1,319 @@
+/* rounds.c: collecting the members' updates of a round, and closing it.
+ *
+ * Threads: loop thread. Update chunks from peers go into the session's
+ * collector (scheduler/round.h; async: one inbox per peer). A sync or
+ * overlap round closes when our own update is done and sent and every
+ * expected peer's update is complete, or at its deadline without the late
+ * ones: the members' updates are aggregated into the run's average, the
+ * round's ledger row is written, the batch plan is revised (weighted dynamic
+ * batching, ALGORITHMS.md 6.1) and the compute thread is released. In async
+ * mode each complete peer update is weighed by its staleness and handed to
+ * the compute thread's inbox as it comes. */
+#include "daemon/internal.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "compute/error.h"
+#include "daemon/log.h"
+#include "scheduler/plan.h"
+
+/* Weighted batching: no node below this fraction of the even share. */
+#define MIN_SHARE_DIVISOR 4
+/* ...and never below this many rows. */
+#define MIN_BATCH_ROWS 2
+/* A new plan is applied only when some share moves by more than this. */
+#define REPLAN_FRACTION 0.1
+/* A peer's reported capacity or uplink is believed up to this (samples/s, bytes/s). */
+#define MAX_REPORTED_RATE 1e12
+
+void td__rounds_begin(td__session_t *s, uint64_t round) {
+  uint64_t peers[TD_MEMBERS_MAX];
+  size_t np = td__session_peers(s, round, peers);
+  s->round = round;
+  td_round_begin(s->collector, round, peers, np);
+  s->round_started = td_clock_wall_s();
+  s->bytes_sent_round = s->bytes_recv_round = 0;
+  if (s->own_done >= round) /* overlap: own update already done */
+    s->deadline = s->own[round % TD__RING].done_at + s->spec.round_timeout;
+}
+
+void td__rounds_row(td__session_t *s, uint64_t round, double eval_acc) {
+  td__own_round_t *o = &s->own[round % TD__RING];
+  if (isnan(eval_acc) && o->round == round)
+    eval_acc = o->eval_acc; /* overlap: evaluated before the round closed here */
+  td_ledger_round_t row = {
+      .run_id = s->run_id, .round = round, .started = s->round_started,
+      .ended = td_clock_wall_s(), .local_steps = o->steps + o->fill_steps, .batch = o->batch,
+      .samples = o->samples, .loss = o->loss, .eval_acc = eval_acc,
+      .bytes_sent = s->bytes_sent_round, .bytes_recv = s->bytes_recv_round, .lr = o->lr,
+      .compute_s = o->compute_s + o->fill_s, .wait_s = o->idle_s, .capacity = o->capacity};
+  if (o->round == round) {
+    o->row = row;
+    o->row_written = true;
+  }
+  td__ledger_round(s->node->ledger, &row);
+}
+
+/* The accuracy belongs to the row of `round`: in overlap mode the compute
+ * thread evaluates round r before the loop closes it, so it waits in the
+ * ring and td__rounds_row() writes it with the row. */
+void td__rounds_eval(td__session_t *s, uint64_t round, double accuracy) {
+  td__own_round_t *o = &s->own[round % TD__RING];
+  if (o->round != round)
+    return;
+  o->eval_acc = accuracy;
+  if (o->row_written) {
+    td_ledger_round_t row = o->row;
+    row.eval_acc = accuracy;
+    td__ledger_round(s->node->ledger, &row);
+  }
+}
+
+/* Capacity member i reported with `round`, else its newest report. */
+static double reported_capacity(const td__session_t *s, size_t i, uint64_t round) {
+  const td__peer_report_t *r = s->peer_report[i];
+  double c = r[round % TD__RING].round == round ? r[round % TD__RING].capacity : 0;
+  for (unsigned j = 0; c <= 0 && j < TD__RING; j++)
+    if (r[j].capacity > c)
+      c = r[j].capacity;
+  return c;
+}
+
+/* Split the global batch over the live members in proportion to the
+ * capacities they reported with `round`. Every node holds the same reports
+ * once the round closed, so every node computes the same plan; only our own
+ * share is applied, from round `from` on. */
+void td__rounds_replan(td__session_t *s, uint64_t round, uint64_t from) {
+  if (!s->spec.weighted_batching || s->n_members < 2)
+    return;
+  double caps[TD_MEMBERS_MAX];
+  size_t idx[TD_MEMBERS_MAX], k = 0, me = 0;
+  for (size_t i = 0; i < s->n_members; i++) {
+    uint64_t id = s->members[i];
+    double c;
+    if (id == s->node->node_id) {
+      c = s->own[round % TD__RING].capacity;
+      me = k;
+    } else if (td__node_reachable(s->node, id)) {
+      c = reported_capacity(s, i, round);
+    } else {
+      continue;
+    }
+    if (!(c > 0))
+      return; /* someone has not measured yet: keep the current plan */
+    caps[k] = c;
+    idx[k++] = i;
+  }
+  unsigned split[TD_MEMBERS_MAX], old[TD_MEMBERS_MAX];
+  unsigned b_min = s->spec.batch / (MIN_SHARE_DIVISOR * (unsigned)k);
+  if (td_plan_split_batch(caps, k, s->spec.batch, b_min > MIN_BATCH_ROWS ? b_min : MIN_BATCH_ROWS,
+                          NULL, split) != 0 &&
+      td_plan_split_batch(caps, k, s->spec.batch, 1, NULL, split) != 0)
+    return;
+  bool have_old = true;
+  for (size_t j = 0; j < k; j++)
+    if ((old[j] = s->plan[idx[j]]) == 0)
+      have_old = false;
+  if (have_old && !td_plan_should_replan(old, split, k, REPLAN_FRACTION))
+    return;
+  memset(s->plan, 0, sizeof s->plan);
+  for (size_t j = 0; j < k; j++)
+    s->plan[idx[j]] = split[j];
+  s->plans_applied++;
+  td_run_set_batch(s->run, from, split[me]);
+  td_log_debug("round %" PRIu64 ": batch plan from round %" PRIu64 ": own %u of %u "
+               "(%.0f samples/s)", round, from, split[me], s->spec.batch, caps[me]);
+}
+
+static void close_round(td__session_t *s) {
+  td_run_t *run = s->run;
+  uint64_t r = s->round;
+  const td__own_round_t *o = &s->own[r % TD__RING];
+  float *avg = td_run_avg(run, r);
+  memset(avg, 0, td_run_numel(run) * sizeof(float));
+  size_t used = td_round_aggregate(s->collector, td_run_delta(run, r), o->samples, avg);
+  td__rounds_row(s, r, NAN);
+  td_log_debug("round %" PRIu64 "/%" PRIu64 " closed with %zu peer updates, loss %.4f", r,
+               s->rounds, used, o->loss);
+  /* sync: the compute thread waits on this round, so the plan is used from
+   * the next one; overlap: it is already computing r + 1 */
+  td__rounds_replan(s, r, r + (s->spec.mode_kind == TD_MODE_SYNC ? 1 : 2));
+  s->rounds_done++;
+  td__rounds_begin(s, r + 1);
+  td_run_release(run, r);
+  td__ledgerq_flush(s->node->ledger);
+}
+
+void td__rounds_try_close(td__session_t *s) {
+  if (s->spec.mode_kind == TD_MODE_ASYNC)
+    return;
+  while (s->node->session == s && s->own_done >= s->round &&
+         td__outbox_sent(s->outbox, s->round) && s->round <= s->rounds &&
+         td_round_complete(s->collector))
+    close_round(s);
+}
+
+void td__rounds_async_release(td__session_t *s) {
+  uint64_t slowest = UINT64_MAX;
+  for (size_t i = 0; i < s->n_members; i++)
+    if (s->members[i] != s->node->node_id && td__node_reachable(s->node, s->members[i]) &&
+        s->peer_round[i] < slowest)
+      slowest = s->peer_round[i];
+  td_run_release(s->run, slowest);
+}
+
+void td__rounds_own_done(td__session_t *s, uint64_t round) {
+  if (s->spec.mode_kind == TD_MODE_ASYNC) {
+    s->round_started = td_clock_wall_s();
+    td__rounds_row(s, round, NAN);
+    s->rounds_done++;
+    td__rounds_replan(s, round, round + 1);
+    td__rounds_async_release(s);
+    td__ledgerq_flush(s->node->ledger);
+  }
+  td__rounds_try_close(s);
+}
+
+void td__rounds_forget_peer(td__session_t *s, uint64_t peer) {
+  td_round_forget_peer(s->collector, peer);
+  td__rounds_try_close(s);
+}
+
+/* Deadline: peers that have not delivered are recorded late and not waited for. */
+void td__rounds_tick(td__session_t *s) {
+  if (s->spec.mode_kind == TD_MODE_ASYNC)
+    return;
+  if (s->own_done >= s->round && td_clock_mono_s() >= s->deadline) {
+    uint64_t missing[TD_MEMBERS_MAX];
+    size_t k = td_round_missing(s->collector, missing, TD_MEMBERS_MAX);
+    for (size_t i = 0; i < k; i++) {
+      td_log_warn("round %" PRIu64 ": peer %016" PRIx64 " is late (deadline %.1f s)", s->round,
+                  missing[i], s->spec.round_timeout);
+      td__ledger_event(s->node->ledger, "late", "round %" PRIu64 " peer %016" PRIx64, s->round,
+                       missing[i]);
+      td_round_forget_peer(s->collector, missing[i]);
+      s->late_peers++;
+    }
+  }
+  td__rounds_try_close(s);
+}
+
+static void record_update(td__session_t *s, uint64_t peer, uint64_t peer_round,
+                          int64_t staleness, uint64_t bytes, const char *codec) {
+  td_ledger_update_t row = {
+      .run_id = s->run_id,
+      .round = s->spec.mode_kind == TD_MODE_ASYNC ? s->own_done : s->round,
+      .peer = peer, .peer_round = peer_round, .staleness = staleness > 0 ? staleness : 0,
+      .bytes = bytes, .ratio = (double)td_run_numel(s->run) * sizeof(float) / (double)bytes,
+      .arrived = td_clock_wall_s()};
+  td__ledger_update(s->node->ledger, &row, codec);
+}
+
+/* async: a peer's update of round j arrives while we are at own_done; it
+ * weighs its sample share of a global round times (1 + a)^-kappa with
+ * a = own_done - j, and is dropped (and counted) when a > S. */
+static void async_update_done(td__session_t *s, size_t mi, const td_update_info_t *info) {
+  td_round_t *c = s->peer_inbox[mi];
+  int64_t a = (int64_t)s->own_done - (int64_t)info->round;
+  double w = td_plan_staleness_weight(a, s->spec.max_staleness, s->spec.staleness_kappa);
+  record_update(s, info->peer, info->round, a, info->bytes, td_codec_name(info->codec));
+  if (info->round > s->peer_round[mi])
+    s->peer_round[mi] = info->round;
+  if (w <= 0) {
+    s->stale_dropped++;
+    td__drop(s->node, TD__DROP_LATE, "async update older than the staleness bound");
+  } else {
+    unsigned steps = td_run_steps_of(s->run, info->round);
+    double share = (double)info->samples / ((double)s->spec.batch * (steps ? steps : 1));
+    memset(s->scratch, 0, td_run_numel(s->run) * sizeof(float));
+    td_round_aggregate(c, NULL, 0, s->scratch);
+    td_run_async_add(s->run, s->scratch, w * (share < 1 ? share : 1));
+    s->updates_received++;
+  }
+  uint64_t peer = info->peer;
+  td_round_begin(c, info->round + 1, &peer, 1);
+  td__rounds_async_release(s);
+}
+
+static double finite_rate(double v) { return isfinite(v) && v > 0 && v < MAX_REPORTED_RATE ? v : 0; }
+
+void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes) {
+  const Traind__UpdateChunk *up = env->update;
+  td__session_t *s = td__session_of(n, env->run_id);
+  /* every chunk frees the sender's window, whatever becomes of it: one left
+   * unacked (a stopped run's, say) held the window shut until it expired */
+  td__link_send_ack(n->net, env->sender, env->run_id, TD__ACK_CHUNK, env->seq, up->payload.len);
+  if (s == NULL) {
+    td__drop(n, TD__DROP_WRONG_RUN, "update for a run this node is not running");
+    return;
+  }
+  size_t mi = td__session_member(s, env->sender);
+  if (mi == TD_MEMBERS_MAX) {
+    td__drop(n, TD__DROP_NOT_MEMBER, "update from a node outside the run");
+    return;
+  }
+  td__peer_report_t *rep = &s->peer_report[mi][up->round % TD__RING];
+  *rep = (td__peer_report_t){.round = up->round, .capacity = finite_rate(up->capacity),
+                             .uplink = finite_rate(up->uplink)};
+  bool async = s->spec.mode_kind == TD_MODE_ASYNC;
+  td_round_t *collector = async ? s->peer_inbox[mi] : s->collector;
+  if (collector == NULL)
+    return;
+  if (async && up->round >= td_round_current(collector) + TD_ROUND_SLOTS) {
+    uint64_t peer = env->sender; /* the peer skipped ahead: follow it */
+    td_round_begin(collector, up->round, &peer, 1);
+  }
+  td_chunk_result_t res;
+  td_update_info_t info;
+  char why[256] = "";
+  if (td_round_add_chunk(collector, env->sender, up->round, up->samples, up->chunk, up->chunks,
+                         up->total_bytes, up->payload.data, up->payload.len, up->loss, &res,
+                         &info, why, sizeof why) != 0) {
+    td__drop(n, TD__DROP_MALFORMED, "update chunk inconsistent with the model");
+    return;
+  }
+  if (l != NULL)
+    td__link_note_recv(l, bytes);
+  switch (res) {
+  case TD_CHUNK_ACCEPTED: s->bytes_recv_round += bytes; break;
+  case TD_CHUNK_DUPLICATE: td__drop(n, TD__DROP_DUPLICATE, NULL); break;
+  case TD_CHUNK_AHEAD: td__drop(n, TD__DROP_AHEAD, "update beyond the round window"); break;
+  case TD_CHUNK_LATE:
+    if (up->chunk == 0) { /* count and record only the first chunk of a late update */
+      td__drop(n, TD__DROP_LATE, NULL);
+      record_update(s, env->sender, up->round, (int64_t)s->round - (int64_t)up->round,
+                    up->total_bytes, td__outbox_codec(s->outbox));
+    }
+    break;
+  case TD_CHUNK_REJECTED: {
+    s->bytes_recv_round += bytes;
+    char what[320];
+    snprintf(what, sizeof what, "update from %016" PRIx64 " rejected: %s", env->sender, why);
+    td__drop(n, TD__DROP_REJECTED, what);
+    td__ledger_event(n->ledger, "update_rejected", "peer %016" PRIx64 " round %" PRIu64 ": %s",
+                     env->sender, up->round, why);
+    if (async) {
+      uint64_t peer = env->sender;
+      td_round_begin(collector, up->round + 1, &peer, 1);
+    }
+    td__rounds_try_close(s);
+    break;
+  }
+  case TD_CHUNK_COMPLETED:
+    s->bytes_recv_round += bytes;
+    if (l != NULL)
+      td__link_note_update_recv(l, info.bytes, td_run_numel(s->run) * sizeof(float));
+    td__link_send_ack(n->net, env->sender, s->run_id, TD__ACK_UPDATE, info.round, info.bytes);
+    if (async) {
+      async_update_done(s, mi, &info);
+      break;
+    }
+    s->updates_received++;
+    record_update(s, env->sender, info.round, (int64_t)s->round - (int64_t)info.round,
+                  info.bytes, td_codec_name(info.codec));
+    td__rounds_try_close(s);
+    break;
+  }
+}
