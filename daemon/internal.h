@@ -257,9 +257,9 @@ struct td__session {
   unsigned plan[TD_MEMBERS_MAX]; /* current batch plan by member index (0: none) */
   td_round_t *collector;                 /* sync/overlap: every peer's update of a round */
   td_round_t *peer_inbox[TD_MEMBERS_MAX]; /* async: one collector per peer */
-  float *scratch;                        /* async: a decoded peer update */
   uint64_t peer_round[TD_MEMBERS_MAX];    /* async: newest round received per peer */
   uint64_t bytes_sent_round, bytes_recv_round;
+  bool closing; /* the open round's aggregation runs on the pool */
   double test_accuracy, test_loss, last_eval_acc;
   uint64_t updates_received, rounds_done, late_peers, plans_applied, stale_dropped;
   char error[256];
@@ -318,8 +318,10 @@ void td__rounds_replan(td__session_t *s, uint64_t round, uint64_t from);
 void td__rounds_tick(td__session_t *s);
 /* async: release the compute thread up to the slowest live peer's round. */
 void td__rounds_async_release(td__session_t *s);
-/* The ledger row of own round `round` (overlap: its accuracy may come later). */
-void td__rounds_row(td__session_t *s, uint64_t round, double eval_acc);
+/* The ledger row of own round `round` (overlap: its accuracy may come later)
+ * with the round's start time and traffic. */
+void td__rounds_row(td__session_t *s, uint64_t round, double eval_acc, double started,
+                    uint64_t bytes_sent, uint64_t bytes_recv);
 void td__rounds_eval(td__session_t *s, uint64_t round, double accuracy);
 void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
 

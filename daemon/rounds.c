@@ -1,18 +1,25 @@
 /* rounds.c: collecting the members' updates of a round, and closing it.
  *
- * Threads: loop thread. Update chunks from peers go into the session's
- * collector (scheduler/round.h; async: one inbox per peer). A sync or
- * overlap round closes when our own update is done and sent and every
- * expected peer's update is complete, or at its deadline without the late
- * ones: the members' updates are aggregated into the run's average, the
- * round's ledger row is written, the batch plan is revised (weighted dynamic
- * batching, ALGORITHMS.md 6.1) and the compute thread is released. In async
- * mode each complete peer update is weighed by its staleness and handed to
- * the compute thread's inbox as it comes. */
+ * Threads: the loop thread moves bytes: update chunks from peers go into the
+ * session's collector (scheduler/round.h; async: one inbox per peer), and a
+ * complete message is handed to the libuv work pool, which decodes it
+ * (decode_work) and, in async mode, adds it into the compute thread's inbox;
+ * the loop then marks the update complete. A sync or overlap round closes
+ * when our own update is done and sent and every expected peer's update is
+ * complete, or at its deadline without the late ones: the pool computes the
+ * sample-weighted mean into the run's average (aggregate_work), then the loop
+ * writes the round's ledger row, revises the batch plan (weighted dynamic
+ * batching, ALGORITHMS.md 6.1) and releases the compute thread. So a large
+ * update never stalls heartbeats. Each job holds a reference on the session
+ * and touches only what it was handed; the aggregation adds the same deltas
+ * with the same weights in the same order as before, so results do not
+ * depend on which thread ran it. */
 #include "daemon/internal.h"
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "compute/error.h"
@@ -34,20 +41,20 @@ void td__rounds_begin(td__session_t *s, uint64_t round) {
   s->round = round;
   td_round_begin(s->collector, round, peers, np);
   s->round_started = td_clock_wall_s();
-  s->bytes_sent_round = s->bytes_recv_round = 0;
   if (s->own_done >= round) /* overlap: own update already done */
     s->deadline = s->own[round % TD__RING].done_at + s->spec.round_timeout;
 }
 
-void td__rounds_row(td__session_t *s, uint64_t round, double eval_acc) {
+void td__rounds_row(td__session_t *s, uint64_t round, double eval_acc, double started,
+                    uint64_t bytes_sent, uint64_t bytes_recv) {
   td__own_round_t *o = &s->own[round % TD__RING];
   if (isnan(eval_acc) && o->round == round)
     eval_acc = o->eval_acc; /* overlap: evaluated before the round closed here */
   td_ledger_round_t row = {
-      .run_id = s->run_id, .round = round, .started = s->round_started,
+      .run_id = s->run_id, .round = round, .started = started,
       .ended = td_clock_wall_s(), .local_steps = o->steps + o->fill_steps, .batch = o->batch,
       .samples = o->samples, .loss = o->loss, .eval_acc = eval_acc,
-      .bytes_sent = s->bytes_sent_round, .bytes_recv = s->bytes_recv_round, .lr = o->lr,
+      .bytes_sent = bytes_sent, .bytes_recv = bytes_recv, .lr = o->lr,
       .compute_s = o->compute_s + o->fill_s, .wait_s = o->idle_s, .capacity = o->capacity};
   if (o->round == round) {
     o->row = row;
@@ -127,29 +134,70 @@ void td__rounds_replan(td__session_t *s, uint64_t round, uint64_t from) {
                "(%.0f samples/s)", round, from, split[me], s->spec.batch, caps[me]);
 }
 
+/* One round's aggregation, on the pool. */
+typedef struct {
+  uv_work_t req;
+  td__session_t *s; /* one reference */
+  uint64_t round, bytes_sent, bytes_recv;
+  double started;
+  td_round_sum_t sum; /* the round's deltas and weights, noted on the loop thread */
+  float *avg;
+} aggregate_job_t;
+
+static void aggregate_work(uv_work_t *req) {
+  aggregate_job_t *job = req->data;
+  memset(job->avg, 0, job->sum.numel * sizeof(float));
+  td_round_sum_apply(&job->sum, job->avg);
+}
+
+static void aggregate_done(uv_work_t *req, int status) {
+  aggregate_job_t *job = req->data;
+  td__session_t *s = job->s;
+  uint64_t r = job->round;
+  (void)status;
+  s->closing = false;
+  if (s->node->session == s) {
+    td__rounds_row(s, r, NAN, job->started, job->bytes_sent, job->bytes_recv);
+    td_log_debug("round %" PRIu64 "/%" PRIu64 " closed with %zu peer updates, loss %.4f", r,
+                 s->rounds, job->sum.used, s->own[r % TD__RING].loss);
+    /* sync: the compute thread waits on this round, so the plan is used from
+     * the next one; overlap: it is already computing r + 1 */
+    td__rounds_replan(s, r, r + (s->spec.mode_kind == TD_MODE_SYNC ? 1 : 2));
+    s->rounds_done++;
+    td__rounds_begin(s, r + 1);
+    td_run_release(s->run, r);
+    td__ledgerq_flush(s->node->ledger);
+    td__rounds_try_close(s);
+  }
+  free(job);
+  td__session_unref(&s);
+}
+
 static void close_round(td__session_t *s) {
-  td_run_t *run = s->run;
+  aggregate_job_t *job = calloc(1, sizeof *job);
+  if (job == NULL) { /* the round waits for the next tick */
+    td_log_error("out of memory to close round %" PRIu64, s->round);
+    return;
+  }
   uint64_t r = s->round;
-  const td__own_round_t *o = &s->own[r % TD__RING];
-  float *avg = td_run_avg(run, r);
-  memset(avg, 0, td_run_numel(run) * sizeof(float));
-  size_t used = td_round_aggregate(s->collector, td_run_delta(run, r), o->samples, avg);
-  td__rounds_row(s, r, NAN);
-  td_log_debug("round %" PRIu64 "/%" PRIu64 " closed with %zu peer updates, loss %.4f", r,
-               s->rounds, used, o->loss);
-  /* sync: the compute thread waits on this round, so the plan is used from
-   * the next one; overlap: it is already computing r + 1 */
-  td__rounds_replan(s, r, r + (s->spec.mode_kind == TD_MODE_SYNC ? 1 : 2));
-  s->rounds_done++;
-  td__rounds_begin(s, r + 1);
-  td_run_release(run, r);
-  td__ledgerq_flush(s->node->ledger);
+  *job = (aggregate_job_t){.s = s, .round = r, .started = s->round_started,
+                           .bytes_sent = s->bytes_sent_round, .bytes_recv = s->bytes_recv_round,
+                           .avg = td_run_avg(s->run, r)};
+  s->bytes_sent_round = s->bytes_recv_round = 0; /* what comes now is the next round's */
+  td_round_gather(s->collector, td_run_delta(s->run, r), s->own[r % TD__RING].samples, &job->sum);
+  job->req.data = job;
+  td__session_ref(s);
+  s->closing = true;
+  if (uv_queue_work(&s->node->loop, &job->req, aggregate_work, aggregate_done) != 0) {
+    aggregate_work(&job->req); /* cannot happen in practice; never lose a round */
+    aggregate_done(&job->req, 0);
+  }
 }
 
 void td__rounds_try_close(td__session_t *s) {
   if (s->spec.mode_kind == TD_MODE_ASYNC)
     return;
-  while (s->node->session == s && s->own_done >= s->round &&
+  while (s->node->session == s && !s->closing && s->own_done >= s->round &&
          td__outbox_sent(s->outbox, s->round) && s->round <= s->rounds &&
          td_round_complete(s->collector))
     close_round(s);
@@ -167,7 +215,8 @@ void td__rounds_async_release(td__session_t *s) {
 void td__rounds_own_done(td__session_t *s, uint64_t round) {
   if (s->spec.mode_kind == TD_MODE_ASYNC) {
     s->round_started = td_clock_wall_s();
-    td__rounds_row(s, round, NAN);
+    td__rounds_row(s, round, NAN, s->round_started, s->bytes_sent_round, s->bytes_recv_round);
+    s->bytes_sent_round = s->bytes_recv_round = 0;
     s->rounds_done++;
     td__rounds_replan(s, round, round + 1);
     td__rounds_async_release(s);
@@ -211,30 +260,144 @@ static void record_update(td__session_t *s, uint64_t peer, uint64_t peer_round,
   td__ledger_update(s->node->ledger, &row, codec);
 }
 
+/* One peer update, decoded on the pool. */
+typedef struct {
+  uv_work_t req;
+  td__session_t *s; /* one reference */
+  uint64_t peer, round, ticket, bytes;
+  int64_t staleness;
+  size_t member;
+  const td_layout_t *layout;
+  size_t numel;
+  uint8_t *msg; /* owned */
+  size_t len;
+  td_run_t *run;
+  double weight; /* async: > 0: add weight * update into the compute thread's inbox */
+  float *data;
+  unsigned codec;
+  int rc;
+  char why[256];
+} decode_job_t;
+
+/* Work pool: the job's own message and output, the (borrowed) layout. */
+static void decode_work(uv_work_t *req) {
+  decode_job_t *job = req->data;
+  if ((job->data = td_params_alloc(job->numel)) == NULL) {
+    job->rc = td_why(job->why, sizeof job->why, TD_ENOMEM, "out of memory for a decoded update");
+    return;
+  }
+  job->rc = td_codec_decode_message(job->layout, job->msg, job->len, job->data, &job->codec,
+                                    job->why, sizeof job->why);
+  if (job->rc == 0 && job->weight > 0)
+    td_run_async_add(job->run, job->data, job->weight);
+}
+
+static void update_rejected(td__session_t *s, uint64_t peer, uint64_t round, const char *why) {
+  char what[320];
+  snprintf(what, sizeof what, "update from %016" PRIx64 " rejected: %s", peer, why);
+  td__drop(s->node, TD__DROP_REJECTED, what);
+  td__ledger_event(s->node->ledger, "update_rejected", "peer %016" PRIx64 " round %" PRIu64 ": %s",
+                   peer, round, why);
+}
+
+static void decode_done(uv_work_t *req, int status) {
+  decode_job_t *job = req->data;
+  td__session_t *s = job->s;
+  (void)status;
+  free(job->msg);
+  if (s->node->session == s && s->spec.mode_kind == TD_MODE_ASYNC) {
+    if (job->rc != 0) {
+      update_rejected(s, job->peer, job->round, job->why);
+    } else {
+      s->updates_received++;
+      record_update(s, job->peer, job->round, job->staleness, job->bytes,
+                    td_codec_name(job->codec));
+    }
+    if (job->round > s->peer_round[job->member])
+      s->peer_round[job->member] = job->round;
+    td__rounds_async_release(s);
+  } else if (s->node->session == s) {
+    td_chunk_result_t res;
+    td_update_info_t info;
+    td_round_put_decoded(s->collector, job->round, job->peer, job->ticket, &job->data,
+                         job->codec, job->rc == 0, &res, &info);
+    if (res == TD_CHUNK_REJECTED) {
+      update_rejected(s, job->peer, job->round, job->why);
+    } else if (res == TD_CHUNK_COMPLETED) {
+      s->updates_received++;
+      record_update(s, job->peer, info.round, (int64_t)s->round - (int64_t)info.round,
+                    info.bytes, td_codec_name(info.codec));
+    } /* LATE: its round closed without it while it decoded */
+    td__rounds_try_close(s);
+  }
+  td_params_free(&job->data);
+  free(job);
+  td__session_unref(&s);
+}
+
 /* async: a peer's update of round j arrives while we are at own_done; it
  * weighs its sample share of a global round times (1 + a)^-kappa with
  * a = own_done - j, and is dropped (and counted) when a > S. */
-static void async_update_done(td__session_t *s, size_t mi, const td_update_info_t *info) {
-  td_round_t *c = s->peer_inbox[mi];
-  int64_t a = (int64_t)s->own_done - (int64_t)info->round;
-  double w = td_plan_staleness_weight(a, s->spec.max_staleness, s->spec.staleness_kappa);
-  record_update(s, info->peer, info->round, a, info->bytes, td_codec_name(info->codec));
-  if (info->round > s->peer_round[mi])
-    s->peer_round[mi] = info->round;
-  if (w <= 0) {
-    s->stale_dropped++;
-    td__drop(s->node, TD__DROP_LATE, "async update older than the staleness bound");
-  } else {
-    unsigned steps = td_run_steps_of(s->run, info->round);
-    double share = (double)info->samples / ((double)s->spec.batch * (steps ? steps : 1));
-    memset(s->scratch, 0, td_run_numel(s->run) * sizeof(float));
-    td_round_aggregate(c, NULL, 0, s->scratch);
-    td_run_async_add(s->run, s->scratch, w * (share < 1 ? share : 1));
-    s->updates_received++;
+static double async_weight(td__session_t *s, const td_update_info_t *info, int64_t *staleness) {
+  *staleness = (int64_t)s->own_done - (int64_t)info->round;
+  double w = td_plan_staleness_weight(*staleness, s->spec.max_staleness, s->spec.staleness_kappa);
+  if (w <= 0)
+    return 0;
+  unsigned steps = td_run_steps_of(s->run, info->round);
+  double share = (double)info->samples / ((double)s->spec.batch * (steps ? steps : 1));
+  return w * (share < 1 ? share : 1);
+}
+
+/* Every chunk of an update is in: decode it on the pool. */
+static void assembled(td__session_t *s, size_t mi, td_round_t *collector,
+                      const td_update_info_t *info) {
+  bool async = s->spec.mode_kind == TD_MODE_ASYNC;
+  decode_job_t *job = calloc(1, sizeof *job);
+  int rc = job == NULL ? TD_ENOMEM
+                       : td_round_take_message(collector, info->round, info->peer, &job->msg,
+                                               &job->len, &job->ticket);
+  if (rc == 0) {
+    job->s = s;
+    job->peer = info->peer;
+    job->round = info->round;
+    job->bytes = info->bytes;
+    job->member = mi;
+    job->layout = td_run_layout(s->run);
+    job->numel = td_round_numel(collector);
+    job->run = s->run;
+    if (async)
+      job->weight = async_weight(s, info, &job->staleness);
   }
-  uint64_t peer = info->peer;
-  td_round_begin(c, info->round + 1, &peer, 1);
-  td__rounds_async_release(s);
+  if (async) { /* the inbox moves on to the peer's next round at once */
+    uint64_t peer = info->peer;
+    td_round_begin(collector, info->round + 1, &peer, 1);
+    if (rc == 0 && !(job->weight > 0)) {
+      s->stale_dropped++;
+      td__drop(s->node, TD__DROP_LATE, "async update older than the staleness bound");
+      record_update(s, info->peer, info->round, job->staleness, info->bytes,
+                    td__outbox_codec(s->outbox));
+      if (info->round > s->peer_round[mi])
+        s->peer_round[mi] = info->round;
+      td__rounds_async_release(s);
+      free(job->msg);
+      free(job);
+      return;
+    }
+  }
+  job->req.data = job;
+  if (rc == 0) {
+    td__session_ref(s);
+    if (uv_queue_work(&s->node->loop, &job->req, decode_work, decode_done) == 0)
+      return;
+    decode_work(&job->req); /* cannot happen in practice: decode here rather than lose it */
+    decode_done(&job->req, 0);
+    return;
+  }
+  td_log_error("cannot decode the round %" PRIu64 " update of %016" PRIx64 ": %s", info->round,
+               info->peer, td_strerror(rc));
+  if (job != NULL)
+    free(job->msg);
+  free(job);
 }
 
 static double finite_rate(double v) { return isfinite(v) && v > 0 && v < MAX_REPORTED_RATE ? v : 0; }
@@ -287,33 +450,19 @@ void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, si
                     up->total_bytes, td__outbox_codec(s->outbox));
     }
     break;
-  case TD_CHUNK_REJECTED: {
+  case TD_CHUNK_REJECTED: /* only when decoding in place, which this collector does not */
     s->bytes_recv_round += bytes;
-    char what[320];
-    snprintf(what, sizeof what, "update from %016" PRIx64 " rejected: %s", env->sender, why);
-    td__drop(n, TD__DROP_REJECTED, what);
-    td__ledger_event(n->ledger, "update_rejected", "peer %016" PRIx64 " round %" PRIu64 ": %s",
-                     env->sender, up->round, why);
-    if (async) {
-      uint64_t peer = env->sender;
-      td_round_begin(collector, up->round + 1, &peer, 1);
-    }
-    td__rounds_try_close(s);
+    update_rejected(s, env->sender, up->round, why);
     break;
-  }
-  case TD_CHUNK_COMPLETED:
+  case TD_CHUNK_COMPLETED: /* likewise */
+    break;
+  case TD_CHUNK_ASSEMBLED:
     s->bytes_recv_round += bytes;
     if (l != NULL)
       td__link_note_update_recv(l, info.bytes, td_run_numel(s->run) * sizeof(float));
+    /* the network's part is done: the ack measures the link, not our decoder */
     td__link_send_ack(n->net, env->sender, s->run_id, TD__ACK_UPDATE, info.round, info.bytes);
-    if (async) {
-      async_update_done(s, mi, &info);
-      break;
-    }
-    s->updates_received++;
-    record_update(s, env->sender, info.round, (int64_t)s->round - (int64_t)info.round,
-                  info.bytes, td_codec_name(info.codec));
-    td__rounds_try_close(s);
+    assembled(s, mi, collector, &info);
     break;
   }
 }

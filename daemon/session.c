@@ -6,11 +6,13 @@
  * (daemon/run.h), the members, the round collectors, and the parts' own
  * state (outbox, transfer, join, reconciliation). It is reference counted:
  * the node holds one reference while the run runs, and every work-pool job
- * that borrows the run's buffers (an encode job reads its delta, its layout
- * and the link codecs) holds one more. Finishing a run drops the node's
+ * that borrows the run's buffers holds one more (an encode job reads the
+ * delta, the layout and the link codecs; a decode job the layout; an
+ * aggregation the delta, the peers' updates and the round's average). Finishing a run drops the node's
  * reference and keeps a snapshot of its figures for status; the memory, the
  * td_run_t included, goes with the last reference, so a stop while an
- * update is being encoded frees nothing the encoder still reads. A new run
+ * update is being encoded, decoded or aggregated frees nothing the job
+ * still reads. A new run
  * gets a new session: nothing is reset by hand. The compute thread's events
  * arrive here and go to the part they concern. */
 #include "daemon/internal.h"
@@ -100,7 +102,6 @@ static void session_free(td__session_t *s) {
   td__reconcile_close(&s->recon);
   for (size_t i = 0; i < TD_MEMBERS_MAX; i++)
     td_round_close(&s->peer_inbox[i]);
-  td_params_free(&s->scratch);
   td_round_close(&s->collector);
   td_run_close(&s->run); /* last: the layout the collectors borrow */
   free(s->spec_text);
@@ -134,7 +135,9 @@ void td__session_finish(td__node_t *n, td__run_state_t state, double test_accura
               s->rounds_done, error ? ": " : "", error ? error : "");
   if (n->last_run != NULL || (n->last_run = malloc(sizeof *n->last_run)) != NULL)
     session_stats(s, n->last_run);
-  td_run_stop(s->run); /* the compute thread ends now; its memory goes with s */
+  /* the compute thread ends now (a new run's must not overlap it); the
+   * run's memory goes with the last reference to s */
+  td_run_join(s->run);
   n->session = NULL;
   td__session_unref(&s);
   td__ledgerq_flush(n->ledger);
@@ -228,13 +231,14 @@ static int open_parts(td__session_t *s, const td_codec_spec_t *codec, char *why,
   const td_layout_t *layout = td_run_layout(s->run);
   const char *what = "the round collector";
   int rc = td_round_open(&s->collector, layout);
+  if (rc == 0) /* updates are decoded on the work pool (rounds.c) */
+    td_round_defer_decode(s->collector);
   if (rc == 0 && s->spec.mode_kind == TD_MODE_ASYNC) {
     what = "the async inboxes";
-    if ((s->scratch = td_params_alloc(td_run_numel(s->run))) == NULL)
-      rc = TD_ENOMEM;
     for (size_t i = 0; rc == 0 && i < s->n_members; i++)
-      if (s->members[i] != s->node->node_id)
-        rc = td_round_open(&s->peer_inbox[i], layout);
+      if (s->members[i] != s->node->node_id &&
+          (rc = td_round_open(&s->peer_inbox[i], layout)) == 0)
+        td_round_defer_decode(s->peer_inbox[i]);
   }
   if (rc == 0 && (rc = td__outbox_open(&s->outbox, s, codec)) != 0)
     what = "the link codecs";

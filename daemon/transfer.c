@@ -2,7 +2,7 @@
  *
  * Threads: loop thread. A blob (a model, a late joiner's seed, a
  * reconciliation message) goes out as SnapshotChunks on the bulk class of
- * the link queue (behind updates), cut by the one chunker of proto/chunk.h,
+ * the link queue (behind updates), cut by the one chunker of proto/limits.h,
  * in order; the receiver takes them in order and, when one stops coming,
  * asks again from the offset it holds (SnapshotRequest). One incoming
  * transfer at a time.

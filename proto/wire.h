@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/chunk.h"
+#include "proto/limits.h"
 #include "proto/traind.pb-c.h"
 
 #define TD_WIRE_VERSION 5
@@ -23,7 +23,7 @@
 /* Largest whole update or snapshot, and chunks per transfer. */
 #define TD_WIRE_MAX_TRANSFER (1ull << 32)
 #define TD_WIRE_MAX_CHUNKS (1u << 20)
-#define TD_WIRE_MAX_PEERS 64
+#define TD_WIRE_MAX_PEERS TD_MAX_NODES
 #define TD_WIRE_MAX_STRING 256
 #define TD_WIRE_MAX_SPEC 16384
 /* Largest control message (trainctl <-> traind). */

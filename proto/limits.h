@@ -1,14 +1,19 @@
-/* chunk.h: how every transfer between peers is cut into chunks.
+/* limits.h: the limits every layer shares, and how transfers are chunked.
  *
- * Updates (scheduler/round.h) and blobs (models, late-join seeds,
+ * TD_MAX_NODES bounds a cluster: the membership table, a run's members, the
+ * peers a round collects from, the peer lists on the wire and the member
+ * bitmasks of reconciliation are all this size. Updates (scheduler/round.h) and blobs (models, late-join seeds,
  * reconciliation messages: daemon/transfer.c) travel as payloads of at most
  * TD_CHUNK_BYTES, cut at multiples of it from the start of the message, so a
  * resumed transfer asks again from any chunk boundary. Pure arithmetic. */
-#ifndef TD_CHUNK_H
-#define TD_CHUNK_H
+#ifndef TD_LIMITS_H
+#define TD_LIMITS_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+/* Nodes in one cluster (at most 64: reconciliation keeps members in a bitmask). */
+#define TD_MAX_NODES 32
 
 /* Largest payload of one UpdateChunk / SnapshotChunk (a multiple of 4). */
 #define TD_CHUNK_BYTES (64u * 1024u)
