@@ -57,7 +57,7 @@ static void send_welcome(td__node_t *n, td__link_t *l) {
   td__link_send(n->net, l, &env);
 }
 
-void td__gossip_record(td__node_t *n, const td_member_t *m) { td__ledger_peer(n->ledger, m); }
+static void record_peer(td__node_t *n, const td_member_t *m) { td__ledger_peer(n->ledger, m); }
 
 static void on_member_event(const td_member_t *m, td_member_event_t ev, void *user) {
   td__node_t *n = user;
@@ -75,7 +75,7 @@ static void on_member_event(const td_member_t *m, td_member_event_t ev, void *us
   default:
     break;
   }
-  td__gossip_record(n, m);
+  record_peer(n, m);
 }
 
 void td__gossip_heard(td__node_t *n, uint64_t peer, const char *endpoint) {
@@ -91,7 +91,7 @@ void td__gossip_heard(td__node_t *n, uint64_t peer, const char *endpoint) {
                 ev == TD_MEMBER_JOINED ? "joined" : "is back");
     td__ledger_event(n->ledger, ev == TD_MEMBER_JOINED ? "peer_joined" : "peer_back",
                      "%016" PRIx64 " %s", peer, m->endpoint);
-    td__gossip_record(n, m);
+    record_peer(n, m);
     if (l != NULL)
       td__gossip_hello(n, l); /* make sure it knows us too */
   }
@@ -108,7 +108,7 @@ static void learn_peers(td__node_t *n, Traind__PeerInfo **peers, size_t count) {
       if (l != NULL)
         td__gossip_hello(n, l);
       td_log_info("learned of peer %016" PRIx64 " at %s", p->node_id, p->endpoint);
-      td__gossip_record(n, td_members_find(n->members, p->node_id));
+      record_peer(n, td_members_find(n->members, p->node_id));
     }
   }
 }
@@ -159,7 +159,7 @@ void td__on_leave(td__node_t *n, const Traind__Envelope *env, td__link_t *l, siz
   td__ledger_event(n->ledger, "peer_left", "%016" PRIx64, env->sender);
   const td_member_t *m = td_members_find(n->members, env->sender);
   if (m != NULL)
-    td__gossip_record(n, m);
+    record_peer(n, m);
   if (n->session != NULL)
     td__rounds_forget_peer(n->session, env->sender);
 }

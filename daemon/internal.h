@@ -200,7 +200,6 @@ void td__gossip_tick(td__node_t *n);
 void td__gossip_leave(td__node_t *n, const char *why);
 /* Direct evidence that `peer` is alive (endpoint NULL: unchanged). */
 void td__gossip_heard(td__node_t *n, uint64_t peer, const char *endpoint);
-void td__gossip_record(td__node_t *n, const td_member_t *m);
 void td__on_hello(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
 void td__on_welcome(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
 void td__on_heartbeat(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
@@ -313,15 +312,7 @@ void td__rounds_begin(td__session_t *s, uint64_t round);
 void td__rounds_own_done(td__session_t *s, uint64_t round);
 void td__rounds_try_close(td__session_t *s);
 void td__rounds_forget_peer(td__session_t *s, uint64_t peer);
-/* Weighted dynamic batching after `round`, applied from round `from`. */
-void td__rounds_replan(td__session_t *s, uint64_t round, uint64_t from);
 void td__rounds_tick(td__session_t *s);
-/* async: release the compute thread up to the slowest live peer's round. */
-void td__rounds_async_release(td__session_t *s);
-/* The ledger row of own round `round` (overlap: its accuracy may come later)
- * with the round's start time and traffic. */
-void td__rounds_row(td__session_t *s, uint64_t round, double eval_acc, double started,
-                    uint64_t bytes_sent, uint64_t bytes_recv);
 void td__rounds_eval(td__session_t *s, uint64_t round, double accuracy);
 void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
 

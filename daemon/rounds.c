@@ -45,7 +45,7 @@ void td__rounds_begin(td__session_t *s, uint64_t round) {
     s->deadline = s->own[round % TD__RING].done_at + s->spec.round_timeout;
 }
 
-void td__rounds_row(td__session_t *s, uint64_t round, double eval_acc, double started,
+static void round_row(td__session_t *s, uint64_t round, double eval_acc, double started,
                     uint64_t bytes_sent, uint64_t bytes_recv) {
   td__own_round_t *o = &s->own[round % TD__RING];
   if (isnan(eval_acc) && o->round == round)
@@ -65,7 +65,7 @@ void td__rounds_row(td__session_t *s, uint64_t round, double eval_acc, double st
 
 /* The accuracy belongs to the row of `round`: in overlap mode the compute
  * thread evaluates round r before the loop closes it, so it waits in the
- * ring and td__rounds_row() writes it with the row. */
+ * ring and round_row() writes it with the row. */
 void td__rounds_eval(td__session_t *s, uint64_t round, double accuracy) {
   td__own_round_t *o = &s->own[round % TD__RING];
   if (o->round != round)
@@ -92,7 +92,7 @@ static double reported_capacity(const td__session_t *s, size_t i, uint64_t round
  * capacities they reported with `round`. Every node holds the same reports
  * once the round closed, so every node computes the same plan; only our own
  * share is applied, from round `from` on. */
-void td__rounds_replan(td__session_t *s, uint64_t round, uint64_t from) {
+static void replan(td__session_t *s, uint64_t round, uint64_t from) {
   if (!s->spec.weighted_batching || s->n_members < 2)
     return;
   double caps[TD_MEMBERS_MAX];
@@ -157,12 +157,12 @@ static void aggregate_done(uv_work_t *req, int status) {
   (void)status;
   s->closing = false;
   if (s->node->session == s) {
-    td__rounds_row(s, r, NAN, job->started, job->bytes_sent, job->bytes_recv);
+    round_row(s, r, NAN, job->started, job->bytes_sent, job->bytes_recv);
     td_log_debug("round %" PRIu64 "/%" PRIu64 " closed with %zu peer updates, loss %.4f", r,
                  s->rounds, job->sum.used, s->own[r % TD__RING].loss);
     /* sync: the compute thread waits on this round, so the plan is used from
      * the next one; overlap: it is already computing r + 1 */
-    td__rounds_replan(s, r, r + (s->spec.mode_kind == TD_MODE_SYNC ? 1 : 2));
+    replan(s, r, r + (s->spec.mode_kind == TD_MODE_SYNC ? 1 : 2));
     s->rounds_done++;
     td__rounds_begin(s, r + 1);
     td_run_release(s->run, r);
@@ -203,7 +203,7 @@ void td__rounds_try_close(td__session_t *s) {
     close_round(s);
 }
 
-void td__rounds_async_release(td__session_t *s) {
+static void async_release(td__session_t *s) {
   uint64_t slowest = UINT64_MAX;
   for (size_t i = 0; i < s->n_members; i++)
     if (s->members[i] != s->node->node_id && td__node_reachable(s->node, s->members[i]) &&
@@ -215,11 +215,11 @@ void td__rounds_async_release(td__session_t *s) {
 void td__rounds_own_done(td__session_t *s, uint64_t round) {
   if (s->spec.mode_kind == TD_MODE_ASYNC) {
     s->round_started = td_clock_wall_s();
-    td__rounds_row(s, round, NAN, s->round_started, s->bytes_sent_round, s->bytes_recv_round);
+    round_row(s, round, NAN, s->round_started, s->bytes_sent_round, s->bytes_recv_round);
     s->bytes_sent_round = s->bytes_recv_round = 0;
     s->rounds_done++;
-    td__rounds_replan(s, round, round + 1);
-    td__rounds_async_release(s);
+    replan(s, round, round + 1);
+    async_release(s);
     td__ledgerq_flush(s->node->ledger);
   }
   td__rounds_try_close(s);
@@ -315,7 +315,7 @@ static void decode_done(uv_work_t *req, int status) {
     }
     if (job->round > s->peer_round[job->member])
       s->peer_round[job->member] = job->round;
-    td__rounds_async_release(s);
+    async_release(s);
   } else if (s->node->session == s) {
     td_chunk_result_t res;
     td_update_info_t info;
@@ -378,7 +378,7 @@ static void assembled(td__session_t *s, size_t mi, td_round_t *collector,
                     td__outbox_codec(s->outbox));
       if (info->round > s->peer_round[mi])
         s->peer_round[mi] = info->round;
-      td__rounds_async_release(s);
+      async_release(s);
       free(job->msg);
       free(job);
       return;
