@@ -207,7 +207,11 @@ static int check_slowdown(td_runspec_t *rs, const char *v, char *why, size_t n) 
 }
 
 bool td_runspec_reconciles(const td_runspec_t *rs) {
-  return rs->reconcile_on && rs->mode_kind != TD_MODE_ASYNC && strcmp(rs->codec, "none") != 0;
+  if (!rs->reconcile_on || rs->mode_kind == TD_MODE_ASYNC)
+    return false;
+  td_codec_spec_t codec;
+  return rs->codec_auto || (td_codec_parse(&codec, rs->codec, NULL, 0) == 0 &&
+                            codec.id != TD_CODEC_NONE);
 }
 
 double td_runspec_slowdown(const td_runspec_t *rs, unsigned rank) {
