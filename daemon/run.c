@@ -803,6 +803,13 @@ static void free_after_close(uv_handle_t *h) {
   free(run);
 }
 
+void td_run_join(td_run_t *run) {
+  td_run_stop(run);
+  if (run->thread_started)
+    pthread_join(run->thread, NULL);
+  run->thread_started = false;
+}
+
 void td_run_close(td_run_t **self_p) {
   if (self_p == NULL || *self_p == NULL)
     return;

@@ -87,6 +87,10 @@ typedef struct {
 int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t why_len);
 /* Stop, join the compute thread and free everything. NULL-safe. */
 void td_run_close(td_run_t **self_p);
+/* Stop and join the compute thread, keeping the buffers (td_run_delta(),
+ * td_run_layout()) for jobs that still read them until td_run_close(). Two
+ * compute threads never overlap: BLAS state is process-wide. */
+void td_run_join(td_run_t *run);
 
 /* Pop the next queued event; false when none. Loop thread only. */
 bool td_run_next_event(td_run_t *run, td_run_event_t *ev);

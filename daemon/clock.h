@@ -1,0 +1,24 @@
+/* clock.h: the daemon's two clocks, for every thread.
+ *
+ * Wall time (seconds since the epoch) is what the ledger records; monotonic
+ * time (seconds since an arbitrary start) is what every timeout, deadline and
+ * goodput sample is measured in, so a clock step never fires or stalls one.
+ * Both are safe from any thread. */
+#ifndef TD_CLOCK_H
+#define TD_CLOCK_H
+
+#include <time.h>
+
+static inline double td_clock_wall_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static inline double td_clock_mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+#endif
