@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/history.h"
 #include "proto/control.h"
 #include "proto/wire.h"
 
@@ -42,11 +43,12 @@ static void usage(FILE *out) {
           "  peers [--json]                 members and per-link traffic\n"
           "  rounds [--last N] [--csv|--json]  rounds of the current run, from the ledger\n"
           "  leave                          tell the peers and shut this daemon down\n"
+          "%s"
           "\n"
           "--socket defaults to $TRAIND_SOCKET, else DATA_DIR/control.sock with DATA_DIR =\n"
           "$TRAIND_DATA_DIR or ~/.local/share/traind (the daemon's defaults).\n"
           "--timeout: give up when traind does not answer within S seconds (default %d).\n",
-          TD_CONTROL_TIMEOUT_MS / 1000);
+          td_history_usage(), TD_CONTROL_TIMEOUT_MS / 1000);
 }
 
 static int die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -336,6 +338,8 @@ int main(int argc, char **argv) {
   const char *cmd = argv[i++];
   int nargs = argc - i;
   char **args = argv + i;
+  if (td_history_handles(cmd))
+    return td_history_main(cmd, nargs, args);
   Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
   json_object *o = NULL;
   int rc;

@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
+
+#include "cli/progress.h"
 
 #include "compute/backend.h"
 #include "compute/dataset.h"
@@ -27,6 +30,7 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, char *why, s
   td_backend_t *be = NULL;
   td_shard_t data = {0};
   td_trainer_t *tr = NULL;
+  td_progress_t *bar = NULL;
   int rc = td_runspec_validate(rs, why, why_len);
   if (rc != 0)
     return rc;
@@ -75,11 +79,38 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, char *why, s
 
   double total_seconds = 0, train_loss = 0, train_acc = 0, eval_loss = 0, eval_acc = 0;
   unsigned long total_samples = 0;
+  /* on a terminal a bar with ETA moves through each epoch (in ~100 chunks of
+   * steps, which train exactly as one call would); elsewhere, plain lines */
+  bool tty = isatty(fileno(out)) == 1;
+  if ((rc = td_progress_open(&bar, out, (uint64_t)spe * rs->epochs, "steps", tty)) != 0)
+    goto done;
+  unsigned long chunk = tty ? (spe + 99) / 100 : spe;
   for (unsigned e = 1; e <= rs->epochs; e++) {
-    td_train_stats_t st;
-    rc = td_trainer_steps(tr, spe, &st, why, why_len);
-    if (rc != 0)
-      goto done;
+    td_train_stats_t st = {0};
+    double loss_sum = 0, hits = 0;
+    for (unsigned long done_steps = 0; done_steps < spe;) {
+      td_train_stats_t part;
+      unsigned long n = spe - done_steps < chunk ? spe - done_steps : chunk;
+      rc = td_trainer_steps(tr, n, &part, why, why_len);
+      if (rc != 0)
+        goto done;
+      if (done_steps == 0 && n == spe) {
+        st = part;
+      } else {
+        loss_sum += part.loss * (double)part.samples;
+        hits += part.accuracy * (double)part.samples;
+        st.steps += part.steps;
+        st.samples += part.samples;
+        st.seconds += part.seconds;
+        st.lr = part.lr;
+        st.loss = st.samples ? loss_sum / (double)st.samples : 0;
+        st.accuracy = st.samples ? hits / (double)st.samples : 0;
+      }
+      done_steps += n;
+      char status[64];
+      snprintf(status, sizeof status, "epoch %u/%u  loss %.4f", e, rs->epochs, part.loss);
+      td_progress_update(bar, (uint64_t)(e - 1) * spe + done_steps, status);
+    }
     rc = td_trainer_evaluate(tr, eval_set, &eval_loss, &eval_acc, why, why_len);
     if (rc != 0)
       goto done;
@@ -87,14 +118,14 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, char *why, s
     total_samples += st.samples;
     train_loss = st.loss;
     train_acc = st.accuracy;
-    fprintf(out,
-            "epoch %3u/%u  train_loss %.4f  train_acc %.4f  %s_loss %.4f  %s_acc %.4f  "
-            "lr %.4g  %.0f samples/s  %.2f s\n",
-            e, rs->epochs, st.loss, st.accuracy, test ? "test" : "train", eval_loss,
-            test ? "test" : "train", eval_acc, st.lr,
-            st.seconds > 0 ? (double)st.samples / st.seconds : 0.0, st.seconds);
-    fflush(out);
+    td_progress_line(bar,
+                     "epoch %3u/%u  train_loss %.4f  train_acc %.4f  %s_loss %.4f  %s_acc %.4f  "
+                     "lr %.4g  %.0f samples/s  %.2f s",
+                     e, rs->epochs, st.loss, st.accuracy, test ? "test" : "train", eval_loss,
+                     test ? "test" : "train", eval_acc, st.lr,
+                     st.seconds > 0 ? (double)st.samples / st.seconds : 0.0, st.seconds);
   }
+  td_progress_close(&bar);
 
   if (json) {
     json_object *o = json_object_new_object();
@@ -122,6 +153,7 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, char *why, s
   }
   rc = 0;
 done:
+  td_progress_close(&bar);
   td_trainer_close(&tr);
   td_shard_close(&data);
   td_backend_close(&be);
