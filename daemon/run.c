@@ -8,7 +8,8 @@
  * updates (async), merges, batch plans, late-join seeds, stop. Each of those
  * changes state under run->mu and broadcasts run->cv, which is how the
  * compute thread, waiting there, hears of it.
- * Threads: td_run_start, td_run_close and td_run_next_event on the loop thread;
+ * Threads: td_run_start, td_run_join, td_run_close and td_run_next_event on the
+ * loop thread;
  * td__run_post on the compute thread; the rest on any thread. */
 #include <inttypes.h>
 #include <stdio.h>
@@ -42,7 +43,7 @@ bool td__run_post(td_run_t *run, td_run_event_t *ev) {
   pthread_mutex_lock(&run->mu);
   while (!run->closing && run->mailbox_count == TD_RUN_MAILBOX)
     pthread_cond_wait(&run->cv, &run->mu); /* td_run_next_event() makes room */
-  bool ok = !run->closing;
+  bool ok = run->mailbox_count < TD_RUN_MAILBOX;
   if (ok) {
     run->mailbox[(run->mailbox_head + run->mailbox_count) % TD_RUN_MAILBOX] = *ev;
     run->mailbox_count++;
@@ -220,11 +221,7 @@ int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t wh
 
 static void free_after_close(uv_handle_t *h) { free_run(h->data); }
 
-void td_run_close(td_run_t **self_p) {
-  if (self_p == NULL || *self_p == NULL)
-    return;
-  td_run_t *run = *self_p;
-  *self_p = NULL;
+void td_run_join(td_run_t *run) {
   pthread_mutex_lock(&run->mu);
   run->stop = true;
   run->closing = true; /* a compute thread waiting for room in the mailbox gives up */
@@ -232,6 +229,15 @@ void td_run_close(td_run_t **self_p) {
   pthread_mutex_unlock(&run->mu);
   if (run->thread_started)
     pthread_join(run->thread, NULL);
+  run->thread_started = false;
+}
+
+void td_run_close(td_run_t **self_p) {
+  if (self_p == NULL || *self_p == NULL)
+    return;
+  td_run_t *run = *self_p;
+  *self_p = NULL;
+  td_run_join(run);
   /* the async handle is freed from its close callback (libuv rule) */
   uv_close((uv_handle_t *)&run->async, free_after_close);
 }

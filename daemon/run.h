@@ -89,6 +89,11 @@ typedef struct {
 int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t why_len);
 /* Stop, join the compute thread and free everything. NULL-safe. */
 void td_run_close(td_run_t **self_p);
+/* Stop and join the compute thread, keeping the buffers (td_run_delta(),
+ * td_run_layout()) for jobs that still read them until td_run_close(). Events
+ * already queued can still be read; a compute thread that finds the mailbox
+ * full from then on gives up instead of waiting. Loop thread. */
+void td_run_join(td_run_t *run);
 
 /* Pop the next queued event; false when none. Loop thread only. */
 bool td_run_next_event(td_run_t *run, td_run_event_t *ev);
@@ -131,7 +136,7 @@ bool td_run_reconciles(const td_run_t *run, uint64_t round);
 void td_run_reconciled(td_run_t *run, uint64_t round, const float *mean);
 /* Ask the compute thread to stop at the next step; it posts TD_RUN_STOPPED.
  * Events are never dropped: when the loop falls behind, the compute thread
- * waits for room in its mailbox (until td_run_close()). */
+ * waits for room in its mailbox (until td_run_join() or td_run_close()). */
 void td_run_stop(td_run_t *run);
 
 uint64_t td_run_rounds(const td_run_t *run);     /* known after READY */

@@ -60,7 +60,7 @@ struct td_run {
   unsigned mailbox_head, mailbox_count;
   uint64_t released_round;
   bool stop;    /* td_run_stop(): end at the next step and post STOPPED */
-  bool closing; /* td_run_close(): nobody reads events any more */
+  bool closing; /* td_run_join() or td_run_close(): the loop waits for no more events */
   struct {
     uint64_t round; /* 0: free */
     float *own;     /* our anchor - init when posted, moved by later corrections */
@@ -91,17 +91,18 @@ typedef enum {
 /* run.c: queue an event for the loop thread and wake it. When the mailbox is
  * full, waits until the loop drains it: an event is never dropped (a lost
  * ROUND_DONE would wedge a sync run, a lost STOPPED leave it "running"). Fails
- * (false) only once td_run_close() began: nobody will read the event any more,
- * ev->blob is freed, and the compute thread ends. Compute thread only. */
+ * (false) only when the mailbox is full once td_run_join() or td_run_close()
+ * began: the loop waits for nothing more, ev->blob is freed, and the compute
+ * thread ends. Compute thread only. */
 bool td__run_post(td_run_t *run, td_run_event_t *ev);
 /* run.c: post ev with a malloc'd copy of n floats of src (then n2 of src2
  * when src2 != NULL) as its blob. Out of memory posts FAILED naming `what`
- * (TD__RUN_FAILED); a closing mailbox gives TD__RUN_STOPPED. */
+ * (TD__RUN_FAILED); a failed td__run_post() gives TD__RUN_STOPPED. */
 td__run_flow_t td__run_post_copy(td_run_t *run, td_run_event_t *ev, const char *what,
                                  const float *src, size_t n, const float *src2, size_t n2);
 /* run.c: post FAILED with `why`; TD__RUN_FAILED. */
 td__run_flow_t td__run_fail(td_run_t *run, const char *why);
-/* run.c: whether td_run_stop() or td_run_close() was called. Any thread. */
+/* run.c: whether td_run_stop(), td_run_join() or td_run_close() was called. */
 bool td__run_stopping(td_run_t *run);
 
 /* run_compute.c: the compute thread's body (pthread entry). */

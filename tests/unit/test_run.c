@@ -2,9 +2,9 @@
  * not drain its events (a busy loop thread) fills the bounded mailbox; the
  * compute thread then waits for room instead of dropping events, so every
  * ROUND_DONE still arrives, in order, and the run ends with FINISHED. A run
- * closed while its compute thread waits for room ends at once, and the
- * checkpoint copies left in the mailbox are freed (the sanitizer and valgrind
- * builds check that). Reading how full the mailbox is uses the internal
+ * joined while its compute thread waits for room ends at once, its queued
+ * events stay readable, and the checkpoint copies left in the mailbox at
+ * close are freed (the sanitizer and valgrind builds check that). Reading how full the mailbox is uses the internal
  * header: the test waits until it is full, so the overflow is certain, not a
  * matter of timing. Where an event is lost, FINISHED never comes and the
  * case fails on its timeout. */
@@ -101,13 +101,22 @@ START_TEST(full_mailbox_loses_no_event) {
 }
 END_TEST
 
-START_TEST(close_with_full_mailbox_ends_the_compute_thread) {
+START_TEST(join_with_full_mailbox_ends_the_compute_thread) {
   uv_loop_t loop;
   uv_loop_init(&loop);
   write_dataset();
   td_run_t *run = start_run(&loop, 1); /* every event after READY carries a blob */
   wait_mailbox_full(run);
-  td_run_close(&run); /* joins the compute thread: it must stop waiting for room */
+  td_run_join(run); /* the compute thread must stop waiting for room */
+  td_run_event_t ev; /* what was queued before stays readable */
+  for (unsigned i = 0; i < TD_RUN_MAILBOX / 2; i++) {
+    ck_assert(td_run_next_event(run, &ev));
+    free(ev.blob); /* the receiver owns it */
+  }
+  pthread_mutex_lock(&run->mu); /* the thread ended without queueing more */
+  ck_assert_uint_eq(run->mailbox_count, TD_RUN_MAILBOX - TD_RUN_MAILBOX / 2);
+  pthread_mutex_unlock(&run->mu);
+  td_run_close(&run); /* frees the blobs nobody took */
   uv_run(&loop, UV_RUN_DEFAULT);
   ck_assert_int_eq(uv_loop_close(&loop), 0);
   unlink(csv_path);
@@ -120,7 +129,7 @@ int main(void) {
   /* each case takes well under a second; a lost FINISHED would hang it */
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, full_mailbox_loses_no_event);
-  tcase_add_test(tc, close_with_full_mailbox_ends_the_compute_thread);
+  tcase_add_test(tc, join_with_full_mailbox_ends_the_compute_thread);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
