@@ -5,6 +5,7 @@
  * gemm and the fused ops) are checked once at open; the optional ones (open,
  * close, synchronize, and upload/download for backends whose memory the host
  * can address) default here, so a wrapper is one indirect call and no test.
+ * adamw_step (iface version 2) defaults to the CPU loop when a table lacks it.
  * The CUDA table is NULL unless configure found nvcc (--with-cuda); asking for
  * it then fails with TD_EDEVICE and a reason, and "cpu" is always there. */
 #ifdef HAVE_CONFIG_H
@@ -132,6 +133,16 @@ double td_backend_softmax_xent(td_backend_t *be, const float *logits, const int3
                                float *dlogits, float grad_scale, int rows, int cols,
                                int *correct) {
   return be->iface->softmax_xent(be, logits, labels, dlogits, grad_scale, rows, cols, correct);
+}
+
+void td_backend_adamw_step(td_backend_t *be, float *w, const float *g, float *m, float *v,
+                           size_t n, const td_adamw_hparams_t *hp) {
+  /* version-1 tables and NULL slots get the CPU loop, which only needs
+   * host-addressable memory */
+  if (be->iface->version >= 2 && be->iface->adamw_step != NULL)
+    be->iface->adamw_step(be, w, g, m, v, n, hp);
+  else
+    td__backend_cpu.adamw_step(be, w, g, m, v, n, hp);
 }
 
 void td_backend_sgd_step(td_backend_t *be, float *w, const float *g, float *v, size_t n,

@@ -9,7 +9,9 @@
 
 #include "compute/backend.h"
 
-#define TD_BACKEND_IFACE_VERSION 1
+/* 1: the MLP ops and sgd_step. 2: adamw_step (optional: a table of version 1,
+ * or a NULL slot, gets the portable loop in backend.c). */
+#define TD_BACKEND_IFACE_VERSION 2
 
 typedef struct {
   int version;
@@ -31,6 +33,9 @@ typedef struct {
                          float *dlogits, float grad_scale, int rows, int cols, int *correct);
   void (*sgd_step)(td_backend_t *be, float *w, const float *g, float *v, size_t n,
                    const td_sgd_hparams_t *hp);
+  /* version 2 */
+  void (*adamw_step)(td_backend_t *be, float *w, const float *g, float *m, float *v, size_t n,
+                     const td_adamw_hparams_t *hp);
 } td_backend_iface_t;
 
 struct td_backend {

@@ -92,7 +92,8 @@ void td_run_close(td_run_t **self_p);
 /* Stop and join the compute thread, keeping the buffers (td_run_delta(),
  * td_run_layout()) for jobs that still read them until td_run_close(). Events
  * already queued can still be read; a compute thread that finds the mailbox
- * full from then on gives up instead of waiting. Loop thread. */
+ * full from then on gives up instead of waiting. Two compute threads never
+ * overlap: BLAS state is process-wide. Loop thread. */
 void td_run_join(td_run_t *run);
 
 /* Pop the next queued event; false when none. Loop thread only. */

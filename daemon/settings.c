@@ -15,6 +15,9 @@
 #include "daemon/log.h"
 #include "daemon/node.h"
 
+#define TD_STR_(x) #x
+#define TD_STR(x) TD_STR_(x)
+
 typedef struct {
   const char *name;
   const char *help;
@@ -22,11 +25,12 @@ typedef struct {
 
 static const config_key_t keys[] = {
     {"data_dir", "node id, ledger (traind.db) and control socket (default ~/.local/share/traind)"},
-    {"listen", "peer endpoint tcp://HOST:PORT, port 0 = ephemeral (default tcp://127.0.0.1:7070)"},
+    {"listen", "peer endpoint tcp://HOST:PORT, port 0 = ephemeral (default " TD_NODE_DEFAULT_LISTEN ")"},
     {"control", "control socket path, mode 0600 (default DATA_DIR/control.sock)"},
     {"log_level", "error | warn | info | debug (default info)"},
     {"threads", "BLAS threads for training (default 0 = library default)"},
-    {"heartbeat_ms", "heartbeat period; suspect after 3 missed, dead after 6 (default 500)"},
+    {"heartbeat_ms", "heartbeat period; suspect after 3 missed, dead after 6 (default "
+                     TD_STR(TD_NODE_DEFAULT_HEARTBEAT_MS) ")"},
     {"link_delay_ms", "added one-way latency of every outgoing update chunk, held in user space"
                       " (emulated WAN; default 0)"},
 };
@@ -34,9 +38,9 @@ static const config_key_t keys[] = {
 void td_settings_defaults(td_settings_t *c) {
   memset(c, 0, sizeof *c);
   td_node_default_data_dir(c->data_dir, sizeof c->data_dir);
-  snprintf(c->listen, sizeof c->listen, "tcp://127.0.0.1:7070");
+  snprintf(c->listen, sizeof c->listen, "%s", TD_NODE_DEFAULT_LISTEN);
   snprintf(c->log_level, sizeof c->log_level, "info");
-  c->heartbeat_ms = 500;
+  c->heartbeat_ms = TD_NODE_DEFAULT_HEARTBEAT_MS;
 }
 
 static int set_uint(unsigned *out, const char *key, const char *v, unsigned lo, unsigned hi,

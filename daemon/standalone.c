@@ -1,8 +1,9 @@
 /* standalone.c: the single-node trainer behind `traind --standalone`.
  *
- * Normalisation statistics come from the whole training set before it is
+ * The data comes from td_shard_open (compute/shard.h), the same loading a peer
+ * run uses: normalisation statistics from the whole training set before it is
  * partitioned, so every node of a later multi-node run (and this baseline)
- * sees identically scaled inputs. */
+ * sees identically scaled inputs. Runs on the main thread. */
 #include "daemon/standalone.h"
 
 #include <json-c/json.h>
@@ -13,7 +14,7 @@
 #include "compute/backend.h"
 #include "compute/dataset.h"
 #include "compute/error.h"
-#include "compute/partition.h"
+#include "compute/shard.h"
 #include "compute/trainer.h"
 
 static long peak_rss_kb(void) {
@@ -22,39 +23,9 @@ static long peak_rss_kb(void) {
   return ru.ru_maxrss;
 }
 
-/* Replace *train by node K of N's rows (a copy) unless that is every row. */
-static int take_partition(td_dataset_t **train, const td_runspec_t *rs, char *why, size_t n) {
-  td_partition_t part;
-  int rc = td_partition_parse(&part, rs->partition, why, n);
-  if (rc != 0)
-    return rc;
-  if (part.kind == TD_PARTITION_ALL || rs->node_count == 1)
-    return 0;
-  uint32_t *idx = NULL;
-  size_t count = 0;
-  rc = td_partition_indices(&part, td_dataset_labels_const(*train), td_dataset_rows(*train),
-                            td_dataset_classes(*train), rs->node_rank, rs->node_count, rs->seed,
-                            &idx, &count);
-  if (rc != 0)
-    return td_why(why, n, rc, "cannot partition the dataset: %s", td_strerror(rc));
-  if (count == 0) {
-    free(idx);
-    return td_why(why, n, TD_ECONFIG, "partition %s gives node %u/%u no samples", rs->partition,
-                  rs->node_rank, rs->node_count);
-  }
-  td_dataset_t *sub = NULL;
-  rc = td_dataset_subset(&sub, *train, idx, count);
-  free(idx);
-  if (rc != 0)
-    return td_why(why, n, rc, "cannot copy the partition: %s", td_strerror(rc));
-  td_dataset_close(train);
-  *train = sub;
-  return 0;
-}
-
 int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, char *why, size_t why_len) {
   td_backend_t *be = NULL;
-  td_dataset_t *train = NULL, *test = NULL;
+  td_shard_t data = {0};
   td_trainer_t *tr = NULL;
   int rc = td_runspec_validate(rs, why, why_len);
   if (rc != 0)
@@ -62,17 +33,17 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, char *why, s
   rc = td_backend_open(&be, rs->backend, (int)rs->threads, why, why_len);
   if (rc != 0)
     goto done;
-  rc = td_dataset_open(&train, &test, rs->dataset, why, why_len);
+  td_shard_opts_t shard = {.dataset = rs->dataset, .partition = rs->partition,
+                           .rank = rs->node_rank, .nodes = rs->node_count, .seed = rs->seed};
+  rc = td_shard_open(&data, &shard, why, why_len);
   if (rc != 0)
     goto done;
-  double mean, std;
-  td_dataset_stats(train, &mean, &std);
-  td_dataset_normalize(train, mean, std);
-  if (test != NULL)
-    td_dataset_normalize(test, mean, std);
-  rc = take_partition(&train, rs, why, why_len);
-  if (rc != 0)
+  if (data.train == NULL) {
+    rc = td_why(why, why_len, TD_ECONFIG, "model %s takes labelled samples; dataset %s is text",
+                rs->model, rs->dataset);
     goto done;
+  }
+  td_dataset_t *train = data.train, *test = data.test;
 
   td_trainer_opts_t opts = {
       .model_spec = rs->model,
@@ -152,8 +123,7 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, char *why, s
   rc = 0;
 done:
   td_trainer_close(&tr);
-  td_dataset_close(&train);
-  td_dataset_close(&test);
+  td_shard_close(&data);
   td_backend_close(&be);
   return rc;
 }
