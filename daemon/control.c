@@ -201,8 +201,12 @@ static void cmd_start(conn_t *c, const Traind__ControlRequest *req) {
     return;
   }
   if (n->session != NULL) {
-    snprintf(why, sizeof why, "run %016" PRIx64 " is still running (trainctl stop first)",
-             n->session->run_id);
+    if (td_run_stopping(n->session->run))
+      snprintf(why, sizeof why, "run %016" PRIx64 " is still stopping; start again in a moment",
+               n->session->run_id);
+    else
+      snprintf(why, sizeof why, "run %016" PRIx64 " is still running (trainctl stop first)",
+               n->session->run_id);
     respond(c, TD_EINVAL, why, NULL);
     return;
   }

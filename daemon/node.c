@@ -43,19 +43,6 @@ bool td__node_reachable(td__node_t *n, uint64_t peer) {
   return m != NULL && !m->self && (m->state == TD_PEER_ALIVE || m->state == TD_PEER_SUSPECT);
 }
 
-static int mkdir_p(const char *path) {
-  char tmp[512];
-  snprintf(tmp, sizeof tmp, "%s", path);
-  for (char *p = tmp + 1; *p; p++)
-    if (*p == '/') {
-      *p = '\0';
-      if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
-        return -1;
-      *p = '/';
-    }
-  return mkdir(tmp, 0700) == 0 || errno == EEXIST ? 0 : -1;
-}
-
 /* The node id survives restarts: a restarted node is the same member. */
 static int load_node_id(td__node_t *n, char *why, size_t why_len) {
   char path[600];
@@ -145,9 +132,6 @@ static void close_walk(uv_handle_t *h, void *arg) {
 
 /* Open the parts, in the order they depend on each other. */
 static int node_open(td__node_t *n, const td_node_opts_t *opts, char *why, size_t why_len) {
-  if (mkdir_p(n->data_dir) != 0)
-    return td_why(why, why_len, TD_EIO, "cannot create data directory %s: %s", n->data_dir,
-                  strerror(errno));
   int rc = load_node_id(n, why, why_len);
   if (rc != 0)
     return rc;

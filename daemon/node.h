@@ -15,7 +15,7 @@
 #define TD_NODE_DEFAULT_HEARTBEAT_MS 500
 
 typedef struct {
-  const char *data_dir;     /* created if missing; holds node_id, traind.db */
+  const char *data_dir;     /* exists, locked by the caller (td_settings_lock_data_dir) */
   const char *listen;       /* tcp://HOST:PORT, port 0 = ephemeral */
   const char *control_path; /* local socket, mode 0600; NULL = DATA_DIR/control.sock */
   unsigned threads;         /* BLAS threads for runs (0 = library default) */

@@ -337,3 +337,10 @@ void td_run_stop(td_run_t *run) {
   pthread_cond_broadcast(&run->cv);
   pthread_mutex_unlock(&run->mu);
 }
+
+bool td_run_stopping(td_run_t *run) {
+  pthread_mutex_lock(&run->mu);
+  bool stop = run->stop;
+  pthread_mutex_unlock(&run->mu);
+  return stop;
+}

@@ -139,6 +139,8 @@ void td_run_reconciled(td_run_t *run, uint64_t round, const float *mean);
  * Events are never dropped: when the loop falls behind, the compute thread
  * waits for room in its mailbox (until td_run_join() or td_run_close()). */
 void td_run_stop(td_run_t *run);
+/* Whether td_run_stop() was called (the thread may still be winding down). */
+bool td_run_stopping(td_run_t *run);
 
 uint64_t td_run_rounds(const td_run_t *run);     /* known after READY */
 unsigned td_run_local_batch(const td_run_t *run); /* the initial (even) split */
