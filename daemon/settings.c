@@ -29,8 +29,8 @@ static const config_key_t keys[] = {
                      TD_STR(TD_NODE_DEFAULT_HEARTBEAT_MS) ")"},
     {"link_delay_ms", "added one-way latency of every outgoing update chunk, held in user space"
                       " (emulated WAN; default 0)"},
-    {"metrics", "serve Prometheus metrics at http://HOST:PORT/metrics, e.g. 127.0.0.1:9100;"
-                " port 0 = ephemeral, written to DATA_DIR/metrics_port (default off)"},
+    {"metrics", "serve Prometheus metrics on HOST:PORT (GET /metrics); port 0 = ephemeral"
+                " (default off)"},
 };
 
 void td_settings_defaults(td_settings_t *c) {
