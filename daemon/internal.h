@@ -9,7 +9,8 @@
  * rounds.c (collecting and closing rounds), outbox.c (encoding our updates),
  * transfer.c (resumable blob transfer and knowledge transfer), join.c (late
  * join), reconcile.c (anchor reconciliation), ledgerq.c (the ledger write
- * queue), control.c and status.c (trainctl's commands and their JSON).
+ * queue), control.c and status.c (trainctl's commands and their JSON),
+ * monitor.c (the figures `--metrics` serves).
  *
  * The node holds pointers to the parts. The run session's core (members,
  * rounds, the own-round ring) is shared by the run-side parts below; their
