@@ -21,4 +21,19 @@ static inline double td_clock_mono_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* `seconds` of either clock as a timespec, e.g. a pthread_cond_timedwait
+ * deadline on a condition variable bound to CLOCK_MONOTONIC. */
+static inline struct timespec td_clock_timespec(double seconds) {
+  struct timespec ts;
+  if (!(seconds > 0))
+    seconds = 0;
+  ts.tv_sec = (time_t)seconds;
+  ts.tv_nsec = (long)((seconds - (double)ts.tv_sec) * 1e9);
+  if (ts.tv_nsec >= 1000000000L) { /* rounding reached a whole second */
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  return ts;
+}
+
 #endif

@@ -10,7 +10,7 @@ TD_PACKAGES=(
   build-essential autoconf automake libtool pkg-config
   libuv1-dev libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev
   libopenblas-dev zlib1g-dev libinih-dev libjson-c-dev libmicrohttpd-dev check
-  sqlite3 iproute2 procps dataset-fashion-mnist fortunes-min fortunes gnuplot-nox prometheus
+  sqlite3 iproute2 procps dataset-fashion-mnist fortunes-min fortunes gnuplot-nox prometheus valgrind
   curl
 )
 
