@@ -9,7 +9,8 @@
  * rounds.c (collecting and closing rounds), outbox.c (encoding our updates),
  * transfer.c (resumable blob transfer and knowledge transfer), join.c (late
  * join), reconcile.c (anchor reconciliation), ledgerq.c (the ledger write
- * queue), control.c and status.c (trainctl's commands and their JSON).
+ * queue), control.c and status.c (trainctl's commands and their JSON),
+ * monitor.c (the figures `--metrics` serves).
  *
  * The node holds pointers to the parts. The run session's core (members,
  * rounds, the own-round ring) is shared by the run-side parts below; their
@@ -54,6 +55,7 @@ typedef struct td__xfer td__xfer_t;
 typedef struct td__join td__join_t;
 typedef struct td__reconcile td__reconcile_t;
 typedef struct td__control td__control_t;
+typedef struct td__monitor td__monitor_t;
 
 /* ---- drops: every refused peer message is counted by kind -------------------- */
 
@@ -85,6 +87,11 @@ struct td__node {
   td__session_t *session; /* the running run; NULL when none runs */
   struct td__run_stats *last_run; /* figures of the last run that ended (status) */
   td__control_t *control;
+  td__monitor_t *monitor; /* --metrics; NULL when off */
+  struct {                /* since the daemon started, every run (monitoring) */
+    uint64_t rounds, samples;
+    double compute_s, wait_s;
+  } totals;
   uint64_t drops[TD__DROP_COUNT];
   unsigned drop_logs;
   uv_timer_t heartbeat_timer;
@@ -261,6 +268,7 @@ struct td__session {
   bool closing; /* the open round's aggregation runs on the pool */
   double test_accuracy, test_loss, last_eval_acc;
   uint64_t updates_received, rounds_done, late_peers, plans_applied, stale_dropped;
+  int64_t staleness[TD_MEMBERS_MAX]; /* of each member's last update; -1: none yet */
   char error[256];
   td__outbox_t *outbox;
   td__xfer_t *xfer;
@@ -305,6 +313,8 @@ size_t td__session_peers(td__session_t *s, uint64_t round, uint64_t *out);
 /* Seed of the link codec between this node and `peer` (the same on both ends). */
 uint64_t td__session_codec_seed(const td__session_t *s, uint64_t peer);
 void td__session_note_sent(td__session_t *s, uint64_t bytes);
+/* Staleness (rounds) of the last update the running run got from `peer`; NaN if none. */
+double td__session_staleness(td__node_t *n, uint64_t peer);
 
 /* ---- rounds (rounds.c) ------------------------------------------------------------------ */
 
@@ -388,5 +398,16 @@ json_object *td__status_json(td__node_t *n);
 json_object *td__status_peers(td__node_t *n);
 json_object *td__status_id(uint64_t id);
 json_object *td__status_real(double v);
+
+/* ---- monitoring (monitor.c): `traind --metrics HOST:PORT` ------------------------------ */
+
+/* Serve the node's figures on host_port (daemon/metrics.h); TD_EIO when the
+ * port is busy, with why. */
+int td__monitor_open(td__monitor_t **out, td__node_t *n, const char *host_port, char *why,
+                     size_t why_len);
+/* Publish a fresh snapshot (heartbeat, closed round). NULL-safe. */
+void td__monitor_publish(td__monitor_t *m);
+/* Stop the server, then free the snapshots. NULL-safe. */
+void td__monitor_close(td__monitor_t **self_p);
 
 #endif

@@ -106,6 +106,7 @@ int td_metrics_format(const td_metrics_stats_t *s, char **text, size_t *len) {
   fprintf(f, "traind_peers{state=\"alive\"} %" PRIu64 "\n", s->peers_alive);
   fprintf(f, "traind_peers{state=\"suspect\"} %" PRIu64 "\n", s->peers_suspect);
   fprintf(f, "traind_peers{state=\"dead\"} %" PRIu64 "\n", s->peers_dead);
+  fprintf(f, "traind_peers{state=\"left\"} %" PRIu64 "\n", s->peers_left);
 
   family(f, "traind_link_sent_bytes_total", "counter", "Bytes sent to the peer.");
   for (size_t i = 0; i < s->n_links; i++)
@@ -232,6 +233,13 @@ static int parse_addr(const char *hp, struct sockaddr_storage *ss, bool *v6, uns
   else
     ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)p);
   return 0;
+}
+
+int td_metrics_check_addr(const char *host_port, char *why, size_t why_len) {
+  struct sockaddr_storage ss;
+  bool v6 = false;
+  unsigned port = 0;
+  return parse_addr(host_port, &ss, &v6, &port, why, why_len);
 }
 
 int td_metrics_open(td_metrics_t **out, const char *host_port, td_metrics_text_fn text, void *arg,

@@ -42,7 +42,7 @@ typedef struct {
   double eval_accuracy;      /* last evaluation; NaN if none */
   double compute_seconds_total, wait_seconds_total;
   uint64_t samples_total;
-  uint64_t peers_alive, peers_suspect, peers_dead;
+  uint64_t peers_alive, peers_suspect, peers_dead, peers_left;
   const td_metrics_link_t *links;
   size_t n_links;
   const td_metrics_drop_t *drops;
@@ -52,6 +52,10 @@ typedef struct {
 /* The exposition text of `s` (HELP and TYPE for every family; counters end in
  * _total; NaN values are left out). Caller frees *text. TD_ENOMEM. */
 int td_metrics_format(const td_metrics_stats_t *s, char **text, size_t *len);
+
+/* Check a host_port that td_metrics_open() would take (the host is resolved,
+ * nothing is bound). TD_ECONFIG with a reason in why. */
+int td_metrics_check_addr(const char *host_port, char *why, size_t why_len);
 
 /* Returns a malloc'd text (NULL: the request gets a 500). Runs on the
  * server's thread. */

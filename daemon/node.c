@@ -2,8 +2,8 @@
  *
  * Threads: loop thread. td_node_main() makes the data directory and the
  * node id, opens the parts (the ledger queue, the transport, membership, the
- * control socket) and runs the libuv loop until SIGINT, SIGTERM or `trainctl
- * leave`. The heartbeat timer calls each part's tick in turn; everything else
+ * control socket, the metrics endpoint when asked for) and runs the libuv
+ * loop until SIGINT, SIGTERM or `trainctl leave`. The heartbeat timer calls each part's tick in turn; everything else
  * happens in the parts' own callbacks (internal.h lists them). Shutdown says
  * goodbye to the peers, finishes the run, closes every handle and lets the
  * loop end once the last pool job has finished, so nothing a job borrows is
@@ -101,6 +101,7 @@ static void on_heartbeat(uv_timer_t *t) {
       td__rounds_tick(s);
   }
   td__ledgerq_flush(n->ledger);
+  td__monitor_publish(n->monitor);
 }
 
 void td__node_shutdown(td__node_t *n, const char *why) {
@@ -146,7 +147,9 @@ static int node_open(td__node_t *n, const td_node_opts_t *opts, char *why, size_
                             SUSPECT_AFTER_BEATS * n->heartbeat_s,
                             DEAD_AFTER_BEATS * n->heartbeat_s)) != 0)
     return td_why(why, why_len, rc, "cannot open the membership table: %s", td_strerror(rc));
-  return td__control_open(&n->control, n, why, why_len);
+  if ((rc = td__control_open(&n->control, n, why, why_len)) != 0)
+    return rc;
+  return opts->metrics ? td__monitor_open(&n->monitor, n, opts->metrics, why, why_len) : 0;
 }
 
 int td_node_main(const td_node_opts_t *opts, char *why, size_t why_len) {
@@ -195,6 +198,7 @@ int td_node_main(const td_node_opts_t *opts, char *why, size_t why_len) {
   uv_walk(&n->loop, close_walk, NULL); /* what a failed start-up left open */
   uv_run(&n->loop, UV_RUN_DEFAULT);
   uv_loop_close(&n->loop);
+  td__monitor_close(&n->monitor); /* stops its server first: nothing reads the node after */
   td__control_close(&n->control);
   td__transport_close(&n->net);
   td_members_close(&n->members);

@@ -164,9 +164,11 @@ static void aggregate_done(uv_work_t *req, int status) {
      * the next one; overlap: it is already computing r + 1 */
     replan(s, r, r + (s->spec.mode_kind == TD_MODE_SYNC ? 1 : 2));
     s->rounds_done++;
+    s->node->totals.rounds++;
     td__rounds_begin(s, r + 1);
     td_run_release(s->run, r);
     td__ledgerq_flush(s->node->ledger);
+    td__monitor_publish(s->node->monitor);
     td__rounds_try_close(s);
   }
   free(job);
@@ -218,9 +220,11 @@ void td__rounds_own_done(td__session_t *s, uint64_t round) {
     round_row(s, round, NAN, s->round_started, s->bytes_sent_round, s->bytes_recv_round);
     s->bytes_sent_round = s->bytes_recv_round = 0;
     s->rounds_done++;
+    s->node->totals.rounds++;
     replan(s, round, round + 1);
     async_release(s);
     td__ledgerq_flush(s->node->ledger);
+    td__monitor_publish(s->node->monitor);
   }
   td__rounds_try_close(s);
 }
@@ -257,6 +261,9 @@ static void record_update(td__session_t *s, uint64_t peer, uint64_t peer_round,
       .peer = peer, .peer_round = peer_round, .staleness = staleness > 0 ? staleness : 0,
       .bytes = bytes, .ratio = (double)td_run_numel(s->run) * sizeof(float) / (double)bytes,
       .arrived = td_clock_wall_s()};
+  size_t i = td__session_member(s, peer);
+  if (i < TD_MEMBERS_MAX)
+    s->staleness[i] = row.staleness;
   td__ledger_update(s->node->ledger, &row, codec);
 }
 

@@ -62,6 +62,14 @@ uint64_t td__session_codec_seed(const td__session_t *s, uint64_t peer) {
 
 void td__session_note_sent(td__session_t *s, uint64_t bytes) { s->bytes_sent_round += bytes; }
 
+double td__session_staleness(td__node_t *n, uint64_t peer) {
+  if (n->session == NULL)
+    return NAN;
+  size_t i = td__session_member(n->session, peer);
+  return i < TD_MEMBERS_MAX && n->session->staleness[i] >= 0 ? (double)n->session->staleness[i]
+                                                             : NAN;
+}
+
 td__session_t *td__session_of(td__node_t *n, uint64_t run_id) {
   return n->session != NULL && n->session->run_id == run_id ? n->session : NULL;
 }
@@ -152,6 +160,9 @@ static void on_round_done(td__session_t *s, const td_run_event_t *ev) {
                          .fill_s = ev->fill_s, .eval_acc = NAN};
   s->own_done = ev->round;
   s->own_loss = ev->loss;
+  s->node->totals.samples += ev->samples;
+  s->node->totals.compute_s += ev->compute_s + ev->fill_s; /* as the ledger's rounds row */
+  s->node->totals.wait_s += ev->idle_s;
   s->lr = ev->lr;
   s->capacity = ev->capacity;
   if (ev->round == s->round)
@@ -291,6 +302,8 @@ int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
   s->rank = (unsigned)rank;
   s->rounds = spec.rounds; /* 0 (unknown) until the dataset is loaded */
   s->own_loss = s->test_accuracy = s->last_eval_acc = s->test_loss = NAN;
+  for (size_t i = 0; i < TD_MEMBERS_MAX; i++)
+    s->staleness[i] = -1;
   s->first_round = first_round;
   s->since[rank] = first_round;
   s->own_done = first_round - 1;

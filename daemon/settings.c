@@ -13,6 +13,7 @@
 
 #include "compute/error.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/node.h"
 
 #define TD_STR_(x) #x
@@ -33,6 +34,8 @@ static const config_key_t keys[] = {
                      TD_STR(TD_NODE_DEFAULT_HEARTBEAT_MS) ")"},
     {"link_delay_ms", "added one-way latency of every outgoing update chunk, held in user space"
                       " (emulated WAN; default 0)"},
+    {"metrics", "serve Prometheus metrics on HOST:PORT (GET /metrics); port 0 = ephemeral"
+                " (default off)"},
 };
 
 void td_settings_defaults(td_settings_t *c) {
@@ -85,9 +88,13 @@ int td_settings_set(td_settings_t *c, const char *key, const char *v, char *why,
     return set_uint(&c->heartbeat_ms, key, v, 20, 60000, why, n);
   if (strcmp(key, "link_delay_ms") == 0)
     return set_uint(&c->link_delay_ms, key, v, 0, 60000, why, n);
+  if (strcmp(key, "metrics") == 0) {
+    int rc = td_metrics_check_addr(v, why, n); /* "metrics address '...': reason" */
+    return rc != 0 ? rc : set_str(c->metrics, sizeof c->metrics, key, v, why, n);
+  }
   return td_why(why, n, TD_ECONFIG,
                 "unknown key '%s' (known: data_dir, listen, control, log_level, threads, "
-                "heartbeat_ms, link_delay_ms)",
+                "heartbeat_ms, link_delay_ms, metrics)",
                 key);
 }
 

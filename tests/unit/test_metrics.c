@@ -32,8 +32,8 @@ static td_metrics_stats_t sample_stats(void) {
       .node_id = 0xabcdef0123456789ull, .version = "0.1.0", .run_id = 0x1234ull, .running = 1,
       .round = 42, .rounds_total = 40, .loss = 0.5, .eval_accuracy = NAN,
       .compute_seconds_total = 12.5, .wait_seconds_total = 2.25, .samples_total = 64000,
-      .peers_alive = 2, .peers_suspect = 0, .peers_dead = 1, .links = links, .n_links = 2,
-      .drops = drops, .n_drops = 2};
+      .peers_alive = 2, .peers_suspect = 0, .peers_dead = 1, .peers_left = 4, .links = links,
+      .n_links = 2, .drops = drops, .n_drops = 2};
 }
 
 static bool has_line(const char *text, const char *line) {
@@ -59,6 +59,7 @@ START_TEST(format_families_and_values) {
   ck_assert(has_line(text, "traind_compute_seconds_total 12.5"));
   ck_assert(has_line(text, "traind_wait_seconds_total 2.25"));
   ck_assert(has_line(text, "traind_peers{state=\"dead\"} 1"));
+  ck_assert(has_line(text, "traind_peers{state=\"left\"} 4"));
   ck_assert(has_line(text, "traind_link_sent_bytes_total{peer=\"feed000000000001\"} 1000"));
   ck_assert(has_line(text, "traind_link_received_bytes_total{peer=\"feed000000000002\"} 20"));
   ck_assert(has_line(text, "traind_link_rtt_seconds{peer=\"feed000000000001\"} 0.0125"));
@@ -176,6 +177,12 @@ START_TEST(bad_addresses_are_refused) {
                    TD_ECONFIG);
   ck_assert_int_eq(td_metrics_open(&m, "no.such.host.invalid:9100", produce, NULL, why, sizeof why),
                    TD_ECONFIG);
+  /* the same verdicts without binding (settings validate --metrics with it) */
+  ck_assert_int_eq(td_metrics_check_addr("9100", why, sizeof why), TD_ECONFIG);
+  ck_assert_int_eq(td_metrics_check_addr("127.0.0.1:-1", why, sizeof why), TD_ECONFIG);
+  ck_assert_int_eq(td_metrics_check_addr("127.0.0.1:9100", why, sizeof why), 0);
+  ck_assert_int_eq(td_metrics_check_addr("[::1]:0", why, sizeof why), 0);
+  ck_assert_int_eq(td_metrics_check_addr(":9100", why, sizeof why), 0);
   /* a port already taken */
   scrape_t sc = {.s = sample_stats()};
   td_metrics_t *a = NULL;
