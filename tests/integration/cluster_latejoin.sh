@@ -63,11 +63,12 @@ late_join() {
   [ -z "$bad" ] && pass "$mode: after the join, every round's local batches sum to 64" \
     || fail "$mode: rounds whose batches do not sum to 64: $(head -c 300 <<<"$bad")"
   # the joiner started from the trained model: its first round's loss is near
-  # the members', far below a fresh model's (about 2.3 on 10 classes)
+  # the members' and far below a fresh model's (about 2.3 on 10 classes); the
+  # cap is not tighter because a join at round 5-10 meets members still near 1.15
   local jl ml
   jl=$(sql "$j" "SELECT loss FROM rounds WHERE $(w) AND round = $R")
   ml=$(sql "${members[0]}" "SELECT loss FROM rounds WHERE $(w) AND round = $R")
-  awk -v j="$jl" -v m="$ml" 'BEGIN { exit !(j < 1.0 && j < m + 0.3) }' \
+  awk -v j="$jl" -v m="$ml" 'BEGIN { exit !(j < 1.6 && j < m + 0.3) }' \
     && pass "$mode: $j's first round starts from the trained model (loss $jl, members $ml)" \
     || fail "$mode: $j's first-round loss $jl (members $ml): not started from the model"
   local aj am
