@@ -1,4 +1,5 @@
-/* history.c: run history from the ledgers: trainctl runs, show and export.
+/* history.c: run history from the ledgers: trainctl runs and show, and the
+ * ledger access that export (cli/export.c) and plot (cli/plot.c) share.
  *
  * Reads node ledgers read-only (cli/history.h says which ones) with plain
  * SQL against the schema of daemon/ledger.c: one row per run in `runs`, the
@@ -30,7 +31,7 @@ int td__hist_err(const char *fmt, ...) {
   return 1;
 }
 
-static int usage_err(const char *text) {
+int td__hist_usage(const char *text) {
   fprintf(stderr, "trainctl: error: usage: %s\n", text);
   return 2;
 }
@@ -479,10 +480,17 @@ static json_object *run_json(const td__hist_run_t *r, const run_figures_t *f, bo
   return o;
 }
 
+int td__hist_run_summary(const td__hist_run_t *r, json_object **out) {
+  run_figures_t f;
+  int rc = figures(r, &f);
+  *out = rc == 0 ? run_json(r, &f, true) : NULL;
+  return rc;
+}
+
 /* ---- option parsing shared by the commands ---------------------------------------------- */
 
 /* Takes --db FILE / --data-dir DIR at args[*a]; 1 if taken, 0 if not, -1 on error. */
-static int take_db_opt(td__hist_set_t *set, int argc, char **argv, int *a) {
+int td__hist_take_db_opt(td__hist_set_t *set, int argc, char **argv, int *a) {
   const char *o = argv[*a];
   if ((strcmp(o, "--db") == 0 || strcmp(o, "--data-dir") == 0) && *a + 1 < argc) {
     (*a)++;
@@ -507,13 +515,13 @@ static int cmd_runs(int argc, char **argv) {
   bool json = false;
   int rc = 0;
   for (int a = 0; a < argc && rc == 0; a++) {
-    int t = take_db_opt(&set, argc, argv, &a);
+    int t = td__hist_take_db_opt(&set, argc, argv, &a);
     if (t < 0)
       rc = 1;
     else if (t == 0 && strcmp(argv[a], "--json") == 0)
       json = true;
     else if (t == 0)
-      rc = usage_err("trainctl runs [--json] [--db FILE | --data-dir DIR]...");
+      rc = td__hist_usage("trainctl runs [--json] [--db FILE | --data-dir DIR]...");
   }
   if (rc == 0 && td__hist_default(&set) != 0)
     rc = 1;
@@ -586,7 +594,7 @@ static int cmd_runs(int argc, char **argv) {
 /* ---- show ------------------------------------------------------------------------------- */
 
 /* Resolve ARG to exactly one run (one ledger). */
-static int one_run(td__hist_set_t *set, const char *arg, td__hist_run_t **run) {
+int td__hist_one_run(td__hist_set_t *set, const char *arg, td__hist_run_t **run) {
   size_t n;
   int rc = td__hist_resolve(set, arg, run, &n);
   if (rc != 0)
@@ -608,7 +616,7 @@ static int cmd_show(int argc, char **argv) {
   const char *arg = NULL;
   int rc = 0;
   for (int a = 0; a < argc && rc == 0; a++) {
-    int t = take_db_opt(&set, argc, argv, &a);
+    int t = td__hist_take_db_opt(&set, argc, argv, &a);
     if (t < 0)
       rc = 1;
     else if (t == 0 && strcmp(argv[a], "--json") == 0)
@@ -616,13 +624,13 @@ static int cmd_show(int argc, char **argv) {
     else if (t == 0 && argv[a][0] != '-' && arg == NULL)
       arg = argv[a];
     else if (t == 0)
-      rc = usage_err(use);
+      rc = td__hist_usage(use);
   }
   if (rc == 0 && arg == NULL)
-    rc = usage_err(use);
+    rc = td__hist_usage(use);
   td__hist_run_t *r = NULL;
   if (rc == 0)
-    rc = one_run(&set, arg, &r);
+    rc = td__hist_one_run(&set, arg, &r);
   run_figures_t f;
   if (rc == 0)
     rc = figures(r, &f);
@@ -674,183 +682,13 @@ static int cmd_show(int argc, char **argv) {
   return rc;
 }
 
-/* ---- export ----------------------------------------------------------------------------- */
-
-static const char *const TABLES[] = {"rounds", "updates", "links", "events"};
-#define N_TABLES (sizeof TABLES / sizeof TABLES[0])
-
-static void csv_field(FILE *out, const char *s) {
-  if (strpbrk(s, ",\"\n\r") == NULL) {
-    fputs(s, out);
-    return;
-  }
-  fputc('"', out);
-  for (; *s; s++) {
-    if (*s == '"')
-      fputc('"', out);
-    fputc(*s, out);
-  }
-  fputc('"', out);
-}
-
-/* Node and run ids read as their hex form, the rest as SQLite gives them. */
-static bool is_id_column(const char *name) {
-  return strcmp(name, "run_id") == 0 || strcmp(name, "peer") == 0;
-}
-
-static int dump_table(const td__hist_run_t *r, const char *table, FILE *out, json_object *arr) {
-  char sql[512];
-  if (strcmp(table, "events") == 0)
-    snprintf(sql, sizeof sql,
-             "SELECT * FROM events WHERE (at >= ?2 AND at <= ?3) OR instr(detail, ?4) > 0"
-             " ORDER BY id");
-  else
-    snprintf(sql, sizeof sql, "SELECT * FROM %s WHERE run_id = ?1 ORDER BY %s", table,
-             strcmp(table, "rounds") == 0 ? "round" : "id");
-  sqlite3 *db = r->ledger->db;
-  sqlite3_stmt *st;
-  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
-    return td__hist_err("%s: %s", r->ledger->path, sqlite3_errmsg(db));
-  sqlite3_bind_int64(st, 1, r->run_id);
-  sqlite3_bind_double(st, 2, r->started);
-  sqlite3_bind_double(st, 3, isnan(r->ended) ? INFINITY : r->ended);
-  char needle[32];
-  snprintf(needle, sizeof needle, "run %s", r->id);
-  sqlite3_bind_text(st, 4, needle, -1, SQLITE_TRANSIENT);
-  int cols = sqlite3_column_count(st);
-  if (out != NULL) {
-    for (int c = 0; c < cols; c++) {
-      fputs(c ? "," : "", out);
-      csv_field(out, sqlite3_column_name(st, c));
-    }
-    fputc('\n', out);
-  }
-  int s;
-  while ((s = sqlite3_step(st)) == SQLITE_ROW) {
-    json_object *row = arr ? json_object_new_object() : NULL;
-    for (int c = 0; c < cols; c++) {
-      const char *name = sqlite3_column_name(st, c);
-      int type = sqlite3_column_type(st, c);
-      char idbuf[17];
-      const char *text = NULL;
-      json_object *jv = NULL;
-      if (type == SQLITE_NULL) {
-        text = "";
-      } else if (is_id_column(name) && type == SQLITE_INTEGER) {
-        snprintf(idbuf, sizeof idbuf, "%016" PRIx64, (uint64_t)sqlite3_column_int64(st, c));
-        text = idbuf;
-        jv = json_object_new_string(idbuf);
-      } else if (type == SQLITE_INTEGER) {
-        text = (const char *)sqlite3_column_text(st, c);
-        jv = json_object_new_int64(sqlite3_column_int64(st, c));
-      } else if (type == SQLITE_FLOAT) {
-        text = (const char *)sqlite3_column_text(st, c);
-        jv = json_object_new_double(sqlite3_column_double(st, c));
-      } else {
-        text = (const char *)sqlite3_column_text(st, c);
-        jv = json_object_new_string(text ? text : "");
-      }
-      if (out != NULL) {
-        fputs(c ? "," : "", out);
-        csv_field(out, text ? text : "");
-      }
-      if (row != NULL)
-        json_object_object_add(row, name, jv);
-      else
-        json_object_put(jv);
-    }
-    if (out != NULL)
-      fputc('\n', out);
-    if (arr != NULL)
-      json_object_array_add(arr, row);
-  }
-  int rc = s == SQLITE_DONE ? 0 : td__hist_err("%s: %s", r->ledger->path, sqlite3_errmsg(db));
-  sqlite3_finalize(st);
-  return rc;
-}
-
-static int cmd_export(int argc, char **argv) {
-  static const char use[] = "trainctl export RUN [--format csv|json] "
-                            "[--table rounds|updates|links|events] [--db FILE | --data-dir DIR]...";
-  td__hist_set_t set = {0};
-  const char *arg = NULL, *format = "csv", *table = NULL;
-  int rc = 0;
-  for (int a = 0; a < argc && rc == 0; a++) {
-    int t = take_db_opt(&set, argc, argv, &a);
-    if (t < 0)
-      rc = 1;
-    else if (t == 1)
-      continue;
-    else if (strcmp(argv[a], "--format") == 0 && a + 1 < argc)
-      format = argv[++a];
-    else if (strncmp(argv[a], "--format=", 9) == 0)
-      format = argv[a] + 9;
-    else if (strcmp(argv[a], "--table") == 0 && a + 1 < argc)
-      table = argv[++a];
-    else if (strncmp(argv[a], "--table=", 8) == 0)
-      table = argv[a] + 8;
-    else if (argv[a][0] != '-' && arg == NULL)
-      arg = argv[a];
-    else
-      rc = usage_err(use);
-  }
-  if (rc == 0 && arg == NULL)
-    rc = usage_err(use);
-  if (rc == 0 && strcmp(format, "csv") != 0 && strcmp(format, "json") != 0)
-    rc = usage_err(use);
-  bool table_ok = table == NULL;
-  for (size_t i = 0; !table_ok && i < N_TABLES; i++)
-    table_ok = strcmp(table, TABLES[i]) == 0;
-  if (rc == 0 && !table_ok) {
-    fprintf(stderr, "trainctl: error: unknown table '%s' (rounds, updates, links, events)\n",
-            table);
-    rc = 2;
-  }
-  td__hist_run_t *r = NULL;
-  if (rc == 0)
-    rc = one_run(&set, arg, &r);
-  if (rc == 0 && strcmp(format, "json") == 0) {
-    run_figures_t f;
-    json_object *o = NULL;
-    if ((rc = figures(r, &f)) == 0) {
-      o = json_object_new_object();
-      json_object_object_add(o, "run", run_json(r, &f, true));
-    }
-    for (size_t i = 0; rc == 0 && i < N_TABLES; i++) {
-      if (table != NULL && strcmp(table, TABLES[i]) != 0)
-        continue;
-      json_object *arr = json_object_new_array();
-      json_object_object_add(o, TABLES[i], arr);
-      rc = dump_table(r, TABLES[i], NULL, arr);
-    }
-    if (rc == 0)
-      printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
-    json_object_put(o);
-  } else if (rc == 0) {
-    bool first = true;
-    for (size_t i = 0; rc == 0 && i < N_TABLES; i++) {
-      if (table != NULL && strcmp(table, TABLES[i]) != 0)
-        continue;
-      if (table == NULL)
-        printf("%s# %s\n", first ? "" : "\n", TABLES[i]);
-      first = false;
-      rc = dump_table(r, TABLES[i], stdout, NULL);
-    }
-  }
-  if (fflush(stdout) != 0 && rc == 0)
-    rc = td__hist_err("cannot write the export: %s", strerror(errno));
-  td__hist_runs_free(r, r ? 1 : 0);
-  td__hist_close(&set);
-  return rc;
-}
-
 int td_history_main(const char *cmd, int argc, char **argv) {
   if (strcmp(cmd, "runs") == 0)
     return cmd_runs(argc, argv);
   if (strcmp(cmd, "show") == 0)
     return cmd_show(argc, argv);
   if (strcmp(cmd, "export") == 0)
-    return cmd_export(argc, argv);
+    return td__export_main(argc, argv);
   if (strcmp(cmd, "plot") == 0)
     return td__plot_main(argc, argv);
   fprintf(stderr, "trainctl: error: unknown command '%s'\n", cmd);

@@ -13,6 +13,7 @@
 #ifndef TD_CLI_HISTORY_H
 #define TD_CLI_HISTORY_H
 
+#include <json-c/json.h>
 #include <sqlite3.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -70,5 +71,16 @@ int td__hist_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* trainctl plot (cli/plot.c). */
 int td__plot_main(int argc, char **argv);
+/* The run's spec and figures as `trainctl show --json` prints them; caller
+ * owns *out. 0, or 1 after printing why. */
+int td__hist_run_summary(const td__hist_run_t *r, json_object **out);
+/* `trainctl export` (cli/export.c). */
+int td__export_main(int argc, char **argv);
+/* A usage error: prints the usage line, returns 2. */
+int td__hist_usage(const char *text);
+/* Takes --db FILE / --data-dir DIR at argv[*a]; 1 if taken, 0 if not, -1 on error. */
+int td__hist_take_db_opt(td__hist_set_t *set, int argc, char **argv, int *a);
+/* Resolve ARG to exactly one run in one ledger; 0, or 1 after printing why. */
+int td__hist_one_run(td__hist_set_t *set, const char *arg, td__hist_run_t **run);
 
 #endif
