@@ -7,13 +7,16 @@
  * can address) default here, so a wrapper is one indirect call and no test.
  * adamw_step (iface version 2) defaults to the CPU loop when a table lacks it.
  * The CUDA table is NULL unless configure found nvcc (--with-cuda); asking for
- * it then fails with TD_EDEVICE and a reason, and "cpu" is always there. */
+ * it then fails with TD_EDEVICE and a reason, and "cpu" is always there.
+ * Names are parsed here once (auto | cpu | cuda[:INDEX]); "auto" tries the GPU
+ * and falls back to the CPU, keeping the GPU's refusal as the reason. */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
 
 #include "compute/backend.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,21 +27,63 @@
 const td_backend_iface_t *const td__backend_cuda = NULL;
 #endif
 
-/* The registry: the iface of a backend name, NULL (with *known) when the name
- * is valid but not compiled in. */
-static const td_backend_iface_t *lookup(const char *name, bool *known) {
-  *known = name != NULL;
-  if (name != NULL && strcmp(name, "cpu") == 0)
-    return &td__backend_cpu;
-  if (name != NULL && strcmp(name, "cuda") == 0)
-    return td__backend_cuda;
-  *known = false;
-  return NULL;
+/* The highest INDEX accepted in "cuda:INDEX": far above any real machine,
+ * low enough that a typo is a parse error rather than a device search. */
+#define TD_BACKEND_MAX_DEVICE 255
+
+typedef enum { NAME_CPU, NAME_CUDA, NAME_AUTO } name_kind_t;
+
+/* Parse auto | cpu | cuda[:INDEX]. TD_ECONFIG with why when malformed. */
+static int parse_name(const char *name, name_kind_t *kind, int *device, char *why,
+                      size_t why_len) {
+  *kind = NAME_CPU;
+  *device = 0;
+  if (name == NULL)
+    return td_why(why, why_len, TD_ECONFIG, "no backend name (accepted: auto, cpu, cuda[:INDEX])");
+  if (strcmp(name, "cpu") == 0) {
+    *kind = NAME_CPU;
+    return 0;
+  }
+  if (strcmp(name, "auto") == 0) {
+    *kind = NAME_AUTO;
+    return 0;
+  }
+  if (strncmp(name, "cuda", 4) == 0 && (name[4] == '\0' || name[4] == ':')) {
+    *kind = NAME_CUDA;
+    if (name[4] == '\0')
+      return 0;
+    const char *digits = name + 5;
+    int index = 0;
+    size_t len = strlen(digits);
+    if (len == 0 || len > 3 || strspn(digits, "0123456789") != len)
+      return td_why(why, why_len, TD_ECONFIG,
+                    "bad backend '%s': INDEX in cuda:INDEX must be a number in [0, %d]", name,
+                    TD_BACKEND_MAX_DEVICE);
+    for (size_t i = 0; i < len; i++)
+      index = index * 10 + (digits[i] - '0');
+    if (index > TD_BACKEND_MAX_DEVICE)
+      return td_why(why, why_len, TD_ECONFIG,
+                    "bad backend '%s': INDEX in cuda:INDEX must be a number in [0, %d]", name,
+                    TD_BACKEND_MAX_DEVICE);
+    *device = index;
+    return 0;
+  }
+  return td_why(why, why_len, TD_ECONFIG,
+                "unknown backend '%s' (accepted: auto, cpu, cuda[:INDEX])", name);
+}
+
+int td_backend_check_name(const char *name, char *why, size_t why_len) {
+  name_kind_t kind;
+  int device;
+  return parse_name(name, &kind, &device, why, why_len);
 }
 
 bool td_backend_available(const char *name) {
-  bool known;
-  return lookup(name, &known) != NULL;
+  name_kind_t kind;
+  int device;
+  if (parse_name(name, &kind, &device, NULL, 0) != 0)
+    return false;
+  return kind != NAME_CUDA || td__backend_cuda != NULL;
 }
 
 static bool iface_complete(const td_backend_iface_t *iface) {
@@ -46,26 +91,22 @@ static bool iface_complete(const td_backend_iface_t *iface) {
          iface->act_backward && iface->softmax_xent && iface->sgd_step;
 }
 
-int td_backend_open(td_backend_t **out, const char *name, int threads, char *why,
-                    size_t why_len) {
-  if (out == NULL)
-    return td_why(why, why_len, TD_EINVAL, "no output pointer");
-  *out = NULL;
-  bool known;
-  const td_backend_iface_t *iface = lookup(name, &known);
-  if (!known)
-    return td_why(why, why_len, TD_ECONFIG, "unknown backend '%s' (accepted: cpu, cuda)",
-                  name ? name : "(null)");
+/* Open one concrete backend (cpu, or cuda on one device). */
+static int open_iface(td_backend_t **out, const td_backend_iface_t *iface, int device,
+                      int threads, char *why, size_t why_len) {
   if (iface == NULL)
     return td_why(why, why_len, TD_EDEVICE,
                   "the CUDA backend is not compiled in (configure --with-cuda)");
   if (!iface_complete(iface))
-    return td_why(why, why_len, TD_EDEVICE, "the %s backend lacks required operations", name);
+    return td_why(why, why_len, TD_EDEVICE, "the %s backend lacks required operations",
+                  iface->name);
   td_backend_t *be = calloc(1, sizeof *be);
   if (be == NULL)
     return td_why(why, why_len, TD_ENOMEM, "out of memory");
   be->iface = iface;
   be->threads = threads;
+  be->device = device;
+  snprintf(be->describe, sizeof be->describe, "%s", iface->name);
   int rc = iface->open ? iface->open(be, threads, why, why_len) : 0;
   if (rc != 0) {
     free(be);
@@ -73,6 +114,44 @@ int td_backend_open(td_backend_t **out, const char *name, int threads, char *why
   }
   *out = be;
   return 0;
+}
+
+int td_backend_open_auto(td_backend_t **out, const char *name, int threads, char *reason,
+                         size_t reason_len) {
+  if (out == NULL)
+    return td_why(reason, reason_len, TD_EINVAL, "no output pointer");
+  *out = NULL;
+  name_kind_t kind;
+  int device;
+  int rc = parse_name(name, &kind, &device, reason, reason_len);
+  if (rc != 0)
+    return rc;
+  if (kind != NAME_AUTO) {
+    rc = open_iface(out, kind == NAME_CPU ? &td__backend_cpu : td__backend_cuda, device, threads,
+                    reason, reason_len);
+    if (rc == 0)
+      td_why(reason, reason_len, 0, "%s (as configured)", (*out)->describe);
+    return rc;
+  }
+  char cuda_why[256];
+  rc = open_iface(out, td__backend_cuda, 0, threads, cuda_why, sizeof cuda_why);
+  if (rc == 0) {
+    td_why(reason, reason_len, 0, "%s (auto: a usable GPU was found)", (*out)->describe);
+    return 0;
+  }
+  rc = open_iface(out, &td__backend_cpu, 0, threads, reason, reason_len);
+  if (rc == 0)
+    td_why(reason, reason_len, 0, "cpu (auto: no usable GPU: %s)", cuda_why);
+  return rc;
+}
+
+int td_backend_open(td_backend_t **out, const char *name, int threads, char *why,
+                    size_t why_len) {
+  char reason[512];
+  int rc = td_backend_open_auto(out, name, threads, reason, sizeof reason);
+  if (rc != 0)
+    td_why(why, why_len, rc, "%s", reason);
+  return rc;
 }
 
 void td_backend_close(td_backend_t **self_p) {
@@ -86,6 +165,14 @@ void td_backend_close(td_backend_t **self_p) {
 }
 
 const char *td_backend_name(const td_backend_t *be) { return be->iface->name; }
+const char *td_backend_describe(const td_backend_t *be) { return be->describe; }
+
+int td_backend_error(td_backend_t *be, char *why, size_t why_len) {
+  td_backend_synchronize(be);
+  if (be->error == 0)
+    return 0;
+  return td_why(why, why_len, be->error, "%s", be->error_why);
+}
 
 void *td_backend_alloc(td_backend_t *be, size_t bytes) { return be->iface->alloc(be, bytes); }
 

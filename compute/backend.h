@@ -5,7 +5,12 @@
  * reference; the CUDA slots exist so a GPU backend plugs in without touching
  * callers, and td_backend_open("cuda") fails with TD_EDEVICE when it is not
  * compiled in or no device is present. Callers only use the td_backend_* wrappers.
- * Pointers passed to ops are device pointers from td_backend_alloc(). */
+ * Pointers passed to ops are device pointers from td_backend_alloc(): on the
+ * CUDA backend that is GPU memory the host cannot read, so host data goes in
+ * with td_backend_upload() and comes out with td_backend_download(). Ops are
+ * asynchronous on a device (one stream per backend, so they run in call order)
+ * and return nothing: a device failure is kept, and the next upload, download
+ * or td_backend_error() reports it (TD_EDEVICE with the CUDA message). */
 #ifndef TD_BACKEND_H
 #define TD_BACKEND_H
 
@@ -36,10 +41,25 @@ typedef struct {
   float grad_scale;    /* g is read as grad_scale * g (1: as is; clipping passes its factor) */
 } td_adamw_hparams_t;
 
-/* Open a backend by name: "cpu" or "cuda". threads <= 0 keeps the BLAS default.
- * TD_EDEVICE (with why) when the backend is not compiled in or has no device.
+/* Open a backend by name: "cpu", "cuda" (device 0), "cuda:INDEX" or "auto"
+ * (the GPU when one is usable, the CPU otherwise). threads <= 0 keeps the BLAS
+ * default. TD_ECONFIG (with why) for a malformed name, TD_EDEVICE (with why)
+ * when the backend is not compiled in, has no device or no such device index.
  * Caller owns *out. */
 int td_backend_open(td_backend_t **out, const char *name, int threads, char *why, size_t why_len);
+/* td_backend_open() that also says, in reason, which backend it chose and why
+ * (for "auto": the GPU it found, or the CPU and the reason the GPU was not
+ * usable); on failure reason holds the error. For the daemon's status. */
+int td_backend_open_auto(td_backend_t **out, const char *name, int threads, char *reason,
+                         size_t reason_len);
+/* Whether name is a well-formed backend name (auto | cpu | cuda[:INDEX]),
+ * compiled in or not: 0, or TD_ECONFIG with why. For config validation. */
+int td_backend_check_name(const char *name, char *why, size_t why_len);
+/* One line about the opened backend ("cpu", "cuda:0 NVIDIA H100 (132 SMs, 79.2 GiB)"). */
+const char *td_backend_describe(const td_backend_t *be);
+/* The first device error since open (0 if none), with its message in why.
+ * Waits for the queued work first. */
+int td_backend_error(td_backend_t *be, char *why, size_t why_len);
 void td_backend_close(td_backend_t **self_p);
 const char *td_backend_name(const td_backend_t *be);
 /* Whether a backend of that name is compiled in (not whether a device exists). */

@@ -42,6 +42,10 @@ struct td_backend {
   const td_backend_iface_t *iface;
   void *context; /* owned by the implementation */
   int threads;
+  int device;         /* the INDEX of "cuda:INDEX" (0 otherwise), set before open */
+  int error;          /* first device error (a TD_E* code), kept by the implementation */
+  char error_why[256];
+  char describe[160]; /* filled by open; backend.c defaults it to the name */
 };
 
 /* The registered implementations; cuda is NULL unless compiled in. */
