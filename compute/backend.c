@@ -166,6 +166,7 @@ void td_backend_close(td_backend_t **self_p) {
 
 const char *td_backend_name(const td_backend_t *be) { return be->iface->name; }
 const char *td_backend_describe(const td_backend_t *be) { return be->describe; }
+bool td_backend_device_memory(const td_backend_t *be) { return be->device_memory; }
 
 int td_backend_error(td_backend_t *be, char *why, size_t why_len) {
   td_backend_synchronize(be);

@@ -57,6 +57,10 @@ int td_backend_open_auto(td_backend_t **out, const char *name, int threads, char
 int td_backend_check_name(const char *name, char *why, size_t why_len);
 /* One line about the opened backend ("cpu", "cuda:0 NVIDIA H100 (132 SMs, 79.2 GiB)"). */
 const char *td_backend_describe(const td_backend_t *be);
+/* Whether td_backend_alloc() memory lives on a device the host cannot read
+ * (cuda): callers that keep tensors in host memory (td_model's parameters
+ * today) must refuse such a backend rather than hand it host pointers. */
+bool td_backend_device_memory(const td_backend_t *be);
 /* The first device error since open (0 if none), with its message in why.
  * Waits for the queued work first. */
 int td_backend_error(td_backend_t *be, char *why, size_t why_len);

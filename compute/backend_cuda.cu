@@ -228,8 +228,9 @@ int cuda_open(td_backend_t *be, int threads, char *why, size_t why_len) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess)
-    return td_why(why, why_len, TD_EDEVICE, "no usable CUDA device: cudaGetDeviceCount: %s",
-                  cudaGetErrorString(err));
+    return td_why(why, why_len, TD_EDEVICE, "no usable CUDA device: cudaGetDeviceCount: %s%s",
+                  cudaGetErrorString(err),
+                  err == cudaErrorInsufficientDriver ? " (is an NVIDIA driver installed?)" : "");
   if (count < 1)
     return td_why(why, why_len, TD_EDEVICE, "no CUDA device present");
   if (be->device >= count)
@@ -261,6 +262,7 @@ int cuda_open(td_backend_t *be, int threads, char *why, size_t why_len) {
     cuda_close(be);
     return TD_EDEVICE;
   }
+  be->device_memory = true;
   snprintf(be->describe, sizeof be->describe, "cuda:%d %.96s (%d SMs, %.1f GiB)", be->device,
            prop.name, prop.multiProcessorCount,
            (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
@@ -445,7 +447,7 @@ void cuda_adamw_step(td_backend_t *be, float *w, const float *g, float *m, float
 }
 
 const td_backend_iface_t cuda_iface = {
-    /* .version = */ TD_BACKEND_IFACE_VERSION,
+    /* .version = */ 2, /* what this table fills, whatever the header's latest is */
     /* .name = */ "cuda",
     /* .open = */ cuda_open,
     /* .close = */ cuda_close,

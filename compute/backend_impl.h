@@ -43,6 +43,7 @@ struct td_backend {
   void *context; /* owned by the implementation */
   int threads;
   int device;         /* the INDEX of "cuda:INDEX" (0 otherwise), set before open */
+  bool device_memory; /* set by open when alloc returns memory the host cannot read */
   int error;          /* first device error (a TD_E* code), kept by the implementation */
   char error_why[256];
   char describe[160]; /* filled by open; backend.c defaults it to the name */

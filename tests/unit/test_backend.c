@@ -118,6 +118,7 @@ START_TEST(test_auto_says_which_and_why) {
   ck_assert_int_eq(td_backend_open_auto(&be, "cpu", 1, reason, sizeof reason), 0);
   ck_assert_str_eq(reason, "cpu (as configured)");
   ck_assert_str_eq(td_backend_describe(be), "cpu");
+  ck_assert(!td_backend_device_memory(be));
   td_backend_close(&be);
   ck_assert_int_eq(td_backend_open_auto(&be, "tpu", 1, reason, sizeof reason), TD_ECONFIG);
   ck_assert_msg(strstr(reason, "unknown backend 'tpu'") != NULL, "%s", reason);

@@ -525,6 +525,10 @@ int main(void) {
     return 77;
   }
   printf("testing %s against cpu\n", td_backend_describe(probe));
+  if (strcmp(td_backend_name(probe), "cuda") == 0 && !td_backend_device_memory(probe)) {
+    printf("FAIL: the cuda backend must say its memory is on the device\n");
+    return 1;
+  }
   td_backend_close(&probe);
 
   Suite *s = suite_create("backend_cuda");
