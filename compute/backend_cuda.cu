@@ -446,23 +446,29 @@ void cuda_adamw_step(td_backend_t *be, float *w, const float *g, float *m, float
   launched(be, "adamw_step");
 }
 
-const td_backend_iface_t cuda_iface = {
-    /* .version = */ 2, /* what this table fills, whatever the header's latest is */
-    /* .name = */ "cuda",
-    /* .open = */ cuda_open,
-    /* .close = */ cuda_close,
-    /* .alloc = */ cuda_alloc,
-    /* .free = */ cuda_free,
-    /* .upload = */ cuda_upload,
-    /* .download = */ cuda_download,
-    /* .synchronize = */ cuda_synchronize,
-    /* .gemm = */ cuda_gemm,
-    /* .bias_act = */ cuda_bias_act,
-    /* .act_backward = */ cuda_act_backward,
-    /* .softmax_xent = */ cuda_softmax_xent,
-    /* .sgd_step = */ cuda_sgd_step,
-    /* .adamw_step = */ cuda_adamw_step,
-};
+/* Filled by name, so slots added to the interface later stay NULL (and the
+ * version says which this table implements) until they are written here. */
+td_backend_iface_t make_iface() {
+  td_backend_iface_t t{};
+  t.version = 2; /* the MLP ops and adamw_step */
+  t.name = "cuda";
+  t.open = cuda_open;
+  t.close = cuda_close;
+  t.alloc = cuda_alloc;
+  t.free = cuda_free;
+  t.upload = cuda_upload;
+  t.download = cuda_download;
+  t.synchronize = cuda_synchronize;
+  t.gemm = cuda_gemm;
+  t.bias_act = cuda_bias_act;
+  t.act_backward = cuda_act_backward;
+  t.softmax_xent = cuda_softmax_xent;
+  t.sgd_step = cuda_sgd_step;
+  t.adamw_step = cuda_adamw_step;
+  return t;
+}
+
+const td_backend_iface_t cuda_iface = make_iface();
 
 } // namespace
 
