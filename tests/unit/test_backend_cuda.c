@@ -6,7 +6,9 @@
  * (bias + activation, the ReLU mask), within float rounding of the summation
  * order elsewhere (GEMMs, column sums, softmax, optimizer steps). Shapes cover
  * single elements, sizes below, at and past the block and tile sizes (32, 256)
- * and ones that are not multiples of anything. A two-layer MLP built from the
+ * and ones that are not multiples of anything; the layer ops (convolution
+ * columns, pooling, norms, activations, dropout, embedding, attention) over
+ * geometries with padding, strides and overlapping windows. A two-layer MLP built from the
  * ops then has its gradient checked against central finite differences on the
  * device under test, its gradient compared with the CPU's, and five SGD steps
  * compared on both.
@@ -334,6 +336,292 @@ START_TEST(test_adamw_parity) {
 }
 END_TEST
 
+
+/* ---- layer ops (iface version 3) ---------------------------------------- */
+
+/* A pair filled with uniform [lo, hi) floats; the host copy is freed here. */
+static pair_t random_pair(td_rng_t *rng, size_t n, double lo, double hi) {
+  float *h = random_floats(rng, n, lo, hi);
+  pair_t p = pair_of(h, n);
+  free(h);
+  return p;
+}
+
+static td_conv_geom_t geom(int c, int h, int w, int k, int stride, int pad) {
+  td_conv_geom_t g = {.c = c, .h = h, .w = w, .k = k, .stride = stride, .pad = pad,
+                      .ho = (h + 2 * pad - k) / stride + 1, .wo = (w + 2 * pad - k) / stride + 1};
+  return g;
+}
+
+START_TEST(test_im2col_col2im_parity) {
+  const td_conv_geom_t geoms[] = {geom(1, 5, 5, 3, 1, 1), geom(3, 7, 9, 3, 2, 1),
+                                  geom(16, 28, 28, 5, 1, 2), geom(2, 33, 31, 4, 3, 0),
+                                  geom(1, 1, 1, 1, 1, 0)};
+  td_rng_t rng;
+  td_rng_seed(&rng, 11);
+  for (size_t i = 0; i < sizeof geoms / sizeof *geoms; i++) {
+    const td_conv_geom_t *g = &geoms[i];
+    size_t img_n = (size_t)g->c * g->h * g->w, col_n = (size_t)g->c * g->k * g->k * g->ho * g->wo;
+    pair_t img = random_pair(&rng, img_n, -1, 1), col = random_pair(&rng, col_n, -9, 9);
+    td_backend_im2col(ref, col.ref, img.ref, g);
+    td_backend_im2col(dut, col.dut, img.dut, g);
+    pair_compare("im2col", col, 0, 0);
+    for (int acc = 0; acc < 2; acc++) {
+      td_backend_col2im(ref, img.ref, col.ref, g, acc);
+      td_backend_col2im(dut, img.dut, col.dut, g, acc);
+      pair_compare(acc ? "col2im acc" : "col2im", img, 1e-6, 1e-6);
+    }
+    pair_free(&img);
+    pair_free(&col);
+  }
+}
+END_TEST
+
+START_TEST(test_channel_ops_parity) {
+  static const int shapes[][3] = {{1, 1, 1}, {2, 3, 49}, {4, 16, 196}, {3, 33, 257}};
+  td_rng_t rng;
+  td_rng_seed(&rng, 12);
+  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+    for (int variant = 0; variant < 3; variant++) {
+      int n = shapes[s][0], c = shapes[s][1], hw = shapes[s][2];
+      size_t count = (size_t)n * c * hw;
+      td_act_t act = variant == 0 ? TD_ACT_NONE : TD_ACT_RELU;
+      bool with_bias = variant != 2;
+      pair_t y = random_pair(&rng, count, -1, 1), bias = random_pair(&rng, (size_t)c, -1, 1);
+      pair_t dy = random_pair(&rng, count, -1, 1), db = random_pair(&rng, (size_t)c, -9, 9);
+      td_backend_channel_bias_act(ref, y.ref, with_bias ? bias.ref : NULL, n, c, hw, act);
+      td_backend_channel_bias_act(dut, y.dut, with_bias ? bias.dut : NULL, n, c, hw, act);
+      pair_compare("channel_bias_act", y, 0, 0);
+      td_backend_channel_act_backward(ref, dy.ref, y.ref, with_bias ? db.ref : NULL, n, c, hw, act);
+      td_backend_channel_act_backward(dut, dy.dut, y.dut, with_bias ? db.dut : NULL, n, c, hw, act);
+      pair_compare("channel_act_backward dy", dy, 0, 0);
+      pair_compare("channel_act_backward dbias", db, 1e-6 * n * hw, 1e-5);
+      pair_free(&y);
+      pair_free(&bias);
+      pair_free(&dy);
+      pair_free(&db);
+    }
+}
+END_TEST
+
+START_TEST(test_pool_parity) {
+  const td_conv_geom_t geoms[] = {geom(3, 28, 28, 2, 2, 0), geom(2, 33, 31, 3, 2, 0),
+                                  geom(5, 7, 7, 2, 2, 0), geom(1, 4, 4, 4, 1, 0)};
+  td_rng_t rng;
+  td_rng_seed(&rng, 13);
+  for (size_t i = 0; i < sizeof geoms / sizeof *geoms; i++)
+    for (int kind = 0; kind < 2; kind++) {
+      const td_conv_geom_t *g = &geoms[i];
+      int n = 3;
+      size_t in_n = (size_t)n * g->c * g->h * g->w, out_n = (size_t)n * g->c * g->ho * g->wo;
+      pair_t inp = random_pair(&rng, in_n, -1, 1), out = random_pair(&rng, out_n, -9, 9);
+      pair_t dout = random_pair(&rng, out_n, -1, 1), dinp = random_pair(&rng, in_n, -1, 1);
+      int32_t *idx_ref = td_backend_alloc(ref, out_n * sizeof(int32_t));
+      int32_t *idx_dut = td_backend_alloc(dut, out_n * sizeof(int32_t));
+      ck_assert(idx_ref != NULL && idx_dut != NULL);
+      td_pool_t pk = kind ? TD_POOL_AVG : TD_POOL_MAX;
+      td_backend_pool_forward(ref, out.ref, idx_ref, inp.ref, n, g, pk);
+      td_backend_pool_forward(dut, out.dut, idx_dut, inp.dut, n, g, pk);
+      pair_compare("pool_forward", out, 0, 0);
+      if (pk == TD_POOL_MAX) {
+        int32_t *a = malloc(out_n * sizeof *a), *b = malloc(out_n * sizeof *b);
+        ck_assert(a != NULL && b != NULL);
+        ck_assert_int_eq(td_backend_download(ref, a, idx_ref, out_n * sizeof *a), 0);
+        ck_assert_int_eq(td_backend_download(dut, b, idx_dut, out_n * sizeof *b), 0);
+        ck_assert(memcmp(a, b, out_n * sizeof *a) == 0);
+        free(a);
+        free(b);
+      }
+      for (int acc = 0; acc < 2; acc++) {
+        td_backend_pool_backward(ref, dinp.ref, dout.ref, idx_ref, n, g, pk, acc);
+        td_backend_pool_backward(dut, dinp.dut, dout.dut, idx_dut, n, g, pk, acc);
+        pair_compare("pool_backward", dinp, 1e-6, 1e-6);
+      }
+      td_backend_free(ref, idx_ref);
+      td_backend_free(dut, idx_dut);
+      pair_free(&inp);
+      pair_free(&out);
+      pair_free(&dout);
+      pair_free(&dinp);
+    }
+}
+END_TEST
+
+START_TEST(test_layernorm_parity) {
+  static const int shapes[][2] = {{1, 2}, {3, 7}, {33, 257}, {64, 768}, {5, 3001}};
+  td_rng_t rng;
+  td_rng_seed(&rng, 14);
+  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+    int rows = shapes[s][0], cols = shapes[s][1];
+    size_t n = (size_t)rows * cols;
+    pair_t inp = random_pair(&rng, n, -2, 3), out = random_pair(&rng, n, -9, 9);
+    pair_t w = random_pair(&rng, (size_t)cols, 0.5, 1.5), b = random_pair(&rng, (size_t)cols, -1, 1);
+    pair_t mean = random_pair(&rng, (size_t)rows, -9, 9), rstd = random_pair(&rng, (size_t)rows, -9, 9);
+    pair_t dout = random_pair(&rng, n, -1, 1), dinp = random_pair(&rng, n, -1, 1);
+    pair_t dw = random_pair(&rng, (size_t)cols, -9, 9), db = random_pair(&rng, (size_t)cols, -9, 9);
+    td_backend_layernorm_forward(ref, out.ref, mean.ref, rstd.ref, inp.ref, w.ref, b.ref, rows, cols);
+    td_backend_layernorm_forward(dut, out.dut, mean.dut, rstd.dut, inp.dut, w.dut, b.dut, rows, cols);
+    pair_compare("layernorm out", out, 1e-5, 1e-5);
+    pair_compare("layernorm mean", mean, 1e-6, 1e-6);
+    pair_compare("layernorm rstd", rstd, 1e-6, 1e-5);
+    for (int acc = 0; acc < 2; acc++) {
+      td_backend_layernorm_backward(ref, dinp.ref, dw.ref, db.ref, dout.ref, inp.ref, w.ref,
+                                    mean.ref, rstd.ref, rows, cols, acc);
+      td_backend_layernorm_backward(dut, dinp.dut, dw.dut, db.dut, dout.dut, inp.dut, w.dut,
+                                    mean.dut, rstd.dut, rows, cols, acc);
+      pair_compare("layernorm dinp", dinp, 1e-5, 1e-4);
+      pair_compare("layernorm dweight", dw, 1e-5 * rows, 1e-4);
+      pair_compare("layernorm dbias", db, 1e-5 * rows, 1e-4);
+    }
+    pair_t all[] = {inp, out, w, b, mean, rstd, dout, dinp, dw, db};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+      pair_free(&all[i]);
+  }
+}
+END_TEST
+
+START_TEST(test_groupnorm_parity) {
+  static const int shapes[][4] = {{1, 4, 1, 2}, {2, 8, 49, 4}, {3, 32, 64, 8}, {2, 6, 257, 3},
+                                  {1, 5, 33, 1}};
+  td_rng_t rng;
+  td_rng_seed(&rng, 15);
+  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+    int n = shapes[s][0], c = shapes[s][1], hw = shapes[s][2], groups = shapes[s][3];
+    size_t count = (size_t)n * c * hw, stats = (size_t)n * groups;
+    pair_t inp = random_pair(&rng, count, -2, 3), out = random_pair(&rng, count, -9, 9);
+    pair_t w = random_pair(&rng, (size_t)c, 0.5, 1.5), b = random_pair(&rng, (size_t)c, -1, 1);
+    pair_t mean = random_pair(&rng, stats, -9, 9), rstd = random_pair(&rng, stats, -9, 9);
+    pair_t dout = random_pair(&rng, count, -1, 1), dinp = random_pair(&rng, count, -1, 1);
+    pair_t dw = random_pair(&rng, (size_t)c, -9, 9), db = random_pair(&rng, (size_t)c, -9, 9);
+    td_backend_groupnorm_forward(ref, out.ref, mean.ref, rstd.ref, inp.ref, w.ref, b.ref, n, c, hw,
+                                 groups);
+    td_backend_groupnorm_forward(dut, out.dut, mean.dut, rstd.dut, inp.dut, w.dut, b.dut, n, c, hw,
+                                 groups);
+    pair_compare("groupnorm out", out, 1e-5, 1e-5);
+    pair_compare("groupnorm mean", mean, 1e-6, 1e-6);
+    pair_compare("groupnorm rstd", rstd, 1e-6, 1e-5);
+    for (int acc = 0; acc < 2; acc++) {
+      td_backend_groupnorm_backward(ref, dinp.ref, dw.ref, db.ref, dout.ref, inp.ref, w.ref,
+                                    mean.ref, rstd.ref, n, c, hw, groups, acc);
+      td_backend_groupnorm_backward(dut, dinp.dut, dw.dut, db.dut, dout.dut, inp.dut, w.dut,
+                                    mean.dut, rstd.dut, n, c, hw, groups, acc);
+      pair_compare("groupnorm dinp", dinp, 1e-5, 1e-4);
+      pair_compare("groupnorm dweight", dw, 1e-5 * n * hw, 1e-4);
+      pair_compare("groupnorm dbias", db, 1e-5 * n * hw, 1e-4);
+    }
+    pair_t all[] = {inp, out, w, b, mean, rstd, dout, dinp, dw, db};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+      pair_free(&all[i]);
+  }
+}
+END_TEST
+
+START_TEST(test_elementwise_parity) {
+  static const td_act_t acts[] = {TD_ACT_NONE, TD_ACT_RELU, TD_ACT_GELU};
+  td_rng_t rng;
+  td_rng_seed(&rng, 16);
+  for (size_t s = 0; s < sizeof step_sizes / sizeof *step_sizes; s++) {
+    size_t n = step_sizes[s];
+    pair_t x = random_pair(&rng, n, -4, 4), y = random_pair(&rng, n, -9, 9);
+    pair_t dy = random_pair(&rng, n, -1, 1), dx = random_pair(&rng, n, -1, 1);
+    for (size_t a = 0; a < sizeof acts / sizeof *acts; a++) {
+      td_backend_act_forward(ref, y.ref, x.ref, n, acts[a]);
+      td_backend_act_forward(dut, y.dut, x.dut, n, acts[a]);
+      pair_compare("act_forward", y, 1e-6, 1e-5);
+      for (int acc = 0; acc < 2; acc++) {
+        td_backend_act_backward2(ref, dx.ref, dy.ref, x.ref, n, acts[a], acc);
+        td_backend_act_backward2(dut, dx.dut, dy.dut, x.dut, n, acts[a], acc);
+        pair_compare("act_backward2", dx, 1e-6, 1e-5);
+      }
+    }
+    /* the residual add, aliased as the model uses it, and its copy form */
+    td_backend_add(ref, y.ref, y.ref, x.ref, n);
+    td_backend_add(dut, y.dut, y.dut, x.dut, n);
+    pair_compare("add", y, 0, 0);
+    td_backend_add(ref, dx.ref, x.ref, NULL, n);
+    td_backend_add(dut, dx.dut, x.dut, NULL, n);
+    pair_compare("add copy", dx, 0, 0);
+    /* dropout: the same mask on both, bit for bit, from the same seed */
+    pair_t mask = random_pair(&rng, n, -9, 9);
+    for (int acc = 0; acc < 2; acc++) {
+      td_backend_dropout_forward(ref, y.ref, mask.ref, x.ref, n, 0.3f, 77 + (uint64_t)acc);
+      td_backend_dropout_forward(dut, y.dut, mask.dut, x.dut, n, 0.3f, 77 + (uint64_t)acc);
+      pair_compare("dropout mask", mask, 0, 0);
+      pair_compare("dropout out", y, 0, 0);
+      td_backend_dropout_backward(ref, dx.ref, dy.ref, mask.ref, n, acc);
+      td_backend_dropout_backward(dut, dx.dut, dy.dut, mask.dut, n, acc);
+      pair_compare("dropout_backward", dx, 1e-6, 1e-6);
+    }
+    pair_free(&mask);
+    pair_free(&x);
+    pair_free(&y);
+    pair_free(&dy);
+    pair_free(&dx);
+  }
+}
+END_TEST
+
+START_TEST(test_embedding_parity) {
+  static const int shapes[][4] = {{1, 1, 1, 1}, {2, 5, 7, 11}, {4, 64, 96, 50}, {3, 33, 257, 300}};
+  td_rng_t rng;
+  td_rng_seed(&rng, 17);
+  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+    int n = shapes[s][0], t = shapes[s][1], c = shapes[s][2], vocab = shapes[s][3];
+    size_t rows = (size_t)n * t;
+    int32_t *tokens = malloc(rows * sizeof *tokens);
+    ck_assert_ptr_nonnull(tokens);
+    for (size_t r = 0; r < rows; r++)
+      tokens[r] = (int32_t)td_rng_below(&rng, (uint32_t)vocab); /* repeats: collisions */
+    int32_t *tok_ref = to_device(ref, tokens, rows * sizeof *tokens);
+    int32_t *tok_dut = to_device(dut, tokens, rows * sizeof *tokens);
+    pair_t wte = random_pair(&rng, (size_t)vocab * c, -1, 1);
+    pair_t wpe = random_pair(&rng, (size_t)t * c, -1, 1);
+    pair_t out = random_pair(&rng, rows * c, -9, 9), dout = random_pair(&rng, rows * c, -1, 1);
+    pair_t dwpe = random_pair(&rng, (size_t)t * c, -9, 9);
+    td_backend_embed_forward(ref, out.ref, tok_ref, wte.ref, wpe.ref, n, t, c);
+    td_backend_embed_forward(dut, out.dut, tok_dut, wte.dut, wpe.dut, n, t, c);
+    pair_compare("embed_forward", out, 0, 0);
+    /* dwte accumulates (it already holds the tied head's gradient): reuse wte */
+    td_backend_embed_backward(ref, wte.ref, dwpe.ref, dout.ref, tok_ref, n, t, c);
+    td_backend_embed_backward(dut, wte.dut, dwpe.dut, dout.dut, tok_dut, n, t, c);
+    pair_compare("embed_backward dwte", wte, 1e-5 * n * t, 1e-5);
+    pair_compare("embed_backward dwpe", dwpe, 0, 0);
+    td_backend_free(ref, tok_ref);
+    td_backend_free(dut, tok_dut);
+    free(tokens);
+    pair_t all[] = {wte, wpe, out, dout, dwpe};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+      pair_free(&all[i]);
+  }
+}
+END_TEST
+
+START_TEST(test_attention_parity) {
+  static const int shapes[][4] = {{1, 1, 8, 2}, {2, 7, 12, 3}, {2, 33, 64, 4}, {1, 64, 96, 6},
+                                  {3, 257, 32, 1}};
+  td_rng_t rng;
+  td_rng_seed(&rng, 18);
+  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+    int n = shapes[s][0], t = shapes[s][1], c = shapes[s][2], heads = shapes[s][3];
+    size_t tokens = (size_t)n * t, att_n = (size_t)n * heads * t * t;
+    pair_t qkv = random_pair(&rng, tokens * 3 * c, -1, 1), out = random_pair(&rng, tokens * c, -9, 9);
+    pair_t att = random_pair(&rng, att_n, -9, 9), datt = random_pair(&rng, att_n, -9, 9);
+    pair_t dout = random_pair(&rng, tokens * c, -1, 1);
+    pair_t dqkv = random_pair(&rng, tokens * 3 * c, -9, 9);
+    td_backend_attention_forward(ref, out.ref, att.ref, qkv.ref, n, t, c, heads);
+    td_backend_attention_forward(dut, out.dut, att.dut, qkv.dut, n, t, c, heads);
+    pair_compare("attention att", att, 1e-6, 1e-4);
+    pair_compare("attention out", out, 1e-5, 1e-4);
+    td_backend_attention_backward(ref, dqkv.ref, datt.ref, dout.ref, qkv.ref, att.ref, n, t, c, heads);
+    td_backend_attention_backward(dut, dqkv.dut, datt.dut, dout.dut, qkv.dut, att.dut, n, t, c, heads);
+    pair_compare("attention dqkv", dqkv, 1e-5, 1e-3);
+    pair_t all[] = {qkv, out, att, datt, dout, dqkv};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+      pair_free(&all[i]);
+  }
+}
+END_TEST
+
 /* ---- a whole model: in -> hidden (ReLU) -> classes, softmax cross-entropy */
 
 enum { MLP_IN = 37, MLP_HIDDEN = 45, MLP_CLASSES = 11, MLP_ROWS = 33 };
@@ -525,6 +813,10 @@ int main(void) {
     return 77;
   }
   printf("testing %s against cpu\n", td_backend_describe(probe));
+  if (!td_backend_supports_layers(probe)) {
+    printf("FAIL: %s lacks the layer ops\n", dut_name);
+    return 1;
+  }
   if (strcmp(td_backend_name(probe), "cuda") == 0 && !td_backend_device_memory(probe)) {
     printf("FAIL: the cuda backend must say its memory is on the device\n");
     return 1;
@@ -542,6 +834,14 @@ int main(void) {
   tcase_add_test(ops, test_softmax_xent_parity);
   tcase_add_test(ops, test_sgd_parity);
   tcase_add_test(ops, test_adamw_parity);
+  tcase_add_test(ops, test_im2col_col2im_parity);
+  tcase_add_test(ops, test_channel_ops_parity);
+  tcase_add_test(ops, test_pool_parity);
+  tcase_add_test(ops, test_layernorm_parity);
+  tcase_add_test(ops, test_groupnorm_parity);
+  tcase_add_test(ops, test_elementwise_parity);
+  tcase_add_test(ops, test_embedding_parity);
+  tcase_add_test(ops, test_attention_parity);
   tcase_add_test(ops, test_model_gradient_finite_differences);
   tcase_add_test(ops, test_model_matches_cpu);
   tcase_add_test(ops, test_device_error_is_reported);
