@@ -759,7 +759,7 @@ START_TEST(test_model_matches_cpu) {
   double first_loss = 0, last_loss = 0;
   for (int step = 0; step < 5; step++) {
     double la = mlp_step(&a, true), lb = mlp_step(&b, true);
-    ck_assert_msg(fabs(la - lb) <= 1e-5 * fabs(la), "step %d: loss %.9g vs cpu %.9g", step, lb,
+    ck_assert_msg(fabs(la - lb) <= 1e-4 * fabs(la), "step %d: loss %.9g vs cpu %.9g", step, lb,
                   la);
     if (step == 0)
       first_loss = lb;
