@@ -87,7 +87,7 @@ bool td_backend_available(const char *name) {
 }
 
 static bool v3_complete(const td_backend_iface_t *f) {
-  return f->im2col && f->col2im && f->channel_bias_act && f->channel_act_backward &&
+  return f->im2col && f->col2im && f->swap01 && f->channel_bias_act && f->channel_act_backward &&
          f->pool_forward && f->pool_backward && f->layernorm_forward && f->layernorm_backward &&
          f->groupnorm_forward && f->groupnorm_backward && f->act_forward && f->act_backward2 &&
          f->add && f->dropout_forward && f->dropout_backward && f->embed_forward &&
@@ -258,6 +258,10 @@ void td_backend_im2col(td_backend_t *be, float *col, const float *img, const td_
 void td_backend_col2im(td_backend_t *be, float *img, const float *col, const td_conv_geom_t *g,
                        bool acc) {
   be->iface->col2im(be, img, col, g, acc);
+}
+
+void td_backend_swap01(td_backend_t *be, float *out, const float *inp, int d0, int d1, int inner) {
+  be->iface->swap01(be, out, inp, d0, d1, inner);
 }
 
 void td_backend_channel_bias_act(td_backend_t *be, float *y, const float *bias, int n, int c,

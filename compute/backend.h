@@ -27,9 +27,11 @@ typedef enum {
 } td_act_t;
 
 /* One image-to-columns geometry: input c x h x w (channels-first), square
- * window k, stride, zero padding pad, output ho x wo. */
+ * window k, stride, zero padding pad, output ho x wo; ld is the stride
+ * between rows of the column matrix (0: ho*wo; a batch of images side by side
+ * uses n*ho*wo, so one GEMM covers the whole batch). */
 typedef struct {
-  int c, h, w, k, stride, pad, ho, wo;
+  int c, h, w, k, stride, pad, ho, wo, ld;
 } td_conv_geom_t;
 
 typedef enum {
@@ -129,6 +131,8 @@ void td_backend_im2col(td_backend_t *be, float *col, const float *img, const td_
 /* img (+)= the sum of the columns back onto the image (overlaps add). */
 void td_backend_col2im(td_backend_t *be, float *img, const float *col, const td_conv_geom_t *g,
                        bool acc);
+/* out[j][i][:] = inp[i][j][:] for inp d0 x d1 x inner (batch-major <-> channel-major). */
+void td_backend_swap01(td_backend_t *be, float *out, const float *inp, int d0, int d1, int inner);
 /* y[b][c][i] = act(y[b][c][i] + bias[c]) over n x c x hw (relu or none). */
 void td_backend_channel_bias_act(td_backend_t *be, float *y, const float *bias, int n, int c,
                                  int hw, td_act_t act);

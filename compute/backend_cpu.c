@@ -275,6 +275,7 @@ const td_backend_iface_t td__backend_cpu = {
     .adamw_step = cpu_adamw_step,
     .im2col = td__cpu_im2col,
     .col2im = td__cpu_col2im,
+    .swap01 = td__cpu_swap01,
     .channel_bias_act = td__cpu_channel_bias_act,
     .channel_act_backward = td__cpu_channel_act_backward,
     .pool_forward = td__cpu_pool_forward,

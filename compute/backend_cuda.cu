@@ -477,8 +477,14 @@ template <typename T> __device__ T block_sum(T v, T *shared) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                      \
        i += (size_t)gridDim.x * blockDim.x)
 
+/* Rows of the column matrix are g.ld apart (0: ho*wo), so a batch of images
+ * can sit side by side for one GEMM. */
+__device__ size_t col_ld(const td_conv_geom_t &g) {
+  return g.ld > 0 ? (size_t)g.ld : (size_t)g.ho * (size_t)g.wo;
+}
+
 __global__ void im2col_kernel(float *col, const float *img, td_conv_geom_t g) {
-  size_t plane = (size_t)g.ho * (size_t)g.wo;
+  size_t plane = (size_t)g.ho * (size_t)g.wo, ld = col_ld(g);
   size_t n = (size_t)g.c * g.k * g.k * plane;
   GRID_STRIDE(i, n) {
     size_t row = i / plane, o = i % plane;
@@ -486,14 +492,14 @@ __global__ void im2col_kernel(float *col, const float *img, td_conv_geom_t g) {
     int oh = (int)(o / g.wo), ow = (int)(o % g.wo);
     int ih = oh * g.stride - g.pad + ki, iw = ow * g.stride - g.pad + kj;
     bool inside = ih >= 0 && ih < g.h && iw >= 0 && iw < g.w;
-    col[i] = inside ? img[((size_t)ci * g.h + ih) * g.w + iw] : 0.0f;
+    col[row * ld + o] = inside ? img[((size_t)ci * g.h + ih) * g.w + iw] : 0.0f;
   }
 }
 
 /* Gather form: one thread per image pixel sums the columns that read it, in
  * the CPU's (ki, kj) order, so there are no atomics and no races. */
 __global__ void col2im_kernel(float *img, const float *col, td_conv_geom_t g, bool acc) {
-  size_t plane = (size_t)g.ho * (size_t)g.wo;
+  size_t ld = col_ld(g);
   size_t n = (size_t)g.c * g.h * g.w;
   GRID_STRIDE(i, n) {
     int iw = (int)(i % g.w), ih = (int)(i / g.w % g.h), ci = (int)(i / g.w / g.h);
@@ -507,10 +513,18 @@ __global__ void col2im_kernel(float *img, const float *col, td_conv_geom_t g, bo
         if (ow_s < 0 || ow_s % g.stride != 0 || ow_s / g.stride >= g.wo)
           continue;
         size_t row = ((size_t)ci * g.k + ki) * g.k + kj;
-        sum += col[row * plane + (size_t)(oh_s / g.stride) * g.wo + ow_s / g.stride];
+        sum += col[row * ld + (size_t)(oh_s / g.stride) * g.wo + ow_s / g.stride];
       }
     }
     img[i] = sum;
+  }
+}
+
+/* out[j][i][:] = inp[i][j][:] for inp d0 x d1 x inner. */
+__global__ void swap01_kernel(float *out, const float *inp, size_t d0, size_t d1, size_t inner) {
+  GRID_STRIDE(e, d0 * d1 * inner) {
+    size_t x = e % inner, ij = e / inner, i = ij / d1, j = ij % d1;
+    out[(j * d0 + i) * inner + x] = inp[e];
   }
 }
 
@@ -886,6 +900,15 @@ void cuda_col2im(td_backend_t *be, float *img, const float *col, const td_conv_g
   launched(be, "col2im");
 }
 
+void cuda_swap01(td_backend_t *be, float *out, const float *inp, int d0, int d1, int inner) {
+  size_t n = (size_t)d0 * d1 * inner;
+  if (n == 0 || !enter(be))
+    return;
+  swap01_kernel<<<blocks_for(n), kThreads, 0, ctx_of(be)->stream>>>(out, inp, (size_t)d0,
+                                                                    (size_t)d1, (size_t)inner);
+  launched(be, "swap01");
+}
+
 void cuda_channel_bias_act(td_backend_t *be, float *y, const float *bias, int n, int c, int hw,
                            td_act_t act) {
   size_t count = (size_t)n * c * hw;
@@ -1174,6 +1197,7 @@ td_backend_iface_t make_iface() {
   t.adamw_step = cuda_adamw_step;
   t.im2col = cuda_im2col;
   t.col2im = cuda_col2im;
+  t.swap01 = cuda_swap01;
   t.channel_bias_act = cuda_channel_bias_act;
   t.channel_act_backward = cuda_channel_act_backward;
   t.pool_forward = cuda_pool_forward;

@@ -41,6 +41,7 @@ typedef struct {
   void (*im2col)(td_backend_t *be, float *col, const float *img, const td_conv_geom_t *g);
   void (*col2im)(td_backend_t *be, float *img, const float *col, const td_conv_geom_t *g,
                  bool acc);
+  void (*swap01)(td_backend_t *be, float *out, const float *inp, int d0, int d1, int inner);
   void (*channel_bias_act)(td_backend_t *be, float *y, const float *bias, int n, int c, int hw,
                            td_act_t act);
   void (*channel_act_backward)(td_backend_t *be, float *dy, const float *y, float *dbias, int n,
@@ -86,6 +87,7 @@ typedef struct {
 void td__cpu_im2col(td_backend_t *be, float *col, const float *img, const td_conv_geom_t *g);
 void td__cpu_col2im(td_backend_t *be, float *img, const float *col, const td_conv_geom_t *g,
                     bool acc);
+void td__cpu_swap01(td_backend_t *be, float *out, const float *inp, int d0, int d1, int inner);
 void td__cpu_channel_bias_act(td_backend_t *be, float *y, const float *bias, int n, int c,
                               int hw, td_act_t act);
 void td__cpu_channel_act_backward(td_backend_t *be, float *dy, const float *y, float *dbias,

@@ -1,6 +1,7 @@
 /* layer_conv.c: CPU kernels of the convolution family: im2col/col2im (the
  * convolution itself is a GEMM over the columns, issued by model.c), the
- * per-channel bias with a fused ReLU, and max/average pooling. Runs on the
+ * per-channel bias with a fused ReLU, the batch-major <-> channel-major swap
+ * that lets one GEMM cover a whole batch, and max/average pooling. Runs on the
  * thread that owns the model; nothing here allocates. */
 #include <string.h>
 
@@ -15,7 +16,7 @@
 void td__cpu_im2col(td_backend_t *be, float *col, const float *img, const td_conv_geom_t *g) {
   (void)be;
   int k = g->k, s = g->stride, p = g->pad, ho = g->ho, wo = g->wo;
-  size_t plane = (size_t)ho * (size_t)wo;
+  size_t plane = g->ld > 0 ? (size_t)g->ld : (size_t)ho * (size_t)wo;
   for (int ci = 0; ci < g->c; ci++)
     for (int ki = 0; ki < k; ki++)
       for (int kj = 0; kj < k; kj++) {
@@ -54,7 +55,7 @@ void td__cpu_col2im(td_backend_t *be, float *img, const float *col, const td_con
                     bool acc) {
   (void)be;
   int k = g->k, s = g->stride, p = g->pad, ho = g->ho, wo = g->wo;
-  size_t plane = (size_t)ho * (size_t)wo;
+  size_t plane = g->ld > 0 ? (size_t)g->ld : (size_t)ho * (size_t)wo;
   if (!acc)
     memset(img, 0, (size_t)g->c * (size_t)g->h * (size_t)g->w * sizeof *img);
   for (int ci = 0; ci < g->c; ci++)
@@ -75,6 +76,15 @@ void td__cpu_col2im(td_backend_t *be, float *img, const float *col, const td_con
           }
         }
       }
+}
+
+void td__cpu_swap01(td_backend_t *be, float *out, const float *inp, int d0, int d1, int inner) {
+  (void)be;
+  size_t row = (size_t)inner * sizeof *out;
+  for (int i = 0; i < d0; i++)
+    for (int j = 0; j < d1; j++)
+      memcpy(out + ((size_t)j * (size_t)d0 + (size_t)i) * (size_t)inner,
+             inp + ((size_t)i * (size_t)d1 + (size_t)j) * (size_t)inner, row);
 }
 
 TD_CLONES

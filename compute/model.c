@@ -65,7 +65,7 @@ typedef enum {
   N_ATTN,
 } td__kind_t;
 
-typedef enum { INIT_HE, INIT_XAVIER, INIT_GPT, INIT_GPT_PROJ } td__init_t;
+typedef enum { INIT_HE, INIT_XAVIER, INIT_TORCH, INIT_GPT, INIT_GPT_PROJ } td__init_t;
 
 typedef struct {
   int t, c, h, w; /* per sample: t rows of f = c*h*w features */
@@ -94,7 +94,8 @@ struct td_model {
   td_layout_t *layout;
   float *params, *grads;
   float *activations; /* one backend block: every tensor's v and g, every node's aux */
-  float *work;        /* col2im / attention backward workspace */
+  float *work;        /* conv GEMM output / dy in channel-major order; attention backward */
+  float *work2;       /* conv column gradients */
   int max_batch;
   td_input_kind_t input;
   int context; /* positions per sample for token models, 1 otherwise */
@@ -382,6 +383,7 @@ static int build_layers(td_model_t *m, const char *list, char *why, size_t why_l
       rc = build_dense(m, cur, (int)it.pos[0], "fc", counts[0]++, why, why_len);
       if (rc < 0)
         return rc;
+      m->nodes[m->n_nodes - 1].init = INIT_TORCH;
       cur = rc;
     } else if (strcmp(it.name, "conv") == 0) {
       if (!x->image)
@@ -401,7 +403,7 @@ static int build_layers(td_model_t *m, const char *list, char *why, size_t why_l
       if (rc < 0)
         return rc;
       n->geom = g;
-      n->init = INIT_HE;
+      n->init = INIT_TORCH;
       char name[TD_TENSOR_NAME_MAX];
       snprintf(name, sizeof name, "conv%d.weight", counts[1]);
       n->w = add_param(m, name, 4, (uint32_t)cout, (uint32_t)g.c, (uint32_t)g.k, (uint32_t)g.k);
@@ -511,7 +513,6 @@ static int build_layers(td_model_t *m, const char *list, char *why, size_t why_l
   if (m->nodes[m->n_nodes - 1].act != TD_ACT_NONE)
     return td_why(why, why_len, TD_ECONFIG,
                   "the last dense layer gives the logits: no activation after it");
-  m->nodes[m->n_nodes - 1].init = INIT_XAVIER;
   return 0;
 }
 
@@ -713,7 +714,7 @@ int td_model_open(td_model_t **out, const char *spec, td_backend_t *be, int max_
                   td_backend_name(be), spec);
   }
   /* one activation block: tensor values and gradients (not the input's), then aux */
-  size_t total = 0, work = 0;
+  size_t total = 0, work = 1, work2 = 1;
   for (int i = 1; i < m->n_tensors; i++)
     total += 2 * round_up((size_t)max_batch * tensor_numel(&m->tensors[i]));
   for (int i = 0; i < m->n_nodes; i++) {
@@ -721,8 +722,9 @@ int td_model_open(td_model_t **out, const char *spec, td_backend_t *be, int max_
     size_t a = round_up((size_t)max_batch * n->aux_floats);
     total += a;
     if (n->kind == N_CONV) {
-      size_t col = n->aux_floats;
-      work = col > work ? col : work;
+      size_t out = (size_t)max_batch * tensor_numel(&m->tensors[n->out]);
+      work = out > work ? out : work;
+      work2 = a > work2 ? a : work2;
     }
     if (n->kind == N_ATTN)
       work = a > work ? a : work;
@@ -730,8 +732,10 @@ int td_model_open(td_model_t **out, const char *spec, td_backend_t *be, int max_
   m->params = td_params_alloc(td_layout_numel(m->layout));
   m->grads = td_params_alloc(td_layout_numel(m->layout));
   m->activations = td_backend_alloc(be, total * sizeof(float));
-  m->work = td_backend_alloc(be, (work ? work : 1) * sizeof(float));
-  if (m->params == NULL || m->grads == NULL || m->activations == NULL || m->work == NULL) {
+  m->work = td_backend_alloc(be, work * sizeof(float));
+  m->work2 = td_backend_alloc(be, work2 * sizeof(float));
+  if (m->params == NULL || m->grads == NULL || m->activations == NULL || m->work == NULL ||
+      m->work2 == NULL) {
     td_model_close(&m);
     return td_why(why, why_len, TD_ENOMEM, "cannot build '%s' for batch %d: %s", spec,
                   max_batch, td_strerror(TD_ENOMEM));
@@ -767,6 +771,7 @@ void td_model_close(td_model_t **self_p) {
   if (m->be != NULL) {
     td_backend_free(m->be, m->activations);
     td_backend_free(m->be, m->work);
+    td_backend_free(m->be, m->work2);
   }
   td_params_free(&m->params);
   td_params_free(&m->grads);
@@ -776,10 +781,13 @@ void td_model_close(td_model_t **self_p) {
 }
 
 /* Draws in a fixed order (node by node, each weight tensor row-major) from
- * one stream, so the seed alone fixes every bit. Biases and padding are zero,
- * norm scales one. He-normal for dense/conv weights, Xavier-uniform for the
- * output layer of a classifier, N(0, 0.02) for GPT weights and embeddings
- * (0.02 / sqrt(2 LAYERS) for the projections into the residual stream). */
+ * one stream, so the seed alone fixes every bit. Padding is zero, norm scales
+ * one. mlp: He-normal, Xavier-uniform for the output layer, zero biases (as
+ * it always was). Layer lists (cnn, resnet): PyTorch's default for conv and
+ * linear layers, weight and bias U(+-1/sqrt(fan_in)), the init the PyTorch
+ * reference recipes were measured with. gpt: N(0, 0.02) for weights and
+ * embeddings (0.02 / sqrt(2 LAYERS) for the projections into the residual
+ * stream), zero biases. */
 void td_model_init(td_model_t *m, uint64_t seed) {
   td_rng_t rng;
   td_rng_seed(&rng, seed);
@@ -804,6 +812,13 @@ void td_model_init(td_model_t *m, uint64_t seed) {
         double std = sqrt(2.0 / (double)fan_in);
         for (size_t j = 0; j < len; j++)
           w[j] = (float)(std * td_rng_normal(&rng));
+      } else if (n->init == INIT_TORCH) { /* weight and bias U(+-1/sqrt(fan_in)) */
+        double bound = 1.0 / sqrt((double)fan_in);
+        for (size_t j = 0; j < len; j++)
+          w[j] = (float)(bound * (2.0 * td_rng_uniform(&rng) - 1.0));
+        float *bias = param(m, n->b);
+        for (size_t j = 0; bias != NULL && j < ti->shape[0]; j++)
+          bias[j] = (float)(bound * (2.0 * td_rng_uniform(&rng) - 1.0));
       } else if (n->init == INIT_XAVIER) {
         double limit = sqrt(6.0 / (double)(fan_in + ti->shape[0]));
         for (size_t j = 0; j < len; j++)
@@ -833,41 +848,49 @@ int td_model_context(const td_model_t *m) { return m->context; }
 
 /* ---- forward and backward ---- */
 
+/* A convolution is one GEMM over the whole batch: the columns of every image
+ * side by side (K x rows*P, K = c*k*k, P = ho*wo), so y = W cols comes out
+ * channel-major (cout x rows x P) in the workspace and one swap puts it back
+ * batch-major. Backward swaps dy the other way and runs dW = dy cols^T and
+ * dcols = W^T dy as two more GEMMs of the same size: large GEMMs that BLAS
+ * runs well on one thread and splits well over several. */
 static void conv_forward(td_model_t *m, td__node_t *n, const float *x, float *y, int rows,
                          bool gemm_only) {
-  const td_conv_geom_t *g = &n->geom;
-  int k = g->c * g->k * g->k, plane = g->ho * g->wo, cout = m->tensors[n->out].c;
-  size_t in_size = (size_t)g->c * (size_t)g->h * (size_t)g->w;
-  for (int b = 0; b < rows; b++) {
-    float *col = n->aux + (size_t)b * n->aux_floats;
-    if (!gemm_only)
-      td_backend_im2col(m->be, col, x + (size_t)b * in_size, g);
-    td_backend_gemm(m->be, false, false, cout, plane, k, 1.0f, param(m, n->w), k, col, plane,
-                    0.0f, y + (size_t)b * (size_t)cout * (size_t)plane, plane);
-  }
-  if (!gemm_only)
-    td_backend_channel_bias_act(m->be, y, param(m, n->b), rows, cout, plane, n->act);
+  td_conv_geom_t g = n->geom;
+  int k = g.c * g.k * g.k, plane = g.ho * g.wo, cout = m->tensors[n->out].c;
+  int cols = rows * plane;
+  g.ld = cols;
+  size_t in_size = (size_t)g.c * (size_t)g.h * (size_t)g.w;
+  for (int b = 0; b < rows && !gemm_only; b++)
+    td_backend_im2col(m->be, n->aux + (size_t)b * (size_t)plane, x + (size_t)b * in_size, &g);
+  td_backend_gemm(m->be, false, false, cout, cols, k, 1.0f, param(m, n->w), k, n->aux, cols,
+                  0.0f, m->work, cols);
+  if (gemm_only)
+    return;
+  td_backend_swap01(m->be, y, m->work, cout, rows, plane);
+  td_backend_channel_bias_act(m->be, y, param(m, n->b), rows, cout, plane, n->act);
 }
 
 static void conv_backward(td_model_t *m, td__node_t *n, float *dx, float *dy, const float *y,
                           int rows, bool gemm_only) {
-  const td_conv_geom_t *g = &n->geom;
-  int k = g->c * g->k * g->k, plane = g->ho * g->wo, cout = m->tensors[n->out].c;
-  size_t in_size = (size_t)g->c * (size_t)g->h * (size_t)g->w;
-  if (!gemm_only)
+  td_conv_geom_t g = n->geom;
+  int k = g.c * g.k * g.k, plane = g.ho * g.wo, cout = m->tensors[n->out].c;
+  int cols = rows * plane;
+  g.ld = cols;
+  size_t in_size = (size_t)g.c * (size_t)g.h * (size_t)g.w;
+  if (!gemm_only) {
     td_backend_channel_act_backward(m->be, dy, y, grad(m, n->b), rows, cout, plane, n->act);
-  for (int b = 0; b < rows; b++) {
-    const float *col = n->aux + (size_t)b * n->aux_floats;
-    const float *dyb = dy + (size_t)b * (size_t)cout * (size_t)plane;
-    td_backend_gemm(m->be, false, true, cout, k, plane, 1.0f, dyb, plane, col, plane,
-                    b == 0 ? 0.0f : 1.0f, grad(m, n->w), k);
-    if (dx == NULL)
-      continue;
-    td_backend_gemm(m->be, true, false, k, plane, cout, 1.0f, param(m, n->w), k, dyb, plane,
-                    0.0f, m->work, plane);
-    if (!gemm_only)
-      td_backend_col2im(m->be, dx + (size_t)b * in_size, m->work, g, n->acc);
+    td_backend_swap01(m->be, m->work, dy, rows, cout, plane);
   }
+  td_backend_gemm(m->be, false, true, cout, k, cols, 1.0f, m->work, cols, n->aux, cols, 0.0f,
+                  grad(m, n->w), k);
+  if (dx == NULL)
+    return;
+  td_backend_gemm(m->be, true, false, k, cols, cout, 1.0f, param(m, n->w), k, m->work, cols,
+                  0.0f, m->work2, cols);
+  for (int b = 0; b < rows && !gemm_only; b++)
+    td_backend_col2im(m->be, dx + (size_t)b * in_size, m->work2 + (size_t)b * (size_t)plane, &g,
+                      n->acc);
 }
 
 /* The GEMMs of attention, issued through the backend (for gemm_only). */

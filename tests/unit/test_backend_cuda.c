@@ -349,7 +349,8 @@ static pair_t random_pair(td_rng_t *rng, size_t n, double lo, double hi) {
 
 static td_conv_geom_t geom(int c, int h, int w, int k, int stride, int pad) {
   td_conv_geom_t g = {.c = c, .h = h, .w = w, .k = k, .stride = stride, .pad = pad,
-                      .ho = (h + 2 * pad - k) / stride + 1, .wo = (w + 2 * pad - k) / stride + 1};
+                      .ho = (h + 2 * pad - k) / stride + 1, .wo = (w + 2 * pad - k) / stride + 1,
+                      .ld = 0};
   return g;
 }
 
@@ -359,20 +360,41 @@ START_TEST(test_im2col_col2im_parity) {
                                   geom(1, 1, 1, 1, 1, 0)};
   td_rng_t rng;
   td_rng_seed(&rng, 11);
-  for (size_t i = 0; i < sizeof geoms / sizeof *geoms; i++) {
-    const td_conv_geom_t *g = &geoms[i];
-    size_t img_n = (size_t)g->c * g->h * g->w, col_n = (size_t)g->c * g->k * g->k * g->ho * g->wo;
-    pair_t img = random_pair(&rng, img_n, -1, 1), col = random_pair(&rng, col_n, -9, 9);
-    td_backend_im2col(ref, col.ref, img.ref, g);
-    td_backend_im2col(dut, col.dut, img.dut, g);
-    pair_compare("im2col", col, 0, 0);
-    for (int acc = 0; acc < 2; acc++) {
-      td_backend_col2im(ref, img.ref, col.ref, g, acc);
-      td_backend_col2im(dut, img.dut, col.dut, g, acc);
-      pair_compare(acc ? "col2im acc" : "col2im", img, 1e-6, 1e-6);
+  for (size_t i = 0; i < sizeof geoms / sizeof *geoms; i++)
+    for (int batched = 0; batched < 2; batched++) {
+      /* batched: image 1 of 3 side by side (rows 3*ho*wo apart, offset ho*wo) */
+      td_conv_geom_t g = geoms[i];
+      size_t plane = (size_t)g.ho * g.wo, off = batched ? plane : 0;
+      g.ld = batched ? (int)(3 * plane) : 0;
+      size_t img_n = (size_t)g.c * g.h * g.w;
+      size_t col_n = (size_t)g.c * g.k * g.k * (batched ? 3 * plane : plane);
+      pair_t img = random_pair(&rng, img_n, -1, 1), col = random_pair(&rng, col_n, -9, 9);
+      td_backend_im2col(ref, col.ref + off, img.ref, &g);
+      td_backend_im2col(dut, col.dut + off, img.dut, &g);
+      pair_compare("im2col", col, 0, 0); /* the other images' columns untouched on both */
+      for (int acc = 0; acc < 2; acc++) {
+        td_backend_col2im(ref, img.ref, col.ref + off, &g, acc);
+        td_backend_col2im(dut, img.dut, col.dut + off, &g, acc);
+        pair_compare(acc ? "col2im acc" : "col2im", img, 1e-6, 1e-6);
+      }
+      pair_free(&img);
+      pair_free(&col);
     }
-    pair_free(&img);
-    pair_free(&col);
+}
+END_TEST
+
+START_TEST(test_swap01_parity) {
+  static const int shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {8, 16, 196}, {33, 2, 257}};
+  td_rng_t rng;
+  td_rng_seed(&rng, 19);
+  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+    size_t n = (size_t)shapes[s][0] * shapes[s][1] * shapes[s][2];
+    pair_t inp = random_pair(&rng, n, -1, 1), out = random_pair(&rng, n, -9, 9);
+    td_backend_swap01(ref, out.ref, inp.ref, shapes[s][0], shapes[s][1], shapes[s][2]);
+    td_backend_swap01(dut, out.dut, inp.dut, shapes[s][0], shapes[s][1], shapes[s][2]);
+    pair_compare("swap01", out, 0, 0);
+    pair_free(&inp);
+    pair_free(&out);
   }
 }
 END_TEST
@@ -835,6 +857,7 @@ int main(void) {
   tcase_add_test(ops, test_sgd_parity);
   tcase_add_test(ops, test_adamw_parity);
   tcase_add_test(ops, test_im2col_col2im_parity);
+  tcase_add_test(ops, test_swap01_parity);
   tcase_add_test(ops, test_channel_ops_parity);
   tcase_add_test(ops, test_pool_parity);
   tcase_add_test(ops, test_layernorm_parity);
