@@ -165,17 +165,20 @@ static void check_gradients(const char *spec, int rows, size_t per_tensor, uint6
 }
 
 START_TEST(a_small_cnn_matches_finite_differences) {
-  /* conv (pad), fused relu, max-pool, conv (stride 2), avg-pool, flatten, dense */
+  /* conv (pad), fused relu, max-pool, conv (stride 2), avg-pool, unfused relu, flatten, dense */
   check_gradients("layers:input(2,8,8) conv(4,3,pad=1) relu maxpool(2) "
-                  "conv(5,3,stride=2,pad=1) avgpool(2) flatten dense(6) relu dense(3)",
+                  "conv(5,3,stride=2,pad=1) avgpool(2) relu flatten dense(6) relu dense(3)",
                   3, 1000, 7, 1e-3f, 1.0f, false);
 }
 END_TEST
 
 START_TEST(a_small_resnet_matches_finite_differences) {
-  /* groupnorm, residual blocks, unfused relu and gelu, gap, layernorm */
-  check_gradients("layers:input(1,6,6) conv(4,3,pad=1) groupnorm(2) relu "
-                  "[ conv(4,3,pad=1) groupnorm(2) gelu conv(4,1) ] relu gap layernorm dense(3)",
+  /* groupnorm, a residual block, gelu, gap, layernorm. GELU rather than ReLU
+   * after the norms: normalised units sit densely around 0, where a ReLU kink
+   * inside the step would swamp the comparison (ReLU is checked above and in
+   * the presets) */
+  check_gradients("layers:input(1,6,6) conv(4,3,pad=1) groupnorm(2) gelu "
+                  "[ conv(4,3,pad=1) groupnorm(2) gelu conv(4,1) ] gelu gap layernorm dense(3)",
                   3, 1000, 9, 1e-3f, 1.0f, false);
 }
 END_TEST
