@@ -7,13 +7,16 @@
  * can address) default here, so a wrapper is one indirect call and no test.
  * adamw_step (iface version 2) defaults to the CPU loop when a table lacks it.
  * The CUDA table is NULL unless configure found nvcc (--with-cuda); asking for
- * it then fails with TD_EDEVICE and a reason, and "cpu" is always there. */
+ * it then fails with TD_EDEVICE and a reason, and "cpu" is always there.
+ * Names are parsed here once (auto | cpu | cuda[:INDEX]); "auto" tries the GPU
+ * and falls back to the CPU, keeping the GPU's refusal as the reason. */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
 
 #include "compute/backend.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,48 +27,97 @@
 const td_backend_iface_t *const td__backend_cuda = NULL;
 #endif
 
-/* The registry: the iface of a backend name, NULL (with *known) when the name
- * is valid but not compiled in. */
-static const td_backend_iface_t *lookup(const char *name, bool *known) {
-  *known = name != NULL;
-  if (name != NULL && strcmp(name, "cpu") == 0)
-    return &td__backend_cpu;
-  if (name != NULL && strcmp(name, "cuda") == 0)
-    return td__backend_cuda;
-  *known = false;
-  return NULL;
+/* The highest INDEX accepted in "cuda:INDEX": far above any real machine,
+ * low enough that a typo is a parse error rather than a device search. */
+#define TD_BACKEND_MAX_DEVICE 255
+
+typedef enum { NAME_CPU, NAME_CUDA, NAME_AUTO } name_kind_t;
+
+/* Parse auto | cpu | cuda[:INDEX]. TD_ECONFIG with why when malformed. */
+static int parse_name(const char *name, name_kind_t *kind, int *device, char *why,
+                      size_t why_len) {
+  *kind = NAME_CPU;
+  *device = 0;
+  if (name == NULL)
+    return td_why(why, why_len, TD_ECONFIG, "no backend name (accepted: auto, cpu, cuda[:INDEX])");
+  if (strcmp(name, "cpu") == 0) {
+    *kind = NAME_CPU;
+    return 0;
+  }
+  if (strcmp(name, "auto") == 0) {
+    *kind = NAME_AUTO;
+    return 0;
+  }
+  if (strncmp(name, "cuda", 4) == 0 && (name[4] == '\0' || name[4] == ':')) {
+    *kind = NAME_CUDA;
+    if (name[4] == '\0')
+      return 0;
+    const char *digits = name + 5;
+    int index = 0;
+    size_t len = strlen(digits);
+    if (len == 0 || len > 3 || strspn(digits, "0123456789") != len)
+      return td_why(why, why_len, TD_ECONFIG,
+                    "bad backend '%s': INDEX in cuda:INDEX must be a number in [0, %d]", name,
+                    TD_BACKEND_MAX_DEVICE);
+    for (size_t i = 0; i < len; i++)
+      index = index * 10 + (digits[i] - '0');
+    if (index > TD_BACKEND_MAX_DEVICE)
+      return td_why(why, why_len, TD_ECONFIG,
+                    "bad backend '%s': INDEX in cuda:INDEX must be a number in [0, %d]", name,
+                    TD_BACKEND_MAX_DEVICE);
+    *device = index;
+    return 0;
+  }
+  return td_why(why, why_len, TD_ECONFIG,
+                "unknown backend '%s' (accepted: auto, cpu, cuda[:INDEX])", name);
+}
+
+int td_backend_check_name(const char *name, char *why, size_t why_len) {
+  name_kind_t kind;
+  int device;
+  return parse_name(name, &kind, &device, why, why_len);
 }
 
 bool td_backend_available(const char *name) {
-  bool known;
-  return lookup(name, &known) != NULL;
+  name_kind_t kind;
+  int device;
+  if (parse_name(name, &kind, &device, NULL, 0) != 0)
+    return false;
+  return kind != NAME_CUDA || td__backend_cuda != NULL;
 }
 
+static bool v3_complete(const td_backend_iface_t *f) {
+  return f->im2col && f->col2im && f->swap01 && f->channel_bias_act && f->channel_act_backward &&
+         f->pool_forward && f->pool_backward && f->layernorm_forward && f->layernorm_backward &&
+         f->groupnorm_forward && f->groupnorm_backward && f->act_forward && f->act_backward2 &&
+         f->add && f->dropout_forward && f->dropout_backward && f->embed_forward &&
+         f->embed_backward && f->attention_forward && f->attention_backward;
+}
+
+/* A version-1 or -2 table (GEMM, the MLP ops, maybe adamw) still opens; the
+ * layer ops then need version 3, which td_backend_supports_layers() reports. */
 static bool iface_complete(const td_backend_iface_t *iface) {
   return iface->version >= 1 && iface->alloc && iface->free && iface->gemm && iface->bias_act &&
-         iface->act_backward && iface->softmax_xent && iface->sgd_step;
+         iface->act_backward && iface->softmax_xent && iface->sgd_step &&
+         (iface->version < 3 || v3_complete(iface));
 }
 
-int td_backend_open(td_backend_t **out, const char *name, int threads, char *why,
-                    size_t why_len) {
-  if (out == NULL)
-    return td_why(why, why_len, TD_EINVAL, "no output pointer");
-  *out = NULL;
-  bool known;
-  const td_backend_iface_t *iface = lookup(name, &known);
-  if (!known)
-    return td_why(why, why_len, TD_ECONFIG, "unknown backend '%s' (accepted: cpu, cuda)",
-                  name ? name : "(null)");
+/* Open one concrete backend (cpu, or cuda on one device). */
+static int open_iface(td_backend_t **out, const td_backend_iface_t *iface, int device,
+                      int threads, char *why, size_t why_len) {
   if (iface == NULL)
     return td_why(why, why_len, TD_EDEVICE,
                   "the CUDA backend is not compiled in (configure --with-cuda)");
   if (!iface_complete(iface))
-    return td_why(why, why_len, TD_EDEVICE, "the %s backend lacks required operations", name);
+    return td_why(why, why_len, TD_EDEVICE, "the %s backend lacks required operations",
+                  iface->name);
   td_backend_t *be = calloc(1, sizeof *be);
   if (be == NULL)
     return td_why(why, why_len, TD_ENOMEM, "out of memory");
   be->iface = iface;
   be->threads = threads;
+  be->device = device;
+  snprintf(be->describe, sizeof be->describe, "%s", iface->name);
   int rc = iface->open ? iface->open(be, threads, why, why_len) : 0;
   if (rc != 0) {
     free(be);
@@ -73,6 +125,44 @@ int td_backend_open(td_backend_t **out, const char *name, int threads, char *why
   }
   *out = be;
   return 0;
+}
+
+int td_backend_open_auto(td_backend_t **out, const char *name, int threads, char *reason,
+                         size_t reason_len) {
+  if (out == NULL)
+    return td_why(reason, reason_len, TD_EINVAL, "no output pointer");
+  *out = NULL;
+  name_kind_t kind;
+  int device;
+  int rc = parse_name(name, &kind, &device, reason, reason_len);
+  if (rc != 0)
+    return rc;
+  if (kind != NAME_AUTO) {
+    rc = open_iface(out, kind == NAME_CPU ? &td__backend_cpu : td__backend_cuda, device, threads,
+                    reason, reason_len);
+    if (rc == 0)
+      td_why(reason, reason_len, 0, "%s (as configured)", (*out)->describe);
+    return rc;
+  }
+  char cuda_why[256];
+  rc = open_iface(out, td__backend_cuda, 0, threads, cuda_why, sizeof cuda_why);
+  if (rc == 0) {
+    td_why(reason, reason_len, 0, "%s (auto: a usable GPU was found)", (*out)->describe);
+    return 0;
+  }
+  rc = open_iface(out, &td__backend_cpu, 0, threads, reason, reason_len);
+  if (rc == 0)
+    td_why(reason, reason_len, 0, "cpu (auto: no usable GPU: %s)", cuda_why);
+  return rc;
+}
+
+int td_backend_open(td_backend_t **out, const char *name, int threads, char *why,
+                    size_t why_len) {
+  char reason[512];
+  int rc = td_backend_open_auto(out, name, threads, reason, sizeof reason);
+  if (rc != 0)
+    td_why(why, why_len, rc, "%s", reason);
+  return rc;
 }
 
 void td_backend_close(td_backend_t **self_p) {
@@ -86,6 +176,15 @@ void td_backend_close(td_backend_t **self_p) {
 }
 
 const char *td_backend_name(const td_backend_t *be) { return be->iface->name; }
+const char *td_backend_describe(const td_backend_t *be) { return be->describe; }
+bool td_backend_device_memory(const td_backend_t *be) { return be->device_memory; }
+
+int td_backend_error(td_backend_t *be, char *why, size_t why_len) {
+  td_backend_synchronize(be);
+  if (be->error == 0)
+    return 0;
+  return td_why(why, why_len, be->error, "%s", be->error_why);
+}
 
 void *td_backend_alloc(td_backend_t *be, size_t bytes) { return be->iface->alloc(be, bytes); }
 
@@ -148,4 +247,111 @@ void td_backend_adamw_step(td_backend_t *be, float *w, const float *g, float *m,
 void td_backend_sgd_step(td_backend_t *be, float *w, const float *g, float *v, size_t n,
                          const td_sgd_hparams_t *hp) {
   be->iface->sgd_step(be, w, g, v, n, hp);
+}
+
+bool td_backend_supports_layers(const td_backend_t *be) { return be->iface->version >= 3; }
+
+void td_backend_im2col(td_backend_t *be, float *col, const float *img, const td_conv_geom_t *g) {
+  be->iface->im2col(be, col, img, g);
+}
+
+void td_backend_col2im(td_backend_t *be, float *img, const float *col, const td_conv_geom_t *g,
+                       bool acc) {
+  be->iface->col2im(be, img, col, g, acc);
+}
+
+void td_backend_swap01(td_backend_t *be, float *out, const float *inp, int d0, int d1, int inner) {
+  be->iface->swap01(be, out, inp, d0, d1, inner);
+}
+
+void td_backend_channel_bias_act(td_backend_t *be, float *y, const float *bias, int n, int c,
+                                 int hw, td_act_t act) {
+  be->iface->channel_bias_act(be, y, bias, n, c, hw, act);
+}
+
+void td_backend_channel_act_backward(td_backend_t *be, float *dy, const float *y, float *dbias,
+                                     int n, int c, int hw, td_act_t act) {
+  be->iface->channel_act_backward(be, dy, y, dbias, n, c, hw, act);
+}
+
+void td_backend_pool_forward(td_backend_t *be, float *out, int32_t *idx, const float *inp, int n,
+                             const td_conv_geom_t *g, td_pool_t kind) {
+  be->iface->pool_forward(be, out, idx, inp, n, g, kind);
+}
+
+void td_backend_pool_backward(td_backend_t *be, float *dinp, const float *dout,
+                              const int32_t *idx, int n, const td_conv_geom_t *g, td_pool_t kind,
+                              bool acc) {
+  be->iface->pool_backward(be, dinp, dout, idx, n, g, kind, acc);
+}
+
+void td_backend_layernorm_forward(td_backend_t *be, float *out, float *mean, float *rstd,
+                                  const float *inp, const float *weight, const float *bias,
+                                  int rows, int cols) {
+  be->iface->layernorm_forward(be, out, mean, rstd, inp, weight, bias, rows, cols);
+}
+
+void td_backend_layernorm_backward(td_backend_t *be, float *dinp, float *dweight, float *dbias,
+                                   const float *dout, const float *inp, const float *weight,
+                                   const float *mean, const float *rstd, int rows, int cols,
+                                   bool acc) {
+  be->iface->layernorm_backward(be, dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, cols, acc);
+}
+
+void td_backend_groupnorm_forward(td_backend_t *be, float *out, float *mean, float *rstd,
+                                  const float *inp, const float *weight, const float *bias, int n,
+                                  int c, int hw, int groups) {
+  be->iface->groupnorm_forward(be, out, mean, rstd, inp, weight, bias, n, c, hw, groups);
+}
+
+void td_backend_groupnorm_backward(td_backend_t *be, float *dinp, float *dweight, float *dbias,
+                                   const float *dout, const float *inp, const float *weight,
+                                   const float *mean, const float *rstd, int n, int c, int hw,
+                                   int groups, bool acc) {
+  be->iface->groupnorm_backward(be, dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, c, hw, groups, acc);
+}
+
+void td_backend_act_forward(td_backend_t *be, float *out, const float *inp, size_t count,
+                            td_act_t act) {
+  be->iface->act_forward(be, out, inp, count, act);
+}
+
+void td_backend_act_backward2(td_backend_t *be, float *dinp, const float *dout, const float *inp,
+                              size_t count, td_act_t act, bool acc) {
+  be->iface->act_backward2(be, dinp, dout, inp, count, act, acc);
+}
+
+void td_backend_add(td_backend_t *be, float *out, const float *a, const float *b, size_t count) {
+  be->iface->add(be, out, a, b, count);
+}
+
+void td_backend_dropout_forward(td_backend_t *be, float *out, float *mask, const float *inp,
+                                size_t count, float p, uint64_t seed) {
+  be->iface->dropout_forward(be, out, mask, inp, count, p, seed);
+}
+
+void td_backend_dropout_backward(td_backend_t *be, float *dinp, const float *dout,
+                                 const float *mask, size_t count, bool acc) {
+  be->iface->dropout_backward(be, dinp, dout, mask, count, acc);
+}
+
+void td_backend_embed_forward(td_backend_t *be, float *out, const int32_t *tokens,
+                              const float *wte, const float *wpe, int n, int t, int c) {
+  be->iface->embed_forward(be, out, tokens, wte, wpe, n, t, c);
+}
+
+void td_backend_embed_backward(td_backend_t *be, float *dwte, float *dwpe, const float *dout,
+                               const int32_t *tokens, int n, int t, int c) {
+  be->iface->embed_backward(be, dwte, dwpe, dout, tokens, n, t, c);
+}
+
+void td_backend_attention_forward(td_backend_t *be, float *out, float *att, const float *qkv,
+                                  int n, int t, int c, int heads) {
+  be->iface->attention_forward(be, out, att, qkv, n, t, c, heads);
+}
+
+void td_backend_attention_backward(td_backend_t *be, float *dqkv, float *datt, const float *dout,
+                                   const float *qkv, const float *att, int n, int t, int c,
+                                   int heads) {
+  be->iface->attention_backward(be, dqkv, datt, dout, qkv, att, n, t, c, heads);
 }

@@ -53,9 +53,7 @@ static int check_schedule(td_runspec_t *rs, const char *v, char *why, size_t n) 
 
 static int check_backend(td_runspec_t *rs, const char *v, char *why, size_t n) {
   (void)rs;
-  if (strcmp(v, "cpu") == 0 || strcmp(v, "cuda") == 0)
-    return 0;
-  return td_why(why, n, TD_ECONFIG, "unknown backend '%s' (accepted: cpu, cuda)", v);
+  return td_backend_check_name(v, why, n);
 }
 
 static int check_dataset(td_runspec_t *rs, const char *v, char *why, size_t n) {
@@ -284,7 +282,7 @@ static const run_key_t td__run_keys[] = {
     {"epochs", KEY_UINT, F(epochs), "1", 1, 100000, NULL, "passes over the local partition"},
     {"seed", KEY_U64, F(seed), "1", 0, 0, NULL, "seed for init, shuffling and partitions"},
     {"threads", KEY_UINT, F(threads), "0", 0, 1024, NULL, "BLAS threads (0 = library default)"},
-    {"backend", KEY_STR, F(backend), "cpu", 0, 0, check_backend, "cpu | cuda"},
+    {"backend", KEY_STR, F(backend), "cpu", 0, 0, check_backend, "auto | cpu | cuda[:INDEX]"},
     {"local_steps", KEY_STR, F(local_steps_text), "8", 0, 0, check_local_steps,
      "H local steps per round, or qsr:ALPHA:HBASE (H = max(HBASE, (ALPHA/lr)^2))"},
     {"rounds", KEY_UINT, F(rounds), "0", 0, 100000000, NULL,
