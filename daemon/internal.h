@@ -148,8 +148,10 @@ typedef struct {
   td_linkq_stats_t q;
 } td__link_stats_t;
 
+/* uplink_bps > 0 paces the frames of every link queue (updates, snapshots)
+ * to that many bits per second in total, like a shaped uplink. */
 int td__transport_open(td__transport_t **out, td__node_t *n, const char *listen,
-                       double link_delay_s, char *why, size_t why_len);
+                       double link_delay_s, double uplink_bps, char *why, size_t why_len);
 void td__transport_stop(td__transport_t *t); /* close its handles (shutdown) */
 void td__transport_close(td__transport_t **self_p); /* after the loop ended */
 const char *td__transport_endpoint(const td__transport_t *t);

@@ -29,7 +29,7 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: traind [--config FILE] [--data-dir DIR] [--listen tcp://HOST:PORT]\n"
           "              [--control PATH] [--log-level LEVEL] [--threads N] [--heartbeat-ms MS]\n"
-          "              [--link-delay-ms MS] [--metrics HOST:PORT]\n"
+          "              [--link-delay-ms MS] [--uplink-kbit KBIT] [--metrics HOST:PORT]\n"
           "       traind --standalone [RUN.ini] [--set key=value ...] [--json]\n"
           "\n"
           "The first form runs the peer daemon in the foreground (logs on stderr; SIGINT\n"
@@ -53,6 +53,7 @@ int main(int argc, char **argv) {
       {"control", required_argument, NULL, 'C'}, {"log-level", required_argument, NULL, 'L'},
       {"threads", required_argument, NULL, 't'}, {"heartbeat-ms", required_argument, NULL, 'H'},
       {"link-delay-ms", required_argument, NULL, 'D'}, {"metrics", required_argument, NULL, 'M'},
+      {"uplink-kbit", required_argument, NULL, 'U'},
       {NULL, 0, NULL, 0},
   };
   static const struct {
@@ -60,9 +61,10 @@ int main(int argc, char **argv) {
     const char *key;
   } flag_keys[] = {{'d', "data_dir"}, {'l', "listen"}, {'C', "control"},
                    {'L', "log_level"}, {'t', "threads"}, {'H', "heartbeat_ms"},
-                   {'D', "link_delay_ms"}, {'M', "metrics"}};
+                   {'D', "link_delay_ms"}, {'M', "metrics"}, {'U', "uplink_kbit"}};
   const char *config_file = NULL;
-  const char *flag_values[8] = {NULL};
+#define TD_N_FLAGS (sizeof flag_keys / sizeof flag_keys[0])
+  const char *flag_values[TD_N_FLAGS] = {NULL};
   bool standalone = false, json = false;
   int n_sets = 0;
   const char **sets = calloc((size_t)argc + 1, sizeof *sets);
@@ -81,7 +83,8 @@ int main(int argc, char **argv) {
     case 'V': printf("traind %s\n", PACKAGE_VERSION); free(sets); return 0;
     case 'c': config_file = optarg; break;
     case 'd': case 'l': case 'C': case 'L': case 't': case 'H': case 'D': case 'M':
-      for (size_t k = 0; k < 8; k++)
+    case 'U':
+      for (size_t k = 0; k < TD_N_FLAGS; k++)
         if (flag_keys[k].opt == c)
           flag_values[k] = optarg;
       break;
@@ -102,7 +105,7 @@ int main(int argc, char **argv) {
     td_settings_t cfg;
     td_settings_defaults(&cfg);
     int rc = config_file ? td_settings_load(&cfg, config_file, why, sizeof why) : 0;
-    for (size_t k = 0; rc == 0 && k < 8; k++)
+    for (size_t k = 0; rc == 0 && k < TD_N_FLAGS; k++)
       if (flag_values[k] != NULL)
         rc = td_settings_set(&cfg, flag_keys[k].key, flag_values[k], why, sizeof why);
     if (rc != 0) {
@@ -118,7 +121,7 @@ int main(int argc, char **argv) {
     td_node_opts_t opts = {.data_dir = cfg.data_dir, .listen = cfg.listen,
                            .control_path = cfg.control[0] ? cfg.control : NULL,
                            .threads = cfg.threads, .heartbeat_ms = cfg.heartbeat_ms,
-                           .link_delay_ms = cfg.link_delay_ms,
+                           .link_delay_ms = cfg.link_delay_ms, .uplink_kbit = cfg.uplink_kbit,
                            .metrics = cfg.metrics[0] ? cfg.metrics : NULL};
     rc = td_node_main(&opts, why, sizeof why);
     close(lock_fd);

@@ -141,7 +141,8 @@ static int node_open(td__node_t *n, const td_node_opts_t *opts, char *why, size_
   if ((rc = td__ledgerq_open(&n->ledger, &n->loop, dbpath, why, why_len)) != 0)
     return rc;
   if ((rc = td__transport_open(&n->net, n, opts->listen ? opts->listen : TD_NODE_DEFAULT_LISTEN,
-                               opts->link_delay_ms / 1000.0, why, why_len)) != 0)
+                               opts->link_delay_ms / 1000.0,
+                               opts->uplink_kbit * 1000.0, why, why_len)) != 0)
     return rc;
   if ((rc = td_members_open(&n->members, n->node_id, td__transport_endpoint(n->net),
                             SUSPECT_AFTER_BEATS * n->heartbeat_s,

@@ -21,6 +21,7 @@ typedef struct {
   unsigned threads;         /* BLAS threads for runs (0 = library default) */
   unsigned heartbeat_ms;    /* heartbeat period; suspect after 3, dead after 6 */
   unsigned link_delay_ms;   /* user-space latency added to outgoing update chunks */
+  unsigned uplink_kbit;     /* user-space cap on queued (update, bulk) traffic; 0 = none */
   const char *metrics;      /* HOST:PORT serving GET /metrics; NULL = off */
 } td_node_opts_t;
 

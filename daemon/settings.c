@@ -34,6 +34,8 @@ static const config_key_t keys[] = {
                      TD_STR(TD_NODE_DEFAULT_HEARTBEAT_MS) ")"},
     {"link_delay_ms", "added one-way latency of every outgoing update chunk, held in user space"
                       " (emulated WAN; default 0)"},
+    {"uplink_kbit", "cap on this node's update and snapshot traffic in kbit/s, paced in user space"
+                    " (emulated WAN without root; default 0 = no cap)"},
     {"metrics", "serve Prometheus metrics on HOST:PORT (GET /metrics); port 0 = ephemeral"
                 " (default off)"},
 };
@@ -88,13 +90,15 @@ int td_settings_set(td_settings_t *c, const char *key, const char *v, char *why,
     return set_uint(&c->heartbeat_ms, key, v, 20, 60000, why, n);
   if (strcmp(key, "link_delay_ms") == 0)
     return set_uint(&c->link_delay_ms, key, v, 0, 60000, why, n);
+  if (strcmp(key, "uplink_kbit") == 0)
+    return set_uint(&c->uplink_kbit, key, v, 0, 100000000, why, n);
   if (strcmp(key, "metrics") == 0) {
     int rc = td_metrics_check_addr(v, why, n); /* "metrics address '...': reason" */
     return rc != 0 ? rc : set_str(c->metrics, sizeof c->metrics, key, v, why, n);
   }
   return td_why(why, n, TD_ECONFIG,
                 "unknown key '%s' (known: data_dir, listen, control, log_level, threads, "
-                "heartbeat_ms, link_delay_ms, metrics)",
+                "heartbeat_ms, link_delay_ms, uplink_kbit, metrics)",
                 key);
 }
 

@@ -58,6 +58,11 @@ struct td__transport {
   uv_poll_t router_poll, monitor_poll;
   uv_timer_t pump_timer; /* next time a queued frame becomes sendable */
   double link_delay_s;
+  /* --uplink-kbit: the queued frames of all links share this many bits per
+   * second, like a shaped uplink (0: no cap); uplink_free_s is when the
+   * emulated wire is free for the next frame. */
+  double uplink_bps, uplink_free_s;
+  size_t pump_turn; /* the link the pump timer serves first */
   bool stopped;
   uint64_t seq;
   char endpoint[TD_ENDPOINT_MAX];
@@ -211,8 +216,11 @@ void td__transport_drop_run_traffic(td__transport_t *t) {
 
 static void on_pump_timer(uv_timer_t *timer) {
   td__transport_t *t = timer->data;
+  /* Under an uplink cap one timer lets about one frame out: start at the
+   * next link each time so every link gets its turn on the shared wire. */
+  size_t first = t->n_links > 0 ? t->pump_turn++ % t->n_links : 0;
   for (size_t i = 0; i < t->n_links; i++)
-    td__link_pump(t, &t->links[i]);
+    td__link_pump(t, &t->links[(first + i) % t->n_links]);
 }
 
 /* Arm the pump timer for the earliest frame that waits on time (delay). */
@@ -220,6 +228,8 @@ static void arm_pump(td__transport_t *t) {
   double next = INFINITY;
   for (size_t i = 0; i < t->n_links; i++)
     next = fmin(next, td_linkq_next_ready(t->links[i].q));
+  if (isfinite(next) && t->uplink_bps > 0)
+    next = fmax(next, t->uplink_free_s); /* nothing leaves before the wire is free */
   if (isfinite(next) && !t->stopped) {
     double ms = ceil((next - td_clock_mono_s()) * 1e3);
     uv_timer_start(&t->pump_timer, on_pump_timer, ms > 1 ? (uint64_t)ms : 1, 0);
@@ -229,7 +239,9 @@ static void arm_pump(td__transport_t *t) {
 void td__link_pump(td__transport_t *t, td__link_t *l) {
   td_linkq_frame_t f;
   double now = td_clock_mono_s();
-  while (td_linkq_pop(l->q, now, &f)) {
+  while ((t->uplink_bps <= 0 || now >= t->uplink_free_s) && td_linkq_pop(l->q, now, &f)) {
+    if (t->uplink_bps > 0)
+      t->uplink_free_s = fmax(now, t->uplink_free_s) + (double)f.len * 8.0 / t->uplink_bps;
     if (zmq_send(l->sock, f.frame, f.len, ZMQ_DONTWAIT) < 0) {
       l->send_drops++; /* counted; its window share comes back at expiry */
     } else {
@@ -486,12 +498,13 @@ static void poll_socket(td__transport_t *t, void *sock, uv_poll_t *h, uv_poll_cb
 }
 
 int td__transport_open(td__transport_t **out, td__node_t *n, const char *listen,
-                       double link_delay_s, char *why, size_t why_len) {
+                       double link_delay_s, double uplink_bps, char *why, size_t why_len) {
   td__transport_t *t = calloc(1, sizeof *t);
   if (t == NULL)
     return td_why(why, why_len, TD_ENOMEM, "out of memory");
   t->node = n;
   t->link_delay_s = link_delay_s;
+  t->uplink_bps = uplink_bps > 0 ? uplink_bps : 0;
   t->zctx = zmq_ctx_new();
   *out = t; /* closed by td__transport_close() whatever happens */
   int rc = bind_router(t, listen, why, why_len);
