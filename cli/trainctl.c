@@ -15,11 +15,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/history.h"
+#include "proto/control.h"
 #include "proto/wire.h"
 
 #ifdef HAVE_CONFIG_H
@@ -27,10 +27,11 @@
 #endif
 
 static const char *socket_path;
+static int timeout_ms = TD_CONTROL_TIMEOUT_MS;
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: trainctl [--socket PATH] COMMAND [ARGS]\n"
+          "usage: trainctl [--socket PATH] [--timeout S] COMMAND [ARGS]\n"
           "\n"
           "commands:\n"
           "  join ENDPOINT                  join the cluster of the node at tcp://HOST:PORT\n"
@@ -42,9 +43,12 @@ static void usage(FILE *out) {
           "  peers [--json]                 members and per-link traffic\n"
           "  rounds [--last N] [--csv|--json]  rounds of the current run, from the ledger\n"
           "  leave                          tell the peers and shut this daemon down\n"
+          "%s"
           "\n"
           "--socket defaults to $TRAIND_SOCKET, else DATA_DIR/control.sock with DATA_DIR =\n"
-          "$TRAIND_DATA_DIR or ~/.local/share/traind (the daemon's defaults).\n");
+          "$TRAIND_DATA_DIR or ~/.local/share/traind (the daemon's defaults).\n"
+          "--timeout: give up when traind does not answer within S seconds (default %d).\n",
+          td_history_usage(), TD_CONTROL_TIMEOUT_MS / 1000);
 }
 
 static int die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -58,91 +62,30 @@ static int die(const char *fmt, ...) {
   return 1;
 }
 
-static int read_full(int fd, void *buf, size_t len) {
-  uint8_t *p = buf;
-  while (len > 0) {
-    ssize_t r = read(fd, p, len);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0)
-      return -1;
-    p += r;
-    len -= (size_t)r;
-  }
-  return 0;
-}
-
-static int write_full(int fd, const void *buf, size_t len) {
-  const uint8_t *p = buf;
-  while (len > 0) {
-    ssize_t w = write(fd, p, len);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0)
-      return -1;
-    p += w;
-    len -= (size_t)w;
-  }
-  return 0;
-}
-
-/* One request, one response. On success *json holds the payload (caller frees). */
-static int call(Traind__ControlRequest *req, json_object **json) {
-  struct sockaddr_un addr = {.sun_family = AF_UNIX};
-  if (strlen(socket_path) >= sizeof addr.sun_path)
-    return die("socket path too long: %s", socket_path);
-  strcpy(addr.sun_path, socket_path);
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return die("socket: %s", strerror(errno));
-  if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
-    int e = errno;
-    close(fd);
-    if (e == ENOENT || e == ECONNREFUSED)
-      return die("traind is not running (no daemon at %s)", socket_path);
-    return die("cannot reach traind at %s: %s", socket_path, strerror(e));
-  }
-  uint8_t *body;
-  size_t len;
-  if (td_wire_pack_request(req, &body, &len) != 0) {
-    close(fd);
-    return die("request too large");
-  }
-  uint8_t hdr[4] = {(uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8), (uint8_t)len};
-  int rc = write_full(fd, hdr, 4) == 0 && write_full(fd, body, len) == 0 ? 0 : -1;
-  free(body);
-  if (rc != 0 || read_full(fd, hdr, 4) != 0) {
-    close(fd);
-    return die("traind closed the connection without answering");
-  }
-  size_t rlen = ((size_t)hdr[0] << 24) | ((size_t)hdr[1] << 16) | ((size_t)hdr[2] << 8) | hdr[3];
-  if (rlen > TD_WIRE_MAX_CONTROL) {
-    close(fd);
-    return die("response too large (%zu bytes)", rlen);
-  }
-  uint8_t *rbuf = malloc(rlen ? rlen : 1);
-  if (rbuf == NULL || read_full(fd, rbuf, rlen) != 0) {
-    free(rbuf);
-    close(fd);
-    return die("truncated response from traind");
-  }
-  close(fd);
+/* One request, one response (proto/control.h). On success *json holds the
+ * payload (caller frees) and *total the row count of a paged answer. */
+static int call_paged(Traind__ControlRequest *req, json_object **json, uint64_t *total) {
   Traind__ControlResponse *resp = NULL;
-  char why[256];
-  rc = td_wire_unpack_response(&resp, rbuf, rlen, why, sizeof why);
-  free(rbuf);
-  if (rc != 0)
+  char why[512];
+  if (td_control_call(socket_path, req, timeout_ms, &resp, why, sizeof why) != 0)
     return die("%s", why);
+  int rc = 0;
   if (resp->status != 0) {
     rc = die("%s", resp->error && resp->error[0] ? resp->error : "request refused");
     td_wire_free_response(&resp);
     return rc;
   }
   *json = json_tokener_parse(resp->json ? resp->json : "null");
+  if (total != NULL)
+    *total = resp->total;
   td_wire_free_response(&resp);
   if (*json == NULL)
     return die("traind answered with malformed JSON");
   return 0;
+}
+
+static int call(Traind__ControlRequest *req, json_object **json) {
+  return call_paged(req, json, NULL);
 }
 
 static const char *jstr(json_object *o, const char *key) {
@@ -257,10 +200,23 @@ static int cmd_rounds(unsigned last, bool csv, bool json) {
   Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
   req.command = TRAIND__CONTROL_REQUEST__COMMAND__ROUNDS;
   req.last = last;
-  json_object *arr = NULL;
-  int rc = call(&req, &arr);
-  if (rc != 0)
-    return rc;
+  req.page_size = TD_CONTROL_ROUNDS_PAGE;
+  json_object *arr = json_object_new_array();
+  for (uint64_t total = 1; req.page_from < total;) { /* page by page: no answer too large */
+    json_object *page = NULL;
+    int rc = call_paged(&req, &page, &total);
+    if (rc != 0) {
+      json_object_put(arr);
+      return rc;
+    }
+    size_t got = json_object_array_length(page);
+    for (size_t i = 0; i < got; i++)
+      json_object_array_add(arr, json_object_get(json_object_array_get_idx(page, i)));
+    json_object_put(page);
+    if (got == 0)
+      break;
+    req.page_from += got;
+  }
   size_t n = json_object_array_length(arr);
   if (json) {
     printf("%s\n", json_object_to_json_string_ext(arr, JSON_C_TO_STRING_PLAIN));
@@ -353,6 +309,15 @@ int main(int argc, char **argv) {
       socket_path = argv[++i];
     } else if (strncmp(argv[i], "--socket=", 9) == 0) {
       socket_path = argv[i] + 9;
+    } else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc) {
+      char *end;
+      double s = strtod(argv[++i], &end);
+      if (*end != '\0' || !(s > 0) || s > 86400) {
+        fprintf(stderr, "trainctl: error: --timeout wants seconds in (0, 86400], got %s\n",
+                argv[i]);
+        return 2;
+      }
+      timeout_ms = (int)ceil(s * 1000);
     } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       usage(stdout);
       return 0;
@@ -373,6 +338,8 @@ int main(int argc, char **argv) {
   const char *cmd = argv[i++];
   int nargs = argc - i;
   char **args = argv + i;
+  if (td_history_handles(cmd))
+    return td_history_main(cmd, nargs, args);
   Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
   json_object *o = NULL;
   int rc;

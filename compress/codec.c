@@ -34,7 +34,7 @@ float *td__codec_scratch(td_codec_tensor_state_t *st, size_t n) {
 
 int td_codec_parse(td_codec_spec_t *out, const char *text, char *why, size_t why_len) {
   memset(out, 0, sizeof *out);
-  out->clip = 2.5;
+  out->clip = TD_CODEC_CLIP_SIGMA;
   const char *colon = strchr(text, ':');
   size_t name_len = colon ? (size_t)(colon - text) : strlen(text);
   const char *arg = colon ? colon + 1 : NULL;
@@ -226,7 +226,7 @@ size_t td_codec_message_size(const td_codec_spec_t *spec, const td_layout_t *lay
 void td_codec_fit_budget(const td_layout_t *layout, double budget_bytes, td_codec_spec_t *out) {
   static const td_codec_id_t ladder[] = {TD_CODEC_NONE, TD_CODEC_FP16, TD_CODEC_TERNARY};
   for (size_t i = 0; i < sizeof ladder / sizeof ladder[0]; i++) {
-    *out = (td_codec_spec_t){.id = ladder[i], .clip = 2.5};
+    *out = (td_codec_spec_t){.id = ladder[i], .clip = TD_CODEC_CLIP_SIGMA};
     if ((double)td_codec_message_size(out, layout) <= budget_bytes)
       return;
   }

@@ -32,13 +32,16 @@ typedef enum {
   TD_CODEC_COUNT
 } td_codec_id_t;
 
+/* Ternary's default clip, in standard deviations. */
+#define TD_CODEC_CLIP_SIGMA 2.5
+
 typedef struct {
   td_codec_id_t id;
   double density;  /* topk: fraction of entries sent, (0, 1] */
   unsigned rank;   /* powersgd: rank, >= 1 */
   unsigned levels; /* qsgd: quantization levels s, 1..127 */
   bool base3;      /* ternary: 5 trits per byte instead of 4 x 2 bits */
-  double clip;     /* ternary: clip at clip * sigma (2.5) */
+  double clip;     /* ternary: clip at clip * sigma (TD_CODEC_CLIP_SIGMA) */
 } td_codec_spec_t;
 
 /* Parse none | fp16 | ternary[:base3] | topk:DENSITY | powersgd:RANK | qsgd:LEVELS.

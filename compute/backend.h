@@ -41,6 +41,15 @@ typedef struct {
   bool nesterov;
 } td_sgd_hparams_t;
 
+typedef struct {
+  float lr;
+  float beta1, beta2;  /* in [0, 1) */
+  float eps;           /* > 0, added to sqrt(v_hat) */
+  float weight_decay;  /* decoupled: w -= lr * weight_decay * w, not added to g */
+  float bias1, bias2;  /* 1 - beta1^t and 1 - beta2^t at step t >= 1 (computed in double) */
+  float grad_scale;    /* g is read as grad_scale * g (1: as is; clipping passes its factor) */
+} td_adamw_hparams_t;
+
 /* Open a backend by name: "cpu" or "cuda". threads <= 0 keeps the BLAS default.
  * TD_EDEVICE (with why) when the backend is not compiled in or has no device.
  * Caller owns *out. */
@@ -78,12 +87,17 @@ double td_backend_softmax_xent(td_backend_t *be, const float *logits, const int3
  * w -= lr * (nesterov ? g' + mu*v : v)   (v untouched and w -= lr*g' when mu == 0). */
 void td_backend_sgd_step(td_backend_t *be, float *w, const float *g, float *v, size_t n,
                          const td_sgd_hparams_t *hp);
+/* One fused AdamW pass over n floats (Loshchilov & Hutter), g' = grad_scale * g:
+ * m = b1*m + (1-b1)*g';  v = b2*v + (1-b2)*g'^2;
+ * w -= lr * ((m/bias1) / (sqrt(v/bias2) + eps) + weight_decay * w)   (w on the right: old w). */
+void td_backend_adamw_step(td_backend_t *be, float *w, const float *g, float *m, float *v,
+                           size_t n, const td_adamw_hparams_t *hp);
 
 
-/* Whether the backend implements the layer ops below (iface version 2). */
+/* Whether the backend implements the layer ops below (iface version 3). */
 bool td_backend_supports_layers(const td_backend_t *be);
 
-/* ---- layer ops (iface version 2). Batch n, rows x cols row-major unless
+/* ---- layer ops (iface version 3). Batch n, rows x cols row-major unless
  * said otherwise. A backward op whose `acc` is true ADDS its input gradient
  * into din (the tensor feeds more than one layer); otherwise it overwrites.
  * Parameter gradients are always overwritten. */

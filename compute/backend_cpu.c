@@ -3,8 +3,8 @@
  *
  * GEMMs go to OpenBLAS (row-major cblas_sgemm). Everything else is one fused
  * pass over memory: bias + ReLU in one pass, ReLU mask + bias gradient in one
- * pass, softmax + loss + gradient in one pass per row, the whole SGD update in
- * one pass. The elementwise loops are written so gcc -O3 vectorises them
+ * pass, softmax + loss + gradient in one pass per row, the whole SGD or AdamW
+ * update in one pass. The elementwise loops are written so gcc -O3 vectorises them
  * (restrict, unit stride, no calls, branch-free selects) and are compiled for
  * AVX-512, AVX2 and baseline x86-64 with run-time dispatch (target_clones), so
  * no -march flag is needed for speed and the binary still runs anywhere.
@@ -231,6 +231,32 @@ static void cpu_sgd_step(td_backend_t *be, float *w, const float *g, float *v, s
     sgd_momentum(w, g, v, n, hp->lr, hp->momentum, hp->weight_decay);
 }
 
+/* The bias corrections are folded into two per-pass constants, so the loop is
+ * m, v, w in and out with one sqrt and one divide per element. gcc keeps it
+ * scalar while math-errno is on (sqrtf may set errno; neither the optimize
+ * attribute nor the pragma lift that under target_clones in gcc 12); building
+ * with -fno-math-errno vectorises it. */
+TD_CLONES
+static void adamw_fused(float *restrict w, const float *restrict g, float *restrict m,
+                        float *restrict v, size_t n, float lr, float b1, float b2, float eps,
+                        float wd, float inv_bias1, float inv_bias2, float scale) {
+  for (size_t i = 0; i < n; i++) {
+    float gi = scale * g[i];
+    float mi = b1 * m[i] + (1.0f - b1) * gi;
+    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    w[i] -= lr * ((mi * inv_bias1) / (sqrtf(vi * inv_bias2) + eps) + wd * w[i]);
+  }
+}
+
+static void cpu_adamw_step(td_backend_t *be, float *w, const float *g, float *m, float *v,
+                           size_t n, const td_adamw_hparams_t *hp) {
+  (void)be;
+  adamw_fused(w, g, m, v, n, hp->lr, hp->beta1, hp->beta2, hp->eps, hp->weight_decay,
+              1.0f / hp->bias1, 1.0f / hp->bias2, hp->grad_scale);
+}
+
 const td_backend_iface_t td__backend_cpu = {
     .version = TD_BACKEND_IFACE_VERSION,
     .name = "cpu",
@@ -246,6 +272,7 @@ const td_backend_iface_t td__backend_cpu = {
     .act_backward = cpu_act_backward,
     .softmax_xent = cpu_softmax_xent,
     .sgd_step = cpu_sgd_step,
+    .adamw_step = cpu_adamw_step,
     .im2col = td__cpu_im2col,
     .col2im = td__cpu_col2im,
     .swap01 = td__cpu_swap01,

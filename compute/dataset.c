@@ -7,7 +7,11 @@
  * and against the bytes the file can actually hold before anything is
  * allocated from them, and the data must end exactly where the header says.
  * Pixels are converted slab by slab from a small scratch buffer, so loading
- * Fashion-MNIST holds the float array plus one megabyte, never two copies. */
+ * Fashion-MNIST holds the float array plus one megabyte, never two copies.
+ * Every file is opened through td_file_open_regular (compute/file.h): without
+ * blocking, and only if it is a regular file, so a FIFO or a device path fails
+ * at once instead of hanging the thread that loads it (the compute thread of a
+ * run, which must always see a stop). */
 #include "compute/dataset.h"
 
 #include <errno.h>
@@ -16,9 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "compute/error.h"
+#include "compute/file.h"
 
 struct td_dataset {
   size_t rows, dim;
@@ -36,6 +42,10 @@ struct td_dataset {
 #define TD__IDX_SLAB_BYTES ((size_t)1 << 20)
 #define TD__IDX_UBYTE 0x08
 #define TD__IDX_FLOAT 0x0D
+/* The largest IDX file worth opening: the value cap in floats plus a header. */
+#define TD__IDX_MAX_FILE_BYTES (TD__DATASET_MAX_VALUES * 4 + 4 + 4 * 255)
+/* The largest CSV file: 64 GiB of text (the row and value caps bind first). */
+#define TD__CSV_MAX_FILE_BYTES ((uint64_t)1 << 36)
 
 static td_dataset_t *dataset_new(size_t rows, size_t dim) {
   if (dim != 0 && rows > SIZE_MAX / sizeof(float) / dim)
@@ -79,7 +89,6 @@ typedef struct {
   gzFile gz;
   const char *path;
   uint64_t file_bytes;   /* size on disk (compressed size for .gz) */
-  int regular;           /* a regular file, so file_bytes is meaningful */
   uint8_t type;          /* 0x08 ubyte, 0x0D float, ... */
   int ndims;
   uint64_t items;        /* dims[0] */
@@ -91,18 +100,15 @@ typedef struct {
 static int idx_open(idx_file_t *f, const char *path, char *why, size_t why_len) {
   memset(f, 0, sizeof *f);
   f->path = path;
-  struct stat st;
-  if (stat(path, &st) != 0)
-    return td_why(why, why_len, errno == ENOENT || errno == ENOTDIR ? TD_ENOENT : TD_EIO,
-                  "cannot open %s: %s", path, strerror(errno));
-  if (S_ISDIR(st.st_mode))
-    return td_why(why, why_len, TD_EIO, "cannot read %s: it is a directory", path);
-  f->file_bytes = (uint64_t)st.st_size;
-  f->regular = S_ISREG(st.st_mode);
-  f->gz = gzopen(path, "rb");
-  if (f->gz == NULL)
-    return td_why(why, why_len, errno == ENOENT ? TD_ENOENT : TD_EIO, "cannot open %s: %s",
-                  path, errno ? strerror(errno) : "out of memory");
+  int fd;
+  int rc = td_file_open_regular(&fd, path, TD__IDX_MAX_FILE_BYTES, &f->file_bytes, why, why_len);
+  if (rc != 0)
+    return rc;
+  f->gz = gzdopen(fd, "rb");
+  if (f->gz == NULL) {
+    close(fd);
+    return td_why(why, why_len, TD_ENOMEM, "cannot read %s: out of memory", path);
+  }
   gzbuffer(f->gz, 1u << 17);
   return 0;
 }
@@ -208,8 +214,6 @@ static uint64_t idx_data_bytes(const idx_file_t *f) {
  * them at deflate's best ratio (the exact check happens while reading). */
 static int idx_check_size(const idx_file_t *f, char *why, size_t why_len) {
   uint64_t need = idx_data_bytes(f);
-  if (!f->regular)
-    return 0; /* a pipe or device: only the streaming checks apply */
   if (gzdirect(f->gz)) {
     uint64_t have = f->file_bytes > f->header_bytes ? f->file_bytes - f->header_bytes : 0;
     if (have < need)
@@ -416,10 +420,17 @@ int td_dataset_load_csv(td_dataset_t **out, const char *path, char *why, size_t 
   *out = NULL;
   if (path == NULL)
     return td_why(why, why_len, TD_EINVAL, "CSV loader needs a path");
-  FILE *f = fopen(path, "r");
-  if (f == NULL)
-    return td_why(why, why_len, errno == ENOENT || errno == ENOTDIR ? TD_ENOENT : TD_EIO,
-                  "cannot open %s: %s", path, strerror(errno));
+  int fd;
+  uint64_t file_bytes;
+  int open_rc = td_file_open_regular(&fd, path, TD__CSV_MAX_FILE_BYTES, &file_bytes, why,
+                                     why_len);
+  if (open_rc != 0)
+    return open_rc;
+  FILE *f = fdopen(fd, "r");
+  if (f == NULL) {
+    close(fd);
+    return td_why(why, why_len, TD_ENOMEM, "cannot read %s: out of memory", path);
+  }
   char *line = NULL;
   size_t line_cap = 0, rows = 0, row_cap = 0, cols = 0, vals_cap = 0;
   double *vals = NULL;

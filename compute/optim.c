@@ -1,9 +1,12 @@
-/* optim.c: learning-rate schedules and the SGD optimizer.
+/* optim.c: learning-rate schedules, gradient clipping and the optimizers.
  *
  * A schedule is parsed once from the run spec and is then a pure function of
  * the global step, so every node of a run computes the same rate without
- * talking. The optimizer owns one velocity buffer on the model's backend and
- * hands each update to the backend's fused sgd_step, one pass over memory. */
+ * talking. An optimizer owns its state buffers on the model's backend and
+ * hands each update to the backend's fused sgd_step or adamw_step, one pass
+ * over memory; AdamW's bias corrections are computed here in double, once per
+ * step, and the clip factor rides along in the same pass. Runs on whichever
+ * thread owns the model (the compute thread). */
 #include "compute/optim.h"
 
 #include <math.h>
@@ -178,3 +181,165 @@ void td_sgd_step(td_sgd_t *opt, float *w, const float *g, double lr) {
 }
 
 float *td_sgd_velocity(td_sgd_t *opt) { return opt->velocity; }
+
+double td_clip_global_norm(float *g, size_t n, double max_norm) {
+  double sq = 0;
+  for (size_t i = 0; i < n; i++)
+    sq += (double)g[i] * (double)g[i];
+  double norm = sqrt(sq);
+  if (max_norm > 0 && norm > max_norm) {
+    double scale = max_norm / norm;
+    for (size_t i = 0; i < n; i++)
+      g[i] = (float)((double)g[i] * scale);
+  }
+  return norm;
+}
+
+#define TD__OPTIM_MAX_STATES 2
+
+struct td_optim {
+  td_backend_t *be;
+  td_optim_opts_t opts;
+  size_t numel;
+  size_t n_states;
+  float *state[TD__OPTIM_MAX_STATES];
+  unsigned long steps;
+};
+
+static const char *const optim_names[] = {[TD_OPTIM_SGD] = "sgd", [TD_OPTIM_ADAMW] = "adamw"};
+
+int td_optim_kind_parse(td_optim_kind_t *out, const char *name, char *why, size_t why_len) {
+  for (size_t k = 0; k < sizeof optim_names / sizeof optim_names[0]; k++)
+    if (name != NULL && strcmp(name, optim_names[k]) == 0) {
+      *out = (td_optim_kind_t)k;
+      return 0;
+    }
+  return td_why(why, why_len, TD_ECONFIG, "unknown optimizer '%s' (accepted: sgd, adamw)",
+                name ? name : "(null)");
+}
+
+const char *td_optim_kind_name(td_optim_kind_t kind) {
+  return (unsigned)kind < sizeof optim_names / sizeof optim_names[0] ? optim_names[kind] : "?";
+}
+
+static bool in_unit(double x) { return x >= 0.0 && x < 1.0; }
+
+static int optim_check(const td_optim_opts_t *o, char *why, size_t why_len) {
+  if (!(o->weight_decay >= 0.0 && isfinite(o->weight_decay)))
+    return td_why(why, why_len, TD_ECONFIG, "weight_decay %g is not a finite number >= 0",
+                  o->weight_decay);
+  if (!(o->clip >= 0.0 && isfinite(o->clip)))
+    return td_why(why, why_len, TD_ECONFIG, "clip %g is not a finite number >= 0", o->clip);
+  switch (o->kind) {
+  case TD_OPTIM_SGD:
+    if (!in_unit(o->momentum))
+      return td_why(why, why_len, TD_ECONFIG, "momentum %g is not in [0, 1)", o->momentum);
+    if (o->nesterov && o->momentum == 0.0)
+      return td_why(why, why_len, TD_ECONFIG, "nesterov needs momentum > 0");
+    return 0;
+  case TD_OPTIM_ADAMW:
+    if (!in_unit(o->beta1) || !in_unit(o->beta2))
+      return td_why(why, why_len, TD_ECONFIG, "AdamW betas (%g, %g) are not both in [0, 1)",
+                    o->beta1, o->beta2);
+    if (!(o->eps > 0.0 && isfinite(o->eps)))
+      return td_why(why, why_len, TD_ECONFIG, "AdamW eps %g is not a finite number > 0",
+                    o->eps);
+    return 0;
+  }
+  return td_why(why, why_len, TD_ECONFIG, "unknown optimizer kind %d", (int)o->kind);
+}
+
+int td_optim_open(td_optim_t **out, td_backend_t *be, size_t numel, const td_optim_opts_t *opts,
+                  char *why, size_t why_len) {
+  if (out == NULL)
+    return td_why(why, why_len, TD_EINVAL, "no output pointer");
+  *out = NULL;
+  if (be == NULL || opts == NULL || numel > SIZE_MAX / sizeof(float))
+    return td_why(why, why_len, TD_EINVAL, "no backend, no options or too many parameters");
+  int rc = optim_check(opts, why, why_len);
+  if (rc != 0)
+    return rc;
+  td_optim_t *opt = calloc(1, sizeof *opt);
+  if (opt == NULL)
+    return td_why(why, why_len, TD_ENOMEM, "out of memory");
+  opt->be = be;
+  opt->opts = *opts;
+  opt->numel = numel;
+  opt->n_states = opts->kind == TD_OPTIM_ADAMW ? 2 : 1;
+  for (size_t i = 0; i < opt->n_states; i++)
+    if ((opt->state[i] = td_backend_alloc(be, numel * sizeof(float))) == NULL) {
+      td_optim_close(&opt);
+      return td_why(why, why_len, TD_ENOMEM, "out of memory for %zu optimizer floats", numel);
+    }
+  *out = opt;
+  return 0;
+}
+
+void td_optim_close(td_optim_t **self_p) {
+  if (self_p == NULL || *self_p == NULL)
+    return;
+  td_optim_t *opt = *self_p;
+  for (size_t i = 0; i < opt->n_states; i++)
+    td_backend_free(opt->be, opt->state[i]);
+  free(opt);
+  *self_p = NULL;
+}
+
+double td_optim_step(td_optim_t *opt, float *w, float *g, double lr) {
+  const td_optim_opts_t *o = &opt->opts;
+  double norm = -1;
+  opt->steps++;
+  if (o->kind == TD_OPTIM_SGD) {
+    if (o->clip > 0)
+      norm = td_clip_global_norm(g, opt->numel, o->clip);
+    td_sgd_hparams_t hp = {
+        .lr = (float)lr,
+        .momentum = (float)o->momentum,
+        .weight_decay = (float)o->weight_decay,
+        .nesterov = o->nesterov,
+    };
+    td_backend_sgd_step(opt->be, w, g, opt->state[0], opt->numel, &hp);
+    return norm;
+  }
+  double scale = 1;
+  if (o->clip > 0) {
+    norm = td_clip_global_norm(g, opt->numel, 0); /* measure only: the pass scales */
+    if (norm > o->clip)
+      scale = o->clip / norm;
+  }
+  double t = (double)opt->steps;
+  td_adamw_hparams_t hp = {
+      .lr = (float)lr,
+      .beta1 = (float)o->beta1,
+      .beta2 = (float)o->beta2,
+      .eps = (float)o->eps,
+      .weight_decay = (float)o->weight_decay,
+      .bias1 = (float)(1.0 - pow(o->beta1, t)),
+      .bias2 = (float)(1.0 - pow(o->beta2, t)),
+      .grad_scale = (float)scale,
+  };
+  td_backend_adamw_step(opt->be, w, g, opt->state[0], opt->state[1], opt->numel, &hp);
+  return norm;
+}
+
+int td_optim_reset(td_optim_t *opt) {
+  size_t bytes = opt->numel * sizeof(float);
+  float *zeros = calloc(1, bytes ? bytes : 1);
+  if (zeros == NULL)
+    return TD_ENOMEM;
+  int rc = 0;
+  for (size_t i = 0; i < opt->n_states && rc == 0; i++)
+    rc = td_backend_upload(opt->be, opt->state[i], zeros, bytes);
+  free(zeros);
+  if (rc == 0)
+    opt->steps = 0;
+  return rc;
+}
+
+unsigned long td_optim_steps(const td_optim_t *opt) { return opt->steps; }
+td_optim_kind_t td_optim_kind(const td_optim_t *opt) { return opt->opts.kind; }
+size_t td_optim_state_count(const td_optim_t *opt) { return opt->n_states; }
+
+float *td_optim_state(td_optim_t *opt, size_t index) {
+  return index < opt->n_states ? opt->state[index] : NULL;
+}

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "compute/error.h"
 #include "daemon/settings.h"
@@ -108,11 +109,17 @@ int main(int argc, char **argv) {
       return 2;
     }
     td_log_set_level((td_log_level_t)td_log_parse_level(cfg.log_level));
+    int lock_fd; /* held until exit: the kernel drops the lock with the process */
+    if ((rc = td_settings_lock_data_dir(cfg.data_dir, &lock_fd, why, sizeof why)) != 0) {
+      fprintf(stderr, "traind: error: %s\n", why);
+      return 1;
+    }
     td_node_opts_t opts = {.data_dir = cfg.data_dir, .listen = cfg.listen,
                            .control_path = cfg.control[0] ? cfg.control : NULL,
                            .threads = cfg.threads, .heartbeat_ms = cfg.heartbeat_ms,
                            .link_delay_ms = cfg.link_delay_ms};
     rc = td_node_main(&opts, why, sizeof why);
+    close(lock_fd);
     if (rc != 0) {
       fprintf(stderr, "traind: error: %s\n", why[0] ? why : td_strerror(rc));
       return 1;

@@ -13,7 +13,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TD_MEMBERS_MAX 32
+#include "proto/limits.h"
+
+#define TD_MEMBERS_MAX TD_MAX_NODES
 #define TD_ENDPOINT_MAX 256
 
 typedef enum {

@@ -3,11 +3,16 @@
  * One libuv loop owns the ZeroMQ sockets (integrated through ZMQ_FD +
  * uv_poll), the control socket, the timers (heartbeats, failure detection,
  * round deadlines) and the membership table; a run's compute thread trains
- * (daemon/run.h); the libuv work pool packs updates and writes the ledger. */
+ * (daemon/run.h); the libuv work pool encodes updates and writes the ledger.
+ * daemon/internal.h maps the parts. */
 #ifndef TD_NODE_H
 #define TD_NODE_H
 
 #include <stddef.h>
+
+/* Where a node listens and how often it beats when not told otherwise. */
+#define TD_NODE_DEFAULT_LISTEN "tcp://127.0.0.1:7070"
+#define TD_NODE_DEFAULT_HEARTBEAT_MS 500
 
 typedef struct {
   const char *data_dir;     /* created if missing; holds node_id, traind.db */

@@ -1,4 +1,6 @@
 /* run.h: one training run on this node: the compute thread and its hand-offs.
+ * (run.c: lifecycle and mailbox; run_compute.c: the compute thread's rounds;
+ * run_recon.c: reconciliation slots; run_internal.h: what they share.)
  *
  * The compute thread loads the dataset, takes partition `rank` of `nodes`,
  * and runs rounds of H local SGD steps (H from `local_steps`, or the QSR).
@@ -87,6 +89,12 @@ typedef struct {
 int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t why_len);
 /* Stop, join the compute thread and free everything. NULL-safe. */
 void td_run_close(td_run_t **self_p);
+/* Stop and join the compute thread, keeping the buffers (td_run_delta(),
+ * td_run_layout()) for jobs that still read them until td_run_close(). Events
+ * already queued can still be read; a compute thread that finds the mailbox
+ * full from then on gives up instead of waiting. Two compute threads never
+ * overlap: BLAS state is process-wide. Loop thread. */
+void td_run_join(td_run_t *run);
 
 /* Pop the next queued event; false when none. Loop thread only. */
 bool td_run_next_event(td_run_t *run, td_run_event_t *ev);
@@ -127,7 +135,9 @@ void td_run_set_nodes(td_run_t *run, uint64_t from_round, unsigned nodes);
  * node ends on the same model. Any thread. */
 bool td_run_reconciles(const td_run_t *run, uint64_t round);
 void td_run_reconciled(td_run_t *run, uint64_t round, const float *mean);
-/* Ask the compute thread to stop at the next step; it posts TD_RUN_STOPPED. */
+/* Ask the compute thread to stop at the next step; it posts TD_RUN_STOPPED.
+ * Events are never dropped: when the loop falls behind, the compute thread
+ * waits for room in its mailbox (until td_run_join() or td_run_close()). */
 void td_run_stop(td_run_t *run);
 
 uint64_t td_run_rounds(const td_run_t *run);     /* known after READY */
@@ -136,11 +146,13 @@ unsigned td_run_local_batch(const td_run_t *run); /* the initial (even) split */
  * every node because it depends only on the shared schedule. Valid after READY. */
 unsigned td_run_steps_of(const td_run_t *run, uint64_t round);
 
-/* Rounds of a run: ceil(epochs * ceil(train_rows / batch) / local_steps), or the
- * `rounds` key when it is set; the same on every node. */
+/* Rounds of a fixed-H run: ceil(epochs * ceil(train_rows / batch) / local_steps),
+ * or the `rounds` key when it is set; the same on every node
+ * (td_steps_round_count() of scheduler/steps.h on the spec's numbers). */
 uint64_t td_run_round_count(const td_runspec_t *spec, size_t train_rows);
 /* Local batch of node `rank` of `nodes`: the global batch split evenly, the
- * remainder going to the lowest ranks, so the local batches sum to `batch`. */
+ * remainder going to the lowest ranks, so the local batches sum to `batch`
+ * (td_steps_split_batch()). */
 unsigned td_run_split_batch(unsigned batch, unsigned rank, unsigned nodes);
 
 #endif

@@ -61,12 +61,22 @@ static int check_backend(td_runspec_t *rs, const char *v, char *why, size_t n) {
 static int check_dataset(td_runspec_t *rs, const char *v, char *why, size_t n) {
   (void)rs;
   if (strcmp(v, "fashion-mnist") == 0 || (strncmp(v, "idx:", 4) == 0 && v[4] != '\0') ||
-      (strncmp(v, "csv:", 4) == 0 && v[4] != '\0'))
+      (strncmp(v, "csv:", 4) == 0 && v[4] != '\0') ||
+      (strncmp(v, "text:", 5) == 0 && v[5] != '\0'))
     return 0;
   return td_why(why, n, TD_ECONFIG,
                 "unknown dataset '%s' (accepted: fashion-mnist, idx:TRAIN_IMAGES,TRAIN_LABELS"
-                "[,TEST_IMAGES,TEST_LABELS], csv:TRAIN[,TEST])",
+                "[,TEST_IMAGES,TEST_LABELS], csv:TRAIN[,TEST], text:fortunes, "
+                "text:PATH[,VALID_PATH])",
                 v);
+}
+
+static int check_optimizer(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  td_optim_kind_t kind;
+  int rc = td_optim_kind_parse(&kind, v, why, n);
+  if (rc == 0)
+    rs->optimizer_kind = (unsigned)kind;
+  return rc;
 }
 
 /* Strict unsigned integer in [lo, hi] spanning the whole of [s, end). */
@@ -197,7 +207,11 @@ static int check_slowdown(td_runspec_t *rs, const char *v, char *why, size_t n) 
 }
 
 bool td_runspec_reconciles(const td_runspec_t *rs) {
-  return rs->reconcile_on && rs->mode_kind != TD_MODE_ASYNC && strcmp(rs->codec, "none") != 0;
+  if (!rs->reconcile_on || rs->mode_kind == TD_MODE_ASYNC)
+    return false;
+  td_codec_spec_t codec;
+  return rs->codec_auto || (td_codec_parse(&codec, rs->codec, NULL, 0) == 0 &&
+                            codec.id != TD_CODEC_NONE);
 }
 
 double td_runspec_slowdown(const td_runspec_t *rs, unsigned rank) {
@@ -241,16 +255,28 @@ static const run_key_t td__run_keys[] = {
     {"model", KEY_STR, F(model), "mlp:784-256-128-10", 0, 0, check_model,
      "model spec: mlp:IN-H1-...-OUT (dense + ReLU, softmax cross-entropy)"},
     {"dataset", KEY_STR, F(dataset), "fashion-mnist", 0, 0, check_dataset,
-     "fashion-mnist | idx:TRAIN_IMAGES,TRAIN_LABELS[,TEST_IMAGES,TEST_LABELS] | csv:TRAIN[,TEST]"},
+     "fashion-mnist | idx:TRAIN_IMAGES,TRAIN_LABELS[,TEST_IMAGES,TEST_LABELS] | csv:TRAIN[,TEST]"
+     " | text:fortunes | text:PATH[,VALID_PATH] (bytes as tokens; 10% held out without "
+     "VALID_PATH)"},
     {"partition", KEY_STR, F(partition), "iid", 0, 0, check_partition,
      "all | iid | dirichlet:ALPHA | shard:K"},
     {"node", KEY_STR, F(node), "0/1", 0, 0, check_node,
      "K/N: train on partition K of N (standalone baselines)"},
     {"batch", KEY_UINT, F(batch), "64", 1, TD_MODEL_MAX_BATCH, NULL, "global batch per step"},
     {"lr", KEY_DOUBLE, F(lr), "0.05", 1e-12, 1e30, NULL, "base learning rate"},
+    {"optimizer", KEY_STR, F(optimizer), "sgd", 0, 0, check_optimizer,
+     "sgd | adamw: the local (inner) optimizer; its state never leaves the node"},
     {"momentum", KEY_DOUBLE, F(momentum), "0.9", 0, 0.999999, NULL, "SGD momentum in [0, 1)"},
-    {"nesterov", KEY_BOOL, F(nesterov), "false", 0, 0, NULL, "Nesterov momentum"},
-    {"weight_decay", KEY_DOUBLE, F(weight_decay), "0", 0, 1, NULL, "L2 weight decay"},
+    {"nesterov", KEY_BOOL, F(nesterov), "false", 0, 0, NULL, "Nesterov momentum (sgd)"},
+    {"weight_decay", KEY_DOUBLE, F(weight_decay), "0", 0, 1, NULL,
+     "weight decay: sgd adds wd*w to the gradient (L2); adamw decays w by lr*wd (decoupled)"},
+    {"beta1", KEY_DOUBLE, F(beta1), "0.9", 0, 0.999999, NULL, "adamw: first-moment decay"},
+    {"beta2", KEY_DOUBLE, F(beta2), "0.95", 0, 0.999999, NULL,
+     "adamw: second-moment decay (0.95 as for GPT-style models and DiLoCo; 0.999 is "
+     "PyTorch's default)"},
+    {"eps", KEY_DOUBLE, F(eps), "1e-8", 1e-30, 1, NULL, "adamw: added to sqrt(v_hat)"},
+    {"clip", KEY_DOUBLE, F(clip), "0", 0, 1e30, NULL,
+     "clip each step's gradient to this global L2 norm (0: off)"},
     {"lr_schedule", KEY_STR, F(lr_schedule), "cosine", 0, 0, check_schedule,
      "constant | cosine | step:EPOCHS[:GAMMA]"},
     {"warmup_steps", KEY_UINT, F(warmup_steps), "0", 0, 100000000, NULL,
@@ -475,6 +501,9 @@ int td_runspec_load_ini_text(td_runspec_t *rs, const char *text, const char *ori
 }
 
 int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len) {
+  if (rs->nesterov && rs->optimizer_kind != TD_OPTIM_SGD)
+    return td_why(why, why_len, TD_ECONFIG, "nesterov: applies to optimizer = sgd, not %s",
+                  rs->optimizer);
   if (rs->nesterov && rs->momentum <= 0)
     return td_why(why, why_len, TD_ECONFIG, "nesterov: needs momentum > 0");
   if (rs->outer_nesterov && rs->outer_momentum <= 0)

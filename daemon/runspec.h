@@ -25,7 +25,7 @@ typedef enum {
 
 typedef struct {
   char model[TD_RUNSPEC_STR_MAX];       /* mlp:784-256-128-10 */
-  char dataset[TD_RUNSPEC_STR_MAX];     /* fashion-mnist | idx:... | csv:... */
+  char dataset[TD_RUNSPEC_STR_MAX];     /* fashion-mnist | idx:... | csv:... | text:... */
   char partition[TD_RUNSPEC_STR_MAX];   /* all | iid | dirichlet:A | shard:K */
   char node[TD_RUNSPEC_STR_MAX];        /* K/N: which partition (standalone) */
   char lr_schedule[TD_RUNSPEC_STR_MAX]; /* constant | cosine | step:E[:G] */
@@ -61,7 +61,11 @@ typedef struct {
   double lr;
   double momentum;
   bool nesterov;
-  double weight_decay;
+  double weight_decay;                  /* sgd: L2 on the gradient; adamw: decoupled */
+  char optimizer[TD_RUNSPEC_STR_MAX];   /* sgd | adamw (the inner, per-node optimizer) */
+  unsigned optimizer_kind;              /* td_optim_kind_t (compute/optim.h), from optimizer */
+  double beta1, beta2, eps;             /* adamw */
+  double clip;                          /* global gradient-norm clip, 0 = off */
   unsigned warmup_steps;
   unsigned epochs;
   uint64_t seed;

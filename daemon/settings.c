@@ -1,14 +1,22 @@
-/* settings.c: daemon settings, one table for defaults, parsing and help. */
+/* settings.c: daemon settings, one table for defaults, parsing and help, and
+ * the data directory's lock (one traind per directory). Main thread only. */
 #include "daemon/settings.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <ini.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "compute/error.h"
 #include "daemon/log.h"
 #include "daemon/node.h"
+
+#define TD_STR_(x) #x
+#define TD_STR(x) TD_STR_(x)
 
 typedef struct {
   const char *name;
@@ -17,11 +25,12 @@ typedef struct {
 
 static const config_key_t keys[] = {
     {"data_dir", "node id, ledger (traind.db) and control socket (default ~/.local/share/traind)"},
-    {"listen", "peer endpoint tcp://HOST:PORT, port 0 = ephemeral (default tcp://127.0.0.1:7070)"},
+    {"listen", "peer endpoint tcp://HOST:PORT, port 0 = ephemeral (default " TD_NODE_DEFAULT_LISTEN ")"},
     {"control", "control socket path, mode 0600 (default DATA_DIR/control.sock)"},
     {"log_level", "error | warn | info | debug (default info)"},
     {"threads", "BLAS threads for training (default 0 = library default)"},
-    {"heartbeat_ms", "heartbeat period; suspect after 3 missed, dead after 6 (default 500)"},
+    {"heartbeat_ms", "heartbeat period; suspect after 3 missed, dead after 6 (default "
+                     TD_STR(TD_NODE_DEFAULT_HEARTBEAT_MS) ")"},
     {"link_delay_ms", "added one-way latency of every outgoing update chunk, held in user space"
                       " (emulated WAN; default 0)"},
 };
@@ -29,9 +38,9 @@ static const config_key_t keys[] = {
 void td_settings_defaults(td_settings_t *c) {
   memset(c, 0, sizeof *c);
   td_node_default_data_dir(c->data_dir, sizeof c->data_dir);
-  snprintf(c->listen, sizeof c->listen, "tcp://127.0.0.1:7070");
+  snprintf(c->listen, sizeof c->listen, "%s", TD_NODE_DEFAULT_LISTEN);
   snprintf(c->log_level, sizeof c->log_level, "info");
-  c->heartbeat_ms = 500;
+  c->heartbeat_ms = TD_NODE_DEFAULT_HEARTBEAT_MS;
 }
 
 static int set_uint(unsigned *out, const char *key, const char *v, unsigned lo, unsigned hi,
@@ -119,4 +128,54 @@ int td_settings_load(td_settings_t *c, const char *path, char *why, size_t why_l
 void td_settings_print_help(FILE *out) {
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
     fprintf(out, "  %-13s %s\n", keys[i].name, keys[i].help);
+}
+
+#define LOCK_FILE "traind.lock"
+
+static int mkdir_parents(const char *path) {
+  char tmp[sizeof ((td_settings_t *)0)->data_dir];
+  snprintf(tmp, sizeof tmp, "%s", path);
+  for (char *p = tmp + 1; *p; p++)
+    if (*p == '/') {
+      *p = '\0';
+      if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
+        return -1;
+      *p = '/';
+    }
+  return mkdir(tmp, 0700) == 0 || errno == EEXIST ? 0 : -1;
+}
+
+int td_settings_lock_data_dir(const char *data_dir, int *fd_out, char *why, size_t why_len) {
+  *fd_out = -1;
+  if (mkdir_parents(data_dir) != 0)
+    return td_why(why, why_len, TD_EIO, "cannot create data directory %s: %s", data_dir,
+                  strerror(errno));
+  char path[sizeof ((td_settings_t *)0)->data_dir + sizeof LOCK_FILE + 1];
+  snprintf(path, sizeof path, "%s/" LOCK_FILE, data_dir);
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return td_why(why, why_len, TD_EIO, "cannot open %s: %s", path, strerror(errno));
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int err = errno;
+    char pid[32] = "";
+    ssize_t got = pread(fd, pid, sizeof pid - 1, 0);
+    pid[got > 0 ? got : 0] = '\0';
+    pid[strcspn(pid, "\n")] = '\0';
+    close(fd);
+    if (err == EWOULDBLOCK)
+      return td_why(why, why_len, TD_EIO,
+                    "data directory %s is in use by another traind (pid %s); "
+                    "give each daemon its own --data-dir",
+                    data_dir, pid[0] ? pid : "unknown");
+    return td_why(why, why_len, TD_EIO, "cannot lock %s: %s", path, strerror(err));
+  }
+  char pid[32];
+  int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) {
+    int err = errno;
+    close(fd);
+    return td_why(why, why_len, TD_EIO, "cannot write %s: %s", path, strerror(err));
+  }
+  *fd_out = fd;
+  return 0;
 }

@@ -26,4 +26,12 @@ int td_settings_set(td_settings_t *c, const char *key, const char *value, char *
 int td_settings_load(td_settings_t *c, const char *path, char *why, size_t why_len);
 void td_settings_print_help(FILE *out);
 
+/* Create `data_dir` if needed and lock it for the life of the process: an
+ * exclusive flock on DATA_DIR/traind.lock, which then holds our pid. A second
+ * traind on the same directory would share the node id and take the control
+ * socket over, so it gets TD_EIO and a why naming the directory and the pid
+ * holding it. On success *fd_out is the lock file's descriptor (close-on-exec),
+ * which the caller keeps open until it exits. */
+int td_settings_lock_data_dir(const char *data_dir, int *fd_out, char *why, size_t why_len);
+
 #endif

@@ -1,19 +1,23 @@
 /* standalone.c: the single-node trainer behind `traind --standalone`.
  *
- * Normalisation statistics come from the whole training set before it is
+ * The data comes from td_shard_open (compute/shard.h), the same loading a peer
+ * run uses: normalisation statistics from the whole training set before it is
  * partitioned, so every node of a later multi-node run (and this baseline)
- * sees identically scaled inputs. */
+ * sees identically scaled inputs. Runs on the main thread. */
 #include "daemon/standalone.h"
 
 #include <json-c/json.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
+
+#include "cli/progress.h"
 
 #include "compute/backend.h"
 #include "compute/dataset.h"
 #include "compute/error.h"
-#include "compute/partition.h"
+#include "compute/shard.h"
 #include "compute/trainer.h"
 
 static long peak_rss_kb(void) {
@@ -22,57 +26,28 @@ static long peak_rss_kb(void) {
   return ru.ru_maxrss;
 }
 
-/* Replace *train by node K of N's rows (a copy) unless that is every row. */
-static int take_partition(td_dataset_t **train, const td_runspec_t *rs, char *why, size_t n) {
-  td_partition_t part;
-  int rc = td_partition_parse(&part, rs->partition, why, n);
-  if (rc != 0)
-    return rc;
-  if (part.kind == TD_PARTITION_ALL || rs->node_count == 1)
-    return 0;
-  uint32_t *idx = NULL;
-  size_t count = 0;
-  rc = td_partition_indices(&part, td_dataset_labels_const(*train), td_dataset_rows(*train),
-                            td_dataset_classes(*train), rs->node_rank, rs->node_count, rs->seed,
-                            &idx, &count);
-  if (rc != 0)
-    return td_why(why, n, rc, "cannot partition the dataset: %s", td_strerror(rc));
-  if (count == 0) {
-    free(idx);
-    return td_why(why, n, TD_ECONFIG, "partition %s gives node %u/%u no samples", rs->partition,
-                  rs->node_rank, rs->node_count);
-  }
-  td_dataset_t *sub = NULL;
-  rc = td_dataset_subset(&sub, *train, idx, count);
-  free(idx);
-  if (rc != 0)
-    return td_why(why, n, rc, "cannot copy the partition: %s", td_strerror(rc));
-  td_dataset_close(train);
-  *train = sub;
-  return 0;
-}
-
 int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, char *why, size_t why_len) {
   td_backend_t *be = NULL;
-  td_dataset_t *train = NULL, *test = NULL;
+  td_shard_t data = {0};
   td_trainer_t *tr = NULL;
+  td_progress_t *bar = NULL;
   int rc = td_runspec_validate(rs, why, why_len);
   if (rc != 0)
     return rc;
   rc = td_backend_open(&be, rs->backend, (int)rs->threads, why, why_len);
   if (rc != 0)
     goto done;
-  rc = td_dataset_open(&train, &test, rs->dataset, why, why_len);
+  td_shard_opts_t shard = {.dataset = rs->dataset, .partition = rs->partition,
+                           .rank = rs->node_rank, .nodes = rs->node_count, .seed = rs->seed};
+  rc = td_shard_open(&data, &shard, why, why_len);
   if (rc != 0)
     goto done;
-  double mean, std;
-  td_dataset_stats(train, &mean, &std);
-  td_dataset_normalize(train, mean, std);
-  if (test != NULL)
-    td_dataset_normalize(test, mean, std);
-  rc = take_partition(&train, rs, why, why_len);
-  if (rc != 0)
+  if (data.train == NULL) {
+    rc = td_why(why, why_len, TD_ECONFIG, "model %s takes labelled samples; dataset %s is text",
+                rs->model, rs->dataset);
     goto done;
+  }
+  td_dataset_t *train = data.train, *test = data.test;
 
   td_trainer_opts_t opts = {
       .model_spec = rs->model,
@@ -104,11 +79,38 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, char *why, s
 
   double total_seconds = 0, train_loss = 0, train_acc = 0, eval_loss = 0, eval_acc = 0;
   unsigned long total_samples = 0;
+  /* on a terminal a bar with ETA moves through each epoch (in ~100 chunks of
+   * steps, which train exactly as one call would); elsewhere, plain lines */
+  bool tty = isatty(fileno(out)) == 1;
+  if ((rc = td_progress_open(&bar, out, (uint64_t)spe * rs->epochs, "steps", tty)) != 0)
+    goto done;
+  unsigned long chunk = tty ? (spe + 99) / 100 : spe;
   for (unsigned e = 1; e <= rs->epochs; e++) {
-    td_train_stats_t st;
-    rc = td_trainer_steps(tr, spe, &st, why, why_len);
-    if (rc != 0)
-      goto done;
+    td_train_stats_t st = {0};
+    double loss_sum = 0, hits = 0;
+    for (unsigned long done_steps = 0; done_steps < spe;) {
+      td_train_stats_t part;
+      unsigned long n = spe - done_steps < chunk ? spe - done_steps : chunk;
+      rc = td_trainer_steps(tr, n, &part, why, why_len);
+      if (rc != 0)
+        goto done;
+      if (done_steps == 0 && n == spe) {
+        st = part;
+      } else {
+        loss_sum += part.loss * (double)part.samples;
+        hits += part.accuracy * (double)part.samples;
+        st.steps += part.steps;
+        st.samples += part.samples;
+        st.seconds += part.seconds;
+        st.lr = part.lr;
+        st.loss = st.samples ? loss_sum / (double)st.samples : 0;
+        st.accuracy = st.samples ? hits / (double)st.samples : 0;
+      }
+      done_steps += n;
+      char status[64];
+      snprintf(status, sizeof status, "epoch %u/%u  loss %.4f", e, rs->epochs, part.loss);
+      td_progress_update(bar, (uint64_t)(e - 1) * spe + done_steps, status);
+    }
     rc = td_trainer_evaluate(tr, eval_set, &eval_loss, &eval_acc, why, why_len);
     if (rc != 0)
       goto done;
@@ -116,14 +118,14 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, char *why, s
     total_samples += st.samples;
     train_loss = st.loss;
     train_acc = st.accuracy;
-    fprintf(out,
-            "epoch %3u/%u  train_loss %.4f  train_acc %.4f  %s_loss %.4f  %s_acc %.4f  "
-            "lr %.4g  %.0f samples/s  %.2f s\n",
-            e, rs->epochs, st.loss, st.accuracy, test ? "test" : "train", eval_loss,
-            test ? "test" : "train", eval_acc, st.lr,
-            st.seconds > 0 ? (double)st.samples / st.seconds : 0.0, st.seconds);
-    fflush(out);
+    td_progress_line(bar,
+                     "epoch %3u/%u  train_loss %.4f  train_acc %.4f  %s_loss %.4f  %s_acc %.4f  "
+                     "lr %.4g  %.0f samples/s  %.2f s",
+                     e, rs->epochs, st.loss, st.accuracy, test ? "test" : "train", eval_loss,
+                     test ? "test" : "train", eval_acc, st.lr,
+                     st.seconds > 0 ? (double)st.samples / st.seconds : 0.0, st.seconds);
   }
+  td_progress_close(&bar);
 
   if (json) {
     json_object *o = json_object_new_object();
@@ -151,9 +153,9 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, char *why, s
   }
   rc = 0;
 done:
+  td_progress_close(&bar);
   td_trainer_close(&tr);
-  td_dataset_close(&train);
-  td_dataset_close(&test);
+  td_shard_close(&data);
   td_backend_close(&be);
   return rc;
 }

@@ -109,7 +109,14 @@ static int validate(const Traind__Envelope *e, char *why, size_t n) {
 
 int td_wire_unpack(Traind__Envelope **out, const uint8_t *buf, size_t len, char *why,
                    size_t why_len) {
+  td_wire_refusal_t refusal;
+  return td_wire_unpack_peer(out, buf, len, &refusal, why, why_len);
+}
+
+int td_wire_unpack_peer(Traind__Envelope **out, const uint8_t *buf, size_t len,
+                        td_wire_refusal_t *refusal, char *why, size_t why_len) {
   *out = NULL;
+  *refusal = TD_WIRE_MALFORMED;
   if (len > TD_WIRE_MAX_MESSAGE)
     return td_why(why, why_len, TD_EPROTO, "message of %zu bytes (limit %u)", len,
                   TD_WIRE_MAX_MESSAGE);
@@ -118,6 +125,8 @@ int td_wire_unpack(Traind__Envelope **out, const uint8_t *buf, size_t len, char 
     return td_why(why, why_len, TD_EPROTO, "undecodable message of %zu bytes", len);
   int rc = validate(e, why, why_len);
   if (rc != 0) {
+    if (e->version != TD_WIRE_VERSION)
+      *refusal = TD_WIRE_BAD_VERSION;
     traind__envelope__free_unpacked(e, NULL);
     return rc;
   }

@@ -12,17 +12,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/limits.h"
 #include "proto/traind.pb-c.h"
 
 #define TD_WIRE_VERSION 5
 /* Largest envelope accepted on a peer socket. */
 #define TD_WIRE_MAX_MESSAGE (1u << 20)
 /* Largest payload in one UpdateChunk / SnapshotChunk (DESIGN.md section 4). */
-#define TD_WIRE_MAX_CHUNK (64u * 1024u)
+#define TD_WIRE_MAX_CHUNK TD_CHUNK_BYTES
 /* Largest whole update or snapshot, and chunks per transfer. */
 #define TD_WIRE_MAX_TRANSFER (1ull << 32)
 #define TD_WIRE_MAX_CHUNKS (1u << 20)
-#define TD_WIRE_MAX_PEERS 64
+#define TD_WIRE_MAX_PEERS TD_MAX_NODES
 #define TD_WIRE_MAX_STRING 256
 #define TD_WIRE_MAX_SPEC 16384
 /* Largest control message (trainctl <-> traind). */
@@ -35,6 +36,11 @@ int td_wire_pack(Traind__Envelope *env, uint8_t **out, size_t *len);
 int td_wire_unpack(Traind__Envelope **out, const uint8_t *buf, size_t len, char *why,
                    size_t why_len);
 void td_wire_free(Traind__Envelope **env_p);
+/* td_wire_unpack() for the peer socket: *refusal also says whether a refused
+ * message spoke another protocol version (counted apart from malformed ones). */
+typedef enum { TD_WIRE_MALFORMED = 0, TD_WIRE_BAD_VERSION } td_wire_refusal_t;
+int td_wire_unpack_peer(Traind__Envelope **out, const uint8_t *buf, size_t len,
+                        td_wire_refusal_t *refusal, char *why, size_t why_len);
 
 /* The same pair for control messages. */
 int td_wire_pack_request(Traind__ControlRequest *req, uint8_t **out, size_t *len);

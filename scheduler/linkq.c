@@ -15,6 +15,9 @@
 #include "compute/error.h"
 #include "scheduler/plan.h"
 
+/* Chunks in flight a link's ring first makes room for; it doubles from there. */
+#define FLIGHT_RING_INITIAL 64
+
 typedef struct linkq_node {
   struct linkq_node *next;
   uint8_t *frame;
@@ -138,7 +141,7 @@ static flight_t *ring_at(const flight_ring_t *r, size_t i) {
 static bool ring_reserve(flight_ring_t *r) {
   if (r->count < r->cap)
     return true;
-  size_t cap = r->cap ? 2 * r->cap : 64;
+  size_t cap = r->cap ? 2 * r->cap : FLIGHT_RING_INITIAL;
   flight_t *slot = malloc(cap * sizeof *slot);
   if (slot == NULL)
     return false;

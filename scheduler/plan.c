@@ -6,6 +6,12 @@
 
 #include "compute/error.h"
 
+/* The QSR's H is capped here: (alpha / lr)^2 explodes as the rate nears 0,
+ * and this keeps it exact in a double and within an unsigned long. */
+#define QSR_MAX_STEPS 1e15
+/* Keeps a zero capacity from dividing by zero when taking units back. */
+#define CAPACITY_FLOOR 1e-12
+
 int td_plan_split_batch(const double *capacity, size_t n, unsigned global, unsigned b_min,
                         const unsigned *b_max, unsigned *out) {
   if (n == 0)
@@ -67,7 +73,7 @@ int td_plan_split_batch(const double *capacity, size_t n, unsigned global, unsig
         continue;
       /* place where capacity per unit is highest; take where it is lowest */
       double c = total > 0 ? capacity[i] : 1.0;
-      double score = excess > 0 ? c / (double)(out[i] + 1) : (double)out[i] / (c + 1e-12);
+      double score = excess > 0 ? c / (double)(out[i] + 1) : (double)out[i] / (c + CAPACITY_FLOOR);
       if (score > best_score) {
         best_score = score;
         best = i;
@@ -118,7 +124,7 @@ unsigned long td_plan_qsr(double alpha, unsigned long h_base, double lr, bool in
   if (!in_warmup && lr > 0 && isfinite(lr) && alpha > 0) {
     double q = floor((alpha / lr) * (alpha / lr));
     if (q > (double)h)
-      h = q >= 1e15 ? (unsigned long)1e15 : (unsigned long)q;
+      h = q >= QSR_MAX_STEPS ? (unsigned long)QSR_MAX_STEPS : (unsigned long)q;
   }
   if (cap > 0 && h > cap)
     h = cap;

@@ -16,6 +16,15 @@
 #include "compress/codec.h"
 #include "compute/error.h"
 
+/* td_recon_plan: a member may be the hub when its uplink is at least this
+ * fraction of the best (near-equal members do not flip the choice between
+ * views), and auto takes the hub only when its estimate is under this
+ * fraction of the mesh's (a margin for the estimate's error). */
+#define HUB_UPLINK_FRACTION 0.5
+#define HUB_GAIN_FRACTION 0.8
+/* auto: below this many members a hub saves nothing over the mesh. */
+#define HUB_MIN_MEMBERS 3
+
 typedef struct {
   uint8_t *buf; /* msg_bytes, allocated on the first chunk */
   uint64_t received;
@@ -128,7 +137,7 @@ size_t td_recon_plan(const double *uplink, uint64_t expected, td_recon_via_t via
   if (via == TD_RECON_VIA_MESH || k < 2)
     return TD_RECON_MESH;
   size_t hub = 0;
-  while (!(expected >> hub & 1) || !(uplink[hub] >= 0.5 * best || best == 0))
+  while (!(expected >> hub & 1) || !(uplink[hub] >= HUB_UPLINK_FRACTION * best || best == 0))
     hub++;
   if (!known)
     return via == TD_RECON_VIA_HUB ? hub : TD_RECON_MESH;
@@ -141,7 +150,7 @@ size_t td_recon_plan(const double *uplink, uint64_t expected, td_recon_via_t via
   double t_mesh = (k - 1) * m / slowest;
   if (hub_s != NULL)
     *hub_s = t_hub;
-  if (via == TD_RECON_VIA_HUB || (k >= 3 && t_hub < 0.8 * t_mesh))
+  if (via == TD_RECON_VIA_HUB || (k >= HUB_MIN_MEMBERS && t_hub < HUB_GAIN_FRACTION * t_mesh))
     return hub;
   return TD_RECON_MESH;
 }

@@ -30,9 +30,10 @@
 #include <stdint.h>
 
 #include "compute/params.h"
+#include "proto/limits.h"
 
 #define TD_RECON_SLOTS 2
-#define TD_RECON_MAX_MEMBERS 64
+#define TD_RECON_MAX_MEMBERS TD_MAX_NODES
 #define TD_RECON_MESH ((size_t)-1) /* td_recon_plan: no hub, everyone to everyone */
 
 typedef struct td_recon td_recon_t;

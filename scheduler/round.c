@@ -17,6 +17,8 @@
 typedef struct {
   uint64_t peer;
   bool used, expected, complete;
+  bool assembled; /* deferred: every chunk is in, the decoded update is not */
+  uint64_t gen;   /* bumped whenever the entry is recycled (a ticket names one use) */
   uint64_t samples;
   uint32_t chunks, received;
   uint8_t *seen; /* one byte per chunk, max_chunks */
@@ -38,11 +40,12 @@ struct td_round {
   size_t numel;
   uint64_t max_bytes;
   uint32_t max_chunks;
+  bool defer;
   slot_t slots[TD_ROUND_SLOTS]; /* [k] holds round t + k */
 };
 
 uint32_t td_round_chunk_count(uint64_t total_bytes) {
-  return (uint32_t)((total_bytes + TD_ROUND_CHUNK_BYTES - 1) / TD_ROUND_CHUNK_BYTES);
+  return td_chunk_count(total_bytes);
 }
 
 int td_round_open(td_round_t **out, const td_layout_t *layout) {
@@ -74,7 +77,8 @@ void td_round_close(td_round_t **self_p) {
 }
 
 static void clear_entry(td_round_t *r, slot_entry_t *e) {
-  e->used = e->expected = e->complete = false;
+  e->used = e->expected = e->complete = e->assembled = false;
+  e->gen++;
   e->peer = e->samples = e->bytes = e->total = 0;
   e->chunks = e->received = 0;
   e->loss = 0;
@@ -160,7 +164,7 @@ int td_round_add_chunk(td_round_t *r, uint64_t peer, uint64_t round, uint64_t sa
     *result = TD_CHUNK_AHEAD; /* table full: treat as unusable */
     return 0;
   }
-  if (e->complete || (e->seen != NULL && e->seen[chunk])) {
+  if (e->complete || e->assembled || (e->seen != NULL && e->seen[chunk])) {
     *result = TD_CHUNK_DUPLICATE;
     return 0;
   }
@@ -188,6 +192,14 @@ int td_round_add_chunk(td_round_t *r, uint64_t peer, uint64_t round, uint64_t sa
   *result = TD_CHUNK_ACCEPTED;
   if (e->received < e->chunks)
     return 0;
+  if (r->defer) {
+    e->assembled = true;
+    *result = TD_CHUNK_ASSEMBLED;
+    if (info != NULL)
+      *info = (td_update_info_t){.peer = peer, .round = round, .samples = e->samples,
+                                 .bytes = e->bytes, .loss = e->loss};
+    return 0;
+  }
   e->complete = true;
   if (e->data == NULL && (e->data = td_params_alloc(r->numel)) == NULL) {
     e->samples = 0;
@@ -204,6 +216,55 @@ int td_round_add_chunk(td_round_t *r, uint64_t peer, uint64_t round, uint64_t sa
     *info = (td_update_info_t){.peer = peer, .round = round, .samples = e->samples,
                                .bytes = e->bytes, .loss = e->loss, .codec = e->codec};
   return 0;
+}
+
+void td_round_defer_decode(td_round_t *r) { r->defer = true; }
+size_t td_round_numel(const td_round_t *r) { return r->numel; }
+
+static slot_entry_t *entry_of(td_round_t *r, uint64_t round, uint64_t peer) {
+  if (round < r->slots[0].round || round - r->slots[0].round >= TD_ROUND_SLOTS)
+    return NULL;
+  return find(&r->slots[round - r->slots[0].round], peer);
+}
+
+int td_round_take_message(td_round_t *r, uint64_t round, uint64_t peer, uint8_t **msg,
+                          size_t *len, uint64_t *ticket) {
+  slot_entry_t *e = entry_of(r, round, peer);
+  if (e == NULL || !e->assembled || e->msg == NULL)
+    return TD_EINVAL;
+  *msg = e->msg; /* the entry gets a new buffer if it is used again */
+  *len = (size_t)e->total;
+  *ticket = e->gen;
+  e->msg = NULL;
+  e->msg_cap = 0;
+  return 0;
+}
+
+void td_round_put_decoded(td_round_t *r, uint64_t round, uint64_t peer, uint64_t ticket,
+                          float **data, unsigned codec, bool ok, td_chunk_result_t *result,
+                          td_update_info_t *info) {
+  slot_entry_t *e = entry_of(r, round, peer);
+  if (e == NULL || e->gen != ticket || !e->assembled) {
+    td_params_free(data);
+    *result = TD_CHUNK_LATE;
+    return;
+  }
+  e->assembled = false;
+  e->complete = true;
+  e->codec = codec;
+  if (ok && *data != NULL) {
+    td_params_free(&e->data);
+    e->data = *data;
+    *data = NULL;
+    *result = TD_CHUNK_COMPLETED;
+  } else {
+    td_params_free(data);
+    e->samples = 0; /* never aggregated */
+    *result = TD_CHUNK_REJECTED;
+  }
+  if (info != NULL)
+    *info = (td_update_info_t){.peer = peer, .round = round, .samples = e->samples,
+                               .bytes = e->bytes, .loss = e->loss, .codec = e->codec};
 }
 
 void td_round_forget_peer(td_round_t *r, uint64_t peer) {
@@ -231,36 +292,47 @@ size_t td_round_missing(const td_round_t *r, uint64_t *peers, size_t cap) {
   return n;
 }
 
-size_t td_round_aggregate(td_round_t *r, const float *own_delta, uint64_t own_samples,
-                          float *anchor) {
-  const float *deltas[TD_ROUND_MAX_PEERS + 1];
+void td_round_gather(const td_round_t *r, const float *own_delta, uint64_t own_samples,
+                     td_round_sum_t *sum) {
   double weights[TD_ROUND_MAX_PEERS + 1];
-  size_t n = 0, used = 0;
   double total = 0;
+  sum->n = sum->used = 0;
+  sum->numel = r->numel;
   if (own_delta != NULL && own_samples > 0) {
-    deltas[n] = own_delta;
-    weights[n++] = (double)own_samples;
+    sum->deltas[sum->n] = own_delta;
+    weights[sum->n++] = (double)own_samples;
     total += (double)own_samples;
   }
   for (int i = 0; i < TD_ROUND_MAX_PEERS; i++) {
-    slot_entry_t *e = &r->slots[0].e[i];
+    const slot_entry_t *e = &r->slots[0].e[i];
     if (e->used && e->complete && e->samples > 0) {
-      deltas[n] = e->data;
-      weights[n++] = (double)e->samples;
+      sum->deltas[sum->n] = e->data;
+      weights[sum->n++] = (double)e->samples;
       total += (double)e->samples;
-      used++;
+      sum->used++;
     }
   }
-  if (total <= 0)
-    return 0;
-  float w[TD_ROUND_MAX_PEERS + 1];
-  for (size_t j = 0; j < n; j++)
-    w[j] = (float)(weights[j] / total);
-  for (size_t i = 0; i < r->numel; i++) {
+  if (total <= 0) {
+    sum->n = sum->used = 0;
+    return;
+  }
+  for (size_t j = 0; j < sum->n; j++)
+    sum->weights[j] = (float)(weights[j] / total);
+}
+
+void td_round_sum_apply(const td_round_sum_t *sum, float *anchor) {
+  for (size_t i = 0; i < sum->numel && sum->n > 0; i++) {
     float acc = 0;
-    for (size_t j = 0; j < n; j++)
-      acc += w[j] * deltas[j][i];
+    for (size_t j = 0; j < sum->n; j++)
+      acc += sum->weights[j] * sum->deltas[j][i];
     anchor[i] += acc;
   }
-  return used;
+}
+
+size_t td_round_aggregate(td_round_t *r, const float *own_delta, uint64_t own_samples,
+                          float *anchor) {
+  td_round_sum_t sum;
+  td_round_gather(r, own_delta, own_samples, &sum);
+  td_round_sum_apply(&sum, anchor);
+  return sum.used;
 }

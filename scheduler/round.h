@@ -22,8 +22,9 @@
 #include <stdint.h>
 
 #include "compute/params.h"
+#include "proto/limits.h"
 
-#define TD_ROUND_MAX_PEERS 32
+#define TD_ROUND_MAX_PEERS TD_MAX_NODES
 #define TD_ROUND_SLOTS 4
 
 typedef struct td_round td_round_t;
@@ -35,6 +36,8 @@ typedef enum {
   TD_CHUNK_LATE,         /* for a round already closed */
   TD_CHUNK_AHEAD,        /* beyond the slot window; dropped */
   TD_CHUNK_REJECTED,     /* completed, but did not decode (malformed, NaN/Inf): discarded */
+  TD_CHUNK_ASSEMBLED,    /* deferred decoding: this chunk completed the message, which
+                            waits for td_round_take_message() / td_round_put_decoded() */
 } td_chunk_result_t;
 
 typedef struct {
@@ -67,6 +70,25 @@ int td_round_add_chunk(td_round_t *r, uint64_t peer, uint64_t round, uint64_t sa
                        td_chunk_result_t *result, td_update_info_t *info, char *why,
                        size_t why_len);
 
+/* Deferred decoding, so that decoding runs off the thread that receives:
+ * after td_round_defer_decode(r), the chunk that completes a message reports
+ * TD_CHUNK_ASSEMBLED instead of decoding it. td_round_take_message() hands
+ * the message out (caller owns *msg; *ticket names the update); the caller
+ * decodes it anywhere with td_codec_decode_message() into td_round_numel()
+ * floats it allocated with td_params_alloc(), and td_round_put_decoded()
+ * takes them back (*data is consumed) with ok = whether it decoded:
+ * *result is then COMPLETED or REJECTED, or LATE when the round has left
+ * the window or the entry was recycled meanwhile (the data is dropped). Until
+ * then the update counts as not complete. All of these on the collector's
+ * thread; nothing here is shared with the decoding thread. */
+void td_round_defer_decode(td_round_t *r);
+size_t td_round_numel(const td_round_t *r);
+int td_round_take_message(td_round_t *r, uint64_t round, uint64_t peer, uint8_t **msg,
+                          size_t *len, uint64_t *ticket);
+void td_round_put_decoded(td_round_t *r, uint64_t round, uint64_t peer, uint64_t ticket,
+                          float **data, unsigned codec, bool ok, td_chunk_result_t *result,
+                          td_update_info_t *info);
+
 /* A peer is no longer waited for in the current round (it died or left). */
 void td_round_forget_peer(td_round_t *r, uint64_t peer);
 /* True when every expected peer's update for the current round is complete. */
@@ -80,8 +102,23 @@ size_t td_round_missing(const td_round_t *r, uint64_t *peers, size_t cap);
 size_t td_round_aggregate(td_round_t *r, const float *own_delta, uint64_t own_samples,
                           float *anchor);
 
-/* Chunk size for splitting an update of total_bytes (<= 64 KiB, multiple of 4). */
-#define TD_ROUND_CHUNK_BYTES (64u * 1024u)
+/* The same in two steps, so the arithmetic can run on another thread:
+ * td_round_gather() notes the deltas and weights of the current round (on
+ * the collector's thread; the complete updates it points at stay unchanged
+ * until td_round_begin() moves past the round), td_round_sum_apply() adds
+ * their weighted mean into anchor (any thread, touching only what the sum
+ * names). */
+typedef struct {
+  const float *deltas[TD_ROUND_MAX_PEERS + 1];
+  float weights[TD_ROUND_MAX_PEERS + 1];
+  size_t n, used, numel;
+} td_round_sum_t;
+void td_round_gather(const td_round_t *r, const float *own_delta, uint64_t own_samples,
+                     td_round_sum_t *sum);
+void td_round_sum_apply(const td_round_sum_t *sum, float *anchor);
+
+/* Updates are cut by the one chunker of proto/limits.h. */
+#define TD_ROUND_CHUNK_BYTES TD_CHUNK_BYTES
 uint32_t td_round_chunk_count(uint64_t total_bytes);
 
 #endif

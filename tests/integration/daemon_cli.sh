@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # daemon_cli.sh: trainctl and traind as a user meets them: a daemon that is
 # not running, unknown commands, bad run specs, bad daemon flags, the control
-# socket's mode, status in both forms, join errors, leave.
+# socket's mode, status in both forms, join errors, leave, and a second
+# traind on a data directory that one already uses.
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
 
 run notrunning "$TRAINCTL" --socket "$T/none.sock" status
@@ -22,6 +23,12 @@ expect_error badini "d.ini:2: threads"
 start_node a || finish
 mode=$(stat -c %a "$T/a/ctl")
 [ "$mode" = 600 ] && pass "control socket mode 600" || fail "control socket mode $mode"
+# a second daemon on a's data directory would share its node id and take its
+# control socket over: it is refused, naming the directory and a's pid
+run second_daemon timeout 10 "$TRAIND" --data-dir "$T/a" --listen tcp://127.0.0.1:0 --control "$T/a/ctl2"
+expect_error second_daemon "data directory $T/a is in use by another traind \(pid $(cat "$T/a.pid")\)"
+[ -e "$T/a/ctl2" ] && fail "the refused daemon made a control socket"
+ctl a status >/dev/null && pass "a still answers on its control socket" || fail "a lost its control socket"
 run bad_spec ctl a start --set model=mlp:784
 expect_error bad_spec "model:"
 run bad_key ctl a start --set colour=blue
@@ -67,4 +74,6 @@ ctl a leave >/dev/null || fail "leave"
 for i in $(seq 50); do kill -0 "$(cat "$T/a.pid")" 2>/dev/null || break; sleep 0.1; done
 kill -0 "$(cat "$T/a.pid")" 2>/dev/null && fail "a still running after leave" || pass "leave shut a down"
 [ -e "$T/a/ctl" ] && fail "control socket left behind" || pass "control socket removed"
+# the lock goes with the process: the same directory is free again
+start_node a && pass "a restarts on its data directory after leave" || fail "restart after leave"
 finish

@@ -13,11 +13,13 @@
 #include <check.h>
 #include <dirent.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -60,7 +62,8 @@ static void remove_tmp_dir(void) {
     if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
       continue;
     snprintf(path, sizeof path, "%s/%s", tmp_dir, e->d_name);
-    unlink(path);
+    if (unlink(path) != 0)
+      rmdir(path); /* a test's subdirectory */
   }
   closedir(d);
   rmdir(tmp_dir);
@@ -593,6 +596,78 @@ START_TEST(idx_missing_file_is_enoent_naming_the_path) {
   missing = tmp_file("no-such-labels.idx");
   why = load_idx_fails(img, missing, TD_ENOENT);
   ck_assert_ptr_nonnull(strstr(why, missing));
+}
+END_TEST
+
+/* td_dataset_open(spec) in a child under alarm(): a loader that blocks on a
+ * FIFO or reads /dev/zero forever fails the test instead of hanging it.
+ * Returns the code; why gets the child's one-line reason. */
+static int open_in_child(const char *spec, char *why, size_t why_len) {
+  int fds[2];
+  ck_assert_int_eq(pipe(fds), 0);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    close(fds[0]);
+    signal(SIGALRM, SIG_DFL); /* not an inherited handler: die on the alarm */
+    alarm(5);
+    td_dataset_t *train = NULL, *test = NULL;
+    char msg[512] = "";
+    int rc = td_dataset_open(&train, &test, spec, msg, sizeof msg);
+    if (write(fds[1], &rc, sizeof rc) != sizeof rc || write(fds[1], msg, sizeof msg) < 0)
+      _exit(2);
+    _exit(0);
+  }
+  close(fds[1]);
+  int status = 0;
+  ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+  ck_assert_msg(!(WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM),
+                "opening %s hung (killed by alarm)", spec);
+  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child failed for %s", spec);
+  int rc = 0;
+  char msg[512] = "";
+  ck_assert_int_eq(read(fds[0], &rc, sizeof rc), sizeof rc);
+  ck_assert_int_eq(read(fds[0], msg, sizeof msg), sizeof msg);
+  close(fds[0]);
+  snprintf(why, why_len, "%s", msg);
+  return rc;
+}
+
+/* A dataset path that blocks (a FIFO with no writer), never ends (/dev/zero)
+ * or is no file (a directory) is refused at once, naming the path and what it
+ * is: the compute thread that loads data must always get back to see a stop. */
+START_TEST(special_paths_are_refused_at_once_naming_what_they_are) {
+  const char *img = tmp_file("img.idx"), *lab = tmp_file("lab.idx");
+  write_ubyte_idx(img, lab, 10, 2, 0);
+  const char *csv = tmp_file("ok.csv");
+  write_text(csv, "0,1\n1,2\n");
+  const char *fifo = tmp_file("fifo"), *dir = tmp_file("dir");
+  ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+  ck_assert_int_eq(mkdir(dir, 0700), 0);
+  struct {
+    const char *bad, *says;
+  } paths[] = {{fifo, "it is a FIFO"},
+               {"/dev/zero", "it is a character device"},
+               {dir, "it is a directory"}};
+  char spec[2048], why[512];
+  for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+    /* as the images, as the labels, as a CSV training file, as a CSV test file */
+    for (int f = 0; f < 4; f++) {
+      if (f == 0)
+        snprintf(spec, sizeof spec, "idx:%s,%s", paths[i].bad, lab);
+      else if (f == 1)
+        snprintf(spec, sizeof spec, "idx:%s,%s", img, paths[i].bad);
+      else if (f == 2)
+        snprintf(spec, sizeof spec, "csv:%s", paths[i].bad);
+      else
+        snprintf(spec, sizeof spec, "csv:%s,%s", csv, paths[i].bad);
+      int rc = open_in_child(spec, why, sizeof why);
+      ck_assert_msg(rc == TD_EIO, "%s: %s (%s)", spec, td_err_name(rc), why);
+      ck_assert_msg(strstr(why, paths[i].says) != NULL && strstr(why, paths[i].bad) != NULL,
+                    "%s: %s", spec, why);
+      ck_assert_ptr_null(strchr(why, '\n'));
+    }
+  }
 }
 END_TEST
 
@@ -1262,6 +1337,7 @@ static Suite *data_suite(void) {
   tcase_add_test(open, open_idx_with_a_test_set_shares_one_label_space);
   tcase_add_test(open, open_csv_train_and_test);
   tcase_add_test(open, open_rejects_malformed_specs);
+  tcase_add_test(open, special_paths_are_refused_at_once_naming_what_they_are);
   suite_add_tcase(s, open);
 
   TCase *rows = tcase_with_dir("rows", 60);

@@ -3,7 +3,10 @@
  * mean (checked against a direct computation); duplicate, late, far-ahead and
  * inconsistent chunks are classified; an update that decodes to NaN is
  * rejected; a dead peer is no longer waited for; an update for the next round
- * is kept across td_round_begin. */
+ * is kept across td_round_begin. Deferred decoding (the message handed out,
+ * decoded elsewhere, the floats handed back) gives the same aggregate as
+ * decoding in place, and an update whose entry was recycled meanwhile is
+ * dropped as late. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -208,6 +211,82 @@ START_TEST(window_keeps_updates_two_rounds_ahead) {
 }
 END_TEST
 
+/* Decode a taken message as another thread would: with only the layout. */
+static float *decode_elsewhere(const uint8_t *msg, size_t len, unsigned *codec, bool *ok) {
+  float *out = td_params_alloc(NUMEL);
+  char why[128];
+  *ok = out != NULL && td_codec_decode_message(layout, msg, len, out, codec, why, sizeof why) == 0;
+  return out;
+}
+
+START_TEST(deferred_decoding_aggregates_the_same) {
+  static float own[NUMEL], a[NUMEL], b[NUMEL], in_place[NUMEL], deferred[NUMEL];
+  for (int i = 0; i < NUMEL; i++) {
+    own[i] = 0.25f * (float)(i % 9);
+    a[i] = (float)(i % 5) - 2.0f;
+    b[i] = 0.002f * (float)i;
+    in_place[i] = deferred[i] = 0.5f;
+  }
+  uint64_t peers[] = {11, 22};
+  td_chunk_result_t res;
+  td_round_t *r = NULL, *d = NULL;
+  ck_assert_int_eq(td_round_open(&r, layout), 0);
+  ck_assert_int_eq(td_round_open(&d, layout), 0);
+  td_round_defer_decode(d);
+  td_round_begin(r, 1, peers, 2);
+  td_round_begin(d, 1, peers, 2);
+  send_update(r, 11, 1, 300, a, &res);
+  send_update(r, 22, 1, 100, b, &res);
+  ck_assert_uint_eq(td_round_aggregate(r, own, 100, in_place), 2);
+
+  send_update(d, 11, 1, 300, a, &res);
+  ck_assert_int_eq(res, TD_CHUNK_ASSEMBLED);
+  ck_assert(!td_round_complete(d)); /* not complete until the floats come back */
+  send_update(d, 11, 1, 300, a, &res);
+  ck_assert_int_eq(res, TD_CHUNK_DUPLICATE);
+  send_update(d, 22, 1, 100, b, &res);
+  ck_assert_int_eq(res, TD_CHUNK_ASSEMBLED);
+  uint8_t *msg[2];
+  size_t len[2];
+  uint64_t ticket[2];
+  ck_assert_int_eq(td_round_take_message(d, 1, 11, &msg[0], &len[0], &ticket[0]), 0);
+  ck_assert_int_eq(td_round_take_message(d, 1, 22, &msg[1], &len[1], &ticket[1]), 0);
+  ck_assert_int_eq(td_round_take_message(d, 1, 22, &msg[1], &len[1], &ticket[1]), TD_EINVAL);
+  for (int k = 1; k >= 0; k--) { /* handed back in another order */
+    unsigned codec;
+    bool ok;
+    float *data = decode_elsewhere(msg[k], len[k], &codec, &ok);
+    td_update_info_t info;
+    td_round_put_decoded(d, 1, peers[k], ticket[k], &data, codec, ok, &res, &info);
+    ck_assert_int_eq(res, TD_CHUNK_COMPLETED);
+    ck_assert_ptr_null(data);
+    ck_assert_uint_eq(info.samples, k == 0 ? 300 : 100);
+    free(msg[k]);
+  }
+  ck_assert(td_round_complete(d));
+  td_round_sum_t sum;
+  td_round_gather(d, own, 100, &sum);
+  ck_assert_uint_eq(sum.used, 2);
+  td_round_sum_apply(&sum, deferred);
+  ck_assert_int_eq(memcmp(in_place, deferred, sizeof in_place), 0);
+
+  /* an update whose round was left while it decoded is dropped as late */
+  td_round_begin(d, 2, peers, 2);
+  send_update(d, 11, 2, 300, a, &res);
+  ck_assert_int_eq(td_round_take_message(d, 2, 11, &msg[0], &len[0], &ticket[0]), 0);
+  td_round_begin(d, 9, peers, 2); /* a jump recycles every entry */
+  unsigned codec;
+  bool ok;
+  float *data = decode_elsewhere(msg[0], len[0], &codec, &ok);
+  td_round_put_decoded(d, 2, 11, ticket[0], &data, codec, ok, &res, NULL);
+  ck_assert_int_eq(res, TD_CHUNK_LATE);
+  ck_assert_ptr_null(data);
+  free(msg[0]);
+  td_round_close(&r);
+  td_round_close(&d);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("round");
   TCase *tc = tcase_create("core");
@@ -216,6 +295,7 @@ int main(void) {
   tcase_add_test(tc, chunks_are_classified_and_checked);
   tcase_add_test(tc, window_keeps_updates_two_rounds_ahead);
   tcase_add_test(tc, nan_updates_are_rejected_and_next_round_is_kept);
+  tcase_add_test(tc, deferred_decoding_aggregates_the_same);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "compute/error.h"
+#include "compute/optim.h"
 #include "daemon/runspec.h"
 
 static char tmpdir[64];
@@ -83,6 +84,10 @@ START_TEST(bad_values_are_refused_with_the_key_named) {
       {"local_steps", "qsr:x:4"}, {"codec", "autox"},    {"batching", "fair"},
       {"slowdown", "0.5"},     {"slowdown", "2,,3"},     {"slowdown", "nan"},
       {"outer_lr", "0"},       {"outer_momentum", "1"},  {"staleness_kappa", "-1"},
+      {"optimizer", "adam"},   {"optimizer", "SGD"},     {"beta1", "1"},
+      {"beta1", "-0.1"},       {"beta2", "1"},           {"beta2", "x"},
+      {"eps", "0"},            {"eps", "-1e-8"},         {"eps", "2"},
+      {"clip", "-1"},          {"clip", "inf"},          {"dataset", "text:"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     td_runspec_t rs;
@@ -112,6 +117,63 @@ START_TEST(bad_values_are_refused_with_the_key_named) {
 END_TEST
 
 /* The scheduler keys fill their parsed fields, and slowdown lists are per rank. */
+/* optimizer keys: defaults, parsed kind, and the cross-key rule for nesterov */
+START_TEST(optimizer_keys_default_parse_and_check) {
+  td_runspec_t rs;
+  char why[512] = "", text[8192];
+  td_runspec_defaults(&rs);
+  ck_assert_str_eq(rs.optimizer, "sgd");
+  ck_assert_uint_eq(rs.optimizer_kind, TD_OPTIM_SGD);
+  ck_assert_double_eq(rs.beta1, 0.9);
+  ck_assert_double_eq(rs.beta2, 0.95);
+  ck_assert_double_eq(rs.eps, 1e-8);
+  ck_assert_double_eq(rs.clip, 0);
+  ck_assert_int_eq(td_runspec_set(&rs, "optimizer", "adamw", why, sizeof why), 0);
+  ck_assert_uint_eq(rs.optimizer_kind, TD_OPTIM_ADAMW);
+  ck_assert_int_eq(td_runspec_set(&rs, "beta2", "0.999", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set(&rs, "clip", "1", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), 0);
+  td_runspec_format(&rs, text, sizeof text);
+  ck_assert_ptr_nonnull(strstr(text, "optimizer = adamw\n"));
+  ck_assert_ptr_nonnull(strstr(text, "beta2 = 0.999\n"));
+  ck_assert_ptr_nonnull(strstr(text, "clip = 1\n"));
+  /* Nesterov is an SGD option: asking for it with AdamW is a mistake */
+  ck_assert_int_eq(td_runspec_set(&rs, "nesterov", "true", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), TD_ECONFIG);
+  ck_assert_str_eq(why, "nesterov: applies to optimizer = sgd, not adamw");
+  ck_assert_int_eq(td_runspec_set(&rs, "optimizer", "sgd", why, sizeof why), 0);
+  ck_assert_uint_eq(rs.optimizer_kind, TD_OPTIM_SGD);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set(&rs, "optimizer", "adam", why, sizeof why), TD_ECONFIG);
+  ck_assert_str_eq(why, "optimizer: unknown optimizer 'adam' (accepted: sgd, adamw)");
+  ck_assert_int_eq(td_runspec_set(&rs, "dataset", "text:fortunes", why, sizeof why), 0);
+}
+END_TEST
+
+/* DiLoCo (Douillard et al. 2023) in run keys: H inner AdamW steps per round,
+ * then an outer Nesterov step on the averaged delta (the README's recipe). */
+START_TEST(diloco_recipe_is_expressible) {
+  td_runspec_t rs;
+  char why[512] = "";
+  td_runspec_defaults(&rs);
+  const char *ini = "[run]\n"
+                    "optimizer = adamw\nlr = 4e-4\nweight_decay = 0.1\n"
+                    "beta1 = 0.9\nbeta2 = 0.95\nclip = 1\nwarmup_steps = 1000\n"
+                    "local_steps = 500\n"
+                    "outer_lr = 0.7\nouter_momentum = 0.9\nouter_nesterov = true\n";
+  ck_assert_msg(td_runspec_load_ini_text(&rs, ini, "diloco.ini", why, sizeof why) == 0, "%s",
+                why);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), 0);
+  ck_assert_uint_eq(rs.optimizer_kind, TD_OPTIM_ADAMW);
+  ck_assert_double_eq(rs.lr, 4e-4);
+  ck_assert_double_eq(rs.clip, 1);
+  ck_assert_uint_eq(rs.local_steps, 500);
+  ck_assert_double_eq(rs.outer_lr, 0.7);
+  ck_assert_double_eq(rs.outer_momentum, 0.9);
+  ck_assert(rs.outer_nesterov);
+}
+END_TEST
+
 START_TEST(scheduler_keys_fill_parsed_fields) {
   td_runspec_t rs;
   char why[512] = "";
@@ -212,6 +274,8 @@ int main(void) {
   tcase_add_test(tc, ini_files_use_the_same_table);
   tcase_add_test(tc, canonical_text_round_trips);
   tcase_add_test(tc, scheduler_keys_fill_parsed_fields);
+  tcase_add_test(tc, optimizer_keys_default_parse_and_check);
+  tcase_add_test(tc, diloco_recipe_is_expressible);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -1,0 +1,431 @@
+/* control.c: the control socket and the commands trainctl sends on it.
+ *
+ * Threads: loop thread; a rounds query reads the ledger on the work pool
+ * (ledgerq.c) and answers from its done callback. One connection carries one
+ * framed request (proto/control.h) and one framed response. A connection
+ * owns two libuv handles (its pipe and the timer of a pending `join`) and
+ * may have one ledger query in flight; it is freed only when the last close
+ * callback has run and no query still refers to it (libuv frees nothing a
+ * handle uses before its close callback). A client that goes away before it
+ * reads the answer is a closed client, nothing more: the daemon ignores
+ * SIGPIPE (node.c) and a failed write just closes the connection. */
+#include "daemon/internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "compute/error.h"
+#include "daemon/log.h"
+#include "proto/control.h"
+
+/* A join waits this long for the welcome of the node it asked. */
+#define JOIN_TIMEOUT_MS 5000
+#define LISTEN_BACKLOG 16
+/* Smallest read buffer offered to libuv. */
+#define READ_CHUNK 4096
+
+typedef struct conn {
+  struct conn *next; /* the control's list of open connections */
+  td__control_t *ctl;
+  uv_pipe_t pipe;
+  uv_timer_t join_timer;
+  unsigned refs; /* open handles + a query in flight */
+  bool closing, responded;
+  uint8_t *buf;
+  size_t len, cap;
+  uv_write_t write_req;
+  uint8_t *out;
+  char join_endpoint[TD_ENDPOINT_MAX];
+} conn_t;
+
+struct td__control {
+  td__node_t *n;
+  uv_pipe_t server;
+  bool listening, bound, stopped;
+  conn_t *conns;
+  conn_t *pending_join;
+};
+
+static void conn_unref(conn_t *c) {
+  if (--c->refs > 0)
+    return;
+  td__control_t *ctl = c->ctl;
+  for (conn_t **p = &ctl->conns; *p != NULL; p = &(*p)->next)
+    if (*p == c) {
+      *p = c->next;
+      break;
+    }
+  free(c->buf);
+  free(c->out);
+  free(c);
+}
+
+static void on_handle_closed(uv_handle_t *h) { conn_unref(h->data); }
+
+static void conn_close(conn_t *c) {
+  if (c->closing)
+    return;
+  c->closing = true;
+  if (c->ctl->pending_join == c)
+    c->ctl->pending_join = NULL;
+  uv_close((uv_handle_t *)&c->join_timer, on_handle_closed);
+  uv_close((uv_handle_t *)&c->pipe, on_handle_closed);
+}
+
+static void on_written(uv_write_t *req, int status) {
+  (void)status; /* UV_EPIPE: the client left without reading; nothing to do */
+  conn_close(req->data);
+}
+
+/* Send one framed response (status 0 with a JSON payload, or an error). */
+static void respond_total(conn_t *c, int status, const char *error, const char *json,
+                          uint64_t total) {
+  if (c->responded || c->closing)
+    return;
+  c->responded = true;
+  Traind__ControlResponse resp = TRAIND__CONTROL_RESPONSE__INIT;
+  resp.status = status;
+  resp.error = (char *)(error ? error : "");
+  resp.json = (char *)(json ? json : "");
+  resp.total = total;
+  size_t len;
+  int rc = td_control_frame_response(&resp, &c->out, &len);
+  if (rc == TD_ERANGE) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "the answer exceeds the %u-byte control limit",
+             TD_WIRE_MAX_CONTROL);
+    resp = (Traind__ControlResponse)TRAIND__CONTROL_RESPONSE__INIT;
+    resp.status = TD_ERANGE;
+    resp.error = msg;
+    rc = td_control_frame_response(&resp, &c->out, &len);
+  }
+  uv_buf_t b = uv_buf_init((char *)c->out, (unsigned)len);
+  c->write_req.data = c;
+  if (rc != 0 || uv_write(&c->write_req, (uv_stream_t *)&c->pipe, &b, 1, on_written) != 0)
+    conn_close(c);
+}
+
+static void respond(conn_t *c, int status, const char *error, const char *json) {
+  respond_total(c, status, error, json, 0);
+}
+
+static void respond_json(conn_t *c, json_object *o) {
+  respond(c, 0, NULL, json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+  json_object_put(o);
+}
+
+void td__control_welcome(td__control_t *ctl, uint64_t peer) {
+  conn_t *c = ctl != NULL ? ctl->pending_join : NULL;
+  if (c == NULL)
+    return;
+  ctl->pending_join = NULL;
+  uv_timer_stop(&c->join_timer);
+  json_object *o = json_object_new_object();
+  json_object_object_add(o, "joined", json_object_new_string(c->join_endpoint));
+  json_object_object_add(o, "seed_node", td__status_id(peer));
+  json_object_object_add(o, "peers", td__status_peers(ctl->n));
+  respond_json(c, o);
+}
+
+static void on_join_timeout(uv_timer_t *t) {
+  conn_t *c = t->data;
+  if (c->ctl->pending_join == c)
+    c->ctl->pending_join = NULL;
+  char msg[512];
+  snprintf(msg, sizeof msg, "no answer from %s within %.0f s (is traind listening there?)",
+           c->join_endpoint, JOIN_TIMEOUT_MS / 1000.0);
+  respond(c, TD_EIO, msg, NULL);
+}
+
+static void cmd_join(conn_t *c, const char *endpoint) {
+  td__node_t *n = c->ctl->n;
+  if (endpoint == NULL || strncmp(endpoint, "tcp://", 6) != 0 ||
+      strlen(endpoint) >= TD_ENDPOINT_MAX || strchr(endpoint + 6, ':') == NULL) {
+    respond(c, TD_ECONFIG, "join needs an endpoint of the form tcp://HOST:PORT", NULL);
+    return;
+  }
+  if (strcmp(endpoint, td__transport_endpoint(n->net)) == 0) {
+    respond(c, TD_ECONFIG, "that is this node's own endpoint", NULL);
+    return;
+  }
+  if (c->ctl->pending_join != NULL) {
+    respond(c, TD_EINVAL, "another join is in progress", NULL);
+    return;
+  }
+  td__link_t *l = td__link_by_endpoint(n->net, endpoint);
+  if (l == NULL)
+    l = td__link_ensure(n->net, 0, endpoint);
+  if (l == NULL) {
+    respond(c, TD_EIO, "cannot open a link to that endpoint", NULL);
+    return;
+  }
+  snprintf(c->join_endpoint, sizeof c->join_endpoint, "%s", endpoint);
+  c->ctl->pending_join = c;
+  uv_timer_start(&c->join_timer, on_join_timeout, JOIN_TIMEOUT_MS, 0);
+  td__gossip_hello(n, l);
+}
+
+/* A run id nobody else picks: FNV-1a over the spec, our id and the time. */
+#define FNV_OFFSET 0xcbf29ce484222325ull
+#define FNV_PRIME 0x100000001b3ull
+static uint64_t fnv1a64(const void *data, size_t len, uint64_t h) {
+  const uint8_t *p = data;
+  for (size_t i = 0; i < len; i++) {
+    h ^= p[i];
+    h *= FNV_PRIME;
+  }
+  return h;
+}
+
+static void cmd_start(conn_t *c, const Traind__ControlRequest *req) {
+  td__node_t *n = c->ctl->n;
+  char why[768] = "";
+  td_runspec_t spec;
+  td_runspec_defaults(&spec);
+  int rc = 0;
+  if (req->ini_text != NULL && req->ini_text[0] != '\0') /* parsed in memory, no disk */
+    rc = td_runspec_load_ini_text(&spec, req->ini_text, "run file", why, sizeof why);
+  for (size_t i = 0; rc == 0 && i < req->n_settings; i++)
+    rc = td_runspec_set_arg(&spec, req->settings[i], why, sizeof why);
+  if (rc == 0)
+    rc = td_runspec_validate(&spec, why, sizeof why);
+  if (rc != 0) {
+    respond(c, TD_ECONFIG, why, NULL);
+    return;
+  }
+  if (n->session != NULL) {
+    snprintf(why, sizeof why, "run %016" PRIx64 " is still running (trainctl stop first)",
+             n->session->run_id);
+    respond(c, TD_EINVAL, why, NULL);
+    return;
+  }
+  size_t need = td_runspec_format(&spec, NULL, 0) + 1;
+  char *text = malloc(need);
+  if (text == NULL) {
+    respond(c, TD_ENOMEM, "out of memory", NULL);
+    return;
+  }
+  td_runspec_format(&spec, text, need);
+  uint64_t members[TD_MEMBERS_MAX];
+  size_t nm = td_members_live(n->members, false, members, TD_MEMBERS_MAX);
+  double now = td_clock_wall_s();
+  uint64_t run_id = fnv1a64(text, strlen(text), FNV_OFFSET);
+  run_id = fnv1a64(&n->node_id, sizeof n->node_id, run_id);
+  run_id = fnv1a64(&now, sizeof now, run_id);
+  if (run_id == 0)
+    run_id = 1;
+  rc = td__session_start(n, run_id, text, members, nm, 1, 0, why, sizeof why);
+  if (rc != 0) {
+    free(text);
+    respond(c, rc, why, NULL);
+    return;
+  }
+  Traind__RunStart rs = TRAIND__RUN_START__INIT;
+  rs.spec = text;
+  rs.members = members;
+  rs.n_members = nm;
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_RUN_START;
+  env.run_start = &rs;
+  env.run_id = run_id;
+  td__transport_broadcast(n->net, &env);
+  free(text);
+  json_object *o = json_object_new_object();
+  json_object_object_add(o, "run_id", td__status_id(run_id));
+  json_object_object_add(o, "nodes", json_object_new_int((int)nm));
+  respond_json(c, o);
+}
+
+static void cmd_stop(conn_t *c) {
+  td__node_t *n = c->ctl->n;
+  td__session_t *s = n->session;
+  if (s == NULL) {
+    respond(c, TD_EINVAL, "no run is running", NULL);
+    return;
+  }
+  Traind__RunStop stop = TRAIND__RUN_STOP__INIT;
+  stop.reason = "trainctl stop";
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_RUN_STOP;
+  env.run_stop = &stop;
+  env.run_id = s->run_id;
+  td__transport_broadcast(n->net, &env);
+  td_run_stop(s->run);
+  json_object *o = json_object_new_object();
+  json_object_object_add(o, "stopping", td__status_id(s->run_id));
+  respond_json(c, o);
+}
+
+static void rounds_answered(char *json, uint64_t total, void *user) {
+  conn_t *c = user;
+  if (json == NULL)
+    respond(c, TD_ENOMEM, "out of memory", NULL);
+  else
+    respond_total(c, 0, NULL, json, total);
+  free(json);
+  conn_unref(c); /* the query's reference */
+}
+
+static void cmd_rounds(conn_t *c, const Traind__ControlRequest *req) {
+  td__node_t *n = c->ctl->n;
+  uint64_t run_id = td__session_last_id(n);
+  if (run_id == 0) {
+    respond(c, 0, NULL, "[]");
+    return;
+  }
+  uint64_t limit = req->page_size ? req->page_size : UINT64_MAX;
+  c->refs++;
+  if (td__ledger_rounds_query(n->ledger, run_id, req->last, req->page_from, limit,
+                              rounds_answered, c) != 0) {
+    c->refs--;
+    respond(c, TD_EIO, "cannot query the ledger", NULL);
+  }
+}
+
+static void handle_request(conn_t *c, const uint8_t *frame, size_t len) {
+  td__node_t *n = c->ctl->n;
+  Traind__ControlRequest *req = NULL;
+  char why[256];
+  if (td_wire_unpack_request(&req, frame, len, why, sizeof why) != 0) {
+    respond(c, TD_EPROTO, why, NULL);
+    return;
+  }
+  switch (req->command) {
+  case TRAIND__CONTROL_REQUEST__COMMAND__STATUS: respond_json(c, td__status_json(n)); break;
+  case TRAIND__CONTROL_REQUEST__COMMAND__JOIN: cmd_join(c, req->endpoint); break;
+  case TRAIND__CONTROL_REQUEST__COMMAND__START: cmd_start(c, req); break;
+  case TRAIND__CONTROL_REQUEST__COMMAND__STOP: cmd_stop(c); break;
+  case TRAIND__CONTROL_REQUEST__COMMAND__PEERS: {
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "node_id", td__status_id(n->node_id));
+    json_object_object_add(o, "endpoint", json_object_new_string(td__transport_endpoint(n->net)));
+    json_object_object_add(o, "peers", td__status_peers(n));
+    respond_json(c, o);
+    break;
+  }
+  case TRAIND__CONTROL_REQUEST__COMMAND__ROUNDS: cmd_rounds(c, req); break;
+  case TRAIND__CONTROL_REQUEST__COMMAND__LEAVE: {
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "left", td__status_id(n->node_id));
+    respond_json(c, o);
+    td__node_shutdown(n, "trainctl leave");
+    break;
+  }
+  default: respond(c, TD_EINVAL, "unknown command", NULL); break;
+  }
+  td_wire_free_request(&req);
+}
+
+static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  conn_t *c = h->data;
+  (void)suggested;
+  if (c->cap - c->len < READ_CHUNK) {
+    size_t cap = c->cap ? c->cap * 2 : 2 * READ_CHUNK;
+    uint8_t *nb = cap <= TD_WIRE_MAX_CONTROL + 2 * TD_CONTROL_HEADER_BYTES ? realloc(c->buf, cap)
+                                                                          : NULL;
+    if (nb == NULL) {
+      *buf = uv_buf_init(NULL, 0);
+      return;
+    }
+    c->buf = nb;
+    c->cap = cap;
+  }
+  *buf = uv_buf_init((char *)c->buf + c->len, (unsigned)(c->cap - c->len));
+}
+
+static void conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  conn_t *c = s->data;
+  (void)buf;
+  if (nread < 0) { /* the client left (or sent too much): nothing to answer */
+    conn_close(c);
+    return;
+  }
+  c->len += (size_t)nread;
+  if (c->len < TD_CONTROL_HEADER_BYTES || c->responded)
+    return;
+  size_t frame = td_control_frame_len(c->buf);
+  if (frame > TD_WIRE_MAX_CONTROL) {
+    respond(c, TD_EPROTO, "control request too large", NULL);
+    return;
+  }
+  if (c->len < frame + TD_CONTROL_HEADER_BYTES)
+    return;
+  uv_read_stop(s);
+  handle_request(c, c->buf + TD_CONTROL_HEADER_BYTES, frame);
+}
+
+static void on_connection(uv_stream_t *server, int status) {
+  td__control_t *ctl = server->data;
+  if (status < 0 || ctl->stopped)
+    return;
+  conn_t *c = calloc(1, sizeof *c);
+  if (c == NULL)
+    return;
+  c->ctl = ctl;
+  c->next = ctl->conns;
+  ctl->conns = c;
+  uv_pipe_init(&ctl->n->loop, &c->pipe, 0);
+  uv_timer_init(&ctl->n->loop, &c->join_timer);
+  c->pipe.data = c->join_timer.data = c;
+  c->refs = 2; /* the two handles */
+  if (uv_accept(server, (uv_stream_t *)&c->pipe) != 0 ||
+      uv_read_start((uv_stream_t *)&c->pipe, conn_alloc, conn_read) != 0)
+    conn_close(c);
+}
+
+int td__control_open(td__control_t **out, td__node_t *n, char *why, size_t why_len) {
+  struct sockaddr_un addr;
+  if (strlen(n->control_path) >= sizeof addr.sun_path)
+    return td_why(why, why_len, TD_ECONFIG, "--control path is longer than %zu bytes: %s",
+                  sizeof addr.sun_path - 1, n->control_path);
+  td__control_t *ctl = calloc(1, sizeof *ctl);
+  if (ctl == NULL)
+    return td_why(why, why_len, TD_ENOMEM, "out of memory");
+  ctl->n = n;
+  *out = ctl;
+  uv_pipe_init(&n->loop, &ctl->server, 0);
+  ctl->server.data = ctl;
+  ctl->listening = true;
+  unlink(n->control_path); /* a stale socket from a crashed daemon */
+  mode_t old = umask(0177); /* the socket is created 0600 */
+  int rc = uv_pipe_bind(&ctl->server, n->control_path);
+  umask(old);
+  if (rc == 0)
+    rc = uv_listen((uv_stream_t *)&ctl->server, LISTEN_BACKLOG, on_connection);
+  if (rc != 0)
+    return td_why(why, why_len, TD_EIO, "cannot listen on %s: %s", n->control_path,
+                  uv_strerror(rc));
+  chmod(n->control_path, 0600);
+  ctl->bound = true;
+  return 0;
+}
+
+/* Stop listening and close every connection (shutdown); a write in flight
+ * finishes first, as libuv cancels it at close. */
+void td__control_stop(td__control_t *ctl) {
+  if (ctl == NULL || ctl->stopped)
+    return;
+  ctl->stopped = true;
+  if (ctl->listening)
+    uv_close((uv_handle_t *)&ctl->server, NULL);
+  for (conn_t *c = ctl->conns; c != NULL; c = c->next)
+    if (!c->responded)
+      conn_close(c);
+}
+
+void td__control_close(td__control_t **self_p) {
+  td__control_t *ctl = *self_p;
+  if (ctl == NULL)
+    return;
+  *self_p = NULL;
+  if (ctl->bound)
+    unlink(ctl->n->control_path);
+  free(ctl);
+}

@@ -1,0 +1,83 @@
+/* dispatch.c: where each received peer message goes.
+ *
+ * Threads: loop thread. transport.c hands over every envelope that passed
+ * proto/wire.c; one table says, per message kind, which part handles it,
+ * whether the sender must already be a member (a stranger's message is
+ * counted as a drop instead), and whether the message counts as proof that
+ * its sender is alive. Update chunks, acks and snapshot chunks count: on a
+ * slow uplink a member's heartbeats queue behind them, and must not get it
+ * declared dead. Drops are counted here too, by kind. */
+#include "daemon/internal.h"
+
+#include <inttypes.h>
+
+#include "compute/error.h"
+#include "daemon/log.h"
+
+/* Drops logged one by one before only every LOG_EVERY-th is. */
+#define DROP_LOGS_IN_FULL 20
+#define DROP_LOG_EVERY 1000
+
+typedef void (*handler_fn)(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
+                           size_t bytes);
+
+typedef struct {
+  handler_fn handle;
+  bool member_only; /* a message from a node we do not know is dropped */
+  bool liveness;    /* a member's message of this kind shows it is alive */
+  const char *stranger; /* why a stranger's message is dropped (NULL: counted silently) */
+} route_t;
+
+static const route_t routes[] = {
+    [TRAIND__ENVELOPE__BODY_HELLO] = {td__on_hello, false, false, NULL},
+    [TRAIND__ENVELOPE__BODY_WELCOME] = {td__on_welcome, false, false, NULL},
+    [TRAIND__ENVELOPE__BODY_HEARTBEAT] = {td__on_heartbeat, true, false, NULL},
+    [TRAIND__ENVELOPE__BODY_LEAVE] = {td__on_leave, false, false, NULL},
+    [TRAIND__ENVELOPE__BODY_RUN_START] = {td__on_run_start, true, false,
+                                          "run start from an unknown node"},
+    [TRAIND__ENVELOPE__BODY_RUN_STOP] = {td__on_run_stop, false, false, NULL},
+    [TRAIND__ENVELOPE__BODY_UPDATE] = {td__on_update, false, true, NULL},
+    [TRAIND__ENVELOPE__BODY_ACK] = {td__on_ack, false, true, NULL},
+    [TRAIND__ENVELOPE__BODY_EVAL_REPORT] = {td__on_eval_report, false, false, NULL},
+    [TRAIND__ENVELOPE__BODY_SNAPSHOT_REQUEST] = {td__on_snapshot_request, false, false, NULL},
+    [TRAIND__ENVELOPE__BODY_SNAPSHOT_CHUNK] = {td__on_snapshot_chunk, false, true, NULL},
+};
+
+static const char *const drop_names[] = {
+#define TD__DROP_NAME(u, l) #l,
+    TD__DROPS(TD__DROP_NAME)
+#undef TD__DROP_NAME
+};
+
+const char *td__drop_name(td__drop_t kind) {
+  return kind < TD__DROP_COUNT ? drop_names[kind] : "unknown";
+}
+
+void td__drop(td__node_t *n, td__drop_t kind, const char *what) {
+  n->drops[kind]++;
+  if (what == NULL)
+    return;
+  n->drop_logs++;
+  if (n->drop_logs <= DROP_LOGS_IN_FULL || n->drop_logs % DROP_LOG_EVERY == 0)
+    td_log_warn("dropped a peer message: %s (drops so far: %u)", what, n->drop_logs);
+}
+
+void td__dispatch(td__node_t *n, const Traind__Envelope *env, size_t bytes) {
+  if (env->sender == 0 || env->sender == n->node_id) {
+    td__drop(n, TD__DROP_MALFORMED, "message with a bad sender id");
+    return;
+  }
+  td__link_t *l = td__link_find(n->net, env->sender);
+  size_t kind = (size_t)env->body_case;
+  const route_t *r = kind < sizeof routes / sizeof routes[0] ? &routes[kind] : NULL;
+  if (r == NULL || r->handle == NULL)
+    return; /* wire.c refuses messages without a body */
+  bool member = td_members_find(n->members, env->sender) != NULL;
+  if (r->member_only && !member) {
+    td__drop(n, TD__DROP_NOT_MEMBER, r->stranger);
+    return;
+  }
+  if (r->liveness && member)
+    td__gossip_heard(n, env->sender, NULL);
+  r->handle(n, env, l, bytes);
+}

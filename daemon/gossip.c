@@ -1,0 +1,212 @@
+/* gossip.c: membership traffic: hello, welcome, heartbeat and leave.
+ *
+ * Threads: loop thread. A node introduces itself with a hello; the answer is
+ * a welcome listing the members the answering node knows, so one join spreads
+ * through the cluster. Every heartbeat carries the sender's peer list, run
+ * state, round and capacity; members.c turns silence into suspect and dead.
+ * A restarted node says hello to the peers its ledger knew: that is how it
+ * comes back. Every change of a member's state goes to the ledger. */
+#include "daemon/internal.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "compute/error.h"
+#include "daemon/log.h"
+
+static bool tcp_endpoint(const char *ep) { return ep != NULL && strncmp(ep, "tcp://", 6) == 0; }
+
+static void fill_peer_infos(td__node_t *n, Traind__PeerInfo *infos, Traind__PeerInfo **ptrs,
+                            size_t *count) {
+  size_t k = 0;
+  for (size_t i = 0; i < td_members_count(n->members) && k < TD_MEMBERS_MAX; i++) {
+    const td_member_t *m = td_members_at(n->members, i);
+    if (m->state == TD_PEER_LEFT || m->state == TD_PEER_DEAD)
+      continue;
+    traind__peer_info__init(&infos[k]);
+    infos[k].node_id = m->node_id;
+    infos[k].endpoint = (char *)m->endpoint;
+    infos[k].state = (uint32_t)m->state;
+    infos[k].capacity = m->capacity;
+    ptrs[k] = &infos[k];
+    k++;
+  }
+  *count = k;
+}
+
+void td__gossip_hello(td__node_t *n, td__link_t *l) {
+  Traind__Hello hello = TRAIND__HELLO__INIT;
+  hello.endpoint = (char *)td__transport_endpoint(n->net);
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_HELLO;
+  env.hello = &hello;
+  td__link_send(n->net, l, &env);
+}
+
+static void send_welcome(td__node_t *n, td__link_t *l) {
+  Traind__PeerInfo infos[TD_MEMBERS_MAX], *ptrs[TD_MEMBERS_MAX];
+  Traind__Welcome w = TRAIND__WELCOME__INIT;
+  fill_peer_infos(n, infos, ptrs, &w.n_peers);
+  w.peers = ptrs;
+  w.run_round = n->session ? n->session->round : 0;
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_WELCOME;
+  env.welcome = &w;
+  env.run_id = n->session ? n->session->run_id : 0;
+  td__link_send(n->net, l, &env);
+}
+
+static void record_peer(td__node_t *n, const td_member_t *m) { td__ledger_peer(n->ledger, m); }
+
+static void on_member_event(const td_member_t *m, td_member_event_t ev, void *user) {
+  td__node_t *n = user;
+  switch (ev) {
+  case TD_MEMBER_SUSPECTED:
+    td_log_warn("peer %016" PRIx64 " (%s) is suspect", m->node_id, m->endpoint);
+    td__ledger_event(n->ledger, "peer_suspect", "%016" PRIx64 " %s", m->node_id, m->endpoint);
+    break;
+  case TD_MEMBER_DIED:
+    td_log_warn("peer %016" PRIx64 " (%s) is dead", m->node_id, m->endpoint);
+    td__ledger_event(n->ledger, "peer_dead", "%016" PRIx64 " %s", m->node_id, m->endpoint);
+    if (n->session != NULL)
+      td__rounds_forget_peer(n->session, m->node_id);
+    break;
+  default:
+    break;
+  }
+  record_peer(n, m);
+}
+
+void td__gossip_heard(td__node_t *n, uint64_t peer, const char *endpoint) {
+  td_member_event_t ev;
+  if (td_members_heard(n->members, peer, endpoint, td_clock_mono_s(), &ev) != 0) {
+    td_log_warn("membership table full (%d): ignoring %016" PRIx64, TD_MEMBERS_MAX, peer);
+    return;
+  }
+  td_member_t *m = td_members_find(n->members, peer);
+  td__link_t *l = td__link_ensure(n->net, peer, m->endpoint[0] ? m->endpoint : endpoint);
+  if (ev == TD_MEMBER_JOINED || ev == TD_MEMBER_REVIVED) {
+    td_log_info("peer %016" PRIx64 " at %s %s", peer, m->endpoint,
+                ev == TD_MEMBER_JOINED ? "joined" : "is back");
+    td__ledger_event(n->ledger, ev == TD_MEMBER_JOINED ? "peer_joined" : "peer_back",
+                     "%016" PRIx64 " %s", peer, m->endpoint);
+    record_peer(n, m);
+    if (l != NULL)
+      td__gossip_hello(n, l); /* make sure it knows us too */
+  }
+}
+
+/* Second-hand news of peers (welcome, heartbeat gossip). */
+static void learn_peers(td__node_t *n, Traind__PeerInfo **peers, size_t count) {
+  for (size_t i = 0; i < count; i++) {
+    Traind__PeerInfo *p = peers[i];
+    if (p->node_id == 0 || p->node_id == n->node_id || !tcp_endpoint(p->endpoint))
+      continue;
+    if (td_members_learn(n->members, p->node_id, p->endpoint, td_clock_mono_s()) == 1) {
+      td__link_t *l = td__link_ensure(n->net, p->node_id, p->endpoint);
+      if (l != NULL)
+        td__gossip_hello(n, l);
+      td_log_info("learned of peer %016" PRIx64 " at %s", p->node_id, p->endpoint);
+      record_peer(n, td_members_find(n->members, p->node_id));
+    }
+  }
+}
+
+void td__on_hello(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes) {
+  (void)l;
+  (void)bytes;
+  if (!tcp_endpoint(env->hello->endpoint)) {
+    td__drop(n, TD__DROP_MALFORMED, "hello without a tcp:// endpoint");
+    return;
+  }
+  td__gossip_heard(n, env->sender, env->hello->endpoint);
+  if ((l = td__link_find(n->net, env->sender)) != NULL)
+    send_welcome(n, l);
+}
+
+void td__on_welcome(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes) {
+  (void)l;
+  (void)bytes;
+  const char *ep = NULL;
+  for (size_t i = 0; i < env->welcome->n_peers; i++)
+    if (env->welcome->peers[i]->node_id == env->sender)
+      ep = env->welcome->peers[i]->endpoint;
+  td__gossip_heard(n, env->sender, ep);
+  learn_peers(n, env->welcome->peers, env->welcome->n_peers);
+  td__control_welcome(n->control, env->sender);
+}
+
+void td__on_heartbeat(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes) {
+  (void)l;
+  (void)bytes;
+  td__gossip_heard(n, env->sender, NULL);
+  td_member_t *m = td_members_find(n->members, env->sender);
+  if (isfinite(env->heartbeat->capacity) && env->heartbeat->capacity >= 0)
+    m->capacity = env->heartbeat->capacity;
+  m->round = env->heartbeat->round;
+  m->run_id = env->heartbeat->run_state ? env->run_id : 0;
+  m->reported = true;
+  learn_peers(n, env->heartbeat->peers, env->heartbeat->n_peers);
+}
+
+void td__on_leave(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes) {
+  (void)l;
+  (void)bytes;
+  td_log_info("peer %016" PRIx64 " leaves: %s", env->sender,
+              env->leave->reason ? env->leave->reason : "");
+  td_members_left(n->members, env->sender);
+  td__ledger_event(n->ledger, "peer_left", "%016" PRIx64, env->sender);
+  const td_member_t *m = td_members_find(n->members, env->sender);
+  if (m != NULL)
+    record_peer(n, m);
+  if (n->session != NULL)
+    td__rounds_forget_peer(n->session, env->sender);
+}
+
+/* Heartbeat: failure detection, then our own heartbeat to every link. */
+void td__gossip_tick(td__node_t *n) {
+  td_members_tick(n->members, td_clock_mono_s(), on_member_event, n);
+  Traind__PeerInfo infos[TD_MEMBERS_MAX], *ptrs[TD_MEMBERS_MAX];
+  Traind__Heartbeat hb = TRAIND__HEARTBEAT__INIT;
+  fill_peer_infos(n, infos, ptrs, &hb.n_peers);
+  hb.peers = ptrs;
+  td__session_t *s = n->session;
+  hb.round = s ? s->round : 0;
+  hb.run_state = s ? 1 : 0;
+  hb.capacity = s ? s->capacity : 0; /* samples/s EWMA (weighted batching) */
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_HEARTBEAT;
+  env.heartbeat = &hb;
+  env.run_id = s ? s->run_id : 0;
+  /* dead peers get heartbeats too, so a restarted one finds its way back */
+  for (size_t i = 0; i < td__transport_count(n->net); i++) {
+    td__link_t *l = td__transport_at(n->net, i);
+    td_member_t *m = td__link_peer(l) ? td_members_find(n->members, td__link_peer(l)) : NULL;
+    if (m != NULL && m->state != TD_PEER_LEFT)
+      td__link_send(n->net, l, &env);
+  }
+}
+
+void td__gossip_leave(td__node_t *n, const char *why) {
+  Traind__Leave leave = TRAIND__LEAVE__INIT;
+  leave.reason = (char *)why;
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_LEAVE;
+  env.leave = &leave;
+  td__transport_broadcast(n->net, &env);
+}
+
+static void greet_known_peer(uint64_t node_id, const char *endpoint, const char *state,
+                             void *user) {
+  td__node_t *n = user;
+  if (node_id == n->node_id || endpoint == NULL || strcmp(state ? state : "", "left") == 0)
+    return;
+  td__link_t *l = td__link_ensure(n->net, node_id, endpoint);
+  if (l != NULL) {
+    td_log_info("saying hello to known peer %016" PRIx64 " at %s", node_id, endpoint);
+    td__gossip_hello(n, l);
+  }
+}
+
+void td__gossip_greet_known(td__node_t *n) { td__ledger_peers(n->ledger, greet_known_peer, n); }

@@ -1,0 +1,392 @@
+/* internal.h: the declarations the daemon's parts share, and nothing else.
+ *
+ * The peer daemon (node.h) is one libuv loop thread plus the work pool and a
+ * run's compute thread. Its parts each own one job and keep their state
+ * private to their file: node.c (start-up, shutdown, the heartbeat that calls
+ * every part's tick), transport.c (links, sockets, pacing, goodput),
+ * dispatch.c (which handler a received message goes to), gossip.c
+ * (membership traffic), session.c (one run: its life from start to finish),
+ * rounds.c (collecting and closing rounds), outbox.c (encoding our updates),
+ * transfer.c (resumable blob transfer and knowledge transfer), join.c (late
+ * join), reconcile.c (anchor reconciliation), ledgerq.c (the ledger write
+ * queue), control.c and status.c (trainctl's commands and their JSON).
+ *
+ * The node holds pointers to the parts. The run session's core (members,
+ * rounds, the own-round ring) is shared by the run-side parts below; their
+ * own state (the outbox, the transfer, the join, the reconciliation) is
+ * opaque and reached only through the calls declared here. Everything here
+ * runs on the loop thread unless it says otherwise. */
+#ifndef TD_DAEMON_INTERNAL_H
+#define TD_DAEMON_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "compress/codec.h"
+#include "daemon/clock.h"
+#include "daemon/ledger.h"
+#include "daemon/members.h"
+#include "daemon/run.h"
+#include "daemon/runspec.h"
+#include "proto/wire.h"
+#include "scheduler/linkq.h"
+#include "scheduler/round.h"
+
+/* Own rounds (and peers' reports) kept, indexed by round % TD__RING. */
+#define TD__RING 4
+/* Timeouts, seconds (monotonic). */
+#define TD__RECON_STALL_S 3.0  /* a reconciliation message that stops growing is asked again */
+#define TD__JOIN_STALL_S 3.0   /* a late-join seed that stops growing is asked again */
+#define TD__XFER_STALL_S 10.0  /* a knowledge-transfer model that stops growing */
+#define TD__LINK_EXPIRE_S 30.0 /* a frame never acked (its peer died) gives its window back */
+/* Late join: the admitter starts the joiner at its open round + this. */
+#define TD__JOIN_LEAD_ROUNDS 3
+
+typedef struct td__node td__node_t;
+typedef struct td__transport td__transport_t;
+typedef struct td__link td__link_t;
+typedef struct td__ledgerq td__ledgerq_t;
+typedef struct td__session td__session_t;
+typedef struct td__outbox td__outbox_t;
+typedef struct td__xfer td__xfer_t;
+typedef struct td__join td__join_t;
+typedef struct td__reconcile td__reconcile_t;
+typedef struct td__control td__control_t;
+
+/* ---- drops: every refused peer message is counted by kind -------------------- */
+
+#define TD__DROPS(X)                                                                        \
+  X(MALFORMED, malformed) X(VERSION, version) X(OVERSIZED, oversized)                      \
+  X(WRONG_RUN, wrong_run) X(NOT_MEMBER, not_member) X(LATE, late) X(AHEAD, ahead)           \
+  X(REJECTED, rejected) X(NONFINITE_LOCAL, nonfinite_local) X(DUPLICATE, duplicate)         \
+  X(HANDSHAKE, handshake)
+#define TD__DROP_ENUM(u, l) TD__DROP_##u,
+typedef enum { TD__DROPS(TD__DROP_ENUM) TD__DROP_COUNT } td__drop_t;
+#undef TD__DROP_ENUM
+/* Counter name of a drop kind ("malformed"), for status. */
+const char *td__drop_name(td__drop_t kind);
+/* Count a refused message; log `what` (rate-limited) unless it is NULL. */
+void td__drop(td__node_t *n, td__drop_t kind, const char *what);
+
+/* ---- the node (node.c) ------------------------------------------------------------ */
+
+struct td__node {
+  uv_loop_t loop;
+  uint64_t node_id;
+  char data_dir[512], control_path[640];
+  unsigned threads;       /* BLAS threads for runs (0: library default) */
+  double heartbeat_s;
+  bool shutting_down;
+  td_members_t *members;
+  td__transport_t *net;
+  td__ledgerq_t *ledger;
+  td__session_t *session; /* the running run; NULL when none runs */
+  struct td__run_stats *last_run; /* figures of the last run that ended (status) */
+  td__control_t *control;
+  uint64_t drops[TD__DROP_COUNT];
+  unsigned drop_logs;
+  uv_timer_t heartbeat_timer;
+  uv_signal_t sigint, sigterm;
+};
+
+/* Leave the cluster and close every handle; the loop ends when the last
+ * borrowed job is done. Idempotent. */
+void td__node_shutdown(td__node_t *n, const char *why);
+/* The member is alive or suspect, and not us. */
+bool td__node_reachable(td__node_t *n, uint64_t peer);
+
+/* ---- ledger write queue (ledgerq.c) ------------------------------------------------
+ * Records are queued on the loop thread and written by the work pool, one
+ * transaction per batch, in order. Strings and blobs are copied (blob: taken). */
+
+int td__ledgerq_open(td__ledgerq_t **out, uv_loop_t *loop, const char *path, char *why,
+                     size_t why_len);
+/* Writes what is still queued on the calling thread, then closes. */
+void td__ledgerq_close(td__ledgerq_t **self_p);
+void td__ledgerq_flush(td__ledgerq_t *q);
+void td__ledgerq_stop(td__ledgerq_t *q); /* no new batches go to the pool */
+void td__ledger_run_start(td__ledgerq_t *q, uint64_t run_id, const char *spec_text);
+void td__ledger_run_end(td__ledgerq_t *q, uint64_t run_id, const char *state,
+                        double test_accuracy);
+void td__ledger_peer(td__ledgerq_t *q, const td_member_t *m);
+void td__ledger_round(td__ledgerq_t *q, const td_ledger_round_t *row);
+void td__ledger_update(td__ledgerq_t *q, const td_ledger_update_t *row, const char *codec);
+void td__ledger_link(td__ledgerq_t *q, const td_ledger_link_t *row, const char *codec);
+/* Takes `blob` (bytes) whatever happens. */
+void td__ledger_checkpoint(td__ledgerq_t *q, uint64_t run_id, uint64_t round, void *blob,
+                           size_t bytes);
+void td__ledger_event(td__ledgerq_t *q, const char *kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Visit the known peers now, on this thread (start-up). */
+void td__ledger_peers(td__ledgerq_t *q, td_ledger_peer_fn fn, void *user);
+/* Rounds of run_id (the last `last`, 0: all) from index `from` on, at most
+ * `limit`, read on the work pool after every queued write. done() runs on the
+ * loop thread with the rows as a JSON array (NULL when out of memory) and the
+ * total row count; it owns json. */
+typedef void (*td__rounds_done_fn)(char *json, uint64_t total, void *user);
+int td__ledger_rounds_query(td__ledgerq_t *q, uint64_t run_id, unsigned last, uint64_t from,
+                            uint64_t limit, td__rounds_done_fn done, void *user);
+
+/* ---- transport (transport.c) -------------------------------------------------------- */
+
+typedef enum { TD__ACK_UPDATE = 0, TD__ACK_CHUNK = 1 } td__ack_kind_t;
+
+typedef struct {
+  uint64_t bytes_sent, bytes_recv, send_drops;
+  uint64_t update_wire_sent, update_dense_sent, update_wire_recv, update_dense_recv;
+  const char *codec; /* of the last update sent; "-" before */
+  double goodput_bps, ack_s, budget_bytes;
+  td_linkq_stats_t q;
+} td__link_stats_t;
+
+int td__transport_open(td__transport_t **out, td__node_t *n, const char *listen,
+                       double link_delay_s, char *why, size_t why_len);
+void td__transport_stop(td__transport_t *t); /* close its handles (shutdown) */
+void td__transport_close(td__transport_t **self_p); /* after the loop ended */
+const char *td__transport_endpoint(const td__transport_t *t);
+void td__transport_tick(td__transport_t *t);
+/* Drop every queued update and bulk frame (a new run starts). */
+void td__transport_drop_run_traffic(td__transport_t *t);
+size_t td__transport_count(const td__transport_t *t);
+td__link_t *td__transport_at(td__transport_t *t, size_t i);
+/* Uplink bytes/s: the measured goodput of the links to reachable members. */
+double td__transport_uplink(td__transport_t *t);
+/* Send on the control connection of every link to a reachable member. */
+void td__transport_broadcast(td__transport_t *t, Traind__Envelope *env);
+
+td__link_t *td__link_find(td__transport_t *t, uint64_t peer);
+td__link_t *td__link_by_endpoint(td__transport_t *t, const char *endpoint);
+/* The link to `peer` at `endpoint`, connected if new; NULL for ourselves or
+ * when the table is full. A link opened by endpoint alone is adopted. */
+td__link_t *td__link_ensure(td__transport_t *t, uint64_t peer, const char *endpoint);
+uint64_t td__link_peer(const td__link_t *l);
+/* Stamp (sender, seq) and send on the control connection. */
+int td__link_send(td__transport_t *t, td__link_t *l, Traind__Envelope *env);
+int td__link_send_ack(td__transport_t *t, uint64_t peer, uint64_t run_id, td__ack_kind_t kind,
+                      uint64_t seq, uint64_t bytes);
+/* Reserve `count` link sequence numbers for frames stamped later. */
+uint64_t td__link_reserve(td__link_t *l, size_t count);
+/* Queue a packed frame (taken) on the paced bulk connection. */
+void td__link_queue(td__link_t *l, td_prio_t prio, uint8_t *frame, size_t len,
+                    uint64_t seq);
+void td__link_drop_class(td__link_t *l, td_prio_t prio);
+/* Hand the socket every frame the window allows now. */
+void td__link_pump(td__transport_t *t, td__link_t *l);
+void td__link_note_recv(td__link_t *l, uint64_t bytes);
+void td__link_note_update_recv(td__link_t *l, uint64_t wire, uint64_t dense);
+/* An update of `round` (wire bytes, dense bytes, codec) went into the queue. */
+void td__link_note_update_sent(td__link_t *l, uint64_t round, uint64_t wire, uint64_t dense,
+                               const char *codec);
+/* Byte budget for this round's update (codec = auto) from the link's goodput. */
+double td__link_fit_budget(td__link_t *l, uint64_t round, double compute_s, double min_s);
+/* An ack of update `round`: true and the ledger row when it was one goodput sample. */
+bool td__link_update_acked(td__link_t *l, uint64_t round, uint64_t bytes, td_ledger_link_t *row,
+                           char *codec, size_t codec_len);
+void td__link_chunk_acked(td__transport_t *t, td__link_t *l, uint64_t seq);
+void td__link_stats(td__link_t *l, td__link_stats_t *out);
+
+/* ---- receiving (dispatch.c) -------------------------------------------------------- */
+
+/* One envelope from the ROUTER (`bytes` on the wire), already validated. */
+void td__dispatch(td__node_t *n, const Traind__Envelope *env, size_t bytes);
+
+/* ---- gossip (gossip.c) ----------------------------------------------------------------- */
+
+void td__gossip_hello(td__node_t *n, td__link_t *l);
+void td__gossip_greet_known(td__node_t *n);
+void td__gossip_tick(td__node_t *n);
+void td__gossip_leave(td__node_t *n, const char *why);
+/* Direct evidence that `peer` is alive (endpoint NULL: unchanged). */
+void td__gossip_heard(td__node_t *n, uint64_t peer, const char *endpoint);
+void td__on_hello(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
+void td__on_welcome(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
+void td__on_heartbeat(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
+void td__on_leave(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
+
+/* ---- the run session (session.c) ------------------------------------------------------- */
+
+typedef enum {
+  TD__RUN_IDLE = 0, TD__RUN_RUNNING, TD__RUN_FINISHED, TD__RUN_FAILED, TD__RUN_STOPPED
+} td__run_state_t;
+const char *td__run_state_name(td__run_state_t s);
+
+/* What the compute thread reported for one of its rounds. */
+typedef struct {
+  uint64_t round, samples;
+  double loss, compute_s, idle_s, lr, capacity, done_at;
+  double fill_s;  /* overlap: extra steps while waiting (not in compute_s) */
+  double uplink;  /* bytes/s, as sent with the round's update */
+  unsigned batch, steps, fill_steps;
+  double eval_acc;  /* test accuracy evaluated after the round, NAN until then */
+  bool row_written; /* its ledger row exists (row holds it) */
+  td_ledger_round_t row;
+} td__own_round_t;
+
+/* What a member sent with its update of a round; 0: not reported. */
+typedef struct {
+  uint64_t round;
+  double capacity, uplink;
+} td__peer_report_t;
+
+/* The session's core, shared by the run-side parts (rounds, outbox,
+ * transfer, join, reconcile). Allocated when a run starts; freed when the
+ * last reference goes: the node's at finish, and one per pool job that
+ * borrows the run's buffers (td__session_ref). */
+struct td__session {
+  unsigned refs;
+  td__node_t *node;
+  td__run_state_t state; /* RUNNING until finish */
+  td_run_t *run;
+  uint64_t run_id;
+  char *spec_text;
+  td_runspec_t spec;
+  uint64_t members[TD_MEMBERS_MAX];
+  uint64_t since[TD_MEMBERS_MAX]; /* first round of each member (late joiners > 1) */
+  size_t n_members;
+  unsigned rank;
+  uint64_t first_round; /* this node's first round (> 1: it joined late) */
+  uint64_t round, rounds; /* open round (sync/overlap); rounds of the run */
+  bool ready;
+  td__own_round_t own[TD__RING];
+  uint64_t own_done;
+  double own_loss, lr, capacity, round_started, deadline;
+  td__peer_report_t peer_report[TD_MEMBERS_MAX][TD__RING];
+  unsigned plan[TD_MEMBERS_MAX]; /* current batch plan by member index (0: none) */
+  td_round_t *collector;                 /* sync/overlap: every peer's update of a round */
+  td_round_t *peer_inbox[TD_MEMBERS_MAX]; /* async: one collector per peer */
+  uint64_t peer_round[TD_MEMBERS_MAX];    /* async: newest round received per peer */
+  uint64_t bytes_sent_round, bytes_recv_round;
+  bool closing; /* the open round's aggregation runs on the pool */
+  double test_accuracy, test_loss, last_eval_acc;
+  uint64_t updates_received, rounds_done, late_peers, plans_applied, stale_dropped;
+  char error[256];
+  td__outbox_t *outbox;
+  td__xfer_t *xfer;
+  td__join_t *join;
+  td__reconcile_t *recon;
+};
+
+/* A snapshot of a run's figures, for status (kept after the run ended). */
+typedef struct td__run_stats {
+  uint64_t run_id;
+  td__run_state_t state;
+  uint64_t rounds_done, rounds, first_round;
+  unsigned rank;
+  size_t nodes;
+  char codec[32];
+  double loss, eval_accuracy, test_accuracy, capacity;
+  uint64_t updates_received, late_peers, transfers, snapshots_served, joins_admitted;
+  uint64_t reconciled, reconciled_partial, reconciled_via_hub, reconciled_as_hub;
+  char error[256];
+} td__run_stats_t;
+
+/* Start run `run_id` as one of `members`: a late joiner (first_round > 1)
+ * fetches the model from `sponsor` first. why says what went wrong. */
+int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
+                      const uint64_t *members, size_t n_members, uint64_t first_round,
+                      uint64_t sponsor, char *why, size_t why_len);
+/* End the running session: ledger rows, stats kept, n->session = NULL. */
+void td__session_finish(td__node_t *n, td__run_state_t state, double test_accuracy,
+                        const char *error);
+void td__session_ref(td__session_t *s);
+void td__session_unref(td__session_t **s_p);
+/* The running session if it is run_id, else NULL. */
+td__session_t *td__session_of(td__node_t *n, uint64_t run_id);
+/* Status figures: the running session's, or the last one's. */
+void td__session_stats(td__node_t *n, td__run_stats_t *out);
+/* The running run's id, or the last run's (0: none yet). */
+uint64_t td__session_last_id(td__node_t *n);
+/* Index of `peer` in the run's members, TD_MEMBERS_MAX when it is not one. */
+size_t td__session_member(const td__session_t *s, uint64_t peer);
+/* Reachable peers of the run (not us), taking part in `round` (0: any). */
+size_t td__session_peers(td__session_t *s, uint64_t round, uint64_t *out);
+/* Seed of the link codec between this node and `peer` (the same on both ends). */
+uint64_t td__session_codec_seed(const td__session_t *s, uint64_t peer);
+void td__session_note_sent(td__session_t *s, uint64_t bytes);
+
+/* ---- rounds (rounds.c) ------------------------------------------------------------------ */
+
+void td__rounds_begin(td__session_t *s, uint64_t round);
+void td__rounds_own_done(td__session_t *s, uint64_t round);
+void td__rounds_try_close(td__session_t *s);
+void td__rounds_forget_peer(td__session_t *s, uint64_t peer);
+void td__rounds_tick(td__session_t *s);
+void td__rounds_eval(td__session_t *s, uint64_t round, double accuracy);
+void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
+
+/* ---- outbox (outbox.c) ----------------------------------------------------------------- */
+
+int td__outbox_open(td__outbox_t **out, td__session_t *s, const td_codec_spec_t *codec);
+void td__outbox_close(td__outbox_t **self_p);
+/* Open the link codec of member index `i` (a late joiner). */
+int td__outbox_add_member(td__outbox_t *o, size_t i);
+/* Encode own round `round` for every peer on the pool, then queue it. */
+void td__outbox_send(td__outbox_t *o, uint64_t round);
+/* Every own round up to `round` is on its way. */
+bool td__outbox_sent(const td__outbox_t *o, uint64_t round);
+void td__outbox_skip_to(td__outbox_t *o, uint64_t round);
+const char *td__outbox_codec(const td__outbox_t *o);
+void td__on_ack(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
+
+/* ---- blob transfer and knowledge transfer (transfer.c) ------------------------------ */
+
+int td__xfer_open(td__xfer_t **out, td__session_t *s);
+void td__xfer_close(td__xfer_t **self_p);
+/* Queue `blob` (total bytes) from `offset` as bulk SnapshotChunks on l, each
+ * a copy of `tmpl` with its own slice; `supersede` drops what is still queued. */
+void td__xfer_serve(td__session_t *s, td__link_t *l, const void *blob, uint64_t total,
+                    uint64_t offset, const Traind__SnapshotChunk *tmpl, bool supersede);
+void td__xfer_request(td__session_t *s, td__link_t *l, uint64_t round, uint64_t offset,
+                      bool join, bool reconcile);
+/* Late joiner: fetch the members' anchor of `round` (bytes) from `sponsor`. */
+void td__xfer_fetch_seed(td__xfer_t *x, uint64_t sponsor, uint64_t round, uint64_t bytes);
+void td__xfer_probe(td__session_t *s, td_run_event_t *ev);
+void td__xfer_tick(td__session_t *s);
+void td__xfer_stats(const td__xfer_t *x, td__run_stats_t *out);
+void td__on_eval_report(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t b);
+void td__on_snapshot_request(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
+                             size_t bytes);
+void td__on_snapshot_chunk(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
+                           size_t bytes);
+
+/* ---- late join (join.c) ------------------------------------------------------------------ */
+
+int td__join_open(td__join_t **out, td__session_t *s);
+void td__join_close(td__join_t **self_p);
+void td__join_tick(td__session_t *s);
+void td__join_anchor(td__session_t *s, td_run_event_t *ev);
+/* A joiner asks for the anchor of rq->round: serve it or keep the request. */
+void td__join_request(td__session_t *s, td__link_t *l, uint64_t peer,
+                      const Traind__SnapshotRequest *rq);
+void td__join_stats(const td__join_t *j, td__run_stats_t *out);
+void td__on_run_start(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
+void td__on_run_stop(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
+
+/* ---- anchor reconciliation (reconcile.c) ------------------------------------------------ */
+
+/* NULL in *out when the run does not reconcile. */
+int td__reconcile_open(td__reconcile_t **out, td__session_t *s);
+void td__reconcile_close(td__reconcile_t **self_p);
+void td__reconcile_own(td__session_t *s, td_run_event_t *ev);
+void td__reconcile_request(td__session_t *s, td__link_t *l, const Traind__SnapshotRequest *rq);
+void td__reconcile_chunk(td__session_t *s, const Traind__Envelope *env);
+void td__reconcile_tick(td__session_t *s);
+void td__reconcile_stats(const td__reconcile_t *r, td__run_stats_t *out);
+
+/* ---- control socket (control.c) and its JSON (status.c) -------------------------------- */
+
+int td__control_open(td__control_t **out, td__node_t *n, char *why, size_t why_len);
+void td__control_stop(td__control_t *c);
+void td__control_close(td__control_t **self_p);
+/* A welcome from `peer` answers a pending `trainctl join`. */
+void td__control_welcome(td__control_t *c, uint64_t peer);
+
+typedef struct json_object json_object;
+json_object *td__status_json(td__node_t *n);
+json_object *td__status_peers(td__node_t *n);
+json_object *td__status_id(uint64_t id);
+json_object *td__status_real(double v);
+
+#endif

@@ -1,0 +1,468 @@
+/* rounds.c: collecting the members' updates of a round, and closing it.
+ *
+ * Threads: the loop thread moves bytes: update chunks from peers go into the
+ * session's collector (scheduler/round.h; async: one inbox per peer), and a
+ * complete message is handed to the libuv work pool, which decodes it
+ * (decode_work) and, in async mode, adds it into the compute thread's inbox;
+ * the loop then marks the update complete. A sync or overlap round closes
+ * when our own update is done and sent and every expected peer's update is
+ * complete, or at its deadline without the late ones: the pool computes the
+ * sample-weighted mean into the run's average (aggregate_work), then the loop
+ * writes the round's ledger row, revises the batch plan (weighted dynamic
+ * batching, ALGORITHMS.md 6.1) and releases the compute thread. So a large
+ * update never stalls heartbeats. Each job holds a reference on the session
+ * and touches only what it was handed; the aggregation adds the same deltas
+ * with the same weights in the same order as before, so results do not
+ * depend on which thread ran it. */
+#include "daemon/internal.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compute/error.h"
+#include "daemon/log.h"
+#include "scheduler/plan.h"
+
+/* Weighted batching: no node below this fraction of the even share. */
+#define MIN_SHARE_DIVISOR 4
+/* ...and never below this many rows. */
+#define MIN_BATCH_ROWS 2
+/* A new plan is applied only when some share moves by more than this. */
+#define REPLAN_FRACTION 0.1
+/* A peer's reported capacity or uplink is believed up to this (samples/s, bytes/s). */
+#define MAX_REPORTED_RATE 1e12
+
+void td__rounds_begin(td__session_t *s, uint64_t round) {
+  uint64_t peers[TD_MEMBERS_MAX];
+  size_t np = td__session_peers(s, round, peers);
+  s->round = round;
+  td_round_begin(s->collector, round, peers, np);
+  s->round_started = td_clock_wall_s();
+  if (s->own_done >= round) /* overlap: own update already done */
+    s->deadline = s->own[round % TD__RING].done_at + s->spec.round_timeout;
+}
+
+static void round_row(td__session_t *s, uint64_t round, double eval_acc, double started,
+                    uint64_t bytes_sent, uint64_t bytes_recv) {
+  td__own_round_t *o = &s->own[round % TD__RING];
+  if (isnan(eval_acc) && o->round == round)
+    eval_acc = o->eval_acc; /* overlap: evaluated before the round closed here */
+  td_ledger_round_t row = {
+      .run_id = s->run_id, .round = round, .started = started,
+      .ended = td_clock_wall_s(), .local_steps = o->steps + o->fill_steps, .batch = o->batch,
+      .samples = o->samples, .loss = o->loss, .eval_acc = eval_acc,
+      .bytes_sent = bytes_sent, .bytes_recv = bytes_recv, .lr = o->lr,
+      .compute_s = o->compute_s + o->fill_s, .wait_s = o->idle_s, .capacity = o->capacity};
+  if (o->round == round) {
+    o->row = row;
+    o->row_written = true;
+  }
+  td__ledger_round(s->node->ledger, &row);
+}
+
+/* The accuracy belongs to the row of `round`: in overlap mode the compute
+ * thread evaluates round r before the loop closes it, so it waits in the
+ * ring and round_row() writes it with the row. */
+void td__rounds_eval(td__session_t *s, uint64_t round, double accuracy) {
+  td__own_round_t *o = &s->own[round % TD__RING];
+  if (o->round != round)
+    return;
+  o->eval_acc = accuracy;
+  if (o->row_written) {
+    td_ledger_round_t row = o->row;
+    row.eval_acc = accuracy;
+    td__ledger_round(s->node->ledger, &row);
+  }
+}
+
+/* Capacity member i reported with `round`, else its newest report. */
+static double reported_capacity(const td__session_t *s, size_t i, uint64_t round) {
+  const td__peer_report_t *r = s->peer_report[i];
+  double c = r[round % TD__RING].round == round ? r[round % TD__RING].capacity : 0;
+  for (unsigned j = 0; c <= 0 && j < TD__RING; j++)
+    if (r[j].capacity > c)
+      c = r[j].capacity;
+  return c;
+}
+
+/* Split the global batch over the live members in proportion to the
+ * capacities they reported with `round`. Every node holds the same reports
+ * once the round closed, so every node computes the same plan; only our own
+ * share is applied, from round `from` on. */
+static void replan(td__session_t *s, uint64_t round, uint64_t from) {
+  if (!s->spec.weighted_batching || s->n_members < 2)
+    return;
+  double caps[TD_MEMBERS_MAX];
+  size_t idx[TD_MEMBERS_MAX], k = 0, me = 0;
+  for (size_t i = 0; i < s->n_members; i++) {
+    uint64_t id = s->members[i];
+    double c;
+    if (id == s->node->node_id) {
+      c = s->own[round % TD__RING].capacity;
+      me = k;
+    } else if (td__node_reachable(s->node, id)) {
+      c = reported_capacity(s, i, round);
+    } else {
+      continue;
+    }
+    if (!(c > 0))
+      return; /* someone has not measured yet: keep the current plan */
+    caps[k] = c;
+    idx[k++] = i;
+  }
+  unsigned split[TD_MEMBERS_MAX], old[TD_MEMBERS_MAX];
+  unsigned b_min = s->spec.batch / (MIN_SHARE_DIVISOR * (unsigned)k);
+  if (td_plan_split_batch(caps, k, s->spec.batch, b_min > MIN_BATCH_ROWS ? b_min : MIN_BATCH_ROWS,
+                          NULL, split) != 0 &&
+      td_plan_split_batch(caps, k, s->spec.batch, 1, NULL, split) != 0)
+    return;
+  bool have_old = true;
+  for (size_t j = 0; j < k; j++)
+    if ((old[j] = s->plan[idx[j]]) == 0)
+      have_old = false;
+  if (have_old && !td_plan_should_replan(old, split, k, REPLAN_FRACTION))
+    return;
+  memset(s->plan, 0, sizeof s->plan);
+  for (size_t j = 0; j < k; j++)
+    s->plan[idx[j]] = split[j];
+  s->plans_applied++;
+  td_run_set_batch(s->run, from, split[me]);
+  td_log_debug("round %" PRIu64 ": batch plan from round %" PRIu64 ": own %u of %u "
+               "(%.0f samples/s)", round, from, split[me], s->spec.batch, caps[me]);
+}
+
+/* One round's aggregation, on the pool. */
+typedef struct {
+  uv_work_t req;
+  td__session_t *s; /* one reference */
+  uint64_t round, bytes_sent, bytes_recv;
+  double started;
+  td_round_sum_t sum; /* the round's deltas and weights, noted on the loop thread */
+  float *avg;
+} aggregate_job_t;
+
+static void aggregate_work(uv_work_t *req) {
+  aggregate_job_t *job = req->data;
+  memset(job->avg, 0, job->sum.numel * sizeof(float));
+  td_round_sum_apply(&job->sum, job->avg);
+}
+
+static void aggregate_done(uv_work_t *req, int status) {
+  aggregate_job_t *job = req->data;
+  td__session_t *s = job->s;
+  uint64_t r = job->round;
+  (void)status;
+  s->closing = false;
+  if (s->node->session == s) {
+    round_row(s, r, NAN, job->started, job->bytes_sent, job->bytes_recv);
+    td_log_debug("round %" PRIu64 "/%" PRIu64 " closed with %zu peer updates, loss %.4f", r,
+                 s->rounds, job->sum.used, s->own[r % TD__RING].loss);
+    /* sync: the compute thread waits on this round, so the plan is used from
+     * the next one; overlap: it is already computing r + 1 */
+    replan(s, r, r + (s->spec.mode_kind == TD_MODE_SYNC ? 1 : 2));
+    s->rounds_done++;
+    td__rounds_begin(s, r + 1);
+    td_run_release(s->run, r);
+    td__ledgerq_flush(s->node->ledger);
+    td__rounds_try_close(s);
+  }
+  free(job);
+  td__session_unref(&s);
+}
+
+static void close_round(td__session_t *s) {
+  aggregate_job_t *job = calloc(1, sizeof *job);
+  if (job == NULL) { /* the round waits for the next tick */
+    td_log_error("out of memory to close round %" PRIu64, s->round);
+    return;
+  }
+  uint64_t r = s->round;
+  *job = (aggregate_job_t){.s = s, .round = r, .started = s->round_started,
+                           .bytes_sent = s->bytes_sent_round, .bytes_recv = s->bytes_recv_round,
+                           .avg = td_run_avg(s->run, r)};
+  s->bytes_sent_round = s->bytes_recv_round = 0; /* what comes now is the next round's */
+  td_round_gather(s->collector, td_run_delta(s->run, r), s->own[r % TD__RING].samples, &job->sum);
+  job->req.data = job;
+  td__session_ref(s);
+  s->closing = true;
+  if (uv_queue_work(&s->node->loop, &job->req, aggregate_work, aggregate_done) != 0) {
+    aggregate_work(&job->req); /* cannot happen in practice; never lose a round */
+    aggregate_done(&job->req, 0);
+  }
+}
+
+void td__rounds_try_close(td__session_t *s) {
+  if (s->spec.mode_kind == TD_MODE_ASYNC)
+    return;
+  while (s->node->session == s && !s->closing && s->own_done >= s->round &&
+         td__outbox_sent(s->outbox, s->round) && s->round <= s->rounds &&
+         td_round_complete(s->collector))
+    close_round(s);
+}
+
+static void async_release(td__session_t *s) {
+  uint64_t slowest = UINT64_MAX;
+  for (size_t i = 0; i < s->n_members; i++)
+    if (s->members[i] != s->node->node_id && td__node_reachable(s->node, s->members[i]) &&
+        s->peer_round[i] < slowest)
+      slowest = s->peer_round[i];
+  td_run_release(s->run, slowest);
+}
+
+void td__rounds_own_done(td__session_t *s, uint64_t round) {
+  if (s->spec.mode_kind == TD_MODE_ASYNC) {
+    s->round_started = td_clock_wall_s();
+    round_row(s, round, NAN, s->round_started, s->bytes_sent_round, s->bytes_recv_round);
+    s->bytes_sent_round = s->bytes_recv_round = 0;
+    s->rounds_done++;
+    replan(s, round, round + 1);
+    async_release(s);
+    td__ledgerq_flush(s->node->ledger);
+  }
+  td__rounds_try_close(s);
+}
+
+void td__rounds_forget_peer(td__session_t *s, uint64_t peer) {
+  td_round_forget_peer(s->collector, peer);
+  td__rounds_try_close(s);
+}
+
+/* Deadline: peers that have not delivered are recorded late and not waited for. */
+void td__rounds_tick(td__session_t *s) {
+  if (s->spec.mode_kind == TD_MODE_ASYNC)
+    return;
+  if (s->own_done >= s->round && td_clock_mono_s() >= s->deadline) {
+    uint64_t missing[TD_MEMBERS_MAX];
+    size_t k = td_round_missing(s->collector, missing, TD_MEMBERS_MAX);
+    for (size_t i = 0; i < k; i++) {
+      td_log_warn("round %" PRIu64 ": peer %016" PRIx64 " is late (deadline %.1f s)", s->round,
+                  missing[i], s->spec.round_timeout);
+      td__ledger_event(s->node->ledger, "late", "round %" PRIu64 " peer %016" PRIx64, s->round,
+                       missing[i]);
+      td_round_forget_peer(s->collector, missing[i]);
+      s->late_peers++;
+    }
+  }
+  td__rounds_try_close(s);
+}
+
+static void record_update(td__session_t *s, uint64_t peer, uint64_t peer_round,
+                          int64_t staleness, uint64_t bytes, const char *codec) {
+  td_ledger_update_t row = {
+      .run_id = s->run_id,
+      .round = s->spec.mode_kind == TD_MODE_ASYNC ? s->own_done : s->round,
+      .peer = peer, .peer_round = peer_round, .staleness = staleness > 0 ? staleness : 0,
+      .bytes = bytes, .ratio = (double)td_run_numel(s->run) * sizeof(float) / (double)bytes,
+      .arrived = td_clock_wall_s()};
+  td__ledger_update(s->node->ledger, &row, codec);
+}
+
+/* One peer update, decoded on the pool. */
+typedef struct {
+  uv_work_t req;
+  td__session_t *s; /* one reference */
+  uint64_t peer, round, ticket, bytes;
+  int64_t staleness;
+  size_t member;
+  const td_layout_t *layout;
+  size_t numel;
+  uint8_t *msg; /* owned */
+  size_t len;
+  td_run_t *run;
+  double weight; /* async: > 0: add weight * update into the compute thread's inbox */
+  float *data;
+  unsigned codec;
+  int rc;
+  char why[256];
+} decode_job_t;
+
+/* Work pool: the job's own message and output, the (borrowed) layout. */
+static void decode_work(uv_work_t *req) {
+  decode_job_t *job = req->data;
+  if ((job->data = td_params_alloc(job->numel)) == NULL) {
+    job->rc = td_why(job->why, sizeof job->why, TD_ENOMEM, "out of memory for a decoded update");
+    return;
+  }
+  job->rc = td_codec_decode_message(job->layout, job->msg, job->len, job->data, &job->codec,
+                                    job->why, sizeof job->why);
+  if (job->rc == 0 && job->weight > 0)
+    td_run_async_add(job->run, job->data, job->weight);
+}
+
+static void update_rejected(td__session_t *s, uint64_t peer, uint64_t round, const char *why) {
+  char what[320];
+  snprintf(what, sizeof what, "update from %016" PRIx64 " rejected: %s", peer, why);
+  td__drop(s->node, TD__DROP_REJECTED, what);
+  td__ledger_event(s->node->ledger, "update_rejected", "peer %016" PRIx64 " round %" PRIu64 ": %s",
+                   peer, round, why);
+}
+
+static void decode_done(uv_work_t *req, int status) {
+  decode_job_t *job = req->data;
+  td__session_t *s = job->s;
+  (void)status;
+  free(job->msg);
+  if (s->node->session == s && s->spec.mode_kind == TD_MODE_ASYNC) {
+    if (job->rc != 0) {
+      update_rejected(s, job->peer, job->round, job->why);
+    } else {
+      s->updates_received++;
+      record_update(s, job->peer, job->round, job->staleness, job->bytes,
+                    td_codec_name(job->codec));
+    }
+    if (job->round > s->peer_round[job->member])
+      s->peer_round[job->member] = job->round;
+    async_release(s);
+  } else if (s->node->session == s) {
+    td_chunk_result_t res;
+    td_update_info_t info;
+    td_round_put_decoded(s->collector, job->round, job->peer, job->ticket, &job->data,
+                         job->codec, job->rc == 0, &res, &info);
+    if (res == TD_CHUNK_REJECTED) {
+      update_rejected(s, job->peer, job->round, job->why);
+    } else if (res == TD_CHUNK_COMPLETED) {
+      s->updates_received++;
+      record_update(s, job->peer, info.round, (int64_t)s->round - (int64_t)info.round,
+                    info.bytes, td_codec_name(info.codec));
+    } /* LATE: its round closed without it while it decoded */
+    td__rounds_try_close(s);
+  }
+  td_params_free(&job->data);
+  free(job);
+  td__session_unref(&s);
+}
+
+/* async: a peer's update of round j arrives while we are at own_done; it
+ * weighs its sample share of a global round times (1 + a)^-kappa with
+ * a = own_done - j, and is dropped (and counted) when a > S. */
+static double async_weight(td__session_t *s, const td_update_info_t *info, int64_t *staleness) {
+  *staleness = (int64_t)s->own_done - (int64_t)info->round;
+  double w = td_plan_staleness_weight(*staleness, s->spec.max_staleness, s->spec.staleness_kappa);
+  if (w <= 0)
+    return 0;
+  unsigned steps = td_run_steps_of(s->run, info->round);
+  double share = (double)info->samples / ((double)s->spec.batch * (steps ? steps : 1));
+  return w * (share < 1 ? share : 1);
+}
+
+/* Every chunk of an update is in: decode it on the pool. */
+static void assembled(td__session_t *s, size_t mi, td_round_t *collector,
+                      const td_update_info_t *info) {
+  bool async = s->spec.mode_kind == TD_MODE_ASYNC;
+  decode_job_t *job = calloc(1, sizeof *job);
+  int rc = job == NULL ? TD_ENOMEM
+                       : td_round_take_message(collector, info->round, info->peer, &job->msg,
+                                               &job->len, &job->ticket);
+  if (rc == 0) {
+    job->s = s;
+    job->peer = info->peer;
+    job->round = info->round;
+    job->bytes = info->bytes;
+    job->member = mi;
+    job->layout = td_run_layout(s->run);
+    job->numel = td_round_numel(collector);
+    job->run = s->run;
+    if (async)
+      job->weight = async_weight(s, info, &job->staleness);
+  }
+  if (async) { /* the inbox moves on to the peer's next round at once */
+    uint64_t peer = info->peer;
+    td_round_begin(collector, info->round + 1, &peer, 1);
+    if (rc == 0 && !(job->weight > 0)) {
+      s->stale_dropped++;
+      td__drop(s->node, TD__DROP_LATE, "async update older than the staleness bound");
+      record_update(s, info->peer, info->round, job->staleness, info->bytes,
+                    td__outbox_codec(s->outbox));
+      if (info->round > s->peer_round[mi])
+        s->peer_round[mi] = info->round;
+      async_release(s);
+      free(job->msg);
+      free(job);
+      return;
+    }
+  }
+  job->req.data = job;
+  if (rc == 0) {
+    td__session_ref(s);
+    if (uv_queue_work(&s->node->loop, &job->req, decode_work, decode_done) == 0)
+      return;
+    decode_work(&job->req); /* cannot happen in practice: decode here rather than lose it */
+    decode_done(&job->req, 0);
+    return;
+  }
+  td_log_error("cannot decode the round %" PRIu64 " update of %016" PRIx64 ": %s", info->round,
+               info->peer, td_strerror(rc));
+  if (job != NULL)
+    free(job->msg);
+  free(job);
+}
+
+static double finite_rate(double v) { return isfinite(v) && v > 0 && v < MAX_REPORTED_RATE ? v : 0; }
+
+void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes) {
+  const Traind__UpdateChunk *up = env->update;
+  td__session_t *s = td__session_of(n, env->run_id);
+  /* every chunk frees the sender's window, whatever becomes of it: one left
+   * unacked (a stopped run's, say) held the window shut until it expired */
+  td__link_send_ack(n->net, env->sender, env->run_id, TD__ACK_CHUNK, env->seq, up->payload.len);
+  if (s == NULL) {
+    td__drop(n, TD__DROP_WRONG_RUN, "update for a run this node is not running");
+    return;
+  }
+  size_t mi = td__session_member(s, env->sender);
+  if (mi == TD_MEMBERS_MAX) {
+    td__drop(n, TD__DROP_NOT_MEMBER, "update from a node outside the run");
+    return;
+  }
+  td__peer_report_t *rep = &s->peer_report[mi][up->round % TD__RING];
+  *rep = (td__peer_report_t){.round = up->round, .capacity = finite_rate(up->capacity),
+                             .uplink = finite_rate(up->uplink)};
+  bool async = s->spec.mode_kind == TD_MODE_ASYNC;
+  td_round_t *collector = async ? s->peer_inbox[mi] : s->collector;
+  if (collector == NULL)
+    return;
+  if (async && up->round >= td_round_current(collector) + TD_ROUND_SLOTS) {
+    uint64_t peer = env->sender; /* the peer skipped ahead: follow it */
+    td_round_begin(collector, up->round, &peer, 1);
+  }
+  td_chunk_result_t res;
+  td_update_info_t info;
+  char why[256] = "";
+  if (td_round_add_chunk(collector, env->sender, up->round, up->samples, up->chunk, up->chunks,
+                         up->total_bytes, up->payload.data, up->payload.len, up->loss, &res,
+                         &info, why, sizeof why) != 0) {
+    td__drop(n, TD__DROP_MALFORMED, "update chunk inconsistent with the model");
+    return;
+  }
+  if (l != NULL)
+    td__link_note_recv(l, bytes);
+  switch (res) {
+  case TD_CHUNK_ACCEPTED: s->bytes_recv_round += bytes; break;
+  case TD_CHUNK_DUPLICATE: td__drop(n, TD__DROP_DUPLICATE, NULL); break;
+  case TD_CHUNK_AHEAD: td__drop(n, TD__DROP_AHEAD, "update beyond the round window"); break;
+  case TD_CHUNK_LATE:
+    if (up->chunk == 0) { /* count and record only the first chunk of a late update */
+      td__drop(n, TD__DROP_LATE, NULL);
+      record_update(s, env->sender, up->round, (int64_t)s->round - (int64_t)up->round,
+                    up->total_bytes, td__outbox_codec(s->outbox));
+    }
+    break;
+  case TD_CHUNK_REJECTED: /* only when decoding in place, which this collector does not */
+    s->bytes_recv_round += bytes;
+    update_rejected(s, env->sender, up->round, why);
+    break;
+  case TD_CHUNK_COMPLETED: /* likewise */
+    break;
+  case TD_CHUNK_ASSEMBLED:
+    s->bytes_recv_round += bytes;
+    if (l != NULL)
+      td__link_note_update_recv(l, info.bytes, td_run_numel(s->run) * sizeof(float));
+    /* the network's part is done: the ack measures the link, not our decoder */
+    td__link_send_ack(n->net, env->sender, s->run_id, TD__ACK_UPDATE, info.round, info.bytes);
+    assembled(s, mi, collector, &info);
+    break;
+  }
+}

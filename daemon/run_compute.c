@@ -1,0 +1,542 @@
+/* run_compute.c: the compute thread of a run: everything that runs BLAS.
+ *
+ * It loads the data (its partition), plans the rounds (scheduler/steps.h),
+ * and then runs each round as a short sequence of phases: begin (fold in what
+ * other threads handed over, pick the batch), local steps, post the delta,
+ * then one function per mode for what follows a round (sync: wait for the
+ * round's average and step the anchor; overlap: swap the previous round's
+ * stale delta for its average; async: fold in the peers' inbox), and end
+ * (probe and evaluation). Every phase says whether to go on; a stop request
+ * ends the run with STOPPED, an error with FAILED and its reason.
+ * Thread: the compute thread only (td__run_compute_main is its entry); it talks
+ * to the loop only through run.c's mailbox and run->mu / run->cv. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compute/backend.h"
+#include "compute/dataset.h"
+#include "compute/error.h"
+#include "compute/partition.h"
+#include "compute/trainer.h"
+#include "daemon/clock.h"
+#include "daemon/run_internal.h"
+#include "scheduler/outer.h"
+#include "scheduler/plan.h"
+#include "scheduler/steps.h"
+
+/* Weight of the newest round in the capacity (samples/s) EWMA. */
+#define CAPACITY_RHO 0.3
+/* Knowledge transfer compares every node on the same first rows of the eval
+ * set, at most this many, so the scores are comparable and cheap. */
+#define TRANSFER_PROBE_ROWS 1000
+#define WHY_MAX 512
+
+/* Overlap fill (overlap_fill = F > 0): up to F x H local steps taken while the
+ * previous round's average is still in flight, so compute waits less for a
+ * slow network. They belong to the next round (its delta, samples and loss)
+ * and do not move the learning-rate schedule, which keeps following the
+ * nominal H steps per round. Off by default: larger deltas make the delayed
+ * swap noisier where the network is fast anyway, and under lossy codecs the
+ * anchors drift apart faster (which `reconcile` undoes). */
+typedef struct {
+  uint64_t samples;
+  double loss_sum, seconds;
+  unsigned steps;
+} fill_t;
+
+/* The compute thread's state between phases. */
+typedef struct {
+  td_run_t *run;
+  td_backend_t *be;
+  td_dataset_t *train, *test, *val; /* val: knowledge transfer's probe rows, or NULL */
+  const td_dataset_t *eval_set;
+  td_trainer_t *tr;
+  float *params; /* the trainer's model */
+  unsigned batch;  /* rows per step now */
+  double capacity; /* samples/s, EWMA */
+  double idle;     /* seconds blocked since the last ROUND_DONE */
+  fill_t fill;     /* overlap fill steps since the last ROUND_DONE */
+  char why[WHY_MAX];
+} compute_t;
+
+static td__run_flow_t fail(compute_t *c) { return td__run_fail(c->run, c->why); }
+
+/* ---- waiting ------------------------------------------------------------------------- */
+
+/* slowdown = F: stay idle (F - 1) times the compute time, so the node's
+ * throughput is F times lower without burning a core another node needs. A
+ * stop ends the wait. */
+static void sleep_for(td_run_t *run, double seconds) {
+  if (!(seconds > 0))
+    return;
+  struct timespec until = td_clock_timespec(td_clock_mono_s() + seconds);
+  pthread_mutex_lock(&run->mu);
+  while (!run->stop && pthread_cond_timedwait(&run->cv, &run->mu, &until) == 0)
+    ;
+  pthread_mutex_unlock(&run->mu);
+}
+
+/* Wait until the loop released `round` or a stop was requested; adds the time
+ * blocked to c->idle. */
+static td__run_flow_t wait_release(compute_t *c, uint64_t round) {
+  td_run_t *run = c->run;
+  double t0 = td_clock_mono_s();
+  pthread_mutex_lock(&run->mu);
+  while (!run->stop && run->released_round < round)
+    pthread_cond_wait(&run->cv, &run->mu);
+  bool stopped = run->stop;
+  pthread_mutex_unlock(&run->mu);
+  c->idle += td_clock_mono_s() - t0;
+  return stopped ? TD__RUN_STOPPED : TD__RUN_GO_ON;
+}
+
+/* Overlap fill: single steps until `round` is released or max_steps are done. */
+static td__run_flow_t fill_until(compute_t *c, uint64_t round, unsigned max_steps) {
+  td_run_t *run = c->run;
+  while (c->fill.steps < max_steps) {
+    pthread_mutex_lock(&run->mu);
+    bool done = run->stop || run->released_round >= round;
+    pthread_mutex_unlock(&run->mu);
+    if (done)
+      return TD__RUN_GO_ON; /* a stop is seen by the wait that follows */
+    double t0 = td_clock_mono_s();
+    td_train_stats_t st;
+    if (td_trainer_fill_steps(c->tr, 1, &st, c->why, sizeof c->why) != 0)
+      return fail(c);
+    sleep_for(run, (run->slowdown - 1) * (td_clock_mono_s() - t0));
+    c->fill.samples += st.samples;
+    c->fill.loss_sum += st.loss * (double)st.samples;
+    c->fill.seconds += td_clock_mono_s() - t0;
+    c->fill.steps++;
+  }
+  return TD__RUN_GO_ON;
+}
+
+/* ---- what the loop and peers hand over ------------------------------------------------ */
+
+/* Fold a pending knowledge-transfer merge into params (and the round start,
+ * so the merge is not mistaken for local progress). */
+static void apply_merge(td_run_t *run, float *params) {
+  pthread_mutex_lock(&run->mu);
+  if (run->merge_lambda > 0) {
+    float l = (float)run->merge_lambda;
+    for (size_t i = 0; i < run->numel; i++) {
+      params[i] = (1.0f - l) * params[i] + l * run->merge[i];
+      run->start[i] = params[i];
+    }
+    run->merge_lambda = 0;
+  }
+  pthread_mutex_unlock(&run->mu);
+}
+
+/* Rows per step for `round`: the newest batch plan that has begun, else `current`. */
+static unsigned batch_for(td_run_t *run, uint64_t round, unsigned current) {
+  pthread_mutex_lock(&run->mu);
+  uint64_t best = 0;
+  unsigned b = current;
+  for (unsigned i = 0; i < run->n_plans; i++)
+    if (run->plans[i].from <= round && run->plans[i].from >= best) {
+      best = run->plans[i].from;
+      b = run->plans[i].batch;
+    }
+  pthread_mutex_unlock(&run->mu);
+  return b;
+}
+
+/* Nodes sharing the global batch in `round` (late joins raise it). */
+static unsigned nodes_at(td_run_t *run, uint64_t round) {
+  pthread_mutex_lock(&run->mu);
+  unsigned k = run->nodes_from && round >= run->nodes_from ? run->nodes_next : run->nodes;
+  pthread_mutex_unlock(&run->mu);
+  return k;
+}
+
+/* Outer step on round r's average: anchor += step and, in overlap mode,
+ * params += step - own delta of r (swap the stale own progress for the
+ * global step, keeping the progress made since). */
+static void apply_round(td_run_t *run, uint64_t r, float *params, bool overlap) {
+  td_outer_opts_t o = {.lr = run->spec.outer_lr, .momentum = run->spec.outer_momentum,
+                       .nesterov = run->spec.outer_nesterov, .clip = run->spec.outer_clip};
+  float *avg = run->avg[r % 2];
+  td_outer_step(&o, avg, run->mom, avg, run->numel); /* avg becomes the step */
+  const float *own = run->delta[r % 2];
+  for (size_t i = 0; i < run->numel; i++) {
+    run->anchor[i] += avg[i];
+    if (overlap) { /* the round start moves with params: fill steps stay progress */
+      float swap = avg[i] - own[i];
+      params[i] += swap;
+      run->start[i] += swap;
+    } else {
+      params[i] = run->anchor[i];
+    }
+  }
+}
+
+/* ---- what the compute thread posts besides rounds ------------------------------------- */
+
+/* A copy of the model for the ledger, every checkpoint_every rounds. */
+static td__run_flow_t post_checkpoint(td_run_t *run, uint64_t round) {
+  if (run->spec.checkpoint_every == 0 || round % run->spec.checkpoint_every != 0)
+    return TD__RUN_GO_ON;
+  td_run_event_t ev = {.kind = TD_RUN_CHECKPOINT, .round = round};
+  const float *model = run->spec.mode_kind == TD_MODE_ASYNC ? run->start : run->anchor;
+  return td__run_post_copy(run, &ev, "the checkpoint", model, run->numel, NULL, 0);
+}
+
+/* Late join, serving side: a copy of the anchor (and the outer momentum) once
+ * it holds `round`, for a node that joins from round + 1. */
+static td__run_flow_t post_anchor(td_run_t *run, uint64_t round) {
+  pthread_mutex_lock(&run->mu);
+  bool want = run->want_anchor == round;
+  pthread_mutex_unlock(&run->mu);
+  if (!want)
+    return TD__RUN_GO_ON;
+  td_run_event_t ev = {.kind = TD_RUN_ANCHOR, .round = round};
+  return td__run_post_copy(run, &ev, "the late-join anchor", run->anchor, run->numel, run->mom,
+                           run->numel);
+}
+
+/* Round r's reconciliation when it has one; `settle`: also wait until it
+ * is applied (after the last round, so every node ends on the same model). */
+static td__run_flow_t reconcile(compute_t *c, uint64_t r, bool settle) {
+  if (!td_run_reconciles(c->run, r))
+    return TD__RUN_GO_ON;
+  td__run_flow_t f = td__run_post_reconcile(c->run, r, c->params, &c->idle);
+  if (f == TD__RUN_GO_ON && settle)
+    f = td__run_wait_reconciled(c->run, r, c->params);
+  return f;
+}
+
+/* After round r's outer step: the reconciliation, late-join anchor and
+ * checkpoint that round r owes, in that order. */
+static td__run_flow_t post_round_extras(compute_t *c, uint64_t r, bool settle) {
+  td__run_flow_t f = reconcile(c, r, settle);
+  if (f == TD__RUN_GO_ON)
+    f = post_anchor(c->run, r);
+  if (f == TD__RUN_GO_ON)
+    f = post_checkpoint(c->run, r);
+  return f;
+}
+
+/* Loss on the fixed validation subset and a copy of the local model, so the
+ * loop can compare with peers and serve the model to a lagging one. A probe
+ * that cannot be evaluated is skipped: the next one will do. */
+static td__run_flow_t post_probe(compute_t *c, uint64_t round) {
+  double loss = NAN, acc = NAN;
+  char why[WHY_MAX];
+  if (td_trainer_evaluate(c->tr, c->val, &loss, &acc, why, sizeof why) != 0 || !isfinite(loss))
+    return TD__RUN_GO_ON;
+  td_run_event_t ev = {.kind = TD_RUN_PROBE, .round = round, .loss = loss, .accuracy = acc};
+  return td__run_post_copy(c->run, &ev, "the transfer probe", c->params, c->run->numel, NULL, 0);
+}
+
+/* ---- setting up ------------------------------------------------------------------------ */
+
+static int load_partition(td_run_t *run, td_dataset_t **train, td_dataset_t **test,
+                          size_t *full_rows, char *why, size_t n) {
+  int rc = td_dataset_open(train, test, run->spec.dataset, why, n);
+  if (rc != 0)
+    return rc;
+  double mean, std;
+  td_dataset_stats(*train, &mean, &std);
+  td_dataset_normalize(*train, mean, std);
+  if (*test != NULL)
+    td_dataset_normalize(*test, mean, std);
+  *full_rows = td_dataset_rows(*train);
+  td_partition_t part;
+  if ((rc = td_partition_parse(&part, run->spec.partition, why, n)) != 0)
+    return rc;
+  if (part.kind == TD_PARTITION_ALL || run->nodes == 1)
+    return 0;
+  uint32_t *idx = NULL;
+  size_t count = 0;
+  rc = td_partition_indices(&part, td_dataset_labels_const(*train), td_dataset_rows(*train),
+                            td_dataset_classes(*train), run->rank, run->nodes, run->spec.seed,
+                            &idx, &count);
+  if (rc == 0 && count == 0)
+    rc = td_why(why, n, TD_ECONFIG, "partition %s leaves node %u of %u without samples",
+                run->spec.partition, run->rank, run->nodes);
+  td_dataset_t *sub = NULL;
+  if (rc == 0)
+    rc = td_dataset_subset(&sub, *train, idx, count);
+  free(idx);
+  if (rc != 0)
+    return why[0] ? rc : td_why(why, n, rc, "cannot partition the dataset: %s", td_strerror(rc));
+  td_dataset_close(train);
+  *train = sub;
+  return 0;
+}
+
+static double trainer_lr_at(const void *tr, unsigned long step) {
+  return td_trainer_lr_at(tr, step);
+}
+
+/* Knowledge transfer's probe rows: the first rows of the eval set. Without
+ * memory for them the run goes on without probes. */
+static void open_probe_rows(compute_t *c) {
+  size_t rows = td_dataset_rows(c->eval_set);
+  size_t nv = rows < TRANSFER_PROBE_ROWS ? rows : TRANSFER_PROBE_ROWS;
+  uint32_t *idx = malloc(nv * sizeof *idx);
+  for (size_t i = 0; idx != NULL && i < nv; i++)
+    idx[i] = (uint32_t)i;
+  if (idx == NULL || td_dataset_subset(&c->val, c->eval_set, idx, nv) != 0)
+    c->val = NULL;
+  free(idx);
+}
+
+/* Backend, data, trainer and round plan; the model starts identical on every
+ * node (same seed), the anchor with it. Posts READY. */
+static td__run_flow_t set_up(compute_t *c) {
+  td_run_t *run = c->run;
+  const td_runspec_t *sp = &run->spec;
+  size_t full_rows = 0;
+  if (td_backend_open(&c->be, sp->backend, (int)sp->threads, c->why, sizeof c->why) != 0 ||
+      load_partition(run, &c->train, &c->test, &full_rows, c->why, sizeof c->why) != 0)
+    return fail(c);
+  td_steps_opts_t plan = {.train_rows = full_rows, .batch = sp->batch, .epochs = sp->epochs,
+                          .rounds = sp->rounds, .local_steps = sp->local_steps,
+                          .qsr_alpha = sp->qsr_alpha, .warmup_steps = sp->warmup_steps,
+                          .lr_at = trainer_lr_at};
+  td_trainer_opts_t opts = {
+      .model_spec = sp->model,
+      .batch = run->local_batch,
+      .max_batch = sp->batch,
+      .seed = sp->seed,
+      .lr = sp->lr,
+      .lr_schedule = sp->lr_schedule,
+      .warmup_steps = sp->warmup_steps,
+      .epochs = 1,
+      .total_steps = td_steps_lr_horizon(&plan),
+      .sgd = {.momentum = sp->momentum, .nesterov = sp->nesterov,
+              .weight_decay = sp->weight_decay},
+  };
+  if (td_trainer_open(&c->tr, c->be, c->train, &opts, c->why, sizeof c->why) != 0 ||
+      (c->test != NULL && td_trainer_check_dataset(c->tr, c->test, c->why, sizeof c->why) != 0))
+    return fail(c);
+  plan.lr_ctx = c->tr;
+  int rc = td_steps_plan(&plan, &run->rounds, &run->steps_of);
+  if (rc != 0) {
+    snprintf(c->why, sizeof c->why, "cannot plan the rounds: %s", td_strerror(rc));
+    return fail(c);
+  }
+  td_model_t *model = td_trainer_model(c->tr);
+  if (td_model_numel(model) != run->numel) {
+    snprintf(c->why, sizeof c->why, "model size changed between planning and training");
+    return fail(c);
+  }
+  c->params = td_model_params(model);
+  memcpy(run->anchor, c->params, run->numel * sizeof(float));
+  memcpy(run->start, c->params, run->numel * sizeof(float));
+  if (run->init != NULL)
+    memcpy(run->init, c->params, run->numel * sizeof(float));
+  c->eval_set = c->test != NULL ? c->test : c->train;
+  if (sp->transfer > 0)
+    open_probe_rows(c);
+  c->batch = run->local_batch;
+  td_run_event_t ready = {.kind = TD_RUN_READY, .round = run->rounds};
+  return td__run_post(run, &ready) ? TD__RUN_GO_ON : TD__RUN_STOPPED;
+}
+
+/* Late join, joining side: wait for the members' model, start from it, and
+ * put the learning-rate schedule where the others are at the first round. */
+static td__run_flow_t wait_seed(compute_t *c) {
+  td_run_t *run = c->run;
+  pthread_mutex_lock(&run->mu);
+  while (!run->stop && run->seed == NULL)
+    pthread_cond_wait(&run->cv, &run->mu);
+  bool stopped = run->stop;
+  if (!stopped) {
+    memcpy(run->anchor, run->seed, run->numel * sizeof(float));
+    if (run->mom)
+      memcpy(run->mom, run->seed + run->numel, run->numel * sizeof(float));
+  }
+  pthread_mutex_unlock(&run->mu);
+  if (stopped)
+    return TD__RUN_STOPPED;
+  memcpy(c->params, run->anchor, run->numel * sizeof(float));
+  memcpy(run->start, c->params, run->numel * sizeof(float));
+  unsigned long step = 0;
+  for (uint64_t r = 1; r < run->first_round && r <= run->rounds; r++)
+    step += td_run_steps_of(run, r);
+  td_trainer_seek(c->tr, step);
+  return TD__RUN_GO_ON;
+}
+
+/* ---- the phases of a round --------------------------------------------------------------- */
+
+/* Before the steps: async waits when it would run too far ahead; then what
+ * other threads handed over is folded in, and the round's batch set. */
+static td__run_flow_t round_begin(compute_t *c, uint64_t round) {
+  td_run_t *run = c->run;
+  if (td__run_stopping(run))
+    return TD__RUN_STOPPED;
+  unsigned ahead = run->spec.max_staleness + 1;
+  if (run->spec.mode_kind == TD_MODE_ASYNC && round > ahead &&
+      wait_release(c, round - ahead) != TD__RUN_GO_ON)
+    return TD__RUN_STOPPED;
+  apply_merge(run, c->params);
+  td__run_apply_reconciled(run, c->params);
+  c->batch = batch_for(run, round, c->batch);
+  td_trainer_set_batch(c->tr, c->batch);
+  /* linear scaling below the even share: per-sample steps stay the same */
+  double even = (double)run->spec.batch / nodes_at(run, round);
+  td_trainer_set_lr_scale(c->tr, c->batch < even ? c->batch / even : 1);
+  return TD__RUN_GO_ON;
+}
+
+/* The round's local steps, slowed down when asked; the last wait's fill steps
+ * count as this round's progress too. */
+static td__run_flow_t round_steps(compute_t *c, uint64_t round, td_train_stats_t *st,
+                                  double *compute_s) {
+  td_run_t *run = c->run;
+  double t0 = td_clock_mono_s();
+  if (td_trainer_steps(c->tr, td_run_steps_of(run, round), st, c->why, sizeof c->why) != 0)
+    return fail(c);
+  sleep_for(run, (run->slowdown - 1) * (td_clock_mono_s() - t0));
+  *compute_s = td_clock_mono_s() - t0;
+  if (*compute_s > 0)
+    c->capacity = td_plan_ewma(c->capacity, (double)st->samples / *compute_s, CAPACITY_RHO);
+  if (c->fill.samples > 0) {
+    st->loss = (st->loss * (double)st->samples + c->fill.loss_sum) /
+               (double)(st->samples + c->fill.samples);
+    st->samples += c->fill.samples;
+  }
+  return TD__RUN_GO_ON;
+}
+
+/* The round's delta (from the anchor in sync, the round start otherwise) into
+ * its slot, and ROUND_DONE. */
+static td__run_flow_t round_post_delta(compute_t *c, uint64_t round, const td_train_stats_t *st,
+                                       double compute_s) {
+  td_run_t *run = c->run;
+  float *delta = run->delta[round % 2];
+  const float *base = run->spec.mode_kind == TD_MODE_SYNC ? run->anchor : run->start;
+  for (size_t i = 0; i < run->numel; i++)
+    delta[i] = c->params[i] - base[i];
+  td_run_event_t ev = {.kind = TD_RUN_ROUND_DONE, .round = round, .samples = st->samples,
+                       .loss = st->loss, .compute_s = compute_s, .idle_s = c->idle,
+                       .capacity = c->capacity, .batch = c->batch,
+                       .steps = td_run_steps_of(run, round), .fill_steps = c->fill.steps,
+                       .fill_s = c->fill.seconds, .lr = st->lr};
+  c->idle = 0;
+  c->fill = (fill_t){0};
+  return td__run_post(run, &ev) ? TD__RUN_GO_ON : TD__RUN_STOPPED;
+}
+
+/* sync: wait for the round's average, step the anchor and start from it. */
+static td__run_flow_t after_round_sync(compute_t *c, uint64_t round) {
+  td_run_t *run = c->run;
+  td__run_flow_t f = wait_release(c, round);
+  if (f != TD__RUN_GO_ON)
+    return f;
+  apply_round(run, round, c->params, false);
+  f = post_round_extras(c, round, round == run->rounds);
+  memcpy(run->start, c->params, run->numel * sizeof(float));
+  return f;
+}
+
+/* overlap: go on at once; swap the previous round's stale delta for its
+ * average (filling the wait with steps when asked). The last round waits for
+ * its own average and ends on the consensus model. */
+static td__run_flow_t after_round_overlap(compute_t *c, uint64_t round) {
+  td_run_t *run = c->run;
+  td__run_flow_t f = TD__RUN_GO_ON;
+  memcpy(run->start, c->params, run->numel * sizeof(float));
+  if (round > run->first_round) { /* a late joiner's seed already holds first_round - 1 */
+    if (run->spec.overlap_fill > 0 && round < run->rounds)
+      f = fill_until(c, round - 1, run->spec.overlap_fill * td_run_steps_of(run, round + 1));
+    if (f == TD__RUN_GO_ON)
+      f = wait_release(c, round - 1);
+    if (f != TD__RUN_GO_ON)
+      return f;
+    apply_round(run, round - 1, c->params, true);
+    if ((f = post_round_extras(c, round - 1, false)) != TD__RUN_GO_ON)
+      return f;
+  }
+  if (round == run->rounds) {
+    if ((f = wait_release(c, round)) != TD__RUN_GO_ON)
+      return f;
+    apply_round(run, round, c->params, true);
+    if ((f = reconcile(c, round, true)) != TD__RUN_GO_ON)
+      return f;
+    memcpy(c->params, run->anchor, run->numel * sizeof(float));
+  }
+  return TD__RUN_GO_ON;
+}
+
+/* async: own progress counts with its sample share; the peers' deltas that
+ * arrived in the inbox are added; the result is the next round's start. */
+static td__run_flow_t after_round_async(compute_t *c, uint64_t round,
+                                        const td_train_stats_t *st) {
+  td_run_t *run = c->run;
+  double share = (double)st->samples / ((double)run->spec.batch * td_run_steps_of(run, round));
+  float keep = (float)(share < 1 ? share : 1);
+  const float *delta = run->delta[round % 2];
+  pthread_mutex_lock(&run->mu);
+  for (size_t i = 0; i < run->numel; i++) {
+    c->params[i] += (keep - 1.0f) * delta[i] + run->inbox[i];
+    run->inbox[i] = 0;
+  }
+  pthread_mutex_unlock(&run->mu);
+  memcpy(run->start, c->params, run->numel * sizeof(float));
+  return post_checkpoint(run, round);
+}
+
+/* After the round: the transfer probe, and the evaluation every eval_every
+ * rounds and after the last (FINISHED). */
+static td__run_flow_t round_end(compute_t *c, uint64_t round) {
+  td_run_t *run = c->run;
+  td__run_flow_t f = TD__RUN_GO_ON;
+  if (c->val != NULL && round % run->spec.transfer == 0 && round < run->rounds &&
+      (f = post_probe(c, round)) != TD__RUN_GO_ON)
+    return f;
+  if (round % run->spec.eval_every != 0 && round != run->rounds)
+    return TD__RUN_GO_ON;
+  double loss = NAN, acc = NAN;
+  if (td_trainer_evaluate(c->tr, c->eval_set, &loss, &acc, c->why, sizeof c->why) != 0)
+    return fail(c);
+  td_run_event_t ev = {.kind = round == run->rounds ? TD_RUN_FINISHED : TD_RUN_EVAL,
+                       .round = round, .loss = loss, .accuracy = acc};
+  return td__run_post(run, &ev) ? TD__RUN_GO_ON : TD__RUN_STOPPED;
+}
+
+static td__run_flow_t run_round(compute_t *c, uint64_t round) {
+  td_train_stats_t st = {0};
+  double compute_s = 0;
+  td__run_flow_t f = round_begin(c, round);
+  if (f == TD__RUN_GO_ON)
+    f = round_steps(c, round, &st, &compute_s);
+  if (f == TD__RUN_GO_ON)
+    f = round_post_delta(c, round, &st, compute_s);
+  if (f == TD__RUN_GO_ON) {
+    switch (c->run->spec.mode_kind) {
+    case TD_MODE_SYNC: f = after_round_sync(c, round); break;
+    case TD_MODE_OVERLAP: f = after_round_overlap(c, round); break;
+    case TD_MODE_ASYNC: f = after_round_async(c, round, &st); break;
+    }
+  }
+  if (f == TD__RUN_GO_ON)
+    f = round_end(c, round);
+  return f;
+}
+
+void *td__run_compute_main(void *arg) {
+  compute_t c = {.run = arg};
+  td_run_t *run = c.run;
+  td__run_flow_t f = set_up(&c);
+  if (f == TD__RUN_GO_ON && run->first_round > 1)
+    f = wait_seed(&c);
+  for (uint64_t round = run->first_round; f == TD__RUN_GO_ON && round <= run->rounds; round++)
+    f = run_round(&c, round);
+  if (f == TD__RUN_STOPPED) {
+    td_run_event_t ev = {.kind = TD_RUN_STOPPED};
+    td__run_post(run, &ev); /* fails only when closing: nobody to tell */
+  }
+  td_dataset_close(&c.val);
+  td_trainer_close(&c.tr);
+  td_dataset_close(&c.train);
+  td_dataset_close(&c.test);
+  td_backend_close(&c.be);
+  return NULL;
+}

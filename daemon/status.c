@@ -1,0 +1,114 @@
+/* status.c: the JSON that trainctl status and peers show.
+ *
+ * Threads: loop thread. Built from snapshots: the membership table, each
+ * link's figures (td__link_stats) and the run's (td__session_stats, kept
+ * after a run ends), so no other part's state is read directly here. Figures
+ * that do not exist yet (no ack measured, no evaluation) are null. */
+#include "daemon/internal.h"
+
+#include <inttypes.h>
+#include <json-c/json.h>
+#include <math.h>
+#include <stdio.h>
+
+json_object *td__status_id(uint64_t id) {
+  char b[24];
+  snprintf(b, sizeof b, "%016" PRIx64, id);
+  return json_object_new_string(b);
+}
+
+json_object *td__status_real(double v) { return isfinite(v) ? json_object_new_double(v) : NULL; }
+
+static json_object *count(uint64_t v) { return json_object_new_int64((int64_t)v); }
+
+static double positive(double v) { return v > 0 ? v : NAN; }
+
+static double ratio(uint64_t dense, uint64_t wire) {
+  return wire ? (double)dense / (double)wire : NAN;
+}
+
+static void add_link(json_object *p, td__link_t *l) {
+  td__link_stats_t st = {.codec = "-"};
+  if (l != NULL)
+    td__link_stats(l, &st);
+  json_object_object_add(p, "bytes_sent", count(st.bytes_sent));
+  json_object_object_add(p, "bytes_recv", count(st.bytes_recv));
+  json_object_object_add(p, "send_drops", count(st.send_drops));
+  json_object_object_add(p, "codec", json_object_new_string(st.codec));
+  json_object_object_add(p, "goodput_bps", td__status_real(positive(st.goodput_bps)));
+  json_object_object_add(p, "ack_ms", td__status_real(positive(st.ack_s * 1e3)));
+  json_object_object_add(p, "budget_bytes", td__status_real(positive(st.budget_bytes)));
+  json_object_object_add(p, "rtt_ms", td__status_real(positive(st.q.rtt_s * 1e3)));
+  json_object_object_add(p, "window_bytes", count(st.q.window));
+  json_object_object_add(p, "in_flight_bytes", count(st.q.in_flight));
+  json_object_object_add(p, "queued_bytes", count(st.q.queued_bytes[TD_PRIO_UPDATE]));
+  json_object_object_add(p, "update_bytes_sent", count(st.update_wire_sent));
+  json_object_object_add(p, "update_bytes_recv", count(st.update_wire_recv));
+  json_object_object_add(p, "ratio_sent",
+                         td__status_real(ratio(st.update_dense_sent, st.update_wire_sent)));
+  json_object_object_add(p, "ratio_recv",
+                         td__status_real(ratio(st.update_dense_recv, st.update_wire_recv)));
+}
+
+json_object *td__status_peers(td__node_t *n) {
+  json_object *arr = json_object_new_array();
+  double now = td_clock_mono_s();
+  for (size_t i = 0; i < td_members_count(n->members); i++) {
+    const td_member_t *m = td_members_at(n->members, i);
+    if (m->self)
+      continue;
+    json_object *p = json_object_new_object();
+    json_object_object_add(p, "node_id", td__status_id(m->node_id));
+    json_object_object_add(p, "endpoint", json_object_new_string(m->endpoint));
+    json_object_object_add(p, "state", json_object_new_string(td_peer_state_name(m->state)));
+    json_object_object_add(p, "last_heard_s", json_object_new_double(now - m->last_heard));
+    json_object_object_add(p, "round", count(m->round));
+    json_object_object_add(p, "capacity", td__status_real(positive(m->capacity)));
+    add_link(p, td__link_find(n->net, m->node_id));
+    json_object_array_add(arr, p);
+  }
+  return arr;
+}
+
+static json_object *run_json(const td__run_stats_t *st) {
+  json_object *run = json_object_new_object();
+  json_object_object_add(run, "run_id", st->run_id ? td__status_id(st->run_id) : NULL);
+  json_object_object_add(run, "state", json_object_new_string(td__run_state_name(st->state)));
+  json_object_object_add(run, "round", count(st->rounds_done));
+  json_object_object_add(run, "rounds", count(st->rounds));
+  json_object_object_add(run, "rank", json_object_new_int((int)st->rank));
+  json_object_object_add(run, "codec", json_object_new_string(st->codec[0] ? st->codec : "none"));
+  json_object_object_add(run, "nodes", json_object_new_int((int)st->nodes));
+  json_object_object_add(run, "loss", td__status_real(st->run_id ? st->loss : NAN));
+  json_object_object_add(run, "eval_accuracy", td__status_real(st->eval_accuracy));
+  json_object_object_add(run, "test_accuracy", td__status_real(st->test_accuracy));
+  json_object_object_add(run, "updates_received", count(st->updates_received));
+  json_object_object_add(run, "late_peers", count(st->late_peers));
+  json_object_object_add(run, "transfers", count(st->transfers));
+  json_object_object_add(run, "reconciled", count(st->reconciled));
+  json_object_object_add(run, "reconciled_partial", count(st->reconciled_partial));
+  json_object_object_add(run, "reconciled_via_hub", count(st->reconciled_via_hub));
+  json_object_object_add(run, "reconciled_as_hub", count(st->reconciled_as_hub));
+  json_object_object_add(run, "first_round", count(st->first_round));
+  json_object_object_add(run, "joins_admitted", count(st->joins_admitted));
+  json_object_object_add(run, "snapshots_served", count(st->snapshots_served));
+  json_object_object_add(run, "capacity", td__status_real(positive(st->capacity)));
+  json_object_object_add(run, "error", st->error[0] ? json_object_new_string(st->error) : NULL);
+  return run;
+}
+
+json_object *td__status_json(td__node_t *n) {
+  json_object *o = json_object_new_object();
+  json_object_object_add(o, "node_id", td__status_id(n->node_id));
+  json_object_object_add(o, "endpoint", json_object_new_string(td__transport_endpoint(n->net)));
+  json_object_object_add(o, "data_dir", json_object_new_string(n->data_dir));
+  json_object_object_add(o, "peers", td__status_peers(n));
+  td__run_stats_t st;
+  td__session_stats(n, &st);
+  json_object_object_add(o, "run", run_json(&st));
+  json_object *d = json_object_new_object();
+  for (int k = 0; k < TD__DROP_COUNT; k++)
+    json_object_object_add(d, td__drop_name((td__drop_t)k), count(n->drops[k]));
+  json_object_object_add(o, "drops", d);
+  return o;
+}

@@ -1,0 +1,33 @@
+/* limits.h: the limits every layer shares, and how transfers are chunked.
+ *
+ * TD_MAX_NODES bounds a cluster: the membership table, a run's members, the
+ * peers a round collects from, the peer lists on the wire and the member
+ * bitmasks of reconciliation are all this size. Updates (scheduler/round.h) and blobs (models, late-join seeds,
+ * reconciliation messages: daemon/transfer.c) travel as payloads of at most
+ * TD_CHUNK_BYTES, cut at multiples of it from the start of the message, so a
+ * resumed transfer asks again from any chunk boundary. Pure arithmetic. */
+#ifndef TD_LIMITS_H
+#define TD_LIMITS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Nodes in one cluster (at most 64: reconciliation keeps members in a bitmask). */
+#define TD_MAX_NODES 32
+
+/* Largest payload of one UpdateChunk / SnapshotChunk (a multiple of 4). */
+#define TD_CHUNK_BYTES (64u * 1024u)
+
+/* Chunks of a message of `total` bytes. */
+static inline uint32_t td_chunk_count(uint64_t total) {
+  return (uint32_t)((total + TD_CHUNK_BYTES - 1) / TD_CHUNK_BYTES);
+}
+
+/* Payload bytes of the chunk that starts at `offset` (0 at or past the end). */
+static inline size_t td_chunk_len(uint64_t total, uint64_t offset) {
+  if (offset >= total)
+    return 0;
+  return total - offset < TD_CHUNK_BYTES ? (size_t)(total - offset) : TD_CHUNK_BYTES;
+}
+
+#endif
