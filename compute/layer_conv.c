@@ -3,6 +3,7 @@
  * per-channel bias with a fused ReLU, the batch-major <-> channel-major swap
  * that lets one GEMM cover a whole batch, and max/average pooling. Runs on the
  * thread that owns the model; nothing here allocates. */
+#include <stdbool.h>
 #include <string.h>
 
 #include "compute/backend_impl.h"
@@ -147,6 +148,25 @@ void td__cpu_pool_forward(td_backend_t *be, float *out, int32_t *idx, const floa
     const float *x = inp + pl * in_plane;
     float *y = out + pl * out_plane;
     int32_t *ix = idx != NULL ? idx + pl * out_plane : NULL;
+    if (kind == TD_POOL_MAX && k == 2 && s == 2) { /* the common case, select by select */
+      for (int oh = 0; oh < g->ho; oh++) {
+        int r0 = 2 * oh * g->w, r1 = r0 + g->w;
+        for (int ow = 0; ow < g->wo; ow++) {
+          int at = r0 + 2 * ow, best_at = at;
+          float best = x[at];
+          int cand[3] = {at + 1, r1 + 2 * ow, r1 + 2 * ow + 1};
+          for (int q = 0; q < 3; q++) {
+            float v = x[cand[q]];
+            bool take = v > best || v != v; /* ties: first; a NaN wins */
+            best_at = take ? cand[q] : best_at;
+            best = take ? v : best;
+          }
+          y[oh * g->wo + ow] = best;
+          ix[oh * g->wo + ow] = best_at;
+        }
+      }
+      continue;
+    }
     for (int oh = 0; oh < g->ho; oh++)
       for (int ow = 0; ow < g->wo; ow++) {
         int base = oh * s * g->w + ow * s;

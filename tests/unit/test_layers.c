@@ -385,6 +385,35 @@ START_TEST(dropout_masks_and_scales) {
 }
 END_TEST
 
+/* GELU (computed as x sigmoid(2u) with a polynomial exp) against the tanh
+ * form in double, and ReLU's NaN passes through both. */
+START_TEST(gelu_matches_the_tanh_form) {
+  enum { N = 20001 };
+  td_backend_t *be = open_cpu();
+  static float x[N], y[N], d[N], dy[N];
+  for (int i = 0; i < N; i++) {
+    x[i] = -20.0f + (float)i * 0.002f;
+    dy[i] = 1.0f;
+  }
+  td_backend_act_forward(be, y, x, N, TD_ACT_GELU);
+  td_backend_act_backward2(be, d, dy, x, N, TD_ACT_GELU, false);
+  for (int i = 0; i < N; i++) {
+    double v = x[i], k = 0.7978845608028654, t = tanh(k * (v + 0.044715 * v * v * v));
+    ck_assert_double_eq_tol(y[i], 0.5 * v * (1 + t), 2e-6);
+    ck_assert_double_eq_tol(d[i], 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * k *
+                                      (1 + 3 * 0.044715 * v * v), 1e-5);
+  }
+  td_backend_act_backward2(be, d, dy, x, N, TD_ACT_GELU, true); /* acc adds */
+  ck_assert_double_eq_tol(d[N - 1], 2.0, 1e-5);
+  float nan = NAN, out = 0;
+  td_backend_act_forward(be, &out, &nan, 1, TD_ACT_GELU);
+  ck_assert(isnan(out));
+  td_backend_act_forward(be, &out, &nan, 1, TD_ACT_RELU);
+  ck_assert(isnan(out));
+  td_backend_close(&be);
+}
+END_TEST
+
 START_TEST(bad_layer_lists_are_one_line_errors) {
   static const struct {
     const char *spec, *says;
@@ -459,6 +488,7 @@ int main(void) {
   tcase_add_test(tc, attention_matches_a_naive_masked_reference);
   tcase_add_test(tc, im2col_and_col2im_are_adjoint);
   tcase_add_test(tc, dropout_masks_and_scales);
+  tcase_add_test(tc, gelu_matches_the_tanh_form);
   tcase_add_test(tc, bad_layer_lists_are_one_line_errors);
   tcase_add_test(tc, bad_token_batches_are_errors);
   suite_add_tcase(s, tc);
