@@ -692,6 +692,14 @@ int td_model_open(td_model_t **out, const char *spec, td_backend_t *be, int max_
   if (out == NULL || be == NULL)
     return td_why(why, why_len, TD_EINVAL, "no model pointer or backend");
   *out = NULL;
+  /* Parameters, gradients and batches are host buffers (the codecs and the
+   * network read them in place); a backend whose memory the host cannot
+   * address would be handed host pointers. The CUDA ops are verified op by op
+   * (tests/unit/test_backend_cuda.c); a device-resident model is not built. */
+  if (td_backend_device_memory(be))
+    return td_why(why, why_len, TD_EDEVICE,
+                  "backend %s: models train with host memory only (use backend = cpu)",
+                  td_backend_name(be));
   if (max_batch < 1 || max_batch > TD_MODEL_MAX_BATCH)
     return td_why(why, why_len, TD_ECONFIG, "batch %d out of range [1, %d]", max_batch,
                   TD_MODEL_MAX_BATCH);
