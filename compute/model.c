@@ -105,6 +105,35 @@ static size_t activation_floats(int max_batch, int width) {
   return (n + TD_PARAMS_ALIGN_FLOATS - 1) / TD_PARAMS_ALIGN_FLOATS * TD_PARAMS_ALIGN_FLOATS;
 }
 
+static uint64_t padded_floats(uint64_t n) {
+  return (n + TD_PARAMS_ALIGN_FLOATS - 1) / TD_PARAMS_ALIGN_FLOATS * TD_PARAMS_ALIGN_FLOATS;
+}
+
+int td_model_estimate(const char *spec, int batch, uint64_t *params, uint64_t *bytes, char *why,
+                      size_t why_len) {
+  if (params == NULL || bytes == NULL)
+    return td_why(why, why_len, TD_EINVAL, "no output for the estimate");
+  int widths[TD_MODEL_MAX_LAYERS + 1];
+  int n = parse_spec(spec, widths, why, why_len);
+  if (n < 0)
+    return n;
+  if (batch < 1 || batch > TD_MODEL_MAX_BATCH)
+    return td_why(why, why_len, TD_ECONFIG, "batch %d out of range [1, %d]", batch,
+                  TD_MODEL_MAX_BATCH);
+  /* widths <= 65536 and <= 16 layers: every sum below stays far from 2^64 */
+  uint64_t numel = 0, activations = 0;
+  for (int l = 0; l + 1 < n; l++) {
+    numel += padded_floats((uint64_t)widths[l] * (uint64_t)widths[l + 1]);
+    numel += padded_floats((uint64_t)widths[l + 1]);
+    activations += 2 * activation_floats(batch, widths[l + 1]);
+  }
+  uint64_t input = (uint64_t)batch * (uint64_t)widths[0] * sizeof(float) +
+                   (uint64_t)batch * sizeof(int32_t);
+  *params = numel;
+  *bytes = 2 * numel * sizeof(float) + activations * sizeof(float) + input;
+  return 0;
+}
+
 int td_model_open(td_model_t **out, const char *spec, td_backend_t *be, int max_batch,
                   char *why, size_t why_len) {
   if (out == NULL || be == NULL)

@@ -29,7 +29,8 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: traind [--config FILE] [--data-dir DIR] [--listen tcp://HOST:PORT]\n"
           "              [--control PATH] [--log-level LEVEL] [--threads N] [--heartbeat-ms MS]\n"
-          "              [--link-delay-ms MS] [--metrics HOST:PORT]\n"
+          "              [--link-delay-ms MS] [--metrics HOST:PORT] [--max-model-mb MB]\n"
+          "              [--max-batch N] [--max-rounds N] [--data-root DIR]\n"
           "       traind --standalone [RUN.ini] [--set key=value ...] [--json]\n"
           "\n"
           "The first form runs the peer daemon in the foreground (logs on stderr; SIGINT\n"
@@ -53,6 +54,8 @@ int main(int argc, char **argv) {
       {"control", required_argument, NULL, 'C'}, {"log-level", required_argument, NULL, 'L'},
       {"threads", required_argument, NULL, 't'}, {"heartbeat-ms", required_argument, NULL, 'H'},
       {"link-delay-ms", required_argument, NULL, 'D'}, {"metrics", required_argument, NULL, 'M'},
+      {"max-model-mb", required_argument, NULL, 'm'}, {"max-batch", required_argument, NULL, 'b'},
+      {"max-rounds", required_argument, NULL, 'r'}, {"data-root", required_argument, NULL, 'R'},
       {NULL, 0, NULL, 0},
   };
   static const struct {
@@ -60,9 +63,11 @@ int main(int argc, char **argv) {
     const char *key;
   } flag_keys[] = {{'d', "data_dir"}, {'l', "listen"}, {'C', "control"},
                    {'L', "log_level"}, {'t', "threads"}, {'H', "heartbeat_ms"},
-                   {'D', "link_delay_ms"}, {'M', "metrics"}};
+                   {'D', "link_delay_ms"}, {'M', "metrics"}, {'m', "max_model_mb"},
+                   {'b', "max_batch"}, {'r', "max_rounds"}, {'R', "data_root"}};
+  enum { N_FLAGS = sizeof flag_keys / sizeof *flag_keys };
   const char *config_file = NULL;
-  const char *flag_values[8] = {NULL};
+  const char *flag_values[N_FLAGS] = {NULL};
   bool standalone = false, json = false;
   int n_sets = 0;
   const char **sets = calloc((size_t)argc + 1, sizeof *sets);
@@ -81,7 +86,8 @@ int main(int argc, char **argv) {
     case 'V': printf("traind %s\n", PACKAGE_VERSION); free(sets); return 0;
     case 'c': config_file = optarg; break;
     case 'd': case 'l': case 'C': case 'L': case 't': case 'H': case 'D': case 'M':
-      for (size_t k = 0; k < 8; k++)
+    case 'm': case 'b': case 'r': case 'R':
+      for (size_t k = 0; k < N_FLAGS; k++)
         if (flag_keys[k].opt == c)
           flag_values[k] = optarg;
       break;
@@ -102,7 +108,7 @@ int main(int argc, char **argv) {
     td_settings_t cfg;
     td_settings_defaults(&cfg);
     int rc = config_file ? td_settings_load(&cfg, config_file, why, sizeof why) : 0;
-    for (size_t k = 0; rc == 0 && k < 8; k++)
+    for (size_t k = 0; rc == 0 && k < N_FLAGS; k++)
       if (flag_values[k] != NULL)
         rc = td_settings_set(&cfg, flag_keys[k].key, flag_values[k], why, sizeof why);
     if (rc != 0) {
@@ -119,7 +125,10 @@ int main(int argc, char **argv) {
                            .control_path = cfg.control[0] ? cfg.control : NULL,
                            .threads = cfg.threads, .heartbeat_ms = cfg.heartbeat_ms,
                            .link_delay_ms = cfg.link_delay_ms,
-                           .metrics = cfg.metrics[0] ? cfg.metrics : NULL};
+                           .metrics = cfg.metrics[0] ? cfg.metrics : NULL,
+                           .max_model_mb = cfg.max_model_mb, .max_batch = cfg.max_batch,
+                           .max_rounds = cfg.max_rounds,
+                           .data_root = cfg.data_root[0] ? cfg.data_root : NULL};
     rc = td_node_main(&opts, why, sizeof why);
     close(lock_fd);
     if (rc != 0) {

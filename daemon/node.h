@@ -22,6 +22,11 @@ typedef struct {
   unsigned heartbeat_ms;    /* heartbeat period; suspect after 3, dead after 6 */
   unsigned link_delay_ms;   /* user-space latency added to outgoing update chunks */
   const char *metrics;      /* HOST:PORT serving GET /metrics; NULL = off */
+  /* This node's limits over every run spec (daemon/policy.c); 0 / NULL = default */
+  unsigned max_model_mb;    /* memory a run may take; default a quarter of the machine's */
+  unsigned max_batch;       /* default 8192 */
+  unsigned max_rounds;      /* default 1000000 */
+  const char *data_root;    /* file datasets only under here; NULL = named datasets only */
 } td_node_opts_t;
 
 /* Run the daemon until SIGINT/SIGTERM or `trainctl leave`. Returns 0 after a
