@@ -178,6 +178,8 @@ static int cmd_status(bool json, bool watch, double every_s) {
       printf("%s\n", line);
       if (strcmp(jstr(run, "error"), "-") != 0)
         printf("error   %s\n", jstr(run, "error"));
+      if (strcmp(jstr(run, "refused"), "-") != 0)
+        printf("refused %s\n", jstr(run, "refused"));
       printf("drops   %.0f bad or unexpected peer messages\n", dropped);
       if (np > 0) {
         printf("\n");

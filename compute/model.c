@@ -687,6 +687,58 @@ static size_t round_up(size_t n) {
   return (n + TD_PARAMS_ALIGN_FLOATS - 1) / TD_PARAMS_ALIGN_FLOATS * TD_PARAMS_ALIGN_FLOATS;
 }
 
+/* Floats of the buffers a built graph needs for batches of max_batch: one
+ * activation block (tensor values and gradients, not the input's, then every
+ * node's aux), and the two work areas. */
+static void plan_buffers(const td_model_t *m, int max_batch, size_t *total_out, size_t *work_out,
+                         size_t *work2_out) {
+  size_t total = 0, work = 1, work2 = 1;
+  for (int i = 1; i < m->n_tensors; i++)
+    total += 2 * round_up((size_t)max_batch * tensor_numel(&m->tensors[i]));
+  for (int i = 0; i < m->n_nodes; i++) {
+    const td__node_t *n = &m->nodes[i];
+    size_t a = round_up((size_t)max_batch * n->aux_floats);
+    total += a;
+    if (n->kind == N_CONV) {
+      size_t out = (size_t)max_batch * tensor_numel(&m->tensors[n->out]);
+      work = out > work ? out : work;
+      work2 = a > work2 ? a : work2;
+    }
+    if (n->kind == N_ATTN)
+      work = a > work ? a : work;
+  }
+  *total_out = total;
+  *work_out = work;
+  *work2_out = work2;
+}
+
+int td_model_estimate(const char *spec, int batch, uint64_t *params, uint64_t *bytes, char *why,
+                      size_t why_len) {
+  if (params == NULL || bytes == NULL)
+    return td_why(why, why_len, TD_EINVAL, "no output for the estimate");
+  if (batch < 1 || batch > TD_MODEL_MAX_BATCH)
+    return td_why(why, why_len, TD_ECONFIG, "batch %d out of range [1, %d]", batch,
+                  TD_MODEL_MAX_BATCH);
+  /* build() lays out the graph and the parameter tensors (a few KiB); the
+   * buffers it would size are only counted */
+  td_model_t *m = calloc(1, sizeof *m);
+  if (m == NULL)
+    return td_why(why, why_len, TD_ENOMEM, "out of memory");
+  int rc = build(m, spec, why, why_len);
+  if (rc >= 0) {
+    size_t total, work, work2;
+    plan_buffers(m, batch, &total, &work, &work2);
+    uint64_t numel = td_layout_numel(m->layout);
+    uint64_t input = (uint64_t)batch * tensor_numel(&m->tensors[0]) * sizeof(float) +
+                     (uint64_t)batch * (uint64_t)m->context * sizeof(int32_t);
+    *params = numel;
+    *bytes = 2 * numel * sizeof(float) + ((uint64_t)total + work + work2) * sizeof(float) + input;
+  }
+  td_layout_free(&m->layout);
+  free(m);
+  return rc < 0 ? rc : 0;
+}
+
 int td_model_open(td_model_t **out, const char *spec, td_backend_t *be, int max_batch,
                   char *why, size_t why_len) {
   if (out == NULL || be == NULL)
@@ -721,22 +773,8 @@ int td_model_open(td_model_t **out, const char *spec, td_backend_t *be, int max_
     return td_why(why, why_len, TD_EDEVICE, "the %s backend has no layer ops for '%s'",
                   td_backend_name(be), spec);
   }
-  /* one activation block: tensor values and gradients (not the input's), then aux */
-  size_t total = 0, work = 1, work2 = 1;
-  for (int i = 1; i < m->n_tensors; i++)
-    total += 2 * round_up((size_t)max_batch * tensor_numel(&m->tensors[i]));
-  for (int i = 0; i < m->n_nodes; i++) {
-    td__node_t *n = &m->nodes[i];
-    size_t a = round_up((size_t)max_batch * n->aux_floats);
-    total += a;
-    if (n->kind == N_CONV) {
-      size_t out = (size_t)max_batch * tensor_numel(&m->tensors[n->out]);
-      work = out > work ? out : work;
-      work2 = a > work2 ? a : work2;
-    }
-    if (n->kind == N_ATTN)
-      work = a > work ? a : work;
-  }
+  size_t total, work, work2;
+  plan_buffers(m, max_batch, &total, &work, &work2);
   m->params = td_params_alloc(td_layout_numel(m->layout));
   m->grads = td_params_alloc(td_layout_numel(m->layout));
   m->activations = td_backend_alloc(be, total * sizeof(float));

@@ -64,6 +64,14 @@ typedef struct {
 
 /* Validate a spec without building anything; TD_ECONFIG + why on error. */
 int td_model_check_spec(const char *spec, char *why, size_t why_len);
+/* What td_model_open(spec, batch) would allocate, computed from the spec alone
+ * (nothing is built): *params = td_model_numel() of that model (padding
+ * included), *bytes = its parameters + gradients + activation buffers for
+ * `batch` rows + one input batch (floats and labels). Optimizer state and any
+ * caller-side copies are the caller's to add (params floats each). TD_ECONFIG +
+ * why for a bad spec or a batch outside [1, TD_MODEL_MAX_BATCH]. */
+int td_model_estimate(const char *spec, int batch, uint64_t *params, uint64_t *bytes, char *why,
+                      size_t why_len);
 /* Build the model for batches of at most max_batch rows on backend be
  * (borrowed; must outlive the model). Parameters start at zero; call
  * td_model_init(). Caller owns *out. */

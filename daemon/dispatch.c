@@ -36,6 +36,8 @@ static const route_t routes[] = {
     [TRAIND__ENVELOPE__BODY_RUN_START] = {td__on_run_start, true, false,
                                           "run start from an unknown node"},
     [TRAIND__ENVELOPE__BODY_RUN_STOP] = {td__on_run_stop, false, false, NULL},
+    [TRAIND__ENVELOPE__BODY_RUN_REFUSED] = {td__on_run_refused, true, false,
+                                            "run refusal from an unknown node"},
     [TRAIND__ENVELOPE__BODY_UPDATE] = {td__on_update, false, true, NULL},
     [TRAIND__ENVELOPE__BODY_ACK] = {td__on_ack, false, true, NULL},
     [TRAIND__ENVELOPE__BODY_EVAL_REPORT] = {td__on_eval_report, false, false, NULL},

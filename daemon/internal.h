@@ -72,6 +72,34 @@ const char *td__drop_name(td__drop_t kind);
 /* Count a refused message; log `what` (rate-limited) unless it is NULL. */
 void td__drop(td__node_t *n, td__drop_t kind, const char *what);
 
+/* ---- this node's limits over run specs (policy.c) -------------------------------- */
+
+#define TD_POLICY_DEFAULT_MAX_BATCH 8192
+#define TD_POLICY_DEFAULT_MAX_ROUNDS 1000000
+
+typedef struct {
+  unsigned max_model_mb; /* 0: a quarter of the machine's memory */
+  unsigned max_batch;    /* 0: TD_POLICY_DEFAULT_MAX_BATCH */
+  unsigned max_rounds;   /* 0: TD_POLICY_DEFAULT_MAX_ROUNDS */
+  const char *data_root; /* NULL or "": named datasets only */
+} td__policy_opts_t;
+
+typedef struct {
+  uint64_t max_bytes;
+  unsigned max_batch, max_threads, max_rounds;
+  char data_root[4096]; /* realpath of --data-root; "" = none */
+} td__policy_t;
+
+/* Limits from the options and this machine (cores, memory); TD_ENOENT or
+ * TD_ECONFIG + why for a data root that is not a directory. */
+int td__policy_init(td__policy_t *p, const td__policy_opts_t *o, char *why, size_t why_len);
+/* Check a run spec for a run of n_members nodes before anything is allocated
+ * or opened: TD_ERANGE (a limit) or TD_ECONFIG (the dataset) + a one-line why
+ * that never quotes a file. On success, file datasets in spec->dataset are
+ * rewritten to their resolved paths under the data root. */
+int td__policy_check(const td__policy_t *p, td_runspec_t *spec, size_t n_members, char *why,
+                     size_t why_len);
+
 /* ---- the node (node.c) ------------------------------------------------------------ */
 
 struct td__node {
@@ -79,6 +107,7 @@ struct td__node {
   uint64_t node_id;
   char data_dir[512], control_path[640];
   unsigned threads;       /* BLAS threads for runs (0: library default) */
+  td__policy_t policy;    /* what this node accepts of a run spec */
   double heartbeat_s;
   bool shutting_down;
   td_members_t *members;
@@ -272,6 +301,7 @@ struct td__session {
   uint64_t updates_received, rounds_done, late_peers, plans_applied, stale_dropped;
   int64_t staleness[TD_MEMBERS_MAX]; /* of each member's last update; -1: none yet */
   char error[256];
+  char refused[512]; /* "node ID refused: reason; ..." of members that will not run it */
   td__outbox_t *outbox;
   td__xfer_t *xfer;
   td__join_t *join;
@@ -290,13 +320,19 @@ typedef struct td__run_stats {
   uint64_t updates_received, late_peers, transfers, snapshots_served, joins_admitted;
   uint64_t reconciled, reconciled_partial, reconciled_via_hub, reconciled_as_hub;
   char error[256];
+  char refused[512];
 } td__run_stats_t;
 
 /* Start run `run_id` as one of `members`: a late joiner (first_round > 1)
- * fetches the model from `sponsor` first. why says what went wrong. */
+ * fetches the model from `sponsor` first. The spec is checked against this
+ * node's policy before anything is allocated. why says what went wrong. */
 int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
                       const uint64_t *members, size_t n_members, uint64_t first_round,
                       uint64_t sponsor, char *why, size_t why_len);
+/* This node will not run `run_id` (why): log it, record it in the ledger and
+ * send RunRefused to every other one of `members`. */
+void td__session_refuse(td__node_t *n, uint64_t run_id, const uint64_t *members,
+                        size_t n_members, const char *why);
 /* End the running session: ledger rows, stats kept, n->session = NULL. */
 void td__session_finish(td__node_t *n, td__run_state_t state, double test_accuracy,
                         const char *error);
@@ -375,6 +411,8 @@ void td__join_request(td__session_t *s, td__link_t *l, uint64_t peer,
 void td__join_stats(const td__join_t *j, td__run_stats_t *out);
 void td__on_run_start(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
 void td__on_run_stop(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
+void td__on_run_refused(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
+                        size_t bytes);
 
 /* ---- anchor reconciliation (reconcile.c) ------------------------------------------------ */
 

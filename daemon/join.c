@@ -140,10 +140,8 @@ static void on_admission(td__node_t *n, const Traind__Envelope *env) {
     }
     char why[512] = "";
     if (td__session_start(n, env->run_id, rs->spec, rs->members, k, rs->join_round, env->sender,
-                          why, sizeof why) != 0) {
-      td_log_warn("cannot join run %016" PRIx64 ": %s", env->run_id, why);
-      td__ledger_event(n->ledger, "run_refused", "run %016" PRIx64 ": %s", env->run_id, why);
-    }
+                          why, sizeof why) != 0)
+      td__session_refuse(n, env->run_id, rs->members, k, why);
     return;
   }
   td__session_t *s = td__session_of(n, env->run_id);
@@ -179,11 +177,8 @@ void td__on_run_start(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
     return; /* already running it */
   char why[512] = "";
   if (td__session_start(n, env->run_id, rs->spec, rs->members, rs->n_members, 1, 0, why,
-                        sizeof why) != 0) {
-    td_log_warn("cannot start run %016" PRIx64 " from %016" PRIx64 ": %s", env->run_id,
-                env->sender, why);
-    td__ledger_event(n->ledger, "run_refused", "run %016" PRIx64 ": %s", env->run_id, why);
-  }
+                        sizeof why) != 0)
+    td__session_refuse(n, env->run_id, rs->members, rs->n_members, why);
 }
 
 void td__on_run_stop(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes) {

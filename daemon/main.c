@@ -30,6 +30,7 @@ static void usage(FILE *out) {
           "usage: traind [--config FILE] [--data-dir DIR] [--listen tcp://HOST:PORT]\n"
           "              [--control PATH] [--log-level LEVEL] [--threads N] [--heartbeat-ms MS]\n"
           "              [--link-delay-ms MS] [--uplink-kbit KBIT] [--metrics HOST:PORT]\n"
+          "              [--max-model-mb MB] [--max-batch N] [--max-rounds N] [--data-root DIR]\n"
           "       traind --standalone [RUN.ini] [--set key=value ...] [--json]\n"
           "\n"
           "The first form runs the peer daemon in the foreground (logs on stderr; SIGINT\n"
@@ -53,6 +54,8 @@ int main(int argc, char **argv) {
       {"control", required_argument, NULL, 'C'}, {"log-level", required_argument, NULL, 'L'},
       {"threads", required_argument, NULL, 't'}, {"heartbeat-ms", required_argument, NULL, 'H'},
       {"link-delay-ms", required_argument, NULL, 'D'}, {"metrics", required_argument, NULL, 'M'},
+      {"max-model-mb", required_argument, NULL, 'm'}, {"max-batch", required_argument, NULL, 'b'},
+      {"max-rounds", required_argument, NULL, 'r'}, {"data-root", required_argument, NULL, 'R'},
       {"uplink-kbit", required_argument, NULL, 'U'},
       {NULL, 0, NULL, 0},
   };
@@ -61,10 +64,12 @@ int main(int argc, char **argv) {
     const char *key;
   } flag_keys[] = {{'d', "data_dir"}, {'l', "listen"}, {'C', "control"},
                    {'L', "log_level"}, {'t', "threads"}, {'H', "heartbeat_ms"},
-                   {'D', "link_delay_ms"}, {'M', "metrics"}, {'U', "uplink_kbit"}};
+                   {'D', "link_delay_ms"}, {'M', "metrics"}, {'m', "max_model_mb"},
+                   {'b', "max_batch"}, {'r', "max_rounds"}, {'R', "data_root"},
+                   {'U', "uplink_kbit"}};
+  enum { N_FLAGS = sizeof flag_keys / sizeof *flag_keys };
   const char *config_file = NULL;
-#define TD_N_FLAGS (sizeof flag_keys / sizeof flag_keys[0])
-  const char *flag_values[TD_N_FLAGS] = {NULL};
+  const char *flag_values[N_FLAGS] = {NULL};
   bool standalone = false, json = false;
   int n_sets = 0;
   const char **sets = calloc((size_t)argc + 1, sizeof *sets);
@@ -83,8 +88,8 @@ int main(int argc, char **argv) {
     case 'V': printf("traind %s\n", PACKAGE_VERSION); free(sets); return 0;
     case 'c': config_file = optarg; break;
     case 'd': case 'l': case 'C': case 'L': case 't': case 'H': case 'D': case 'M':
-    case 'U':
-      for (size_t k = 0; k < TD_N_FLAGS; k++)
+    case 'm': case 'b': case 'r': case 'R': case 'U':
+      for (size_t k = 0; k < N_FLAGS; k++)
         if (flag_keys[k].opt == c)
           flag_values[k] = optarg;
       break;
@@ -105,7 +110,7 @@ int main(int argc, char **argv) {
     td_settings_t cfg;
     td_settings_defaults(&cfg);
     int rc = config_file ? td_settings_load(&cfg, config_file, why, sizeof why) : 0;
-    for (size_t k = 0; rc == 0 && k < TD_N_FLAGS; k++)
+    for (size_t k = 0; rc == 0 && k < N_FLAGS; k++)
       if (flag_values[k] != NULL)
         rc = td_settings_set(&cfg, flag_keys[k].key, flag_values[k], why, sizeof why);
     if (rc != 0) {
@@ -122,7 +127,10 @@ int main(int argc, char **argv) {
                            .control_path = cfg.control[0] ? cfg.control : NULL,
                            .threads = cfg.threads, .heartbeat_ms = cfg.heartbeat_ms,
                            .link_delay_ms = cfg.link_delay_ms, .uplink_kbit = cfg.uplink_kbit,
-                           .metrics = cfg.metrics[0] ? cfg.metrics : NULL};
+                           .metrics = cfg.metrics[0] ? cfg.metrics : NULL,
+                           .max_model_mb = cfg.max_model_mb, .max_batch = cfg.max_batch,
+                           .max_rounds = cfg.max_rounds,
+                           .data_root = cfg.data_root[0] ? cfg.data_root : NULL};
     rc = td_node_main(&opts, why, sizeof why);
     close(lock_fd);
     if (rc != 0) {

@@ -133,7 +133,11 @@ static void close_walk(uv_handle_t *h, void *arg) {
 
 /* Open the parts, in the order they depend on each other. */
 static int node_open(td__node_t *n, const td_node_opts_t *opts, char *why, size_t why_len) {
-  int rc = load_node_id(n, why, why_len);
+  td__policy_opts_t policy = {.max_model_mb = opts->max_model_mb, .max_batch = opts->max_batch,
+                              .max_rounds = opts->max_rounds, .data_root = opts->data_root};
+  int rc = td__policy_init(&n->policy, &policy, why, why_len);
+  if (rc == 0)
+    rc = load_node_id(n, why, why_len);
   if (rc != 0)
     return rc;
   char dbpath[600];

@@ -23,6 +23,11 @@ typedef struct {
   unsigned link_delay_ms;   /* user-space latency added to outgoing update chunks */
   unsigned uplink_kbit;     /* user-space cap on queued (update, bulk) traffic; 0 = none */
   const char *metrics;      /* HOST:PORT serving GET /metrics; NULL = off */
+  /* This node's limits over every run spec (daemon/policy.c); 0 / NULL = default */
+  unsigned max_model_mb;    /* memory a run may take; default a quarter of the machine's */
+  unsigned max_batch;       /* default 8192 */
+  unsigned max_rounds;      /* default 1000000 */
+  const char *data_root;    /* file datasets only under here; NULL = named datasets only */
 } td_node_opts_t;
 
 /* Run the daemon until SIGINT/SIGTERM or `trainctl leave`. Returns 0 after a

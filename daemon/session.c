@@ -87,6 +87,7 @@ static void session_stats(const td__session_t *s, td__run_stats_t *out) {
                            .late_peers = s->late_peers};
   snprintf(out->codec, sizeof out->codec, "%s", td__outbox_codec(s->outbox));
   snprintf(out->error, sizeof out->error, "%s", s->error);
+  snprintf(out->refused, sizeof out->refused, "%s", s->refused);
   td__xfer_stats(s->xfer, out);
   td__join_stats(s->join, out);
   td__reconcile_stats(s->recon, out);
@@ -221,8 +222,8 @@ static void on_run_events(td_run_t *run, void *user) {
 }
 
 /* The spec travels as canonical "key = value" lines. */
-static int parse_spec(td__node_t *n, const char *spec_text, td_runspec_t *spec, char *why,
-                      size_t why_len) {
+static int parse_spec(td__node_t *n, const char *spec_text, size_t n_members,
+                      td_runspec_t *spec, char *why, size_t why_len) {
   td_runspec_defaults(spec);
   char *copy = strdup(spec_text);
   if (copy == NULL)
@@ -231,6 +232,8 @@ static int parse_spec(td__node_t *n, const char *spec_text, td_runspec_t *spec, 
   for (char *line = strtok(copy, "\n"); line != NULL && rc == 0; line = strtok(NULL, "\n"))
     rc = td_runspec_set_arg(spec, line, why, why_len);
   free(copy);
+  if (rc == 0) /* the spec as asked, before this node's own threads replace it */
+    rc = td__policy_check(&n->policy, spec, n_members, why, why_len);
   if (rc == 0 && n->threads)
     spec->threads = n->threads;
   return rc;
@@ -268,7 +271,7 @@ int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
                       const uint64_t *members, size_t n_members, uint64_t first_round,
                       uint64_t sponsor, char *why, size_t why_len) {
   td_runspec_t spec;
-  int rc = parse_spec(n, spec_text, &spec, why, why_len);
+  int rc = parse_spec(n, spec_text, n_members, &spec, why, why_len);
   if (rc != 0)
     return rc;
   size_t rank = n_members;
@@ -333,4 +336,52 @@ int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
               n_members, spec.model, spec.dataset, first_round > 1 ? " (late join)" : "");
   td__ledgerq_flush(n->ledger);
   return 0;
+}
+
+void td__session_refuse(td__node_t *n, uint64_t run_id, const uint64_t *members,
+                        size_t n_members, const char *why) {
+  td_log_warn("refusing run %016" PRIx64 ": %s", run_id, why);
+  td__ledger_event(n->ledger, "run_refused", "run %016" PRIx64 ": %s", run_id, why);
+  Traind__RunRefused rr = TRAIND__RUN_REFUSED__INIT;
+  rr.reason = (char *)why;
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_RUN_REFUSED;
+  env.run_refused = &rr;
+  env.run_id = run_id;
+  for (size_t i = 0; i < n_members && i < TD_MEMBERS_MAX; i++) {
+    td__link_t *l = members[i] != n->node_id ? td__link_find(n->net, members[i]) : NULL;
+    if (l != NULL)
+      td__link_send(n->net, l, &env);
+  }
+}
+
+/* A member will not run ours: it is not waited for from now on (its first
+ * round moves past every round), and status names it with its reason. */
+void td__on_run_refused(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
+                        size_t bytes) {
+  (void)l;
+  (void)bytes;
+  td__session_t *s = td__session_of(n, env->run_id);
+  size_t i = s != NULL ? td__session_member(s, env->sender) : TD_MEMBERS_MAX;
+  if (i == TD_MEMBERS_MAX || env->sender == n->node_id) {
+    td__drop(n, TD__DROP_WRONG_RUN, "refusal of a run this node is not running with the sender");
+    return;
+  }
+  if (s->since[i] == UINT64_MAX)
+    return; /* already heard */
+  char reason[200];
+  const char *r = env->run_refused->reason ? env->run_refused->reason : "";
+  size_t k = 0;
+  for (; r[k] != '\0' && k + 1 < sizeof reason; k++) /* one printable line */
+    reason[k] = (unsigned char)r[k] < 0x20 || r[k] == 0x7f ? ' ' : r[k];
+  reason[k] = '\0';
+  s->since[i] = UINT64_MAX;
+  size_t used = strlen(s->refused);
+  snprintf(s->refused + used, sizeof s->refused - used, "%snode %016" PRIx64 " refused: %s",
+           used ? "; " : "", env->sender, reason);
+  td_log_warn("node %016" PRIx64 " refused run %016" PRIx64 ": %s; the run goes on without it",
+              env->sender, env->run_id, reason);
+  td__ledger_event(n->ledger, "peer_refused", "%016" PRIx64 " refused run %016" PRIx64 ": %s",
+                   env->sender, env->run_id, reason);
+  td__rounds_forget_peer(s, env->sender);
 }

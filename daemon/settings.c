@@ -38,6 +38,12 @@ static const config_key_t keys[] = {
                     " (emulated WAN without root; default 0 = no cap)"},
     {"metrics", "serve Prometheus metrics on HOST:PORT (GET /metrics); port 0 = ephemeral"
                 " (default off)"},
+    {"max_model_mb", "most memory a run may take here (model, gradients, optimizer state, "
+                     "activations), in MiB; a run over it is refused (default 1/4 of RAM)"},
+    {"max_batch", "largest run batch this node accepts (default 8192)"},
+    {"max_rounds", "most rounds of a run this node accepts (default 1000000)"},
+    {"data_root", "directory whose regular files runs may name as datasets (csv:, idx:, "
+                  "text:PATH); default none: only fashion-mnist and text:fortunes"},
 };
 
 void td_settings_defaults(td_settings_t *c) {
@@ -90,6 +96,14 @@ int td_settings_set(td_settings_t *c, const char *key, const char *v, char *why,
     return set_uint(&c->heartbeat_ms, key, v, 20, 60000, why, n);
   if (strcmp(key, "link_delay_ms") == 0)
     return set_uint(&c->link_delay_ms, key, v, 0, 60000, why, n);
+  if (strcmp(key, "max_model_mb") == 0)
+    return set_uint(&c->max_model_mb, key, v, 1, 16u << 20, why, n);
+  if (strcmp(key, "max_batch") == 0)
+    return set_uint(&c->max_batch, key, v, 1, 65536, why, n);
+  if (strcmp(key, "max_rounds") == 0)
+    return set_uint(&c->max_rounds, key, v, 1, 100000000, why, n);
+  if (strcmp(key, "data_root") == 0)
+    return set_str(c->data_root, sizeof c->data_root, key, v, why, n);
   if (strcmp(key, "uplink_kbit") == 0)
     return set_uint(&c->uplink_kbit, key, v, 0, 100000000, why, n);
   if (strcmp(key, "metrics") == 0) {
@@ -98,7 +112,8 @@ int td_settings_set(td_settings_t *c, const char *key, const char *v, char *why,
   }
   return td_why(why, n, TD_ECONFIG,
                 "unknown key '%s' (known: data_dir, listen, control, log_level, threads, "
-                "heartbeat_ms, link_delay_ms, uplink_kbit, metrics)",
+                "heartbeat_ms, link_delay_ms, uplink_kbit, metrics, max_model_mb, max_batch, max_rounds, "
+                "data_root)",
                 key);
 }
 

@@ -94,6 +94,8 @@ static json_object *run_json(const td__run_stats_t *st) {
   json_object_object_add(run, "snapshots_served", count(st->snapshots_served));
   json_object_object_add(run, "capacity", td__status_real(positive(st->capacity)));
   json_object_object_add(run, "error", st->error[0] ? json_object_new_string(st->error) : NULL);
+  json_object_object_add(run, "refused",
+                         st->refused[0] ? json_object_new_string(st->refused) : NULL);
   return run;
 }
 

@@ -86,6 +86,8 @@ static int validate(const Traind__Envelope *e, char *why, size_t n) {
     return check_string(e->run_start->spec, TD_WIRE_MAX_SPEC, "run spec", why, n);
   case TRAIND__ENVELOPE__BODY_RUN_STOP:
     return check_string(e->run_stop->reason, TD_WIRE_MAX_STRING, "stop reason", why, n);
+  case TRAIND__ENVELOPE__BODY_RUN_REFUSED:
+    return check_string(e->run_refused->reason, TD_WIRE_MAX_STRING, "refusal reason", why, n);
   case TRAIND__ENVELOPE__BODY_UPDATE:
     return check_chunk(e->update->chunk, e->update->chunks, e->update->total_bytes,
                        e->update->payload.len, why, n);
@@ -216,6 +218,7 @@ const char *td_wire_body_name(const Traind__Envelope *env) {
   case TRAIND__ENVELOPE__BODY_EVAL_REPORT: return "eval_report";
   case TRAIND__ENVELOPE__BODY_RUN_START: return "run_start";
   case TRAIND__ENVELOPE__BODY_RUN_STOP: return "run_stop";
+  case TRAIND__ENVELOPE__BODY_RUN_REFUSED: return "run_refused";
   default: return "none";
   }
 }

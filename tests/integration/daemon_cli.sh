@@ -20,7 +20,7 @@ printf '[daemon]\nthreads = many\n' >"$T/d.ini"
 run badini "$TRAIND" --config "$T/d.ini"
 expect_error badini "d.ini:2: threads"
 
-start_node a || finish
+start_node a --data-root "$T" || finish
 mode=$(stat -c %a "$T/a/ctl")
 [ "$mode" = 600 ] && pass "control socket mode 600" || fail "control socket mode $mode"
 # a second daemon on a's data directory would share its node id and take its
@@ -65,10 +65,15 @@ wait_run_state a finished 60 && pass "single-node run finished" || fail "single-
   && pass "evaluated every 5 rounds" || fail "eval rows: $(sql a "SELECT round, eval_acc FROM rounds")"
 [ "$(sql a "PRAGMA journal_mode")" = wal ] && pass "ledger in WAL mode" || fail "journal mode"
 
-# a run that cannot load its data fails cleanly and says why
-ctl a start --set dataset=csv:$T/missing.csv --set model=mlp:2-8-2 >/dev/null || fail "start"
-wait_run_state a failed 30 && pass "missing dataset: run failed" || fail "run did not fail"
-grep -q 'missing.csv' <<<"$(ctl a status --json)" && pass "status names the missing file" || fail "error text"
+# a run whose data is not there is refused at start (daemon/policy.c) and says why
+run missing "$TRAINCTL" --socket "$T/a/ctl" start --set dataset=csv:$T/missing.csv \
+  --set model=mlp:2-8-2
+expect_error missing "missing.csv' is not a file under the data root"
+# a file the loader cannot parse fails the run cleanly, and says why
+printf 'not,a\nnumber,here\n' >"$T/bad.csv"
+ctl a start --set dataset=csv:$T/bad.csv --set model=mlp:2-8-2 >/dev/null || fail "start"
+wait_run_state a failed 30 && pass "bad dataset: run failed" || fail "run did not fail"
+grep -q 'bad.csv' <<<"$(ctl a status --json)" && pass "status names the bad file" || fail "error text"
 
 ctl a leave >/dev/null || fail "leave"
 for i in $(seq 50); do kill -0 "$(cat "$T/a.pid")" 2>/dev/null || break; sleep 0.1; done

@@ -31,7 +31,7 @@ vg_start() {
     --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect \
     --suppressions="$SUPP" --num-callers=30 --log-file="$T/$name.vg" \
     "$TRAIND" --data-dir "$T/$name" --listen tcp://127.0.0.1:0 --control "$T/$name/ctl" \
-    --heartbeat-ms 500 --threads 1 --log-level info >>"$T/$name.log" 2>&1 &
+    --heartbeat-ms 500 --threads 1 --log-level info --data-root "$T" >>"$T/$name.log" 2>&1 &
   echo $! >"$T/$name.pid"
   case " ${NODES[*]} " in *" $name "*) ;; *) NODES+=("$name") ;; esac
   for i in $(seq 600); do

@@ -148,6 +148,48 @@ START_TEST(mlp_layout_is_weight_then_bias_per_layer) {
 }
 END_TEST
 
+/* The policy's estimate must match what td_model_open really builds, and be
+ * computed from the spec alone: a model far beyond memory is only counted. */
+START_TEST(estimate_matches_the_built_model_without_building_it) {
+  td_backend_t *be = open_cpu();
+  static const char *specs[] = {"mlp:784-256-128-10", "mlp:3-5-2", "mlp:1-1",
+                                "mlp:100-33-17-9-4", "mlp:784-1000-10", "cnn", "resnet",
+                                "gpt:2-32-2-16"};
+  static const int batches[] = {64, 7, 1, 33, 256, 8, 4, 3};
+  char why[256];
+  for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
+    uint64_t params = 0, bytes = 0, bytes_more = 0;
+    ck_assert_int_eq(td_model_estimate(specs[i], batches[i], &params, &bytes, why, sizeof why), 0);
+    td_model_t *m = open_model(be, specs[i], batches[i]);
+    ck_assert_uint_eq(params, td_model_numel(m));
+    ck_assert_uint_gt(bytes, 2 * params * sizeof(float)); /* params + grads + activations */
+    ck_assert_int_eq(
+        td_model_estimate(specs[i], batches[i] * 2, &params, &bytes_more, why, sizeof why), 0);
+    ck_assert_uint_gt(bytes_more, bytes); /* activations grow with the batch */
+    td_model_close(&m);
+  }
+  /* by hand: mlp:3-5-2, batch 7. Tensors 15, 5, 10, 2 floats, each padded to 16;
+   * activations y and dy of 7x5 (35 -> 48) and 7x2 (14 -> 16), the two one-float
+   * work areas; input 7x3 floats + 7 labels */
+  uint64_t params = 0, bytes = 0;
+  ck_assert_int_eq(td_model_estimate("mlp:3-5-2", 7, &params, &bytes, why, sizeof why), 0);
+  ck_assert_uint_eq(params, 64);
+  ck_assert_uint_eq(bytes, 2 * 64 * 4 + (2 * (48 + 16) + 2) * 4 + 7 * 3 * 4 + 7 * 4);
+  /* 784-65536-65536-10: 4.35e9 floats, counted in microseconds, never allocated */
+  ck_assert_int_eq(td_model_estimate("mlp:784-65536-65536-10", 64, &params, &bytes, why,
+                                     sizeof why), 0);
+  ck_assert_uint_eq(params, 784ull * 65536 + 65536 + 65536ull * 65536 + 65536 + 65536 * 10 + 16);
+  ck_assert_uint_gt(bytes, 32ull << 30);
+  ck_assert_int_eq(td_model_estimate("mlp:784", 64, &params, &bytes, why, sizeof why),
+                   TD_ECONFIG);
+  ck_assert_int_eq(td_model_estimate("mlp:3-5-2", 0, &params, &bytes, why, sizeof why),
+                   TD_ECONFIG);
+  ck_assert_int_eq(td_model_estimate("mlp:3-5-2", TD_MODEL_MAX_BATCH + 1, &params, &bytes, why,
+                                     sizeof why), TD_ECONFIG);
+  td_backend_close(&be);
+}
+END_TEST
+
 /* ---- backend: registry and memory --------------------------------------- */
 
 START_TEST(backends_open_by_name_and_say_why_not) {
@@ -974,6 +1016,7 @@ int main(void) {
   TCase *params = tcase_create("params");
   tcase_add_test(params, layout_aligns_every_tensor_and_counts_padding_apart);
   tcase_add_test(params, mlp_layout_is_weight_then_bias_per_layer);
+  tcase_add_test(params, estimate_matches_the_built_model_without_building_it);
   suite_add_tcase(s, params);
 
   TCase *backend = tcase_create("backend");

@@ -1,0 +1,147 @@
+/* policy.c: this node's own limits over the runs it is asked to take part in
+ * (loop thread).
+ *
+ * Every run spec, whether from this node's `trainctl start` or from a peer's
+ * RunStart, is checked here before anything of the run is allocated or opened:
+ * the memory the run would take (estimated from the model spec without
+ * building it: parameters, gradients, activations, optimizer state and the
+ * daemon's per-run copies) against max_model_mb, the batch against max_batch,
+ * the BLAS threads against the cores of this machine, the rounds against
+ * max_rounds, and the dataset. Datasets are accepted by name (fashion-mnist,
+ * text:fortunes), or as files under the data root the operator configured
+ * (--data-root); without one, no path at all. A path is resolved with
+ * realpath (relative paths against the root), must stay inside the root and
+ * must be a regular file; the spec's dataset is rewritten to the resolved
+ * paths so the loader opens what was checked. A refusal's reason names the
+ * key, the asked value and the limit, never anything read from a file. */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "compute/error.h"
+#include "compute/model.h"
+#include "compute/optim.h"
+#include "daemon/internal.h"
+
+/* Share of the machine's memory a run may take when max_model_mb is not set. */
+#define DEFAULT_MEMORY_DIVISOR 4
+/* Per-run copies of the parameters the daemon keeps besides the model's own:
+ * the anchor, the outer momentum, the outgoing update and its encoded form,
+ * plus one incoming update per member (the round collector). */
+#define RUN_COPIES 4
+#define SPEC_QUOTE_MAX 64
+
+int td__policy_init(td__policy_t *p, const td__policy_opts_t *o, char *why, size_t why_len) {
+  memset(p, 0, sizeof *p);
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  p->max_threads = cores > 0 ? (unsigned)cores : 1;
+  if (o->max_model_mb > 0)
+    p->max_bytes = (uint64_t)o->max_model_mb << 20;
+  else if (pages > 0 && page > 0)
+    p->max_bytes = (uint64_t)pages * (uint64_t)page / DEFAULT_MEMORY_DIVISOR;
+  else
+    return td_why(why, why_len, TD_EIO, "cannot read this machine's memory size: set max_model_mb");
+  p->max_batch = o->max_batch > 0 ? o->max_batch : TD_POLICY_DEFAULT_MAX_BATCH;
+  p->max_rounds = o->max_rounds > 0 ? o->max_rounds : TD_POLICY_DEFAULT_MAX_ROUNDS;
+  if (o->data_root != NULL && o->data_root[0] != '\0') {
+    struct stat st;
+    if (realpath(o->data_root, p->data_root) == NULL)
+      return td_why(why, why_len, TD_ENOENT, "data root %s: %s", o->data_root, strerror(errno));
+    if (stat(p->data_root, &st) != 0 || !S_ISDIR(st.st_mode))
+      return td_why(why, why_len, TD_ECONFIG, "data root %s is not a directory", o->data_root);
+  }
+  return 0;
+}
+
+/* Resolve one dataset path under the root into `out`; 0 or TD_ECONFIG + why. */
+static int resolve_path(const td__policy_t *p, const char *path, size_t len, char *out,
+                        char *why, size_t why_len) {
+  char joined[PATH_MAX * 2];
+  int q = len > SPEC_QUOTE_MAX ? SPEC_QUOTE_MAX : (int)len;
+  if (len == 0 || len >= PATH_MAX)
+    return td_why(why, why_len, TD_ECONFIG, "dataset path '%.*s' is empty or too long", q, path);
+  if (path[0] == '/')
+    snprintf(joined, sizeof joined, "%.*s", (int)len, path);
+  else
+    snprintf(joined, sizeof joined, "%s/%.*s", p->data_root, (int)len, path);
+  size_t root_len = strlen(p->data_root);
+  struct stat st;
+  /* realpath only stats and reads links: nothing is opened */
+  if (realpath(joined, out) == NULL)
+    return td_why(why, why_len, TD_ECONFIG, "dataset path '%.*s' is not a file under the data root",
+                  q, path);
+  if (strncmp(out, p->data_root, root_len) != 0 ||
+      (out[root_len] != '/' && !(root_len == 1 && p->data_root[0] == '/')))
+    return td_why(why, why_len, TD_ECONFIG, "dataset path '%.*s' is outside the data root %s", q,
+                  path, p->data_root);
+  if (stat(out, &st) != 0 || !S_ISREG(st.st_mode))
+    return td_why(why, why_len, TD_ECONFIG, "dataset path '%.*s' is not a regular file", q, path);
+  return 0;
+}
+
+static int check_dataset(const td__policy_t *p, td_runspec_t *spec, char *why, size_t why_len) {
+  const char *d = spec->dataset;
+  if (strcmp(d, "fashion-mnist") == 0 || strcmp(d, "text:fortunes") == 0)
+    return 0;
+  const char *colon = strchr(d, ':');
+  if (colon == NULL) /* not a path form: the loader names what it accepts */
+    return 0;
+  if (p->data_root[0] == '\0')
+    return td_why(why, why_len, TD_ECONFIG,
+                  "dataset '%.*s' names files, and this node takes only named datasets "
+                  "(fashion-mnist, text:fortunes): its operator set no --data-root",
+                  SPEC_QUOTE_MAX, d);
+  char resolved[TD_RUNSPEC_STR_MAX];
+  size_t used = (size_t)(colon - d) + 1;
+  memcpy(resolved, d, used);
+  const char *s = colon + 1;
+  for (;;) {
+    size_t len = strcspn(s, ",");
+    char real[PATH_MAX];
+    int rc = resolve_path(p, s, len, real, why, why_len);
+    if (rc != 0)
+      return rc;
+    int w = snprintf(resolved + used, sizeof resolved - used, "%s%s", real,
+                     s[len] == ',' ? "," : "");
+    if (w < 0 || (size_t)w >= sizeof resolved - used)
+      return td_why(why, why_len, TD_ECONFIG, "dataset paths are too long once resolved");
+    used += (size_t)w;
+    if (s[len] == '\0')
+      break;
+    s += len + 1;
+  }
+  memcpy(spec->dataset, resolved, used + 1);
+  return 0;
+}
+
+int td__policy_check(const td__policy_t *p, td_runspec_t *spec, size_t n_members, char *why,
+                     size_t why_len) {
+  if (spec->batch > p->max_batch)
+    return td_why(why, why_len, TD_ERANGE, "batch %u is over this node's limit %u (--max-batch)",
+                  spec->batch, p->max_batch);
+  if (spec->threads > p->max_threads)
+    return td_why(why, why_len, TD_ERANGE, "threads %u is more than this node's %u cores",
+                  spec->threads, p->max_threads);
+  if (spec->rounds > p->max_rounds)
+    return td_why(why, why_len, TD_ERANGE, "rounds %u is over this node's limit %u (--max-rounds)",
+                  spec->rounds, p->max_rounds);
+  uint64_t params = 0, bytes = 0;
+  int rc = td_model_estimate(spec->model, (int)spec->batch, &params, &bytes, why, why_len);
+  if (rc != 0)
+    return rc;
+  uint64_t states = spec->optimizer_kind == TD_OPTIM_ADAMW ? 2 : 1;
+  bytes += params * sizeof(float) * (states + RUN_COPIES + n_members);
+  if (bytes > p->max_bytes)
+    return td_why(why, why_len, TD_ERANGE,
+                  "model %.*s at batch %u needs about %" PRIu64 " MiB (%" PRIu64
+                  " parameters), over this node's limit of %" PRIu64 " MiB (--max-model-mb)",
+                  SPEC_QUOTE_MAX, spec->model, spec->batch, (bytes + (1u << 20) - 1) >> 20,
+                  params, p->max_bytes >> 20);
+  return check_dataset(p, spec, why, why_len);
+}

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# policy_limits.sh: every node checks a run spec against its own limits
+# (daemon/policy.c) before allocating or opening anything, whoever asks.
+#  - a member that starts runs without checking them (td_runstart_peer) sends
+#    RunStarts over each limit (model memory, batch, threads, rounds) and with
+#    datasets outside the data root (/etc/shadow, /dev/zero, a FIFO inside the
+#    root, a path escaping the root, a symlink out of it): every node refuses
+#    with a one-line reason sent back to the starter, no daemon dies, no
+#    daemon's peak RSS grows by more than a few MiB, the reason quotes nothing
+#    read from a file, and strace sees no open of any of those files;
+#  - trainctl start over a limit is refused by the starter itself, one line;
+#  - a node with a tighter limit refuses a real run: the others run it without
+#    waiting for it (no late peers) and the starter's status names the refusal.
+. "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
+PEER="${top_builddir:-$(pwd)}/tests/integration/td_runstart_peer"
+
+mkdir -p "$T/data"
+awk 'BEGIN { srand(2); for (i = 0; i < 200; i++) { c = i % 2; printf "%d,%.3f,%.3f\n", c, c * 2 + rand(), rand() } }' >"$T/data/tiny.csv"
+mkfifo "$T/data/fifo"
+ln -s /etc/passwd "$T/data/link"
+LIMITS=(--data-root "$T/data" --max-model-mb 256 --max-batch 1024 --max-rounds 1000)
+for n in a b c; do start_node $n "${LIMITS[@]}" || finish; done
+for n in b c; do ctl $n join "$(endpoint_of a)" >/dev/null || fail "$n join a"; done
+for n in a b c; do wait_peers $n 2 15 || fail "$n does not see 2 alive peers"; done
+[ "$failures" -eq 0 ] && pass "full mesh of 3 nodes" || finish
+
+id_of() { ctl "$1" status --json | grep -o '"node_id":"[0-9a-f]*"' | head -n1 | cut -d'"' -f4; }
+hwm_kb() { awk '/^VmHWM:/ { print $2 }' "/proc/$(cat "$T/$1.pid")/status"; }
+TARGETS=()
+for n in a b c; do TARGETS+=("$(id_of $n)=$(endpoint_of $n)"); done
+declare -A HWM0
+for n in a b c; do HWM0[$n]=$(hwm_kb $n); done
+
+# strace on a while the file datasets are asked for: nothing outside the root is opened
+STRACE_OK=0
+if command -v strace >/dev/null && strace -f -e trace=openat -o "$T/strace.out" \
+     -p "$(cat "$T/a.pid")" 2>"$T/strace.err" & then
+  STRACE_PID=$!
+  for i in $(seq 50); do grep -q "attached" "$T/strace.err" 2>/dev/null && break; sleep 0.1; done
+  grep -q "attached" "$T/strace.err" && STRACE_OK=1
+fi
+
+# refused_everywhere NAME SPEC PATTERN: each of a, b, c answers the RunStart with
+# one refusal whose reason matches PATTERN
+refused_everywhere() {
+  local name=$1 spec=$2 pattern=$3 out n id line
+  out=$("$PEER" "$spec" 3 "${TARGETS[@]}")
+  for n in a b c; do
+    id=$(id_of $n)
+    line=$(grep "^refused $id " <<<"$out")
+    if [ "$(grep -c "^refused $id " <<<"$out")" -ne 1 ]; then
+      fail "$name: $n did not refuse once: $out"
+    elif ! grep -qE -- "$pattern" <<<"$line"; then
+      fail "$name: $n's reason does not match /$pattern/: $line"
+    fi
+  done
+  [ "$(grep -c '^refused ' <<<"$out")" -eq 3 ] && pass "$name: refused by all 3: ${line#refused * }"
+}
+refused_everywhere "model over memory" "model = mlp:784-65536-65536-10" \
+  "needs about [0-9]+ MiB .* over this node's limit of 256 MiB"
+refused_everywhere "model over memory at a big batch" "model = mlp:784-16384-10;batch = 1024" \
+  "over this node's limit of 256 MiB"
+refused_everywhere "batch" "batch = 65536" "batch 65536 is over this node's limit 1024"
+refused_everywhere "threads" "threads = 1024" "threads 1024 is more than this node's [0-9]+ cores"
+refused_everywhere "rounds" "rounds = 100000" "rounds 100000 is over this node's limit 1000"
+refused_everywhere "/etc/shadow" "dataset = csv:/etc/shadow" "'/etc/shadow' is outside the data root"
+refused_everywhere "/dev/zero" "dataset = csv:/dev/zero" "'/dev/zero' is outside the data root"
+refused_everywhere "a FIFO in the root" "dataset = csv:$T/data/fifo" "fifo' is not a regular file"
+refused_everywhere "a relative escape" "dataset = csv:../../../etc/passwd" "is outside the data root"
+refused_everywhere "a symlink out of the root" "dataset = csv:link" "'link' is outside the data root"
+refused_everywhere "idx outside" "dataset = idx:/etc/passwd,/etc/group" "outside the data root"
+
+if [ "$STRACE_OK" -eq 1 ]; then
+  kill "$STRACE_PID" 2>/dev/null; wait "$STRACE_PID" 2>/dev/null
+  if grep -E 'openat\(.*"(/etc/shadow|/dev/zero|/etc/passwd|/etc/group|[^"]*/fifo)"' "$T/strace.out"; then
+    fail "a opened a file outside its data root"
+  else
+    pass "strace: a opened none of the refused files ($(wc -l <"$T/strace.out") openat lines seen)"
+  fi
+else
+  echo "strace cannot attach here: the open check rests on the policy's own messages"
+fi
+for n in a b c; do
+  kill -0 "$(cat "$T/$n.pid")" 2>/dev/null || fail "$n died"
+  grow=$(( $(hwm_kb $n) - HWM0[$n] ))
+  [ "$grow" -lt 16384 ] && pass "$n alive, peak RSS grew by $grow KiB (bound 16 MiB)" \
+    || fail "$n: peak RSS grew by $grow KiB"
+done
+events=$(sql a "SELECT group_concat(detail, ' | ') FROM events WHERE kind = 'run_refused'")
+grep -q "root:" <<<"$events" && fail "the ledger quotes /etc/shadow or /etc/passwd"
+grep -q "outside the data root" <<<"$events" && pass "refusals are in a's ledger" \
+  || fail "no run_refused events: $events"
+
+# the starter's own check: trainctl start over a limit is one line, nothing runs
+run own_model "$TRAINCTL" --socket "$T/a/ctl" start --set model=mlp:784-65536-65536-10
+expect_error own_model "over this node's limit of 256 MiB"
+run own_data "$TRAINCTL" --socket "$T/a/ctl" start --set dataset=csv:/etc/shadow
+expect_error own_data "outside the data root"
+grep -q '"state":"idle"' <<<"$(ctl b status --json)" && pass "b never started a refused run" \
+  || fail "b is not idle"
+
+# a node with a tighter limit refuses a real run; the others go on without it
+kill "$(cat "$T/c.pid")"
+for i in $(seq 50); do kill -0 "$(cat "$T/c.pid")" 2>/dev/null || break; sleep 0.1; done
+start_node c "${LIMITS[@]/1024/32}" || finish
+ctl c join "$(endpoint_of a)" >/dev/null || fail "c rejoins"
+for n in a b c; do wait_peers $n 2 15 || fail "$n does not see 2 alive peers after c's restart"; done
+cid=$(id_of c)
+ctl a start --set dataset=csv:$T/data/tiny.csv --set model=mlp:2-8-2 --set batch=64 \
+  --set rounds=8 --set local_steps=2 --set round_timeout=30 >/dev/null || fail "start the real run"
+for n in a b; do wait_run_state $n finished 120 || fail "$n did not finish without c"; done
+st=$(ctl a status --json)
+grep -q "node $cid refused: batch 64 is over this node's limit 32" <<<"$st" \
+  && pass "a's status: node $cid refused: batch 64 is over this node's limit 32" \
+  || fail "a's status does not name c's refusal: $st"
+ctl a status | grep -q "^refused node $cid refused" && pass "trainctl status shows the refusal" \
+  || fail "trainctl status: $(ctl a status)"
+[ "$(json_field "$st" late_peers)" -eq 0 ] && pass "nobody waited for the refusing node" \
+  || fail "late peers: $(json_field "$st" late_peers)"
+[ "$(sql a "SELECT count(*) FROM rounds")" -eq 8 ] && pass "8 rounds in a's ledger" \
+  || fail "a's rounds: $(sql a "SELECT count(*) FROM rounds")"
+grep -q '"state":"idle"' <<<"$(ctl c status --json)" && pass "c stayed idle" || fail "c ran"
+finish
