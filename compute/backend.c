@@ -41,9 +41,20 @@ bool td_backend_available(const char *name) {
   return lookup(name, &known) != NULL;
 }
 
+static bool v2_complete(const td_backend_iface_t *f) {
+  return f->im2col && f->col2im && f->swap01 && f->channel_bias_act && f->channel_act_backward &&
+         f->pool_forward && f->pool_backward && f->layernorm_forward && f->layernorm_backward &&
+         f->groupnorm_forward && f->groupnorm_backward && f->act_forward && f->act_backward2 &&
+         f->add && f->dropout_forward && f->dropout_backward && f->embed_forward &&
+         f->embed_backward && f->attention_forward && f->attention_backward;
+}
+
+/* A version-1 table (GEMM and the MLP ops only) still opens; the layer ops
+ * then need version 2, which td_backend_supports_layers() reports. */
 static bool iface_complete(const td_backend_iface_t *iface) {
   return iface->version >= 1 && iface->alloc && iface->free && iface->gemm && iface->bias_act &&
-         iface->act_backward && iface->softmax_xent && iface->sgd_step;
+         iface->act_backward && iface->softmax_xent && iface->sgd_step &&
+         (iface->version < 2 || v2_complete(iface));
 }
 
 int td_backend_open(td_backend_t **out, const char *name, int threads, char *why,
@@ -148,4 +159,111 @@ void td_backend_adamw_step(td_backend_t *be, float *w, const float *g, float *m,
 void td_backend_sgd_step(td_backend_t *be, float *w, const float *g, float *v, size_t n,
                          const td_sgd_hparams_t *hp) {
   be->iface->sgd_step(be, w, g, v, n, hp);
+}
+
+bool td_backend_supports_layers(const td_backend_t *be) { return be->iface->version >= 2; }
+
+void td_backend_im2col(td_backend_t *be, float *col, const float *img, const td_conv_geom_t *g) {
+  be->iface->im2col(be, col, img, g);
+}
+
+void td_backend_col2im(td_backend_t *be, float *img, const float *col, const td_conv_geom_t *g,
+                       bool acc) {
+  be->iface->col2im(be, img, col, g, acc);
+}
+
+void td_backend_swap01(td_backend_t *be, float *out, const float *inp, int d0, int d1, int inner) {
+  be->iface->swap01(be, out, inp, d0, d1, inner);
+}
+
+void td_backend_channel_bias_act(td_backend_t *be, float *y, const float *bias, int n, int c,
+                                 int hw, td_act_t act) {
+  be->iface->channel_bias_act(be, y, bias, n, c, hw, act);
+}
+
+void td_backend_channel_act_backward(td_backend_t *be, float *dy, const float *y, float *dbias,
+                                     int n, int c, int hw, td_act_t act) {
+  be->iface->channel_act_backward(be, dy, y, dbias, n, c, hw, act);
+}
+
+void td_backend_pool_forward(td_backend_t *be, float *out, int32_t *idx, const float *inp, int n,
+                             const td_conv_geom_t *g, td_pool_t kind) {
+  be->iface->pool_forward(be, out, idx, inp, n, g, kind);
+}
+
+void td_backend_pool_backward(td_backend_t *be, float *dinp, const float *dout,
+                              const int32_t *idx, int n, const td_conv_geom_t *g, td_pool_t kind,
+                              bool acc) {
+  be->iface->pool_backward(be, dinp, dout, idx, n, g, kind, acc);
+}
+
+void td_backend_layernorm_forward(td_backend_t *be, float *out, float *mean, float *rstd,
+                                  const float *inp, const float *weight, const float *bias,
+                                  int rows, int cols) {
+  be->iface->layernorm_forward(be, out, mean, rstd, inp, weight, bias, rows, cols);
+}
+
+void td_backend_layernorm_backward(td_backend_t *be, float *dinp, float *dweight, float *dbias,
+                                   const float *dout, const float *inp, const float *weight,
+                                   const float *mean, const float *rstd, int rows, int cols,
+                                   bool acc) {
+  be->iface->layernorm_backward(be, dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, cols, acc);
+}
+
+void td_backend_groupnorm_forward(td_backend_t *be, float *out, float *mean, float *rstd,
+                                  const float *inp, const float *weight, const float *bias, int n,
+                                  int c, int hw, int groups) {
+  be->iface->groupnorm_forward(be, out, mean, rstd, inp, weight, bias, n, c, hw, groups);
+}
+
+void td_backend_groupnorm_backward(td_backend_t *be, float *dinp, float *dweight, float *dbias,
+                                   const float *dout, const float *inp, const float *weight,
+                                   const float *mean, const float *rstd, int n, int c, int hw,
+                                   int groups, bool acc) {
+  be->iface->groupnorm_backward(be, dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, c, hw, groups, acc);
+}
+
+void td_backend_act_forward(td_backend_t *be, float *out, const float *inp, size_t count,
+                            td_act_t act) {
+  be->iface->act_forward(be, out, inp, count, act);
+}
+
+void td_backend_act_backward2(td_backend_t *be, float *dinp, const float *dout, const float *inp,
+                              size_t count, td_act_t act, bool acc) {
+  be->iface->act_backward2(be, dinp, dout, inp, count, act, acc);
+}
+
+void td_backend_add(td_backend_t *be, float *out, const float *a, const float *b, size_t count) {
+  be->iface->add(be, out, a, b, count);
+}
+
+void td_backend_dropout_forward(td_backend_t *be, float *out, float *mask, const float *inp,
+                                size_t count, float p, uint64_t seed) {
+  be->iface->dropout_forward(be, out, mask, inp, count, p, seed);
+}
+
+void td_backend_dropout_backward(td_backend_t *be, float *dinp, const float *dout,
+                                 const float *mask, size_t count, bool acc) {
+  be->iface->dropout_backward(be, dinp, dout, mask, count, acc);
+}
+
+void td_backend_embed_forward(td_backend_t *be, float *out, const int32_t *tokens,
+                              const float *wte, const float *wpe, int n, int t, int c) {
+  be->iface->embed_forward(be, out, tokens, wte, wpe, n, t, c);
+}
+
+void td_backend_embed_backward(td_backend_t *be, float *dwte, float *dwpe, const float *dout,
+                               const int32_t *tokens, int n, int t, int c) {
+  be->iface->embed_backward(be, dwte, dwpe, dout, tokens, n, t, c);
+}
+
+void td_backend_attention_forward(td_backend_t *be, float *out, float *att, const float *qkv,
+                                  int n, int t, int c, int heads) {
+  be->iface->attention_forward(be, out, att, qkv, n, t, c, heads);
+}
+
+void td_backend_attention_backward(td_backend_t *be, float *dqkv, float *datt, const float *dout,
+                                   const float *qkv, const float *att, int n, int t, int c,
+                                   int heads) {
+  be->iface->attention_backward(be, dqkv, datt, dout, qkv, att, n, t, c, heads);
 }

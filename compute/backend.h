@@ -18,7 +18,21 @@ typedef struct td_backend td_backend_t;
 typedef enum {
   TD_ACT_NONE = 0,
   TD_ACT_RELU,
+  TD_ACT_GELU, /* tanh form (GPT-2); element-wise ops only, not bias_act */
 } td_act_t;
+
+/* One image-to-columns geometry: input c x h x w (channels-first), square
+ * window k, stride, zero padding pad, output ho x wo; ld is the stride
+ * between rows of the column matrix (0: ho*wo; a batch of images side by side
+ * uses n*ho*wo, so one GEMM covers the whole batch). */
+typedef struct {
+  int c, h, w, k, stride, pad, ho, wo, ld;
+} td_conv_geom_t;
+
+typedef enum {
+  TD_POOL_MAX = 0,
+  TD_POOL_AVG,
+} td_pool_t;
 
 typedef struct {
   float lr;
@@ -78,5 +92,80 @@ void td_backend_sgd_step(td_backend_t *be, float *w, const float *g, float *v, s
  * w -= lr * ((m/bias1) / (sqrt(v/bias2) + eps) + weight_decay * w)   (w on the right: old w). */
 void td_backend_adamw_step(td_backend_t *be, float *w, const float *g, float *m, float *v,
                            size_t n, const td_adamw_hparams_t *hp);
+
+
+/* Whether the backend implements the layer ops below (iface version 2). */
+bool td_backend_supports_layers(const td_backend_t *be);
+
+/* ---- layer ops (iface version 2). Batch n, rows x cols row-major unless
+ * said otherwise. A backward op whose `acc` is true ADDS its input gradient
+ * into din (the tensor feeds more than one layer); otherwise it overwrites.
+ * Parameter gradients are always overwritten. */
+
+/* col[(ci*k+ki)*k+kj][oh*wo+ow] = img[ci][oh*s-p+ki][ow*s-p+kj] (0 outside). */
+void td_backend_im2col(td_backend_t *be, float *col, const float *img, const td_conv_geom_t *g);
+/* img (+)= the sum of the columns back onto the image (overlaps add). */
+void td_backend_col2im(td_backend_t *be, float *img, const float *col, const td_conv_geom_t *g,
+                       bool acc);
+/* out[j][i][:] = inp[i][j][:] for inp d0 x d1 x inner (batch-major <-> channel-major). */
+void td_backend_swap01(td_backend_t *be, float *out, const float *inp, int d0, int d1, int inner);
+/* y[b][c][i] = act(y[b][c][i] + bias[c]) over n x c x hw (relu or none). */
+void td_backend_channel_bias_act(td_backend_t *be, float *y, const float *bias, int n, int c,
+                                 int hw, td_act_t act);
+/* dy *= act'(y) in place, dbias[c] = sum over b, i of dy[b][c][i] (dbias may be NULL). */
+void td_backend_channel_act_backward(td_backend_t *be, float *dy, const float *y, float *dbias,
+                                     int n, int c, int hw, td_act_t act);
+/* Pooling of n images (g->c channels) with window k, stride s, no padding.
+ * Max keeps the argmax offset within the plane in idx (ties: first). */
+void td_backend_pool_forward(td_backend_t *be, float *out, int32_t *idx, const float *inp, int n,
+                             const td_conv_geom_t *g, td_pool_t kind);
+void td_backend_pool_backward(td_backend_t *be, float *dinp, const float *dout,
+                              const int32_t *idx, int n, const td_conv_geom_t *g, td_pool_t kind,
+                              bool acc);
+/* LayerNorm over the cols of each row (eps 1e-5); saves mean and rstd per row. */
+void td_backend_layernorm_forward(td_backend_t *be, float *out, float *mean, float *rstd,
+                                  const float *inp, const float *weight, const float *bias,
+                                  int rows, int cols);
+void td_backend_layernorm_backward(td_backend_t *be, float *dinp, float *dweight, float *dbias,
+                                   const float *dout, const float *inp, const float *weight,
+                                   const float *mean, const float *rstd, int rows, int cols,
+                                   bool acc);
+/* GroupNorm of n x c x hw into `groups` groups of c/groups channels, affine per channel. */
+void td_backend_groupnorm_forward(td_backend_t *be, float *out, float *mean, float *rstd,
+                                  const float *inp, const float *weight, const float *bias, int n,
+                                  int c, int hw, int groups);
+void td_backend_groupnorm_backward(td_backend_t *be, float *dinp, float *dweight, float *dbias,
+                                   const float *dout, const float *inp, const float *weight,
+                                   const float *mean, const float *rstd, int n, int c, int hw,
+                                   int groups, bool acc);
+/* out = act(inp) over count floats (relu or gelu); din (+)= dout * act'(inp). */
+void td_backend_act_forward(td_backend_t *be, float *out, const float *inp, size_t count,
+                            td_act_t act);
+void td_backend_act_backward2(td_backend_t *be, float *dinp, const float *dout, const float *inp,
+                              size_t count, td_act_t act, bool acc);
+/* out = a + b (b NULL: out = a); the residual add and its backward. */
+void td_backend_add(td_backend_t *be, float *out, const float *a, const float *b, size_t count);
+/* Inverted dropout: mask[i] = 0 with probability p else 1/(1-p), drawn from
+ * a stream seeded by seed; out = inp * mask. Backward: din (+)= dout * mask. */
+void td_backend_dropout_forward(td_backend_t *be, float *out, float *mask, const float *inp,
+                                size_t count, float p, uint64_t seed);
+void td_backend_dropout_backward(td_backend_t *be, float *dinp, const float *dout,
+                                 const float *mask, size_t count, bool acc);
+/* out[b][t] = wte[tokens[b][t]] + wpe[t], c wide; tokens in [0, vocab). */
+void td_backend_embed_forward(td_backend_t *be, float *out, const int32_t *tokens,
+                              const float *wte, const float *wpe, int n, int t, int c);
+/* dwte[tok] += dout rows (accumulates: a tied table already holds the head's
+ * gradient); dwpe[t] = sum over b (overwritten). */
+void td_backend_embed_backward(td_backend_t *be, float *dwte, float *dwpe, const float *dout,
+                               const int32_t *tokens, int n, int t, int c);
+/* Causal multi-head self-attention. qkv is n x t x 3c (q | k | v, head h at
+ * columns h*c/heads), out n x t x c, att n x heads x t x t the probabilities
+ * (saved for backward; masked entries 0). Backward writes dqkv (overwrite)
+ * using datt (n x heads x t x t) as workspace. */
+void td_backend_attention_forward(td_backend_t *be, float *out, float *att, const float *qkv,
+                                  int n, int t, int c, int heads);
+void td_backend_attention_backward(td_backend_t *be, float *dqkv, float *datt, const float *dout,
+                                   const float *qkv, const float *att, int n, int t, int c,
+                                   int heads);
 
 #endif

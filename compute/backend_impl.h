@@ -10,7 +10,7 @@
 #include "compute/backend.h"
 
 /* 1: the MLP ops and sgd_step. 2: adamw_step (optional: a table of version 1,
- * or a NULL slot, gets the portable loop in backend.c). */
+ * or a NULL slot, gets the portable loop in backend.c) and the layer ops. */
 #define TD_BACKEND_IFACE_VERSION 2
 
 typedef struct {
@@ -33,10 +33,100 @@ typedef struct {
                          float *dlogits, float grad_scale, int rows, int cols, int *correct);
   void (*sgd_step)(td_backend_t *be, float *w, const float *g, float *v, size_t n,
                    const td_sgd_hparams_t *hp);
-  /* version 2 */
+  /* version 2: adamw_step (optional: NULL gets the portable loop in backend.c),
+   * then the layer ops of backend.h, same arguments after be. */
   void (*adamw_step)(td_backend_t *be, float *w, const float *g, float *m, float *v, size_t n,
                      const td_adamw_hparams_t *hp);
+  void (*im2col)(td_backend_t *be, float *col, const float *img, const td_conv_geom_t *g);
+  void (*col2im)(td_backend_t *be, float *img, const float *col, const td_conv_geom_t *g,
+                 bool acc);
+  void (*swap01)(td_backend_t *be, float *out, const float *inp, int d0, int d1, int inner);
+  void (*channel_bias_act)(td_backend_t *be, float *y, const float *bias, int n, int c, int hw,
+                           td_act_t act);
+  void (*channel_act_backward)(td_backend_t *be, float *dy, const float *y, float *dbias, int n,
+                               int c, int hw, td_act_t act);
+  void (*pool_forward)(td_backend_t *be, float *out, int32_t *idx, const float *inp, int n,
+                       const td_conv_geom_t *g, td_pool_t kind);
+  void (*pool_backward)(td_backend_t *be, float *dinp, const float *dout, const int32_t *idx,
+                        int n, const td_conv_geom_t *g, td_pool_t kind, bool acc);
+  void (*layernorm_forward)(td_backend_t *be, float *out, float *mean, float *rstd,
+                            const float *inp, const float *weight, const float *bias, int rows,
+                            int cols);
+  void (*layernorm_backward)(td_backend_t *be, float *dinp, float *dweight, float *dbias,
+                             const float *dout, const float *inp, const float *weight,
+                             const float *mean, const float *rstd, int rows, int cols, bool acc);
+  void (*groupnorm_forward)(td_backend_t *be, float *out, float *mean, float *rstd,
+                            const float *inp, const float *weight, const float *bias, int n,
+                            int c, int hw, int groups);
+  void (*groupnorm_backward)(td_backend_t *be, float *dinp, float *dweight, float *dbias,
+                             const float *dout, const float *inp, const float *weight,
+                             const float *mean, const float *rstd, int n, int c, int hw,
+                             int groups, bool acc);
+  void (*act_forward)(td_backend_t *be, float *out, const float *inp, size_t count,
+                      td_act_t act);
+  void (*act_backward2)(td_backend_t *be, float *dinp, const float *dout, const float *inp,
+                        size_t count, td_act_t act, bool acc);
+  void (*add)(td_backend_t *be, float *out, const float *a, const float *b, size_t count);
+  void (*dropout_forward)(td_backend_t *be, float *out, float *mask, const float *inp,
+                          size_t count, float p, uint64_t seed);
+  void (*dropout_backward)(td_backend_t *be, float *dinp, const float *dout, const float *mask,
+                           size_t count, bool acc);
+  void (*embed_forward)(td_backend_t *be, float *out, const int32_t *tokens, const float *wte,
+                        const float *wpe, int n, int t, int c);
+  void (*embed_backward)(td_backend_t *be, float *dwte, float *dwpe, const float *dout,
+                         const int32_t *tokens, int n, int t, int c);
+  void (*attention_forward)(td_backend_t *be, float *out, float *att, const float *qkv, int n,
+                            int t, int c, int heads);
+  void (*attention_backward)(td_backend_t *be, float *dqkv, float *datt, const float *dout,
+                             const float *qkv, const float *att, int n, int t, int c, int heads);
 } td_backend_iface_t;
+
+/* The CPU layer kernels (compute/layer_*.c), the reference implementations
+ * that fill the version-2 slots of the CPU table. */
+void td__cpu_im2col(td_backend_t *be, float *col, const float *img, const td_conv_geom_t *g);
+void td__cpu_col2im(td_backend_t *be, float *img, const float *col, const td_conv_geom_t *g,
+                    bool acc);
+void td__cpu_swap01(td_backend_t *be, float *out, const float *inp, int d0, int d1, int inner);
+void td__cpu_channel_bias_act(td_backend_t *be, float *y, const float *bias, int n, int c,
+                              int hw, td_act_t act);
+void td__cpu_channel_act_backward(td_backend_t *be, float *dy, const float *y, float *dbias,
+                                  int n, int c, int hw, td_act_t act);
+void td__cpu_pool_forward(td_backend_t *be, float *out, int32_t *idx, const float *inp, int n,
+                          const td_conv_geom_t *g, td_pool_t kind);
+void td__cpu_pool_backward(td_backend_t *be, float *dinp, const float *dout, const int32_t *idx,
+                           int n, const td_conv_geom_t *g, td_pool_t kind, bool acc);
+void td__cpu_layernorm_forward(td_backend_t *be, float *out, float *mean, float *rstd,
+                               const float *inp, const float *weight, const float *bias,
+                               int rows, int cols);
+void td__cpu_layernorm_backward(td_backend_t *be, float *dinp, float *dweight, float *dbias,
+                                const float *dout, const float *inp, const float *weight,
+                                const float *mean, const float *rstd, int rows, int cols,
+                                bool acc);
+void td__cpu_groupnorm_forward(td_backend_t *be, float *out, float *mean, float *rstd,
+                               const float *inp, const float *weight, const float *bias, int n,
+                               int c, int hw, int groups);
+void td__cpu_groupnorm_backward(td_backend_t *be, float *dinp, float *dweight, float *dbias,
+                                const float *dout, const float *inp, const float *weight,
+                                const float *mean, const float *rstd, int n, int c, int hw,
+                                int groups, bool acc);
+void td__cpu_act_forward(td_backend_t *be, float *out, const float *inp, size_t count,
+                         td_act_t act);
+void td__cpu_act_backward2(td_backend_t *be, float *dinp, const float *dout, const float *inp,
+                           size_t count, td_act_t act, bool acc);
+void td__cpu_add(td_backend_t *be, float *out, const float *a, const float *b, size_t count);
+void td__cpu_dropout_forward(td_backend_t *be, float *out, float *mask, const float *inp,
+                             size_t count, float p, uint64_t seed);
+void td__cpu_dropout_backward(td_backend_t *be, float *dinp, const float *dout,
+                              const float *mask, size_t count, bool acc);
+void td__cpu_embed_forward(td_backend_t *be, float *out, const int32_t *tokens, const float *wte,
+                           const float *wpe, int n, int t, int c);
+void td__cpu_embed_backward(td_backend_t *be, float *dwte, float *dwpe, const float *dout,
+                            const int32_t *tokens, int n, int t, int c);
+void td__cpu_attention_forward(td_backend_t *be, float *out, float *att, const float *qkv, int n,
+                               int t, int c, int heads);
+void td__cpu_attention_backward(td_backend_t *be, float *dqkv, float *datt, const float *dout,
+                                const float *qkv, const float *att, int n, int t, int c,
+                                int heads);
 
 struct td_backend {
   const td_backend_iface_t *iface;

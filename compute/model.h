@@ -1,10 +1,37 @@
 /* model.h: models built from a spec string, over the flat parameter buffer.
  *
- * `mlp:784-256-128-10` is a stack of dense layers with ReLU between them and a
- * softmax cross-entropy head. Weights are (out x in) row-major (the linear-layer
- * convention), each followed by its bias, in one td_layout. The model owns its
- * parameters, gradients and activation buffers (sized for max_batch at open, so
- * a training step allocates nothing). One model is used by one thread. */
+ * Spec forms (the run key `model`):
+ *   mlp:IN-H1-...-OUT   dense layers with ReLU between them (fc0.weight, fc0.bias, ...)
+ *   cnn                 = layers:input(1,28,28) conv(32,3,pad=1) relu maxpool(2)
+ *                         conv(64,3,pad=1) relu maxpool(2) flatten dense(128) relu dense(10)
+ *                         (421,642 parameters)
+ *   resnet              a small residual CNN for 28x28 images (GroupNorm, two residual blocks,
+ *                         global average pool)
+ *   gpt:L-W-H-T         byte-level GPT: vocabulary 256, token + learned position embeddings,
+ *                         L pre-LayerNorm blocks of causal H-head self-attention and a 4W GELU
+ *                         MLP, final LayerNorm, head tied to the token table, cross-entropy at
+ *                         every one of the T positions (gpt:4-128-4-128: 842,496 parameters)
+ *   layers:ITEM ITEM ...  a layer list, items separated by blanks:
+ *     input(F) | input(C,H,W)     first, optional (default input(1,28,28)); channels-first
+ *     conv(OUT,K[,stride=S][,pad=P])  K x K convolution, weight [OUT, C, K, K] + bias
+ *     maxpool(K[,stride=S]) avgpool(K[,stride=S])  no padding, stride defaults to K
+ *     gap                         global average pool (C x H x W -> C)
+ *     groupnorm(G) layernorm      GroupNorm over G groups of channels; LayerNorm over features
+ *     relu gelu dropout(P)        element-wise (dropout: inverted, training only)
+ *     flatten                     read the map as flat features (dense also accepts a map)
+ *     dense(UNITS)                weight [UNITS, IN] + bias
+ *     [ ... ]                     a residual block: its output is added to its input
+ *   and must end with dense(CLASSES), the logits of a softmax cross-entropy.
+ * A list that does not connect (conv after flatten, a window larger than its
+ * input, groups that do not divide the channels, a residual block that changes
+ * the shape) is TD_ECONFIG with a one-line why naming the item.
+ *
+ * Weights are (out x in) row-major (a conv weight out x in x k x k, so it is
+ * also the out x in*k*k matrix of its GEMM), each followed by its bias, in one
+ * td_layout. The model owns its parameters, gradients and activation buffers
+ * (sized for max_batch at open, so a training step allocates nothing). Image
+ * and MLP models read float features (rows x F); gpt reads int32 token ids
+ * and int32 targets (rows x CONTEXT each). One model is used by one thread. */
 #ifndef TD_MODEL_H
 #define TD_MODEL_H
 
@@ -19,6 +46,21 @@
 #define TD_MODEL_MAX_BATCH 65536
 
 typedef struct td_model td_model_t;
+
+typedef enum {
+  TD_INPUT_FEATURES = 0, /* float features, one int32 label per row */
+  TD_INPUT_TOKENS,       /* int32 token ids and targets, CONTEXT per row */
+} td_input_kind_t;
+
+/* One batch: rows samples; x (rows x input dim) for feature models, tokens
+ * (rows x context) for token models; targets: one label per row, or one
+ * next token per position. */
+typedef struct {
+  int rows;
+  const float *x;
+  const int32_t *tokens;
+  const int32_t *targets;
+} td_batch_t;
 
 /* Validate a spec without building anything; TD_ECONFIG + why on error. */
 int td_model_check_spec(const char *spec, char *why, size_t why_len);
@@ -38,18 +80,26 @@ size_t td_model_numel(const td_model_t *m);
 /* Flat buffers of td_model_numel() floats; borrowed for the model's lifetime. */
 float *td_model_params(td_model_t *m);
 float *td_model_grads(td_model_t *m);
+/* Features per sample (feature models) or the context (token models). */
 int td_model_input_dim(const td_model_t *m);
+td_input_kind_t td_model_input_kind(const td_model_t *m);
+/* Positions per sample: CONTEXT for gpt, 1 otherwise. */
+int td_model_context(const td_model_t *m);
 int td_model_classes(const td_model_t *m);
 int td_model_max_batch(const td_model_t *m);
 
-/* Forward + backward on rows (<= max_batch) samples: grads = d(mean loss)/dparams
- * (overwritten, not accumulated). *loss = mean loss, *correct = argmax hits.
- * Returns TD_EINVAL for a bad row count, TD_ERANGE for a label outside
- * [0, classes) (checked before any work), TD_ENUMERIC for NaN/Inf in the input
- * or a loss that is not finite. */
+/* Forward + backward on rows (<= max_batch) samples: grads = d(mean loss over
+ * the rows x context positions)/dparams (overwritten, not accumulated).
+ * *loss = mean loss, *correct = argmax hits. Returns TD_EINVAL for a bad row
+ * count or a missing input, TD_ERANGE for a target outside [0, classes) or a
+ * token outside [0, 256) (checked before any work), TD_ENUMERIC for NaN/Inf in
+ * the input or a loss that is not finite. */
+int td_model_train(td_model_t *m, const td_batch_t *batch, double *loss, int *correct);
+/* Forward only; adds the SUM of per-position losses to *loss_sum and hits to *correct. */
+int td_model_eval(td_model_t *m, const td_batch_t *batch, double *loss_sum, int *correct);
+/* The feature-model forms of the two above (TD_EINVAL on a token model). */
 int td_model_train_batch(td_model_t *m, const float *x, const int32_t *y, int rows,
                          double *loss, int *correct);
-/* Forward only; adds the SUM of losses to *loss_sum and hits to *correct. */
 int td_model_eval_batch(td_model_t *m, const float *x, const int32_t *y, int rows,
                         double *loss_sum, int *correct);
 

@@ -1,12 +1,18 @@
-/* trainer.c: the local SGD loop over a shuffled in-memory partition.
+/* trainer.c: the local SGD loop over a shuffled in-memory partition or a
+ * byte range of text.
  *
- * The training set is permuted in place at the start of every epoch with a
- * stream derived from (seed, epoch), so the order is reproducible and a batch
- * is a contiguous slice of the feature array. Timing covers compute only. */
+ * Feature data: the training set is permuted in place at the start of every
+ * epoch with a stream derived from (seed, epoch), so the order is reproducible
+ * and a batch is a contiguous slice of the feature array. Text (token models):
+ * every step draws `batch` windows of CONTEXT+1 bytes at offsets from a stream
+ * derived from the seed, into token/target buffers sized at open; an epoch is
+ * bytes / (batch * CONTEXT) steps, so each byte is seen about once. Timing
+ * covers compute only. */
 #include "compute/trainer.h"
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -25,7 +31,27 @@ struct td_trainer {
   unsigned long epoch; /* epochs started */
   size_t cursor;       /* next row in the current epoch */
   size_t rows;
+  const uint8_t *text; /* token models: the byte range windows are drawn from */
+  size_t text_bytes;
+  int32_t *tokens, *targets; /* max_batch x context each */
+  td_rng_t text_rng;
 };
+
+/* tokens[r][t] = data[o+t], targets[r][t] = data[o+t+1], o uniform in
+ * [0, bytes-context-1]; bytes > context. (The same contract as
+ * td_text_windows() of compute/text.h.) */
+static void text_windows(const uint8_t *data, size_t bytes, int context, int rows, td_rng_t *rng,
+                         int32_t *tokens, int32_t *targets) {
+  size_t span = bytes - (size_t)context; /* offsets 0 .. span-1 */
+  for (int r = 0; r < rows; r++) {
+    size_t o = span <= UINT32_MAX ? td_rng_below(rng, (uint32_t)span)
+                                  : (size_t)(td_rng_uniform(rng) * (double)span);
+    for (int t = 0; t < context; t++) {
+      tokens[(size_t)r * (size_t)context + (size_t)t] = data[o + (size_t)t];
+      targets[(size_t)r * (size_t)context + (size_t)t] = data[o + (size_t)t + 1];
+    }
+  }
+}
 
 static double now_s(void) {
   struct timespec ts;
@@ -36,6 +62,11 @@ static double now_s(void) {
 int td_trainer_check_dataset(const td_trainer_t *tr, const td_dataset_t *ds, char *why,
                              size_t why_len) {
   int in = td_model_input_dim(tr->model), out = td_model_classes(tr->model);
+  if (td_model_input_kind(tr->model) != TD_INPUT_FEATURES)
+    return td_why(why, why_len, TD_ESHAPE,
+                  "the model reads byte tokens (a text dataset, text:PATH) but the dataset has "
+                  "%zu float features per sample",
+                  td_dataset_dim(ds));
   if (td_dataset_dim(ds) != (size_t)in)
     return td_why(why, why_len, TD_ESHAPE,
                   "dataset has %zu features per sample but the model's input width is %d",
@@ -47,9 +78,60 @@ int td_trainer_check_dataset(const td_trainer_t *tr, const td_dataset_t *ds, cha
   return 0;
 }
 
+/* Everything but the data: model, init, optimizer, schedule. */
+static int open_common(td_trainer_t *tr, td_backend_t *be, const td_trainer_opts_t *opts,
+                       char *why, size_t why_len) {
+  tr->be = be;
+  tr->seed = opts->seed;
+  tr->lr_scale = 1;
+  int rc = td_model_open(&tr->model, opts->model_spec, be, (int)tr->max_batch, why, why_len);
+  if (rc != 0)
+    return rc;
+  if (tr->text != NULL) {
+    if (td_model_input_kind(tr->model) != TD_INPUT_TOKENS)
+      return td_why(why, why_len, TD_ESHAPE,
+                    "the model '%s' reads float features (an image or CSV dataset) but the "
+                    "dataset is text",
+                    opts->model_spec);
+    int context = td_model_context(tr->model);
+    if (tr->text_bytes < (size_t)context + 1)
+      return td_why(why, why_len, TD_ESHAPE,
+                    "the text has %zu bytes, fewer than one window of context %d + 1",
+                    tr->text_bytes, context);
+    size_t n = (size_t)tr->max_batch * (size_t)context;
+    tr->tokens = malloc(n * sizeof *tr->tokens);
+    tr->targets = malloc(n * sizeof *tr->targets);
+    if (tr->tokens == NULL || tr->targets == NULL)
+      return td_why(why, why_len, TD_ENOMEM, "out of memory");
+    td_rng_seed2(&tr->text_rng, opts->seed, 0x54455854ull); /* "TEXT" */
+  } else {
+    rc = td_trainer_check_dataset(tr, tr->train, why, why_len);
+    if (rc != 0)
+      return rc;
+  }
+  td_model_init(tr->model, opts->seed);
+  rc = td_sgd_open(&tr->sgd, be, td_model_numel(tr->model), &opts->sgd);
+  if (rc != 0)
+    return td_why(why, why_len, rc, "cannot create the optimizer: %s", td_strerror(rc));
+  unsigned long spe = td_trainer_steps_per_epoch(tr);
+  rc = td_lr_schedule_parse(&tr->schedule, opts->lr_schedule, opts->lr, opts->warmup_steps, spe,
+                            opts->total_steps ? opts->total_steps
+                                                 : spe * (opts->epochs ? opts->epochs : 1),
+                            why, why_len);
+  if (rc != 0)
+    return rc;
+  tr->cursor = tr->rows; /* forces the first epoch's shuffle */
+  return 0;
+}
+
+static unsigned clamp_batch(unsigned want, size_t rows) {
+  if (want > TD_MODEL_MAX_BATCH)
+    want = TD_MODEL_MAX_BATCH;
+  return want < rows ? want : (unsigned)rows;
+}
+
 int td_trainer_open(td_trainer_t **out, td_backend_t *be, td_dataset_t *train,
                     const td_trainer_opts_t *opts, char *why, size_t why_len) {
-  int rc;
   *out = NULL;
   if (opts->batch == 0 || opts->batch > TD_MODEL_MAX_BATCH)
     return td_why(why, why_len, TD_ECONFIG, "batch %u out of range [1, %d]", opts->batch,
@@ -59,41 +141,45 @@ int td_trainer_open(td_trainer_t **out, td_backend_t *be, td_dataset_t *train,
   td_trainer_t *tr = calloc(1, sizeof *tr);
   if (tr == NULL)
     return td_why(why, why_len, TD_ENOMEM, "out of memory");
-  tr->be = be;
   tr->train = train;
   tr->rows = td_dataset_rows(train);
-  tr->batch = opts->batch < tr->rows ? opts->batch : (unsigned)tr->rows;
-  unsigned mb = opts->max_batch > opts->batch ? opts->max_batch : opts->batch;
-  if (mb > TD_MODEL_MAX_BATCH)
-    mb = TD_MODEL_MAX_BATCH;
-  tr->max_batch = mb < tr->rows ? mb : (unsigned)tr->rows;
-  tr->seed = opts->seed;
-  tr->lr_scale = 1;
-  rc = td_model_open(&tr->model, opts->model_spec, be, (int)tr->max_batch, why, why_len);
-  if (rc != 0)
-    goto fail;
-  rc = td_trainer_check_dataset(tr, train, why, why_len);
-  if (rc != 0)
-    goto fail;
-  td_model_init(tr->model, opts->seed);
-  rc = td_sgd_open(&tr->sgd, be, td_model_numel(tr->model), &opts->sgd);
+  tr->batch = clamp_batch(opts->batch, tr->rows);
+  tr->max_batch =
+      clamp_batch(opts->max_batch > opts->batch ? opts->max_batch : opts->batch, tr->rows);
+  int rc = open_common(tr, be, opts, why, why_len);
   if (rc != 0) {
-    td_why(why, why_len, rc, "cannot create the optimizer: %s", td_strerror(rc));
-    goto fail;
+    td_trainer_close(&tr);
+    return rc;
   }
-  unsigned long spe = td_trainer_steps_per_epoch(tr);
-  rc = td_lr_schedule_parse(&tr->schedule, opts->lr_schedule, opts->lr, opts->warmup_steps, spe,
-                            opts->total_steps ? opts->total_steps
-                                                 : spe * (opts->epochs ? opts->epochs : 1),
-                            why, why_len);
-  if (rc != 0)
-    goto fail;
-  tr->cursor = tr->rows; /* forces the first epoch's shuffle */
   *out = tr;
   return 0;
-fail:
-  td_trainer_close(&tr);
-  return rc;
+}
+
+int td_trainer_open_text(td_trainer_t **out, td_backend_t *be, const uint8_t *data,
+                         size_t bytes, const td_trainer_opts_t *opts, char *why,
+                         size_t why_len) {
+  *out = NULL;
+  if (opts->batch == 0 || opts->batch > TD_MODEL_MAX_BATCH)
+    return td_why(why, why_len, TD_ECONFIG, "batch %u out of range [1, %d]", opts->batch,
+                  TD_MODEL_MAX_BATCH);
+  if (data == NULL || bytes == 0)
+    return td_why(why, why_len, TD_ECONFIG, "the training text is empty");
+  td_trainer_t *tr = calloc(1, sizeof *tr);
+  if (tr == NULL)
+    return td_why(why, why_len, TD_ENOMEM, "out of memory");
+  tr->text = data;
+  tr->text_bytes = bytes;
+  tr->rows = SIZE_MAX; /* windows never run out */
+  tr->batch = opts->batch;
+  tr->max_batch = clamp_batch(opts->max_batch > opts->batch ? opts->max_batch : opts->batch,
+                              SIZE_MAX);
+  int rc = open_common(tr, be, opts, why, why_len);
+  if (rc != 0) {
+    td_trainer_close(&tr);
+    return rc;
+  }
+  *out = tr;
+  return 0;
 }
 
 void td_trainer_close(td_trainer_t **self_p) {
@@ -102,6 +188,8 @@ void td_trainer_close(td_trainer_t **self_p) {
   td_trainer_t *tr = *self_p;
   td_sgd_close(&tr->sgd);
   td_model_close(&tr->model);
+  free(tr->tokens);
+  free(tr->targets);
   free(tr);
   *self_p = NULL;
 }
@@ -128,29 +216,44 @@ double td_trainer_lr_at(const td_trainer_t *tr, unsigned long step) {
 }
 
 unsigned long td_trainer_steps_per_epoch(const td_trainer_t *tr) {
+  if (tr->text != NULL) {
+    size_t per_step = (size_t)tr->batch * (size_t)td_model_context(tr->model);
+    size_t steps = tr->text_bytes / per_step;
+    return steps > 0 ? (unsigned long)steps : 1;
+  }
   return (unsigned long)((tr->rows + tr->batch - 1) / tr->batch);
 }
 
 static int run_steps(td_trainer_t *tr, unsigned long n, bool advance, td_train_stats_t *stats,
                      char *why, size_t why_len) {
-  size_t dim = td_dataset_dim(tr->train);
+  size_t dim = tr->train != NULL ? td_dataset_dim(tr->train) : 0;
   double loss_sum = 0, t0 = now_s();
   unsigned long correct = 0, samples = 0;
   double lr = 0;
   for (unsigned long i = 0; i < n; i++) {
-    if (tr->cursor >= tr->rows) {
-      td_rng_t rng;
-      td_rng_seed2(&rng, tr->seed, 0x5348554646ull + tr->epoch); /* "SHUFF" + epoch */
-      td_dataset_shuffle(tr->train, &rng);
-      tr->cursor = 0;
-      tr->epoch++;
-    }
-    size_t rows = tr->rows - tr->cursor < tr->batch ? tr->rows - tr->cursor : tr->batch;
-    const float *x = td_dataset_features(tr->train) + tr->cursor * dim;
-    const int32_t *y = td_dataset_labels(tr->train) + tr->cursor;
+    size_t rows;
     double loss;
-    int hits;
-    int rc = td_model_train_batch(tr->model, x, y, (int)rows, &loss, &hits);
+    int hits, rc;
+    if (tr->text != NULL) {
+      rows = tr->batch;
+      text_windows(tr->text, tr->text_bytes, td_model_context(tr->model), (int)rows,
+                   &tr->text_rng, tr->tokens, tr->targets);
+      td_batch_t b = {.rows = (int)rows, .tokens = tr->tokens, .targets = tr->targets};
+      rc = td_model_train(tr->model, &b, &loss, &hits);
+    } else {
+      if (tr->cursor >= tr->rows) {
+        td_rng_t rng;
+        td_rng_seed2(&rng, tr->seed, 0x5348554646ull + tr->epoch); /* "SHUFF" + epoch */
+        td_dataset_shuffle(tr->train, &rng);
+        tr->cursor = 0;
+        tr->epoch++;
+      }
+      rows = tr->rows - tr->cursor < tr->batch ? tr->rows - tr->cursor : tr->batch;
+      const float *x = td_dataset_features(tr->train) + tr->cursor * dim;
+      const int32_t *y = td_dataset_labels(tr->train) + tr->cursor;
+      rc = td_model_train_batch(tr->model, x, y, (int)rows, &loss, &hits);
+      tr->cursor += rows;
+    }
     if (rc != 0)
       return td_why(why, why_len, rc,
                     rc == TD_ENUMERIC ? "training diverged: the loss is not finite at step %lu "
@@ -159,7 +262,6 @@ static int run_steps(td_trainer_t *tr, unsigned long n, bool advance, td_train_s
                     tr->step + 1);
     lr = td_lr_at(&tr->schedule, tr->step) * tr->lr_scale;
     td_sgd_step(tr->sgd, td_model_params(tr->model), td_model_grads(tr->model), lr);
-    tr->cursor += rows;
     tr->step += advance;
     loss_sum += loss * (double)rows;
     correct += (unsigned long)hits;
@@ -208,6 +310,43 @@ int td_trainer_evaluate(td_trainer_t *tr, const td_dataset_t *ds, double *loss,
   *accuracy = rows ? (double)correct_total / (double)rows : 0;
   if (!isfinite(*loss))
     return td_why(why, why_len, TD_ENUMERIC, "evaluation loss is not finite");
+  return 0;
+}
+
+int td_trainer_evaluate_text(td_trainer_t *tr, const uint8_t *data, size_t bytes,
+                             double *bits_per_byte, char *why, size_t why_len) {
+  if (td_model_input_kind(tr->model) != TD_INPUT_TOKENS)
+    return td_why(why, why_len, TD_ESHAPE,
+                  "the model reads float features (an image or CSV dataset), not text");
+  int context = td_model_context(tr->model);
+  if (data == NULL || bytes < (size_t)context + 1)
+    return td_why(why, why_len, TD_ESHAPE,
+                  "the held-out text has %zu bytes, fewer than one window of context %d + 1",
+                  bytes, context);
+  /* fixed windows spread evenly over the range: the same ones every call */
+  size_t span = bytes - (size_t)context - 1; /* last valid offset */
+  size_t windows = bytes / ((size_t)context + 1);
+  if (windows > TD_TRAINER_EVAL_WINDOWS)
+    windows = TD_TRAINER_EVAL_WINDOWS;
+  if (windows < 1)
+    windows = 1;
+  int chunk = (int)tr->max_batch;
+  double loss_sum = 0;
+  for (size_t w = 0; w < windows; w += (size_t)chunk) {
+    int rows = windows - w < (size_t)chunk ? (int)(windows - w) : chunk;
+    for (int r = 0; r < rows; r++) {
+      size_t o = windows > 1 ? span * (w + (size_t)r) / (windows - 1) : 0;
+      for (int t = 0; t < context; t++) {
+        tr->tokens[(size_t)r * (size_t)context + (size_t)t] = data[o + (size_t)t];
+        tr->targets[(size_t)r * (size_t)context + (size_t)t] = data[o + (size_t)t + 1];
+      }
+    }
+    td_batch_t b = {.rows = rows, .tokens = tr->tokens, .targets = tr->targets};
+    int rc = td_model_eval(tr->model, &b, &loss_sum, NULL);
+    if (rc != 0)
+      return td_why(why, why_len, rc, "evaluation failed: %s", td_strerror(rc));
+  }
+  *bits_per_byte = loss_sum / ((double)windows * context) / log(2.0);
   return 0;
 }
 

@@ -45,9 +45,16 @@ typedef struct td_trainer td_trainer_t;
  * with TD_ESHAPE / TD_ECONFIG and a why otherwise. Caller owns *out. */
 int td_trainer_open(td_trainer_t **out, td_backend_t *be, td_dataset_t *train,
                     const td_trainer_opts_t *opts, char *why, size_t why_len);
+/* A token model (gpt) on text: data[0..bytes) is borrowed; every step draws
+ * `batch` windows of CONTEXT+1 bytes at seeded random offsets (tokens are the
+ * first CONTEXT bytes, targets the next byte at each position). TD_ESHAPE with
+ * why for a feature model or fewer than CONTEXT+1 bytes. Caller owns *out. */
+int td_trainer_open_text(td_trainer_t **out, td_backend_t *be, const uint8_t *data,
+                         size_t bytes, const td_trainer_opts_t *opts, char *why,
+                         size_t why_len);
 void td_trainer_close(td_trainer_t **self_p);
 
-/* Steps in one epoch (ceil(rows / batch)). */
+/* Steps in one epoch (ceil(rows / batch); text: bytes / (batch * CONTEXT)). */
 unsigned long td_trainer_steps_per_epoch(const td_trainer_t *tr);
 /* Run n SGD steps, continuing where the last call stopped and reshuffling at
  * every epoch boundary. TD_ENUMERIC (with why) if the loss stops being finite. */
@@ -72,7 +79,13 @@ double td_trainer_lr_at(const td_trainer_t *tr, unsigned long step);
 /* Loss and accuracy on a dataset (batched forward passes, no state change). */
 int td_trainer_evaluate(td_trainer_t *tr, const td_dataset_t *ds, double *loss,
                         double *accuracy, char *why, size_t why_len);
-/* Check that a dataset fits the model. */
+/* Held-out loss of a token model in bits per byte (mean cross-entropy / ln 2)
+ * over at most TD_TRAINER_EVAL_WINDOWS fixed windows spread evenly over
+ * data[0..bytes): the same windows on every call. */
+#define TD_TRAINER_EVAL_WINDOWS 256
+int td_trainer_evaluate_text(td_trainer_t *tr, const uint8_t *data, size_t bytes,
+                             double *bits_per_byte, char *why, size_t why_len);
+/* Check that a dataset fits the model (a feature dataset on a token model is TD_ESHAPE). */
 int td_trainer_check_dataset(const td_trainer_t *tr, const td_dataset_t *ds, char *why,
                              size_t why_len);
 td_model_t *td_trainer_model(td_trainer_t *tr);

@@ -852,8 +852,8 @@ START_TEST(bad_model_specs_are_config_errors_with_a_reason) {
     ck_assert_msg(why[0] != '\0', "'%s': no reason given", bad[i]);
   }
   ck_assert_int_eq(td_model_check_spec(NULL, why, sizeof why), TD_ECONFIG);
-  td_model_check_spec("cnn:1-2", why, sizeof why);
-  ck_assert_str_eq(why, "unknown model 'cnn' (supported: mlp:IN-H1-...-OUT)");
+  td_model_check_spec("rnn:1-2", why, sizeof why);
+  ck_assert_ptr_nonnull(strstr(why, "unknown model 'rnn' (supported: mlp:IN-H1-...-OUT"));
   td_model_check_spec("mlp:784-0-10", why, sizeof why);
   ck_assert_ptr_nonnull(strstr(why, "'0'"));
   static const char *good[] = {"mlp:784-10", "mlp:1-1", "mlp:784-256-128-10", "mlp:2-65536",

@@ -7,6 +7,7 @@
  * a diverging run stops with TD_ENUMERIC instead of training on NaNs. */
 #include <check.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,6 +241,113 @@ START_TEST(fashion_mnist_one_epoch_reaches_083) {
 }
 END_TEST
 
+/* Text of a few repeated sentences: easy to learn, far from uniform. */
+static uint8_t *synthetic_text(size_t *bytes) {
+  static const char *words[] = {"the cat sat on the mat. ", "a dog ate the bone. ",
+                                "we train small models. ", "bytes are tokens here. "};
+  size_t cap = 40000, n = 0;
+  uint8_t *t = malloc(cap);
+  td_rng_t rng;
+  td_rng_seed(&rng, 3);
+  while (n + 32 < cap) {
+    const char *w = words[td_rng_below(&rng, 4)];
+    size_t len = strlen(w);
+    memcpy(t + n, w, len);
+    n += len;
+  }
+  *bytes = n;
+  return t;
+}
+
+START_TEST(a_gpt_learns_text_in_bits_per_byte) {
+  char why[256] = "";
+  size_t bytes;
+  uint8_t *text = synthetic_text(&bytes);
+  size_t valid = bytes / 10; /* the last tenth is held out */
+  td_backend_t *be = NULL;
+  ck_assert_int_eq(td_backend_open(&be, "cpu", 1, why, sizeof why), 0);
+  td_trainer_opts_t o = {.model_spec = "gpt:1-32-2-16", .batch = 8, .seed = 1, .lr = 0.05,
+                         .lr_schedule = "constant", .epochs = 1,
+                         .sgd = {.momentum = 0.9, .nesterov = true}};
+  td_trainer_t *tr = NULL;
+  ck_assert_msg(td_trainer_open_text(&tr, be, text, bytes - valid, &o, why, sizeof why) == 0,
+                "%s", why);
+  ck_assert_uint_eq(td_trainer_steps_per_epoch(tr), (bytes - valid) / (8 * 16));
+  double before, after, again;
+  ck_assert_int_eq(td_trainer_evaluate_text(tr, text + bytes - valid, valid, &before, why,
+                                            sizeof why), 0);
+  ck_assert_double_eq_tol(before, 8.0, 0.1); /* uniform over 256 bytes at init */
+  td_train_stats_t st;
+  ck_assert_msg(td_trainer_steps(tr, 300, &st, why, sizeof why) == 0, "%s", why);
+  ck_assert_uint_eq(st.samples, 300 * 8);
+  ck_assert_int_eq(td_trainer_evaluate_text(tr, text + bytes - valid, valid, &after, why,
+                                            sizeof why), 0);
+  ck_assert_int_eq(td_trainer_evaluate_text(tr, text + bytes - valid, valid, &again, why,
+                                            sizeof why), 0);
+  ck_assert_double_eq(after, again); /* the same fixed windows every time */
+  fprintf(stderr, "gpt:1-32-2-16 on synthetic text: %.3f -> %.3f bits per byte\n", before,
+          after);
+  ck_assert_double_lt(after, 3.0);
+  /* text on a feature model, and a text shorter than one window: one-line errors */
+  td_trainer_opts_t c = o;
+  c.model_spec = "cnn";
+  td_trainer_t *bad = NULL;
+  why[0] = '\0';
+  ck_assert_int_eq(td_trainer_open_text(&bad, be, text, bytes, &c, why, sizeof why), TD_ESHAPE);
+  ck_assert_ptr_nonnull(strstr(why, "reads float features"));
+  ck_assert_int_eq(td_trainer_open_text(&bad, be, text, 16, &o, why, sizeof why), TD_ESHAPE);
+  ck_assert_ptr_nonnull(strstr(why, "fewer than one window"));
+  ck_assert_int_eq(td_trainer_evaluate_text(tr, text, 10, &after, why, sizeof why), TD_ESHAPE);
+  ck_assert_ptr_null(bad);
+  td_trainer_close(&tr);
+  /* a token model on a feature dataset */
+  char *csv = synthetic_csv();
+  td_dataset_t *ds = NULL;
+  ck_assert_int_eq(td_dataset_load_csv(&ds, csv, why, sizeof why), 0);
+  ck_assert_int_eq(td_trainer_open(&bad, be, ds, &o, why, sizeof why), TD_ESHAPE);
+  ck_assert_ptr_nonnull(strstr(why, "reads byte tokens"));
+  ck_assert_ptr_null(strchr(why, '\n'));
+  td_dataset_close(&ds);
+  unlink(csv);
+  free(text);
+  td_backend_close(&be);
+}
+END_TEST
+
+/* The cnn preset learns Fashion-MNIST fast: 200 steps of batch 64. */
+START_TEST(cnn_learns_fashion_mnist_in_200_steps) {
+  char why[512] = "";
+  td_dataset_t *train = NULL, *test = NULL, *sub = NULL;
+  ck_assert_msg(td_dataset_open(&train, &test, "fashion-mnist", why, sizeof why) == 0, "%s", why);
+  double mean, std;
+  td_dataset_stats(train, &mean, &std);
+  td_dataset_normalize(train, mean, std);
+  td_dataset_normalize(test, mean, std);
+  uint32_t idx[2000];
+  for (uint32_t i = 0; i < 2000; i++)
+    idx[i] = i * 5;
+  ck_assert_int_eq(td_dataset_subset(&sub, test, idx, 2000), 0);
+  td_backend_t *be = NULL;
+  ck_assert_int_eq(td_backend_open(&be, "cpu", 0, why, sizeof why), 0);
+  td_trainer_t *tr = NULL;
+  td_trainer_opts_t o = {.model_spec = "cnn", .batch = 64, .seed = 1, .lr = 0.05,
+                         .lr_schedule = "cosine", .total_steps = 200, .sgd = {.momentum = 0.9}};
+  ck_assert_msg(td_trainer_open(&tr, be, train, &o, why, sizeof why) == 0, "%s", why);
+  td_train_stats_t st;
+  ck_assert_int_eq(td_trainer_steps(tr, 200, &st, why, sizeof why), 0);
+  double loss, acc;
+  ck_assert_int_eq(td_trainer_evaluate(tr, sub, &loss, &acc, why, sizeof why), 0);
+  fprintf(stderr, "cnn 200 steps: train_loss %.4f test_loss %.4f test_acc %.4f\n", st.loss,
+          loss, acc);
+  ck_assert_double_ge(acc, 0.80);
+  td_trainer_close(&tr);
+  td_dataset_close(&sub);
+  td_dataset_close(&train);
+  td_dataset_close(&test);
+  td_backend_close(&be);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("trainer");
   TCase *tc = tcase_create("core");
@@ -250,6 +358,8 @@ int main(void) {
   tcase_add_test(tc, set_batch_changes_rows_per_step);
   tcase_add_test(tc, fill_steps_do_not_advance_the_schedule);
   tcase_add_test(tc, fashion_mnist_one_epoch_reaches_083);
+  tcase_add_test(tc, a_gpt_learns_text_in_bits_per_byte);
+  tcase_add_test(tc, cnn_learns_fashion_mnist_in_200_steps);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
