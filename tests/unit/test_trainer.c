@@ -39,7 +39,7 @@ static char *synthetic_csv(void) {
 static td_trainer_opts_t small_opts(uint64_t seed) {
   return (td_trainer_opts_t){.model_spec = "mlp:8-16-3", .batch = 32, .seed = seed, .lr = 0.05,
                              .lr_schedule = "cosine", .epochs = 3,
-                             .sgd = {.momentum = 0.9, .nesterov = true, .weight_decay = 1e-4}};
+                             .optim = {.momentum = 0.9, .nesterov = true, .weight_decay = 1e-4}};
 }
 
 /* Train 3 epochs from scratch on a fresh copy of the data. */
@@ -221,7 +221,7 @@ START_TEST(fashion_mnist_one_epoch_reaches_083) {
   td_trainer_t *tr = NULL;
   td_trainer_opts_t o = {.model_spec = "mlp:784-256-128-10", .batch = 64, .seed = 1,
                          .lr = 0.05, .lr_schedule = "cosine", .epochs = 1,
-                         .sgd = {.momentum = 0.9}};
+                         .optim = {.momentum = 0.9}};
   /* cosine decay (the default schedule): with a constant rate the last iterate
    * of one epoch wanders between 0.82 and 0.85 from seed to seed */
   ck_assert_msg(td_trainer_open(&tr, be, train, &o, why, sizeof why) == 0, "%s", why);
@@ -268,7 +268,7 @@ START_TEST(a_gpt_learns_text_in_bits_per_byte) {
   ck_assert_int_eq(td_backend_open(&be, "cpu", 1, why, sizeof why), 0);
   td_trainer_opts_t o = {.model_spec = "gpt:1-32-2-16", .batch = 8, .seed = 1, .lr = 0.05,
                          .lr_schedule = "constant", .epochs = 1,
-                         .sgd = {.momentum = 0.9, .nesterov = true}};
+                         .optim = {.momentum = 0.9, .nesterov = true}};
   td_trainer_t *tr = NULL;
   ck_assert_msg(td_trainer_open_text(&tr, be, text, bytes - valid, &o, why, sizeof why) == 0,
                 "%s", why);
@@ -331,7 +331,7 @@ START_TEST(cnn_learns_fashion_mnist_in_200_steps) {
   ck_assert_int_eq(td_backend_open(&be, "cpu", 0, why, sizeof why), 0);
   td_trainer_t *tr = NULL;
   td_trainer_opts_t o = {.model_spec = "cnn", .batch = 64, .seed = 1, .lr = 0.05,
-                         .lr_schedule = "cosine", .total_steps = 200, .sgd = {.momentum = 0.9}};
+                         .lr_schedule = "cosine", .total_steps = 200, .optim = {.momentum = 0.9}};
   ck_assert_msg(td_trainer_open(&tr, be, train, &o, why, sizeof why) == 0, "%s", why);
   td_train_stats_t st;
   ck_assert_int_eq(td_trainer_steps(tr, 200, &st, why, sizeof why), 0);
