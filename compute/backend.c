@@ -41,7 +41,7 @@ bool td_backend_available(const char *name) {
   return lookup(name, &known) != NULL;
 }
 
-static bool v2_complete(const td_backend_iface_t *f) {
+static bool v3_complete(const td_backend_iface_t *f) {
   return f->im2col && f->col2im && f->swap01 && f->channel_bias_act && f->channel_act_backward &&
          f->pool_forward && f->pool_backward && f->layernorm_forward && f->layernorm_backward &&
          f->groupnorm_forward && f->groupnorm_backward && f->act_forward && f->act_backward2 &&
@@ -49,12 +49,12 @@ static bool v2_complete(const td_backend_iface_t *f) {
          f->embed_backward && f->attention_forward && f->attention_backward;
 }
 
-/* A version-1 table (GEMM and the MLP ops only) still opens; the layer ops
- * then need version 2, which td_backend_supports_layers() reports. */
+/* A table of version 1 or 2 (GEMM and the MLP ops only) still opens; the
+ * layer ops need version 3, which td_backend_supports_layers() reports. */
 static bool iface_complete(const td_backend_iface_t *iface) {
   return iface->version >= 1 && iface->alloc && iface->free && iface->gemm && iface->bias_act &&
          iface->act_backward && iface->softmax_xent && iface->sgd_step &&
-         (iface->version < 2 || v2_complete(iface));
+         (iface->version < 3 || v3_complete(iface));
 }
 
 int td_backend_open(td_backend_t **out, const char *name, int threads, char *why,
@@ -161,7 +161,7 @@ void td_backend_sgd_step(td_backend_t *be, float *w, const float *g, float *v, s
   be->iface->sgd_step(be, w, g, v, n, hp);
 }
 
-bool td_backend_supports_layers(const td_backend_t *be) { return be->iface->version >= 2; }
+bool td_backend_supports_layers(const td_backend_t *be) { return be->iface->version >= 3; }
 
 void td_backend_im2col(td_backend_t *be, float *col, const float *img, const td_conv_geom_t *g) {
   be->iface->im2col(be, col, img, g);

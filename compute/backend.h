@@ -94,10 +94,10 @@ void td_backend_adamw_step(td_backend_t *be, float *w, const float *g, float *m,
                            size_t n, const td_adamw_hparams_t *hp);
 
 
-/* Whether the backend implements the layer ops below (iface version 2). */
+/* Whether the backend implements the layer ops below (iface version 3). */
 bool td_backend_supports_layers(const td_backend_t *be);
 
-/* ---- layer ops (iface version 2). Batch n, rows x cols row-major unless
+/* ---- layer ops (iface version 3). Batch n, rows x cols row-major unless
  * said otherwise. A backward op whose `acc` is true ADDS its input gradient
  * into din (the tensor feeds more than one layer); otherwise it overwrites.
  * Parameter gradients are always overwritten. */

@@ -10,8 +10,10 @@
 #include "compute/backend.h"
 
 /* 1: the MLP ops and sgd_step. 2: adamw_step (optional: a table of version 1,
- * or a NULL slot, gets the portable loop in backend.c) and the layer ops. */
-#define TD_BACKEND_IFACE_VERSION 2
+ * or a NULL slot, gets the portable loop in backend.c). 3: the layer ops
+ * (conv, pooling, norms, activations, dropout, embedding, attention), all
+ * required of a table of version >= 3; an older table still runs mlp models. */
+#define TD_BACKEND_IFACE_VERSION 3
 
 typedef struct {
   int version;
@@ -33,10 +35,10 @@ typedef struct {
                          float *dlogits, float grad_scale, int rows, int cols, int *correct);
   void (*sgd_step)(td_backend_t *be, float *w, const float *g, float *v, size_t n,
                    const td_sgd_hparams_t *hp);
-  /* version 2: adamw_step (optional: NULL gets the portable loop in backend.c),
-   * then the layer ops of backend.h, same arguments after be. */
+  /* version 2 */
   void (*adamw_step)(td_backend_t *be, float *w, const float *g, float *m, float *v, size_t n,
                      const td_adamw_hparams_t *hp);
+  /* version 3: the layer ops of backend.h, same arguments after be. */
   void (*im2col)(td_backend_t *be, float *col, const float *img, const td_conv_geom_t *g);
   void (*col2im)(td_backend_t *be, float *img, const float *col, const td_conv_geom_t *g,
                  bool acc);
