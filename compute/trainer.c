@@ -353,7 +353,6 @@ int td_trainer_evaluate_text(td_trainer_t *tr, const uint8_t *data, size_t bytes
 td_model_t *td_trainer_model(td_trainer_t *tr) { return tr->model; }
 td_optim_t *td_trainer_optim(td_trainer_t *tr) { return tr->optim; }
 int td_trainer_reset_optim(td_trainer_t *tr) { return td_optim_reset(tr->optim); }
-bool td_trainer_is_text(const td_trainer_t *tr) { return tr->text != NULL; }
 unsigned long td_trainer_global_step(const td_trainer_t *tr) { return tr->step; }
 
 void td_trainer_seek(td_trainer_t *tr, unsigned long step) { tr->step = step; }

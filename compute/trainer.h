@@ -96,8 +96,6 @@ td_optim_t *td_trainer_optim(td_trainer_t *tr);
  * model is replaced wholesale (a late joiner's seed, knowledge transfer with
  * lambda 1) the old trajectory's momentum no longer belongs to it. TD_ENOMEM. */
 int td_trainer_reset_optim(td_trainer_t *tr);
-/* Whether the trainer reads text (td_trainer_open_text). */
-bool td_trainer_is_text(const td_trainer_t *tr);
 unsigned long td_trainer_global_step(const td_trainer_t *tr);
 /* Put the learning-rate schedule at global step `step` (a node joining a
  * running run continues where the others are). */
