@@ -111,7 +111,7 @@ static int bench_epoch(td_backend_t *be) {
   td_trainer_t *tr = NULL;
   td_trainer_opts_t o = {.model_spec = "mlp:784-256-128-10", .batch = 64, .seed = 1,
                          .lr = 0.05, .lr_schedule = "constant", .epochs = 1,
-                         .sgd = {.momentum = 0.9}};
+                         .optim = {.momentum = 0.9}};
   if (td_trainer_open(&tr, be, train, &o, why, sizeof why) != 0) {
     fprintf(stderr, "bench: %s\n", why);
     return 1;

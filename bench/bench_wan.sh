@@ -14,7 +14,8 @@
 # the last round, e.g. the final anchor reconciliation, counted as waiting)
 # and the codecs codec=auto chose per link, and draws the curves; this script
 # adds the speed-ups. Needs root (namespaces); exits 77 without.
-# Knobs: TARGET (0.85), MODEL, EPOCHS, H, MOMENTUM (the file's by default),
+# Knobs: TARGET (0.85; bpb:X for a text MODEL such as gpt:2-64-2-64, which
+# trains on text:fortunes and reaches the target at or below X bits per byte), MODEL, EPOCHS, H, MOMENTUM (the file's by default),
 # CAP_S (per-run time limit, 600), LOG_LEVEL, KEEP (output directory to keep;
 # a temporary one otherwise), RUNS (which of sync_none overlap_auto
 # overlap_nofill to run; all by default), B_ARGS (extra "--set key=value" words

@@ -133,6 +133,13 @@ static void run_line(json_object *run, char *buf, size_t len) {
   fmt_num(test, sizeof test, jnum(run, "test_accuracy"), 4);
   char rounds[32];
   fmt_num(rounds, sizeof rounds, jnum(run, "rounds") > 0 ? jnum(run, "rounds") : NAN, 0);
+  if (!isnan(jnum(run, "eval_bpb"))) { /* a text run: bits per byte, no accuracy */
+    fmt_num(acc, sizeof acc, jnum(run, "eval_bpb"), 4);
+    fmt_num(test, sizeof test, jnum(run, "test_bpb"), 4);
+    snprintf(buf, len, "run %s  %-8s  round %.0f/%s  loss %s  eval_bpb %s  test_bpb %s",
+             jstr(run, "run_id"), jstr(run, "state"), jnum(run, "round"), rounds, loss, acc, test);
+    return;
+  }
   snprintf(buf, len, "run %s  %-8s  round %.0f/%s  loss %s  eval_acc %s  test_acc %s",
            jstr(run, "run_id"), jstr(run, "state"), jnum(run, "round"), rounds, loss, acc, test);
 }

@@ -1,5 +1,5 @@
-/* trainer.c: the local SGD loop over a shuffled in-memory partition or a
- * byte range of text.
+/* trainer.c: the local training loop (td_optim_t: SGD or AdamW) over a
+ * shuffled in-memory partition or a byte range of text.
  *
  * Feature data: the training set is permuted in place at the start of every
  * epoch with a stream derived from (seed, epoch), so the order is reproducible
@@ -22,7 +22,7 @@ struct td_trainer {
   td_backend_t *be;
   td_dataset_t *train;
   td_model_t *model;
-  td_sgd_t *sgd;
+  td_optim_t *optim;
   td_lr_schedule_t schedule;
   unsigned batch, max_batch;
   double lr_scale; /* multiplies the schedule (1 unless set) */
@@ -110,9 +110,9 @@ static int open_common(td_trainer_t *tr, td_backend_t *be, const td_trainer_opts
       return rc;
   }
   td_model_init(tr->model, opts->seed);
-  rc = td_sgd_open(&tr->sgd, be, td_model_numel(tr->model), &opts->sgd);
+  rc = td_optim_open(&tr->optim, be, td_model_numel(tr->model), &opts->optim, why, why_len);
   if (rc != 0)
-    return td_why(why, why_len, rc, "cannot create the optimizer: %s", td_strerror(rc));
+    return rc; /* why says which option or what ran out */
   unsigned long spe = td_trainer_steps_per_epoch(tr);
   rc = td_lr_schedule_parse(&tr->schedule, opts->lr_schedule, opts->lr, opts->warmup_steps, spe,
                             opts->total_steps ? opts->total_steps
@@ -186,7 +186,7 @@ void td_trainer_close(td_trainer_t **self_p) {
   if (self_p == NULL || *self_p == NULL)
     return;
   td_trainer_t *tr = *self_p;
-  td_sgd_close(&tr->sgd);
+  td_optim_close(&tr->optim);
   td_model_close(&tr->model);
   free(tr->tokens);
   free(tr->targets);
@@ -261,7 +261,7 @@ static int run_steps(td_trainer_t *tr, unsigned long n, bool advance, td_train_s
                                       : "training step %lu failed",
                     tr->step + 1);
     lr = td_lr_at(&tr->schedule, tr->step) * tr->lr_scale;
-    td_sgd_step(tr->sgd, td_model_params(tr->model), td_model_grads(tr->model), lr);
+    td_optim_step(tr->optim, td_model_params(tr->model), td_model_grads(tr->model), lr);
     tr->step += advance;
     loss_sum += loss * (double)rows;
     correct += (unsigned long)hits;
@@ -351,6 +351,8 @@ int td_trainer_evaluate_text(td_trainer_t *tr, const uint8_t *data, size_t bytes
 }
 
 td_model_t *td_trainer_model(td_trainer_t *tr) { return tr->model; }
+td_optim_t *td_trainer_optim(td_trainer_t *tr) { return tr->optim; }
+int td_trainer_reset_optim(td_trainer_t *tr) { return td_optim_reset(tr->optim); }
 unsigned long td_trainer_global_step(const td_trainer_t *tr) { return tr->step; }
 
 void td_trainer_seek(td_trainer_t *tr, unsigned long step) { tr->step = step; }

@@ -1,13 +1,14 @@
 /* trainer.h: local training on one node's partition.
  *
- * A trainer ties a model, an SGD optimizer and a learning-rate schedule to a
- * training set it walks in seeded, shuffled order (rows are permuted in place
+ * A trainer ties a model, an optimizer (td_optim_t: SGD or AdamW, clipping)
+ * and a learning-rate schedule to a training set it walks in seeded, shuffled order (rows are permuted in place
  * once per epoch, so a step reads a contiguous batch: no copy, no allocation).
  * The standalone mode drives it epoch by epoch; the daemon's compute thread will
  * drive it H steps at a time. One trainer belongs to one thread. */
 #ifndef TD_TRAINER_H
 #define TD_TRAINER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,7 +27,7 @@ typedef struct {
   unsigned long warmup_steps;
   unsigned epochs; /* sizes the schedule (cosine end) */
   unsigned long total_steps; /* overrides epochs * steps per epoch when > 0 */
-  td_sgd_opts_t sgd;
+  td_optim_opts_t optim; /* kind, momentum/nesterov, betas/eps, weight decay, clip */
 } td_trainer_opts_t;
 
 typedef struct {
@@ -56,7 +57,7 @@ void td_trainer_close(td_trainer_t **self_p);
 
 /* Steps in one epoch (ceil(rows / batch); text: bytes / (batch * CONTEXT)). */
 unsigned long td_trainer_steps_per_epoch(const td_trainer_t *tr);
-/* Run n SGD steps, continuing where the last call stopped and reshuffling at
+/* Run n optimizer steps, continuing where the last call stopped and reshuffling at
  * every epoch boundary. TD_ENUMERIC (with why) if the loss stops being finite. */
 int td_trainer_steps(td_trainer_t *tr, unsigned long n, td_train_stats_t *stats, char *why,
                      size_t why_len);
@@ -89,6 +90,12 @@ int td_trainer_evaluate_text(td_trainer_t *tr, const uint8_t *data, size_t bytes
 int td_trainer_check_dataset(const td_trainer_t *tr, const td_dataset_t *ds, char *why,
                              size_t why_len);
 td_model_t *td_trainer_model(td_trainer_t *tr);
+/* The trainer's optimizer (borrowed; its state is local to the node). */
+td_optim_t *td_trainer_optim(td_trainer_t *tr);
+/* Zero the optimizer state and its step count (td_optim_reset): where the
+ * model is replaced wholesale (a late joiner's seed, knowledge transfer with
+ * lambda 1) the old trajectory's momentum no longer belongs to it. TD_ENOMEM. */
+int td_trainer_reset_optim(td_trainer_t *tr);
 unsigned long td_trainer_global_step(const td_trainer_t *tr);
 /* Put the learning-rate schedule at global step `step` (a node joining a
  * running run continues where the others are). */

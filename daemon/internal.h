@@ -258,6 +258,7 @@ typedef struct {
   double uplink;  /* bytes/s, as sent with the round's update */
   unsigned batch, steps, fill_steps;
   double eval_acc;  /* test accuracy evaluated after the round, NAN until then */
+  double eval_bpb;  /* text runs: held-out bits per byte after the round, NAN until then */
   bool row_written; /* its ledger row exists (row holds it) */
   td_ledger_round_t row;
 } td__own_round_t;
@@ -298,6 +299,7 @@ struct td__session {
   uint64_t bytes_sent_round, bytes_recv_round;
   bool closing; /* the open round's aggregation runs on the pool */
   double test_accuracy, test_loss, last_eval_acc;
+  double test_bpb, last_eval_bpb; /* text runs (bits per byte); NAN otherwise */
   uint64_t updates_received, rounds_done, late_peers, plans_applied, stale_dropped;
   int64_t staleness[TD_MEMBERS_MAX]; /* of each member's last update; -1: none yet */
   char error[256];
@@ -317,6 +319,7 @@ typedef struct td__run_stats {
   size_t nodes;
   char codec[32];
   double loss, eval_accuracy, test_accuracy, capacity;
+  double eval_bpb, test_bpb; /* text runs: bits per byte instead of accuracy; NAN otherwise */
   uint64_t updates_received, late_peers, transfers, snapshots_served, joins_admitted;
   uint64_t reconciled, reconciled_partial, reconciled_via_hub, reconciled_as_hub;
   char error[256];
@@ -361,7 +364,7 @@ void td__rounds_own_done(td__session_t *s, uint64_t round);
 void td__rounds_try_close(td__session_t *s);
 void td__rounds_forget_peer(td__session_t *s, uint64_t peer);
 void td__rounds_tick(td__session_t *s);
-void td__rounds_eval(td__session_t *s, uint64_t round, double accuracy);
+void td__rounds_eval(td__session_t *s, uint64_t round, double accuracy, double bpb);
 void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
 
 /* ---- outbox (outbox.c) ----------------------------------------------------------------- */

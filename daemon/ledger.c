@@ -43,6 +43,8 @@ static const char *const migrations[] = {
     "ALTER TABLE links ADD COLUMN round INTEGER;"
     "ALTER TABLE links ADD COLUMN window_bytes INTEGER;"
     "ALTER TABLE links ADD COLUMN bytes_sent INTEGER;",
+    /* 2 -> 3: text runs evaluate in bits per byte, not accuracy */
+    "ALTER TABLE rounds ADD COLUMN eval_bpb REAL;",
 };
 #define N_MIGRATIONS (sizeof migrations / sizeof migrations[0])
 
@@ -57,8 +59,10 @@ static const char *const statements[ST_COUNT_] = {
     [ST_PEER] = "INSERT INTO peers (node_id, endpoint, first_seen, last_seen, state, capacity)"
                 " VALUES (?1, ?2, ?3, ?3, ?4, ?5) ON CONFLICT (node_id) DO UPDATE SET"
                 " endpoint = ?2, last_seen = ?3, state = ?4, capacity = ?5",
-    [ST_ROUND] = "INSERT OR REPLACE INTO rounds VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,"
-                 " ?10, ?11, ?12, ?13, ?14, ?15)",
+    [ST_ROUND] = "INSERT OR REPLACE INTO rounds (run_id, round, started, ended, local_steps,"
+                 " batch, samples, loss, eval_acc, bytes_sent, bytes_recv, lr, compute_s, wait_s,"
+                 " capacity, eval_bpb) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12,"
+                 " ?13, ?14, ?15, ?16)",
     [ST_UPDATE] = "INSERT INTO updates (run_id, round, peer, peer_round, staleness, bytes,"
                   " codec, ratio, arrived) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     [ST_LINK] = "INSERT INTO links (peer, at, goodput_bps, rtt_ms, codec, budget_bytes, run_id,"
@@ -69,7 +73,7 @@ static const char *const statements[ST_COUNT_] = {
                     " ORDER BY round DESC LIMIT 1",
     [ST_ROUNDS] = "SELECT * FROM (SELECT run_id, round, started, ended, local_steps, batch,"
                   " samples, loss, eval_acc, bytes_sent, bytes_recv, lr, compute_s, wait_s,"
-                  " capacity FROM rounds WHERE run_id = ?1 ORDER BY round DESC LIMIT ?2)"
+                  " capacity, eval_bpb FROM rounds WHERE run_id = ?1 ORDER BY round DESC LIMIT ?2)"
                   " ORDER BY round ASC",
 };
 
@@ -216,6 +220,7 @@ int td_ledger_round_add(td_ledger_t *l, const td_ledger_round_t *r) {
   bind_real_or_null(st, 13, r->compute_s);
   bind_real_or_null(st, 14, r->wait_s);
   bind_real_or_null(st, 15, r->capacity);
+  bind_real_or_null(st, 16, r->eval_bpb);
   return step_done(l, ST_ROUND);
 }
 
@@ -319,6 +324,7 @@ int td_ledger_rounds(td_ledger_t *l, uint64_t run_id, unsigned last, td_ledger_r
         .compute_s = column_real(st, 12),
         .wait_s = column_real(st, 13),
         .capacity = column_real(st, 14),
+        .eval_bpb = column_real(st, 15),
     };
     fn(&r, user);
   }

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TD_LEDGER_SCHEMA_VERSION 2
+#define TD_LEDGER_SCHEMA_VERSION 3
 
 typedef struct td_ledger td_ledger_t;
 
@@ -26,6 +26,7 @@ typedef struct {
   uint64_t samples;
   double loss;
   double eval_acc;       /* NaN when the round was not evaluated */
+  double eval_bpb;       /* text runs: held-out bits per byte; NaN otherwise */
   uint64_t bytes_sent, bytes_recv;
   double lr;
   double compute_s;      /* seconds computing the round (slowdown included) */

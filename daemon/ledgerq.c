@@ -288,6 +288,7 @@ static void round_to_json(const td_ledger_round_t *r, void *user) {
   json_object_object_add(o, "samples", json_object_new_int64((int64_t)r->samples));
   json_object_object_add(o, "loss", td__status_real(r->loss));
   json_object_object_add(o, "eval_acc", td__status_real(r->eval_acc));
+  json_object_object_add(o, "eval_bpb", td__status_real(r->eval_bpb));
   json_object_object_add(o, "bytes_sent", json_object_new_int64((int64_t)r->bytes_sent));
   json_object_object_add(o, "bytes_recv", json_object_new_int64((int64_t)r->bytes_recv));
   json_object_object_add(o, "compute_s", td__status_real(r->compute_s));

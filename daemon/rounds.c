@@ -48,12 +48,15 @@ void td__rounds_begin(td__session_t *s, uint64_t round) {
 static void round_row(td__session_t *s, uint64_t round, double eval_acc, double started,
                     uint64_t bytes_sent, uint64_t bytes_recv) {
   td__own_round_t *o = &s->own[round % TD__RING];
+  double eval_bpb = NAN;
+  if (o->round == round)
+    eval_bpb = o->eval_bpb; /* overlap: evaluated before the round closed here */
   if (isnan(eval_acc) && o->round == round)
     eval_acc = o->eval_acc; /* overlap: evaluated before the round closed here */
   td_ledger_round_t row = {
       .run_id = s->run_id, .round = round, .started = started,
       .ended = td_clock_wall_s(), .local_steps = o->steps + o->fill_steps, .batch = o->batch,
-      .samples = o->samples, .loss = o->loss, .eval_acc = eval_acc,
+      .samples = o->samples, .loss = o->loss, .eval_acc = eval_acc, .eval_bpb = eval_bpb,
       .bytes_sent = bytes_sent, .bytes_recv = bytes_recv, .lr = o->lr,
       .compute_s = o->compute_s + o->fill_s, .wait_s = o->idle_s, .capacity = o->capacity};
   if (o->round == round) {
@@ -63,17 +66,19 @@ static void round_row(td__session_t *s, uint64_t round, double eval_acc, double 
   td__ledger_round(s->node->ledger, &row);
 }
 
-/* The accuracy belongs to the row of `round`: in overlap mode the compute
- * thread evaluates round r before the loop closes it, so it waits in the
- * ring and round_row() writes it with the row. */
-void td__rounds_eval(td__session_t *s, uint64_t round, double accuracy) {
+/* The accuracy (bits per byte for text) belongs to the row of `round`: in
+ * overlap mode the compute thread evaluates round r before the loop closes
+ * it, so it waits in the ring and round_row() writes it with the row. */
+void td__rounds_eval(td__session_t *s, uint64_t round, double accuracy, double bpb) {
   td__own_round_t *o = &s->own[round % TD__RING];
   if (o->round != round)
     return;
   o->eval_acc = accuracy;
+  o->eval_bpb = bpb;
   if (o->row_written) {
     td_ledger_round_t row = o->row;
     row.eval_acc = accuracy;
+    row.eval_bpb = bpb;
     td__ledger_round(s->node->ledger, &row);
   }
 }

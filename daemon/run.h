@@ -44,7 +44,7 @@ typedef enum {
                         init, td_run_numel() floats, loop owns it */
   TD_RUN_PROBE,      /* knowledge transfer: loss on the shared validation subset,
                         blob: a copy of the local model (loop owns it) */
-  TD_RUN_FINISHED,   /* all rounds done; final evaluation in accuracy/loss */
+  TD_RUN_FINISHED,   /* all rounds done; final evaluation in accuracy/loss (bpb for text) */
   TD_RUN_FAILED,     /* message says why */
   TD_RUN_STOPPED,    /* stopped on request */
 } td_run_event_kind_t;
@@ -54,7 +54,10 @@ typedef struct {
   uint64_t round;
   uint64_t samples;     /* ROUND_DONE: samples used in the round */
   double loss;          /* ROUND_DONE: mean training loss; EVAL/FINISHED: test loss */
-  double accuracy;      /* EVAL/FINISHED: test accuracy */
+  double accuracy;      /* EVAL/FINISHED: test accuracy (NaN for a text run) */
+  double bpb;           /* EVAL/FINISHED of a text run: held-out bits per byte, also in
+                           loss; PROBE of a text run: the probe's bits per byte (NaN for
+                           a run on classes) */
   double compute_s;     /* ROUND_DONE: seconds computing (slowdown included) */
   double idle_s;        /* ROUND_DONE: seconds blocked between the previous round and this one */
   double capacity;      /* ROUND_DONE: samples/s, EWMA over rounds */

@@ -1,6 +1,7 @@
 /* run_compute.c: the compute thread of a run: everything that runs BLAS.
  *
- * It loads the data (its partition), plans the rounds (scheduler/steps.h),
+ * It loads the data (its partition, td_shard_open: rows, or bytes of text
+ * for a token model), plans the rounds (scheduler/steps.h),
  * and then runs each round as a short sequence of phases: begin (fold in what
  * other threads handed over, pick the batch), local steps, post the delta,
  * then one function per mode for what follows a round (sync: wait for the
@@ -17,7 +18,8 @@
 #include "compute/backend.h"
 #include "compute/dataset.h"
 #include "compute/error.h"
-#include "compute/partition.h"
+#include "compute/shard.h"
+#include "compute/text.h"
 #include "compute/trainer.h"
 #include "daemon/clock.h"
 #include "daemon/run_internal.h"
@@ -28,8 +30,10 @@
 /* Weight of the newest round in the capacity (samples/s) EWMA. */
 #define CAPACITY_RHO 0.3
 /* Knowledge transfer compares every node on the same first rows of the eval
- * set, at most this many, so the scores are comparable and cheap. */
+ * set, at most this many, so the scores are comparable and cheap (text: the
+ * same first windows of the held-out text). */
 #define TRANSFER_PROBE_ROWS 1000
+#define TRANSFER_PROBE_WINDOWS 64
 #define WHY_MAX 512
 
 /* Overlap fill (overlap_fill = F > 0): up to F x H local steps taken while the
@@ -49,8 +53,12 @@ typedef struct {
 typedef struct {
   td_run_t *run;
   td_backend_t *be;
-  td_dataset_t *train, *test, *val; /* val: knowledge transfer's probe rows, or NULL */
+  td_shard_t data;                  /* the node's partition: rows, or bytes of text */
+  td_dataset_t *train, *test, *val; /* borrowed from data; val: knowledge transfer's probe
+                                       rows (owned), or NULL */
   const td_dataset_t *eval_set;
+  bool text;                        /* a token model on text: evaluation in bits per byte */
+  size_t probe_bytes;               /* text: knowledge transfer's probe prefix, 0 = none */
   td_trainer_t *tr;
   float *params; /* the trainer's model */
   unsigned batch;  /* rows per step now */
@@ -116,10 +124,14 @@ static td__run_flow_t fill_until(compute_t *c, uint64_t round, unsigned max_step
 /* ---- what the loop and peers hand over ------------------------------------------------ */
 
 /* Fold a pending knowledge-transfer merge into params (and the round start,
- * so the merge is not mistaken for local progress). */
-static void apply_merge(td_run_t *run, float *params) {
+ * so the merge is not mistaken for local progress). A merge with lambda 1
+ * replaces the model wholesale: the optimizer state of the old trajectory is
+ * reset with it (compute/optim.h), a partial merge keeps it. */
+static void apply_merge(td_run_t *run, td_trainer_t *tr, float *params) {
+  bool replaced = false;
   pthread_mutex_lock(&run->mu);
   if (run->merge_lambda > 0) {
+    replaced = run->merge_lambda >= 1;
     float l = (float)run->merge_lambda;
     for (size_t i = 0; i < run->numel; i++) {
       params[i] = (1.0f - l) * params[i] + l * run->merge[i];
@@ -128,6 +140,8 @@ static void apply_merge(td_run_t *run, float *params) {
     run->merge_lambda = 0;
   }
   pthread_mutex_unlock(&run->mu);
+  if (replaced)
+    td_trainer_reset_optim(tr); /* TD_ENOMEM keeps the old state: still a valid optimizer */
 }
 
 /* Rows per step for `round`: the newest batch plan that has begun, else `current`. */
@@ -223,50 +237,21 @@ static td__run_flow_t post_round_extras(compute_t *c, uint64_t r, bool settle) {
  * loop can compare with peers and serve the model to a lagging one. A probe
  * that cannot be evaluated is skipped: the next one will do. */
 static td__run_flow_t post_probe(compute_t *c, uint64_t round) {
-  double loss = NAN, acc = NAN;
+  double loss = NAN, acc = NAN, bpb = NAN;
   char why[WHY_MAX];
-  if (td_trainer_evaluate(c->tr, c->val, &loss, &acc, why, sizeof why) != 0 || !isfinite(loss))
+  int rc = c->text ? td_trainer_evaluate_text(c->tr, td_text_data(c->data.text_valid),
+                                              c->probe_bytes, &bpb, why, sizeof why)
+                   : td_trainer_evaluate(c->tr, c->val, &loss, &acc, why, sizeof why);
+  if (c->text)
+    loss = bpb; /* lower is better either way: the transfer compares losses */
+  if (rc != 0 || !isfinite(loss))
     return TD__RUN_GO_ON;
-  td_run_event_t ev = {.kind = TD_RUN_PROBE, .round = round, .loss = loss, .accuracy = acc};
+  td_run_event_t ev = {.kind = TD_RUN_PROBE, .round = round, .loss = loss, .accuracy = acc,
+                       .bpb = bpb};
   return td__run_post_copy(c->run, &ev, "the transfer probe", c->params, c->run->numel, NULL, 0);
 }
 
 /* ---- setting up ------------------------------------------------------------------------ */
-
-static int load_partition(td_run_t *run, td_dataset_t **train, td_dataset_t **test,
-                          size_t *full_rows, char *why, size_t n) {
-  int rc = td_dataset_open(train, test, run->spec.dataset, why, n);
-  if (rc != 0)
-    return rc;
-  double mean, std;
-  td_dataset_stats(*train, &mean, &std);
-  td_dataset_normalize(*train, mean, std);
-  if (*test != NULL)
-    td_dataset_normalize(*test, mean, std);
-  *full_rows = td_dataset_rows(*train);
-  td_partition_t part;
-  if ((rc = td_partition_parse(&part, run->spec.partition, why, n)) != 0)
-    return rc;
-  if (part.kind == TD_PARTITION_ALL || run->nodes == 1)
-    return 0;
-  uint32_t *idx = NULL;
-  size_t count = 0;
-  rc = td_partition_indices(&part, td_dataset_labels_const(*train), td_dataset_rows(*train),
-                            td_dataset_classes(*train), run->rank, run->nodes, run->spec.seed,
-                            &idx, &count);
-  if (rc == 0 && count == 0)
-    rc = td_why(why, n, TD_ECONFIG, "partition %s leaves node %u of %u without samples",
-                run->spec.partition, run->rank, run->nodes);
-  td_dataset_t *sub = NULL;
-  if (rc == 0)
-    rc = td_dataset_subset(&sub, *train, idx, count);
-  free(idx);
-  if (rc != 0)
-    return why[0] ? rc : td_why(why, n, rc, "cannot partition the dataset: %s", td_strerror(rc));
-  td_dataset_close(train);
-  *train = sub;
-  return 0;
-}
 
 static double trainer_lr_at(const void *tr, unsigned long step) {
   return td_trainer_lr_at(tr, step);
@@ -275,6 +260,12 @@ static double trainer_lr_at(const void *tr, unsigned long step) {
 /* Knowledge transfer's probe rows: the first rows of the eval set. Without
  * memory for them the run goes on without probes. */
 static void open_probe_rows(compute_t *c) {
+  if (c->text) {
+    size_t window = (size_t)td_model_context(td_trainer_model(c->tr)) + 1;
+    size_t want = TRANSFER_PROBE_WINDOWS * window, have = td_text_bytes(c->data.text_valid);
+    c->probe_bytes = have < want ? have : want;
+    return;
+  }
   size_t rows = td_dataset_rows(c->eval_set);
   size_t nv = rows < TRANSFER_PROBE_ROWS ? rows : TRANSFER_PROBE_ROWS;
   uint32_t *idx = malloc(nv * sizeof *idx);
@@ -290,11 +281,20 @@ static void open_probe_rows(compute_t *c) {
 static td__run_flow_t set_up(compute_t *c) {
   td_run_t *run = c->run;
   const td_runspec_t *sp = &run->spec;
-  size_t full_rows = 0;
-  if (td_backend_open(&c->be, sp->backend, (int)sp->threads, c->why, sizeof c->why) != 0 ||
-      load_partition(run, &c->train, &c->test, &full_rows, c->why, sizeof c->why) != 0)
+  if (td_backend_open(&c->be, sp->backend, (int)sp->threads, c->why, sizeof c->why) != 0)
     return fail(c);
-  td_steps_opts_t plan = {.train_rows = full_rows, .batch = sp->batch, .epochs = sp->epochs,
+  td_shard_opts_t shard = {.dataset = td_runspec_dataset(sp), .partition = sp->partition,
+                           .rank = run->rank, .nodes = run->nodes, .seed = sp->seed};
+  if (td_shard_open(&c->data, &shard, c->why, sizeof c->why) != 0)
+    return fail(c);
+  c->train = c->data.train;
+  c->test = c->data.test;
+  c->text = c->data.text_train != NULL;
+  /* a text epoch is bytes / (batch x CONTEXT) steps: the plan counts windows */
+  size_t samples = c->data.full_count;
+  if (c->text)
+    samples /= (size_t)td_model_context(run->probe);
+  td_steps_opts_t plan = {.train_rows = samples, .batch = sp->batch, .epochs = sp->epochs,
                           .rounds = sp->rounds, .local_steps = sp->local_steps,
                           .qsr_alpha = sp->qsr_alpha, .warmup_steps = sp->warmup_steps,
                           .lr_at = trainer_lr_at};
@@ -308,14 +308,20 @@ static td__run_flow_t set_up(compute_t *c) {
       .warmup_steps = sp->warmup_steps,
       .epochs = 1,
       .total_steps = td_steps_lr_horizon(&plan),
-      .sgd = {.momentum = sp->momentum, .nesterov = sp->nesterov,
-              .weight_decay = sp->weight_decay},
   };
-  if (td_trainer_open(&c->tr, c->be, c->train, &opts, c->why, sizeof c->why) != 0 ||
+  td_runspec_optim_opts(sp, &opts.optim);
+  int rc = c->text ? td_trainer_open_text(&c->tr, c->be, td_text_data(c->data.text_train),
+                                          td_text_bytes(c->data.text_train), &opts, c->why,
+                                          sizeof c->why)
+                   : td_trainer_open(&c->tr, c->be, c->train, &opts, c->why, sizeof c->why);
+  if (rc != 0 ||
       (c->test != NULL && td_trainer_check_dataset(c->tr, c->test, c->why, sizeof c->why) != 0))
     return fail(c);
+  if (c->text && td_text_check_window(c->data.text_valid, td_model_context(run->probe),
+                                      "held-out text", c->why, sizeof c->why) != 0)
+    return fail(c);
   plan.lr_ctx = c->tr;
-  int rc = td_steps_plan(&plan, &run->rounds, &run->steps_of);
+  rc = td_steps_plan(&plan, &run->rounds, &run->steps_of);
   if (rc != 0) {
     snprintf(c->why, sizeof c->why, "cannot plan the rounds: %s", td_strerror(rc));
     return fail(c);
@@ -356,6 +362,12 @@ static td__run_flow_t wait_seed(compute_t *c) {
     return TD__RUN_STOPPED;
   memcpy(c->params, run->anchor, run->numel * sizeof(float));
   memcpy(run->start, c->params, run->numel * sizeof(float));
+  /* the optimizer state is local and never travels: a joiner starts it from
+   * zero on the members' model (compute/optim.h) */
+  if (td_trainer_reset_optim(c->tr) != 0) {
+    snprintf(c->why, sizeof c->why, "out of memory resetting the optimizer");
+    return fail(c);
+  }
   unsigned long step = 0;
   for (uint64_t r = 1; r < run->first_round && r <= run->rounds; r++)
     step += td_run_steps_of(run, r);
@@ -375,7 +387,7 @@ static td__run_flow_t round_begin(compute_t *c, uint64_t round) {
   if (run->spec.mode_kind == TD_MODE_ASYNC && round > ahead &&
       wait_release(c, round - ahead) != TD__RUN_GO_ON)
     return TD__RUN_STOPPED;
-  apply_merge(run, c->params);
+  apply_merge(run, c->tr, c->params);
   td__run_apply_reconciled(run, c->params);
   c->batch = batch_for(run, round, c->batch);
   td_trainer_set_batch(c->tr, c->batch);
@@ -488,16 +500,23 @@ static td__run_flow_t after_round_async(compute_t *c, uint64_t round,
 static td__run_flow_t round_end(compute_t *c, uint64_t round) {
   td_run_t *run = c->run;
   td__run_flow_t f = TD__RUN_GO_ON;
-  if (c->val != NULL && round % run->spec.transfer == 0 && round < run->rounds &&
+  bool probes = c->val != NULL || c->probe_bytes > 0;
+  if (probes && round % run->spec.transfer == 0 && round < run->rounds &&
       (f = post_probe(c, round)) != TD__RUN_GO_ON)
     return f;
   if (round % run->spec.eval_every != 0 && round != run->rounds)
     return TD__RUN_GO_ON;
-  double loss = NAN, acc = NAN;
-  if (td_trainer_evaluate(c->tr, c->eval_set, &loss, &acc, c->why, sizeof c->why) != 0)
+  double loss = NAN, acc = NAN, bpb = NAN;
+  int rc = c->text ? td_trainer_evaluate_text(c->tr, td_text_data(c->data.text_valid),
+                                              td_text_bytes(c->data.text_valid), &bpb, c->why,
+                                              sizeof c->why)
+                   : td_trainer_evaluate(c->tr, c->eval_set, &loss, &acc, c->why, sizeof c->why);
+  if (rc != 0)
     return fail(c);
+  if (c->text)
+    loss = bpb * log(2.0); /* mean cross-entropy in nats, like the classes' test loss */
   td_run_event_t ev = {.kind = round == run->rounds ? TD_RUN_FINISHED : TD_RUN_EVAL,
-                       .round = round, .loss = loss, .accuracy = acc};
+                       .round = round, .loss = loss, .accuracy = acc, .bpb = bpb};
   return td__run_post(run, &ev) ? TD__RUN_GO_ON : TD__RUN_STOPPED;
 }
 
@@ -535,8 +554,7 @@ void *td__run_compute_main(void *arg) {
   }
   td_dataset_close(&c.val);
   td_trainer_close(&c.tr);
-  td_dataset_close(&c.train);
-  td_dataset_close(&c.test);
+  td_shard_close(&c.data);
   td_backend_close(&c.be);
   return NULL;
 }

@@ -19,6 +19,7 @@
 #include "compute/model.h"
 #include "compute/optim.h"
 #include "compute/partition.h"
+#include "compute/text.h"
 
 typedef enum { KEY_STR, KEY_UINT, KEY_U64, KEY_DOUBLE, KEY_BOOL } key_type_t;
 
@@ -58,12 +59,13 @@ static int check_backend(td_runspec_t *rs, const char *v, char *why, size_t n) {
 
 static int check_dataset(td_runspec_t *rs, const char *v, char *why, size_t n) {
   (void)rs;
-  if (strcmp(v, "fashion-mnist") == 0 || (strncmp(v, "idx:", 4) == 0 && v[4] != '\0') ||
+  if (strcmp(v, "auto") == 0 || strcmp(v, "fashion-mnist") == 0 ||
+      (strncmp(v, "idx:", 4) == 0 && v[4] != '\0') ||
       (strncmp(v, "csv:", 4) == 0 && v[4] != '\0') ||
       (strncmp(v, "text:", 5) == 0 && v[5] != '\0'))
     return 0;
   return td_why(why, n, TD_ECONFIG,
-                "unknown dataset '%s' (accepted: fashion-mnist, idx:TRAIN_IMAGES,TRAIN_LABELS"
+                "unknown dataset '%s' (accepted: auto, fashion-mnist, idx:TRAIN_IMAGES,TRAIN_LABELS"
                 "[,TEST_IMAGES,TEST_LABELS], csv:TRAIN[,TEST], text:fortunes, "
                 "text:PATH[,VALID_PATH])",
                 v);
@@ -251,9 +253,10 @@ bad:
 #define F(field) offsetof(td_runspec_t, field)
 static const run_key_t td__run_keys[] = {
     {"model", KEY_STR, F(model), "mlp:784-256-128-10", 0, 0, check_model,
-     "model spec: mlp:IN-H1-...-OUT (dense + ReLU, softmax cross-entropy)"},
-    {"dataset", KEY_STR, F(dataset), "fashion-mnist", 0, 0, check_dataset,
-     "fashion-mnist | idx:TRAIN_IMAGES,TRAIN_LABELS[,TEST_IMAGES,TEST_LABELS] | csv:TRAIN[,TEST]"
+     "model spec: mlp:IN-H1-...-OUT | cnn | resnet | gpt:L-W-H-T | layers:..."},
+    {"dataset", KEY_STR, F(dataset), "auto", 0, 0, check_dataset,
+     "auto (text:fortunes for a gpt model, else fashion-mnist) | fashion-mnist"
+     " | idx:TRAIN_IMAGES,TRAIN_LABELS[,TEST_IMAGES,TEST_LABELS] | csv:TRAIN[,TEST]"
      " | text:fortunes | text:PATH[,VALID_PATH] (bytes as tokens; 10% held out without "
      "VALID_PATH)"},
     {"partition", KEY_STR, F(partition), "iid", 0, 0, check_partition,
@@ -498,7 +501,42 @@ int td_runspec_load_ini_text(td_runspec_t *rs, const char *text, const char *ori
   return ini_result(line, &ctx, sub, origin, why, why_len);
 }
 
+/* Token models (gpt) read text; every other model reads features. */
+static bool token_model(const char *model) { return strncmp(model, "gpt:", 4) == 0; }
+
+const char *td_runspec_dataset(const td_runspec_t *rs) {
+  if (strcmp(rs->dataset, "auto") != 0)
+    return rs->dataset;
+  return token_model(rs->model) ? TD_TEXT_DEFAULT_SPEC : "fashion-mnist";
+}
+
+bool td_runspec_is_text(const td_runspec_t *rs) {
+  return strncmp(td_runspec_dataset(rs), "text:", 5) == 0;
+}
+
+void td_runspec_optim_opts(const td_runspec_t *rs, td_optim_opts_t *out) {
+  *out = (td_optim_opts_t){.kind = (td_optim_kind_t)rs->optimizer_kind,
+                           .weight_decay = rs->weight_decay,
+                           .clip = rs->clip,
+                           .momentum = rs->momentum,
+                           .nesterov = rs->nesterov,
+                           .beta1 = rs->beta1,
+                           .beta2 = rs->beta2,
+                           .eps = rs->eps};
+}
+
 int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len) {
+  bool text = td_runspec_is_text(rs);
+  if (token_model(rs->model) && !text)
+    return td_why(why, why_len, TD_ECONFIG,
+                  "model %s reads byte tokens but dataset %s has image or CSV features "
+                  "(use text:PATH, text:fortunes or leave dataset unset)",
+                  rs->model, rs->dataset);
+  if (!token_model(rs->model) && text)
+    return td_why(why, why_len, TD_ECONFIG,
+                  "model %s reads float features but dataset %s is text "
+                  "(use a gpt:L-W-H-T model)",
+                  rs->model, td_runspec_dataset(rs));
   if (rs->nesterov && rs->optimizer_kind != TD_OPTIM_SGD)
     return td_why(why, why_len, TD_ECONFIG, "nesterov: applies to optimizer = sgd, not %s",
                   rs->optimizer);

@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "compute/optim.h"
+
 #define TD_RUNSPEC_STR_MAX 1024
 #define TD_RUNSPEC_MAX_SLOWDOWNS 64
 
@@ -25,7 +27,7 @@ typedef enum {
 
 typedef struct {
   char model[TD_RUNSPEC_STR_MAX];       /* mlp:784-256-128-10 */
-  char dataset[TD_RUNSPEC_STR_MAX];     /* fashion-mnist | idx:... | csv:... | text:... */
+  char dataset[TD_RUNSPEC_STR_MAX];     /* auto | fashion-mnist | idx:... | csv:... | text:... */
   char partition[TD_RUNSPEC_STR_MAX];   /* all | iid | dirichlet:A | shard:K */
   char node[TD_RUNSPEC_STR_MAX];        /* K/N: which partition (standalone) */
   char lr_schedule[TD_RUNSPEC_STR_MAX]; /* constant | cosine | step:E[:G] */
@@ -87,7 +89,17 @@ int td_runspec_load_ini(td_runspec_t *rs, const char *path, char *why, size_t wh
  * in errors. TD_ECONFIG (with the line number) + why. */
 int td_runspec_load_ini_text(td_runspec_t *rs, const char *text, const char *origin, char *why,
                              size_t why_len);
-/* Cross-key checks (e.g. nesterov needs momentum > 0). */
+/* The dataset the run trains on: the `dataset` key, where `auto` (the
+ * default) means text:fortunes (TD_TEXT_DEFAULT_SPEC) for a gpt model and
+ * fashion-mnist for every other. Every node resolves it the same way. */
+const char *td_runspec_dataset(const td_runspec_t *rs);
+/* The trainer's optimizer options from optimizer, momentum, nesterov,
+ * weight_decay, beta1, beta2, eps and clip. */
+void td_runspec_optim_opts(const td_runspec_t *rs, td_optim_opts_t *out);
+/* Whether that dataset is text (bits per byte) rather than classes (accuracy). */
+bool td_runspec_is_text(const td_runspec_t *rs);
+/* Cross-key checks (e.g. nesterov needs momentum > 0, a gpt model needs text
+ * and every other model features). */
 int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len);
 /* Canonical "key = value\n" lines in table order; returns the length that the
  * full text needs (snprintf semantics). */

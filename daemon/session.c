@@ -83,6 +83,7 @@ static void session_stats(const td__session_t *s, td__run_stats_t *out) {
                            .rounds = s->rounds, .first_round = s->first_round, .rank = s->rank,
                            .nodes = s->n_members, .loss = s->own_loss,
                            .eval_accuracy = s->last_eval_acc, .test_accuracy = s->test_accuracy,
+                           .eval_bpb = s->last_eval_bpb, .test_bpb = s->test_bpb,
                            .capacity = s->capacity, .updates_received = s->updates_received,
                            .late_peers = s->late_peers};
   snprintf(out->codec, sizeof out->codec, "%s", td__outbox_codec(s->outbox));
@@ -100,7 +101,8 @@ void td__session_stats(td__node_t *n, td__run_stats_t *out) {
     *out = *n->last_run;
   } else {
     *out = (td__run_stats_t){.state = TD__RUN_IDLE, .codec = "none", .loss = NAN,
-                             .eval_accuracy = NAN, .test_accuracy = NAN, .capacity = NAN};
+                             .eval_accuracy = NAN, .test_accuracy = NAN, .capacity = NAN,
+                             .eval_bpb = NAN, .test_bpb = NAN};
   }
 }
 
@@ -158,7 +160,8 @@ static void on_round_done(td__session_t *s, const td_run_event_t *ev) {
                          .compute_s = ev->compute_s, .idle_s = ev->idle_s, .lr = ev->lr,
                          .capacity = ev->capacity, .done_at = td_clock_mono_s(),
                          .batch = ev->batch, .steps = ev->steps, .fill_steps = ev->fill_steps,
-                         .fill_s = ev->fill_s, .eval_acc = NAN};
+                         .fill_s = ev->fill_s, .eval_acc = NAN,
+                         .eval_bpb = NAN};
   s->own_done = ev->round;
   s->own_loss = ev->loss;
   s->node->totals.samples += ev->samples;
@@ -201,12 +204,18 @@ static void on_run_events(td_run_t *run, void *user) {
     case TD_RUN_EVAL:
     case TD_RUN_FINISHED:
       s->last_eval_acc = ev.accuracy;
+      s->last_eval_bpb = ev.bpb;
       s->test_loss = ev.loss;
-      td__rounds_eval(s, ev.round, ev.accuracy);
-      td_log_info("round %" PRIu64 "/%" PRIu64 ": test accuracy %.4f, test loss %.4f",
-                  ev.round, s->rounds, ev.accuracy, ev.loss);
+      td__rounds_eval(s, ev.round, ev.accuracy, ev.bpb);
+      if (isnan(ev.bpb))
+        td_log_info("round %" PRIu64 "/%" PRIu64 ": test accuracy %.4f, test loss %.4f",
+                    ev.round, s->rounds, ev.accuracy, ev.loss);
+      else
+        td_log_info("round %" PRIu64 "/%" PRIu64 ": held-out %.4f bits per byte", ev.round,
+                    s->rounds, ev.bpb);
       if (ev.kind == TD_RUN_FINISHED) {
         s->test_accuracy = ev.accuracy;
+        s->test_bpb = ev.bpb;
         td__session_finish(n, TD__RUN_FINISHED, ev.accuracy, NULL);
         return;
       }
@@ -305,6 +314,7 @@ int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
   s->rank = (unsigned)rank;
   s->rounds = spec.rounds; /* 0 (unknown) until the dataset is loaded */
   s->own_loss = s->test_accuracy = s->last_eval_acc = s->test_loss = NAN;
+  s->test_bpb = s->last_eval_bpb = NAN;
   for (size_t i = 0; i < TD_MEMBERS_MAX; i++)
     s->staleness[i] = -1;
   s->first_round = first_round;

@@ -161,10 +161,9 @@ run nobpb tc plot ab12 --y bpb -o "$T/x.png"
 expect_error nobpb "run ab12000000000001 \(n0\) has no bpb metric"
 run nostale tc plot ab12 cd56 --y staleness -o "$T/x.png"
 expect_error nostale "run cd56000000000003 \(n0\) has no staleness metric"
-# a ledger with a bits-per-byte column (text models) plots bpb
+# a run with bits-per-byte evaluations (text models; the column since ledger schema 3) plots bpb
 mkdir -p "$T/txt" && cp "$T/n0/traind.db" "$T/txt/traind.db"
-sqlite3 "$T/txt/traind.db" "ALTER TABLE rounds ADD COLUMN eval_bpb REAL;
-  UPDATE rounds SET eval_bpb = 8.0 / round WHERE round % 4 = 0"
+sqlite3 "$T/txt/traind.db" "UPDATE rounds SET eval_bpb = 8.0 / round WHERE round % 4 = 0"
 run bpb tc plot "$T/txt:ab12" --y bpb --x round -o "$T/bpb.png"
 pts=$(awk '/^\$s0 << EOD/ { on = 1; next } /^EOD/ { on = 0 } on' "$T/bpb.gp" | tr '\n' ' ')
 [ "$(rc_of bpb)" = 0 ] && [ "$pts" = "4 2 8 1 12 0.6666666667 " ] \

@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
       td_ledger_begin(l);
       double len = 1.5 + 0.5 * (double)k + 0.1 * node;
       td_ledger_round_t row = {
-          .run_id = runs[k].id, .round = r, .started = t, .ended = t + len,
+          .run_id = runs[k].id, .round = r, .started = t, .ended = t + len, .eval_bpb = NAN,
           .local_steps = 16, .batch = 64, .samples = 1024 + 32 * (uint64_t)node,
           .loss = 2.3 / (1.0 + 0.3 * r + 0.1 * (double)k) + 0.01 * node,
           .eval_acc = r % 2 == 0 ? 0.5 + 0.4 * (1.0 - 1.0 / (1.0 + 0.3 * r)) - 0.02 * (double)k

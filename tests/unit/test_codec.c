@@ -377,6 +377,54 @@ START_TEST(powersgd_exact_at_full_rank_and_on_rank_deficient_input) {
 }
 END_TEST
 
+/* A conv layer's tensors: PowerSGD sees the weight [OUT, C, K, K] as an
+ * OUT x C*K*K matrix (first dimension by the rest), so a weight of rank 2 in
+ * that view is exact at rank 2 (as (OUT*C) x (K*K), say, it has rank 9 and
+ * would not be); the bias and a norm weight (1-D) and a small matrix (under
+ * TD_CODEC_MIN_NUMEL) travel dense, i.e. exactly. */
+START_TEST(powersgd_sees_a_conv_weight_as_out_by_the_rest) {
+  enum { O = 16, C = 8, K = 3, CKK = C * K * K };
+  td_layout_t *l = NULL;
+  ck_assert_int_eq(td_layout_new(&l), 0);
+  uint32_t w[4] = {O, C, K, K}, b[1] = {O}, g[1] = {64}, small[2] = {16, 8};
+  td_layout_add(l, "conv.weight", 4, w);
+  td_layout_add(l, "conv.bias", 1, b);
+  td_layout_add(l, "norm.weight", 1, g);
+  td_layout_add(l, "head.weight", 2, small);
+  float *x = gaussian(td_layout_numel(l), 21, 1.0);
+  padding_zero(l, x);
+  const td_tensor_info_t *tw = td_layout_tensor(l, 0);
+  td_rng_t rng;
+  td_rng_seed(&rng, 22);
+  float u[2][O], v[2][CKK];
+  for (int r = 0; r < 2; r++) {
+    for (int i = 0; i < O; i++)
+      u[r][i] = (float)td_rng_normal(&rng);
+    for (int j = 0; j < CKK; j++)
+      v[r][j] = (float)td_rng_normal(&rng);
+  }
+  for (int i = 0; i < O; i++)
+    for (int j = 0; j < CKK; j++)
+      x[tw->offset + (size_t)i * CKK + (size_t)j] = u[0][i] * v[0][j] + u[1][i] * v[1][j];
+  size_t bytes;
+  float *y = through("powersgd:2", l, x, &bytes, NULL);
+  ck_assert_uint_lt(bytes, td_layout_param_count(l) * sizeof(float)); /* it did compress */
+  for (size_t t = 0; t < td_layout_count(l); t++) {
+    const td_tensor_info_t *ti = td_layout_tensor(l, t);
+    float xm = 0, err = 0;
+    for (size_t i = ti->offset; i < ti->offset + ti->numel; i++) {
+      xm = fmaxf(xm, fabsf(x[i]));
+      err = fmaxf(err, fabsf(y[i] - x[i]));
+    }
+    ck_assert_msg(t == 0 ? err <= 1e-4f * xm : err == 0.0f, "%s: error %g of max %g", ti->name,
+                  err, xm);
+  }
+  free(y);
+  free(x);
+  td_layout_free(&l);
+}
+END_TEST
+
 START_TEST(edge_cases_one_element_zero_constant_nan) {
   static const char *codecs[] = {"none", "fp16", "ternary", "ternary:base3", "topk:0.01",
                                  "powersgd:4", "qsgd:7"};
@@ -571,6 +619,7 @@ int main(void) {
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, specs_parse_and_refuse);
+  tcase_add_test(tc, powersgd_sees_a_conv_weight_as_out_by_the_rest);
   tcase_add_test(tc, none_is_exact_and_fp16_is_close);
   tcase_add_test(tc, error_feedback_conserves_mass);
   tcase_add_test(tc, topk_sends_exactly_the_largest);

@@ -59,7 +59,7 @@ START_TEST(rounds_and_updates_are_recorded) {
     td_ledger_round_t row = {.run_id = run, .round = r, .started = 100.0 + r,
                              .ended = 100.5 + r, .local_steps = 8, .batch = 64,
                              .samples = 512, .loss = 1.0 / r, .eval_acc = r % 5 ? NAN : 0.5,
-                             .bytes_sent = 1000, .bytes_recv = 2000, .lr = 0.1};
+                             .bytes_sent = 1000, .bytes_recv = 2000, .lr = 0.1, .eval_bpb = NAN};
     ck_assert_int_eq(td_ledger_round_add(l, &row), 0);
     td_ledger_update_t up = {.run_id = run, .round = r, .peer = 7, .peer_round = r - 1,
                              .staleness = 1, .bytes = 999, .codec = "none", .ratio = 1.0,
@@ -137,15 +137,18 @@ START_TEST(links_capacity_and_migration_from_v1) {
   ck_assert_msg(td_ledger_open(&l, path, why, sizeof why) == 0, "%s", why);
   td_ledger_round_t row = {.run_id = 5, .round = 2, .started = 3, .ended = 4, .local_steps = 8,
                            .batch = 40, .samples = 320, .loss = 0.4, .eval_acc = NAN,
-                           .compute_s = 0.25, .wait_s = 0.01, .capacity = 1280};
+                           .eval_bpb = 2.5, .compute_s = 0.25, .wait_s = 0.01, .capacity = 1280};
   ck_assert_int_eq(td_ledger_round_add(l, &row), 0);
   td_ledger_link_t k = {.run_id = 5, .round = 2, .peer = 9, .at = 4, .goodput_bps = 2.5e5,
                         .rtt_ms = 12, .codec = "topk:0.01", .budget_bytes = 5e4,
                         .window_bytes = 0, .bytes_sent = 48000};
   ck_assert_int_eq(td_ledger_link_add(l, &k), 0);
   td_ledger_close(&l);
-  ck_assert_int_eq(pragma_int("PRAGMA user_version"), 2);
+  ck_assert_int_eq(pragma_int("PRAGMA user_version"), TD_LEDGER_SCHEMA_VERSION);
   ck_assert_int_eq(pragma_int("SELECT count(*) FROM rounds WHERE run_id = 5"), 2);
+  /* 2 -> 3: the bits-per-byte column, NULL for the old row */
+  ck_assert_int_eq(pragma_int("SELECT eval_bpb * 10 FROM rounds WHERE round = 2"), 25);
+  ck_assert_int_eq(pragma_int("SELECT eval_bpb IS NULL FROM rounds WHERE round = 1"), 1);
   ck_assert_int_eq(pragma_int("SELECT capacity FROM rounds WHERE round = 2"), 1280);
   ck_assert_int_eq(pragma_int("SELECT capacity IS NULL FROM rounds WHERE round = 1"), 1);
   ck_assert_int_eq(pragma_int("SELECT bytes_sent FROM links WHERE peer = 9 AND round = 2"

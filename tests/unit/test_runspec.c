@@ -34,7 +34,7 @@ START_TEST(defaults_are_valid_and_documented) {
   td_runspec_defaults(&rs);
   ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), 0);
   ck_assert_str_eq(rs.model, "mlp:784-256-128-10");
-  ck_assert_str_eq(rs.dataset, "fashion-mnist");
+  ck_assert_str_eq(rs.dataset, "auto");
   ck_assert_str_eq(rs.partition, "iid");
   ck_assert_uint_eq(rs.node_rank, 0);
   ck_assert_uint_eq(rs.node_count, 1);

@@ -39,7 +39,7 @@ static char *synthetic_csv(void) {
 static td_trainer_opts_t small_opts(uint64_t seed) {
   return (td_trainer_opts_t){.model_spec = "mlp:8-16-3", .batch = 32, .seed = seed, .lr = 0.05,
                              .lr_schedule = "cosine", .epochs = 3,
-                             .sgd = {.momentum = 0.9, .nesterov = true, .weight_decay = 1e-4}};
+                             .optim = {.momentum = 0.9, .nesterov = true, .weight_decay = 1e-4}};
 }
 
 /* Train 3 epochs from scratch on a fresh copy of the data. */
@@ -205,6 +205,46 @@ START_TEST(fill_steps_do_not_advance_the_schedule) {
 }
 END_TEST
 
+/* The run keys' optimizer reaches the trainer: optimizer = adamw keeps two
+ * state buffers and counts its steps (bias correction), and
+ * td_trainer_reset_optim (a late joiner, a full model transfer) zeroes them. */
+START_TEST(adamw_through_the_trainer_and_reset) {
+  char *csv = synthetic_csv();
+  td_backend_t *be = NULL;
+  char why[256] = "";
+  ck_assert_int_eq(td_backend_open(&be, "cpu", 1, why, sizeof why), 0);
+  td_dataset_t *ds = NULL;
+  ck_assert_int_eq(td_dataset_load_csv(&ds, csv, why, sizeof why), 0);
+  td_trainer_opts_t o = small_opts(4);
+  o.lr = 0.01;
+  o.optim = (td_optim_opts_t){.kind = TD_OPTIM_ADAMW, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                              .weight_decay = 0.01, .clip = 1.0};
+  td_trainer_t *tr = NULL;
+  ck_assert_msg(td_trainer_open(&tr, be, ds, &o, why, sizeof why) == 0, "%s", why);
+  td_optim_t *opt = td_trainer_optim(tr);
+  ck_assert_int_eq(td_optim_kind(opt), TD_OPTIM_ADAMW);
+  ck_assert_uint_eq(td_optim_state_count(opt), 2);
+  td_train_stats_t first, st;
+  ck_assert_int_eq(td_trainer_steps(tr, 1, &first, why, sizeof why), 0);
+  ck_assert_int_eq(td_trainer_steps(tr, 29, &st, why, sizeof why), 0);
+  ck_assert_uint_eq(td_optim_steps(opt), 30);
+  ck_assert_msg(st.loss < 0.7 * first.loss, "AdamW did not learn: %g -> %g", first.loss, st.loss);
+  size_t n = td_model_numel(td_trainer_model(tr));
+  double mass = 0;
+  for (size_t i = 0; i < n; i++)
+    mass += fabs(td_optim_state(opt, 0)[i]) + fabs(td_optim_state(opt, 1)[i]);
+  ck_assert(mass > 0);
+  ck_assert_int_eq(td_trainer_reset_optim(tr), 0);
+  ck_assert_uint_eq(td_optim_steps(opt), 0);
+  for (size_t i = 0; i < n; i++)
+    ck_assert(td_optim_state(opt, 0)[i] == 0.0f && td_optim_state(opt, 1)[i] == 0.0f);
+  td_trainer_close(&tr);
+  td_dataset_close(&ds);
+  td_backend_close(&be);
+  unlink(csv);
+}
+END_TEST
+
 /* The acceptance bar of the foundation issue, on the real dataset. */
 START_TEST(fashion_mnist_one_epoch_reaches_083) {
   char why[512] = "";
@@ -221,7 +261,7 @@ START_TEST(fashion_mnist_one_epoch_reaches_083) {
   td_trainer_t *tr = NULL;
   td_trainer_opts_t o = {.model_spec = "mlp:784-256-128-10", .batch = 64, .seed = 1,
                          .lr = 0.05, .lr_schedule = "cosine", .epochs = 1,
-                         .sgd = {.momentum = 0.9}};
+                         .optim = {.momentum = 0.9}};
   /* cosine decay (the default schedule): with a constant rate the last iterate
    * of one epoch wanders between 0.82 and 0.85 from seed to seed */
   ck_assert_msg(td_trainer_open(&tr, be, train, &o, why, sizeof why) == 0, "%s", why);
@@ -268,7 +308,7 @@ START_TEST(a_gpt_learns_text_in_bits_per_byte) {
   ck_assert_int_eq(td_backend_open(&be, "cpu", 1, why, sizeof why), 0);
   td_trainer_opts_t o = {.model_spec = "gpt:1-32-2-16", .batch = 8, .seed = 1, .lr = 0.05,
                          .lr_schedule = "constant", .epochs = 1,
-                         .sgd = {.momentum = 0.9, .nesterov = true}};
+                         .optim = {.momentum = 0.9, .nesterov = true}};
   td_trainer_t *tr = NULL;
   ck_assert_msg(td_trainer_open_text(&tr, be, text, bytes - valid, &o, why, sizeof why) == 0,
                 "%s", why);
@@ -331,7 +371,7 @@ START_TEST(cnn_learns_fashion_mnist_in_200_steps) {
   ck_assert_int_eq(td_backend_open(&be, "cpu", 0, why, sizeof why), 0);
   td_trainer_t *tr = NULL;
   td_trainer_opts_t o = {.model_spec = "cnn", .batch = 64, .seed = 1, .lr = 0.05,
-                         .lr_schedule = "cosine", .total_steps = 200, .sgd = {.momentum = 0.9}};
+                         .lr_schedule = "cosine", .total_steps = 200, .optim = {.momentum = 0.9}};
   ck_assert_msg(td_trainer_open(&tr, be, train, &o, why, sizeof why) == 0, "%s", why);
   td_train_stats_t st;
   ck_assert_int_eq(td_trainer_steps(tr, 200, &st, why, sizeof why), 0);
@@ -357,6 +397,7 @@ int main(void) {
   tcase_add_test(tc, divergence_stops_with_enumeric);
   tcase_add_test(tc, set_batch_changes_rows_per_step);
   tcase_add_test(tc, fill_steps_do_not_advance_the_schedule);
+  tcase_add_test(tc, adamw_through_the_trainer_and_reset);
   tcase_add_test(tc, fashion_mnist_one_epoch_reaches_083);
   tcase_add_test(tc, a_gpt_learns_text_in_bits_per_byte);
   tcase_add_test(tc, cnn_learns_fashion_mnist_in_200_steps);
