@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "compute/rng.h"
 #include "compute/trainer.h"
 

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 
 struct td_progress {
   FILE *out;

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "compress/codec_impl.h"
-#include "compute/error.h"
+#include "common/error.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the wire format is little-endian");
 

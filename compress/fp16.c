@@ -5,7 +5,7 @@
 #include <stdbool.h>
 
 #include "compress/codec_impl.h"
-#include "compute/error.h"
+#include "common/error.h"
 
 static size_t fp16_bound(const td_codec_spec_t *s, size_t n, size_t m) {
   (void)s;

@@ -1,7 +1,7 @@
 /* none.c: the identity codec, fp32 little-endian. Also carries the small and
  * 1-D tensors of every other codec. */
 #include "compress/codec_impl.h"
-#include "compute/error.h"
+#include "common/error.h"
 
 static size_t none_bound(const td_codec_spec_t *s, size_t n, size_t m) {
   (void)s;

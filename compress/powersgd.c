@@ -15,7 +15,7 @@
 
 #include "compress/codec_impl.h"
 #include "compress/powersgd.h"
-#include "compute/error.h"
+#include "common/error.h"
 
 static unsigned effective_rank(unsigned rank, size_t n, size_t m) {
   size_t r = rank;

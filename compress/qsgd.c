@@ -7,7 +7,7 @@
 #include <math.h>
 
 #include "compress/codec_impl.h"
-#include "compute/error.h"
+#include "common/error.h"
 
 #define BUCKET 512
 

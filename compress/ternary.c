@@ -11,7 +11,7 @@
 #include <math.h>
 
 #include "compress/codec_impl.h"
-#include "compute/error.h"
+#include "common/error.h"
 
 #define LANES 16
 

@@ -12,7 +12,7 @@
 #include <math.h>
 
 #include "compress/codec_impl.h"
-#include "compute/error.h"
+#include "common/error.h"
 
 enum { CODING_VARINT = 0, CODING_BITMAP = 1, CODING_DENSE = 2 };
 

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "compute/backend_impl.h"
-#include "compute/error.h"
+#include "common/error.h"
 
 #ifndef HAVE_CUDA
 const td_backend_iface_t *const td__backend_cuda = NULL;

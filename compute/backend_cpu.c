@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "compute/backend_impl.h"
-#include "compute/error.h"
+#include "common/error.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define TD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))

@@ -34,7 +34,7 @@
 
 extern "C" {
 #include "compute/backend_impl.h"
-#include "compute/error.h"
+#include "common/error.h"
 #include "compute/rng.h"
 }
 

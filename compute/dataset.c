@@ -23,7 +23,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "compute/file.h"
 
 struct td_dataset {

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 
 static const char *kind_of(mode_t mode) {
   if (S_ISDIR(mode))

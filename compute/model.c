@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "compute/rng.h"
 
 #define TD__FORMS "mlp:IN-H1-...-OUT, cnn, resnet, gpt:LAYERS-WIDTH-HEADS-CONTEXT, layers:..."

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 
 #define TD__LR_FORMS \
   "constant, cosine, step:EPOCHS[:GAMMA] with EPOCHS an integer >= 1 and GAMMA in (0, 1]"

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "compute/rng.h"
 
 #define TD__PARTITION_MAX_NODES 4096u

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "compute/partition.h"
 
 static int open_text(td_shard_t *out, const td_shard_opts_t *o, const td_partition_t *part,

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "compute/file.h"
 
 struct td_text {

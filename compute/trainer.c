@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 
 struct td_trainer {
   td_backend_t *be;

@@ -11,7 +11,7 @@
 
 #include <inttypes.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "daemon/log.h"
 
 /* Drops logged one by one before only every LOG_EVERY-th is. */

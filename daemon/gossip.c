@@ -12,7 +12,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "daemon/log.h"
 
 static bool tcp_endpoint(const char *ep) { return ep != NULL && strncmp(ep, "tcp://", 6) == 0; }

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "daemon/log.h"
 
 /* Joiners asking for the seed before the compute thread posted it. */

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 
 static const char *const migrations[] = {
     /* 0 -> 1 */

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "daemon/settings.h"
 #include "daemon/log.h"
 #include "daemon/node.h"

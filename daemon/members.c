@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 
 struct td_members {
   td_member_t peers[TD_MEMBERS_MAX];

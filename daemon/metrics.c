@@ -18,7 +18,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 
 struct td_metrics {
   struct MHD_Daemon *mhd;

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "daemon/internal.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"

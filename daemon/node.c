@@ -21,7 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "daemon/internal.h"
 #include "daemon/log.h"
 

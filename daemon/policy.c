@@ -23,7 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "compute/model.h"
 #include "compute/optim.h"
 #include "daemon/internal.h"

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "daemon/log.h"
 #include "scheduler/plan.h"
 

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "compute/backend.h"
-#include "compute/error.h"
+#include "common/error.h"
 #include "daemon/run_internal.h"
 #include "scheduler/steps.h"
 

@@ -17,7 +17,7 @@
 
 #include "compute/backend.h"
 #include "compute/dataset.h"
-#include "compute/error.h"
+#include "common/error.h"
 #include "compute/shard.h"
 #include "compute/text.h"
 #include "compute/trainer.h"

@@ -15,7 +15,7 @@
 
 #include "compress/codec.h"
 #include "compute/backend.h"
-#include "compute/error.h"
+#include "common/error.h"
 #include "compute/model.h"
 #include "compute/optim.h"
 #include "compute/partition.h"

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "daemon/log.h"
 
 /* Mixed into the link codec seed: the 64-bit golden ratio (Fibonacci hashing). */

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/node.h"

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "daemon/log.h"
 
 /* A member's last validation score. */

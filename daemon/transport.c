@@ -21,7 +21,7 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "daemon/log.h"
 #include "scheduler/budget.h"
 

@@ -9,7 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 
 size_t td_control_frame_len(const uint8_t hdr[TD_CONTROL_HEADER_BYTES]) {
   return ((size_t)hdr[0] << 24) | ((size_t)hdr[1] << 16) | ((size_t)hdr[2] << 8) | hdr[3];

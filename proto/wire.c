@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 
 static int pack_common(const ProtobufCMessage *msg, size_t limit, uint8_t **out, size_t *len) {
   size_t n = protobuf_c_message_get_packed_size(msg);

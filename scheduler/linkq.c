@@ -12,7 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "scheduler/plan.h"
 
 /* Chunks in flight a link's ring first makes room for; it doubles from there. */

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 
 /* The QSR's H is capped here: (alpha / lr)^2 explodes as the rate nears 0,
  * and this keeps it exact in a double and within an unsigned long. */

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "compress/codec.h"
-#include "compute/error.h"
+#include "common/error.h"
 
 /* td_recon_plan: a member may be the hub when its uplink is at least this
  * fraction of the best (near-equal members do not flip the choice between

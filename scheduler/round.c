@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "compress/codec.h"
-#include "compute/error.h"
+#include "common/error.h"
 
 typedef struct {
   uint64_t peer;

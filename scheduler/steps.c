@@ -5,7 +5,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "scheduler/plan.h"
 
 /* Growth of the QSR plan's array: rounds are not known until planned. */

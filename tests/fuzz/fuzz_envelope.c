@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "proto/wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "compute/backend.h"
-#include "compute/error.h"
+#include "common/error.h"
 
 /* Whether this machine has a usable CUDA device (and the backend is built). */
 static bool have_gpu(void) {

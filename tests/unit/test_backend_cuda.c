@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "compute/backend.h"
-#include "compute/error.h"
+#include "common/error.h"
 #include "compute/rng.h"
 
 static const char *dut_name = "cuda";

@@ -15,7 +15,7 @@
 #include "compress/codec.h"
 #include "compress/codec_impl.h"
 #include "compress/powersgd.h"
-#include "compute/error.h"
+#include "common/error.h"
 #include "compute/rng.h"
 
 /* mlp:784-256-10-like layout: a big matrix, a bias, a small matrix */

@@ -25,7 +25,7 @@
 #include <zlib.h>
 
 #include "compute/dataset.h"
-#include "compute/error.h"
+#include "common/error.h"
 #include "compute/partition.h"
 #include "compute/rng.h"
 

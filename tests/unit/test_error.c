@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 
 START_TEST(every_code_has_a_name_and_message) {
   static const int codes[] = {

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "compute/backend.h"
-#include "compute/error.h"
+#include "common/error.h"
 #include "compute/model.h"
 #include "compute/params.h"
 #include "compute/rng.h"

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "daemon/ledger.h"
 
 static char dir[64], path[128];

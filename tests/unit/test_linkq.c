@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "compute/rng.h"
 #include "scheduler/linkq.h"
 

@@ -4,7 +4,7 @@
 #include <check.h>
 #include <stdlib.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "daemon/members.h"
 
 typedef struct {

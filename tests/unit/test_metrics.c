@@ -16,7 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "daemon/metrics.h"
 
 static td_metrics_link_t links[2] = {

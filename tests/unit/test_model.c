@@ -20,7 +20,7 @@
 
 #include "compute/backend.h"
 #include "compute/backend_impl.h"
-#include "compute/error.h"
+#include "common/error.h"
 #include "compute/model.h"
 #include "compute/optim.h"
 #include "compute/params.h"

@@ -15,7 +15,7 @@
 
 #include "compute/backend.h"
 #include "compute/backend_impl.h"
-#include "compute/error.h"
+#include "common/error.h"
 #include "compute/optim.h"
 #include "compute/rng.h"
 

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "compute/rng.h"
 #include "scheduler/plan.h"
 

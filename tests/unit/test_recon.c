@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "compress/codec.h"
-#include "compute/error.h"
+#include "common/error.h"
 #include "scheduler/recon.h"
 
 #define K 4

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "compress/codec.h"
-#include "compute/error.h"
+#include "common/error.h"
 #include "scheduler/round.h"
 
 #define ROWS 200

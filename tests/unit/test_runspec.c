@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "compute/optim.h"
 #include "daemon/runspec.h"
 

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "compute/shard.h"
 
 static char tmpdir[64];

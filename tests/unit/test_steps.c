@@ -8,7 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "scheduler/steps.h"
 
 START_TEST(totals_and_round_counts) {

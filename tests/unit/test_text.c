@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "compute/text.h"
 
 static char tmpdir[64];

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "compute/trainer.h"
 
 /* Three well-separated Gaussian blobs in 8 dimensions, labels 0..2. */

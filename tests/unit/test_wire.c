@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compute/error.h"
+#include "common/error.h"
 #include "compute/rng.h"
 #include "proto/wire.h"
 

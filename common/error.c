@@ -1,6 +1,6 @@
 /* error.c: strings for the TD_E* table in error.h, and the td_why() helper that
  * every parser uses to return a code together with a one-line explanation. */
-#include "compute/error.h"
+#include "common/error.h"
 
 #include <stdarg.h>
 #include <stdio.h>
