@@ -95,6 +95,9 @@ int td_metrics_format(const td_metrics_stats_t *s, char **text, size_t *len) {
   sample_double(f, "traind_run_loss", s->loss);
   family(f, "traind_run_eval_accuracy", "gauge", "Accuracy of the last evaluation.");
   sample_double(f, "traind_run_eval_accuracy", s->eval_accuracy);
+  family(f, "traind_run_eval_bpb", "gauge",
+         "Held-out loss in bits per byte of the last evaluation (text runs).");
+  sample_double(f, "traind_run_eval_bpb", s->eval_bpb);
   family(f, "traind_compute_seconds_total", "counter",
          "Seconds spent computing rounds (slowdown included).");
   sample_double(f, "traind_compute_seconds_total", s->compute_seconds_total);

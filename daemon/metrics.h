@@ -40,6 +40,7 @@ typedef struct {
   uint64_t rounds_total;     /* rounds completed since the daemon started */
   double loss;               /* last training loss; NaN if none */
   double eval_accuracy;      /* last evaluation; NaN if none */
+  double eval_bpb;           /* text runs: last held-out bits per byte; NaN otherwise */
   double compute_seconds_total, wait_seconds_total;
   uint64_t samples_total;
   uint64_t peers_alive, peers_suspect, peers_dead, peers_left;

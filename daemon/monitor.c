@@ -55,7 +55,7 @@ static void fill(td__node_t *n, snapshot_t *p) {
       .node_id = n->node_id, .version = PACKAGE_VERSION, .run_id = run.run_id,
       .running = run.state == TD__RUN_RUNNING, .round = run.rounds_done,
       .rounds_total = n->totals.rounds, .loss = run.run_id ? run.loss : NAN,
-      .eval_accuracy = run.eval_accuracy, .compute_seconds_total = n->totals.compute_s,
+      .eval_accuracy = run.eval_accuracy, .eval_bpb = run.eval_bpb, .compute_seconds_total = n->totals.compute_s,
       .wait_seconds_total = n->totals.wait_s, .samples_total = n->totals.samples,
       .links = p->links, .drops = p->drops, .n_drops = TD__DROP_COUNT};
   for (size_t i = 0; i < td_members_count(n->members); i++) {

@@ -31,6 +31,7 @@ static td_metrics_stats_t sample_stats(void) {
   return (td_metrics_stats_t){
       .node_id = 0xabcdef0123456789ull, .version = "0.1.0", .run_id = 0x1234ull, .running = 1,
       .round = 42, .rounds_total = 40, .loss = 0.5, .eval_accuracy = NAN,
+      .eval_bpb = 3.25,
       .compute_seconds_total = 12.5, .wait_seconds_total = 2.25, .samples_total = 64000,
       .peers_alive = 2, .peers_suspect = 0, .peers_dead = 1, .peers_left = 4, .links = links,
       .n_links = 2, .drops = drops, .n_drops = 2};
@@ -56,6 +57,7 @@ START_TEST(format_families_and_values) {
   ck_assert(has_line(text, "traind_info{node_id=\"abcdef0123456789\",version=\"0.1.0\"} 1"));
   ck_assert(has_line(text, "traind_run_running{run_id=\"0000000000001234\"} 1"));
   ck_assert(has_line(text, "traind_run_loss 0.5"));
+  ck_assert(has_line(text, "traind_run_eval_bpb 3.25"));
   ck_assert(has_line(text, "traind_compute_seconds_total 12.5"));
   ck_assert(has_line(text, "traind_wait_seconds_total 2.25"));
   ck_assert(has_line(text, "traind_peers{state=\"dead\"} 1"));
