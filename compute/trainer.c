@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "common/error.h"
+#include "compute/text.h"
 
 struct td_trainer {
   td_backend_t *be;
@@ -36,22 +37,6 @@ struct td_trainer {
   int32_t *tokens, *targets; /* max_batch x context each */
   td_rng_t text_rng;
 };
-
-/* tokens[r][t] = data[o+t], targets[r][t] = data[o+t+1], o uniform in
- * [0, bytes-context-1]; bytes > context. (The same contract as
- * td_text_windows() of compute/text.h.) */
-static void text_windows(const uint8_t *data, size_t bytes, int context, int rows, td_rng_t *rng,
-                         int32_t *tokens, int32_t *targets) {
-  size_t span = bytes - (size_t)context; /* offsets 0 .. span-1 */
-  for (int r = 0; r < rows; r++) {
-    size_t o = span <= UINT32_MAX ? td_rng_below(rng, (uint32_t)span)
-                                  : (size_t)(td_rng_uniform(rng) * (double)span);
-    for (int t = 0; t < context; t++) {
-      tokens[(size_t)r * (size_t)context + (size_t)t] = data[o + (size_t)t];
-      targets[(size_t)r * (size_t)context + (size_t)t] = data[o + (size_t)t + 1];
-    }
-  }
-}
 
 static double now_s(void) {
   struct timespec ts;
@@ -236,7 +221,7 @@ static int run_steps(td_trainer_t *tr, unsigned long n, bool advance, td_train_s
     int hits, rc;
     if (tr->text != NULL) {
       rows = tr->batch;
-      text_windows(tr->text, tr->text_bytes, td_model_context(tr->model), (int)rows,
+      td_text_windows(tr->text, tr->text_bytes, td_model_context(tr->model), (int)rows,
                    &tr->text_rng, tr->tokens, tr->targets);
       td_batch_t b = {.rows = (int)rows, .tokens = tr->tokens, .targets = tr->targets};
       rc = td_model_train(tr->model, &b, &loss, &hits);
