@@ -222,7 +222,7 @@ static int run_steps(td_trainer_t *tr, unsigned long n, bool advance, td_train_s
     if (tr->text != NULL) {
       rows = tr->batch;
       td_text_windows(tr->text, tr->text_bytes, td_model_context(tr->model), (int)rows,
-                   &tr->text_rng, tr->tokens, tr->targets);
+                      &tr->text_rng, tr->tokens, tr->targets);
       td_batch_t b = {.rows = (int)rows, .tokens = tr->tokens, .targets = tr->targets};
       rc = td_model_train(tr->model, &b, &loss, &hits);
     } else {
