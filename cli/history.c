@@ -318,6 +318,19 @@ static int one_row(sqlite3 *db, const char *sql, int64_t run_id, sqlite3_stmt **
   return s == SQLITE_ROW ? 0 : -1;
 }
 
+/* The first column of the query's first row into *out (left as it is when
+ * there is no row); 0, or 1 after printing why. */
+static int last_double(sqlite3 *db, const char *sql, int64_t run_id, double *out) {
+  sqlite3_stmt *st = NULL;
+  int rc = one_row(db, sql, run_id, &st);
+  if (rc > 0)
+    return rc;
+  if (rc == 0)
+    *out = col_double(st, 0);
+  sqlite3_finalize(st);
+  return 0;
+}
+
 static int figures(const td__hist_run_t *r, run_figures_t *f) {
   memset(f, 0, sizeof *f);
   f->loss = f->eval_acc = f->bpb = f->last_round_ended = NAN;
@@ -339,13 +352,9 @@ static int figures(const td__hist_run_t *r, run_figures_t *f) {
     f->wait_s = sqlite3_column_double(st, 6);
   }
   sqlite3_finalize(st);
-  rc = one_row(db, "SELECT loss FROM rounds WHERE run_id = ?1 AND loss IS NOT NULL"
-                   " ORDER BY round DESC LIMIT 1", r->run_id, &st);
-  if (rc > 0)
+  if ((rc = last_double(db, "SELECT loss FROM rounds WHERE run_id = ?1 AND loss IS NOT NULL"
+                            " ORDER BY round DESC LIMIT 1", r->run_id, &f->loss)) != 0)
     return rc;
-  if (rc == 0)
-    f->loss = col_double(st, 0);
-  sqlite3_finalize(st);
   rc = one_row(db, "SELECT eval_acc, round FROM rounds WHERE run_id = ?1 AND eval_acc IS NOT NULL"
                    " ORDER BY round DESC LIMIT 1", r->run_id, &st);
   if (rc > 0)
@@ -359,12 +368,8 @@ static int figures(const td__hist_run_t *r, run_figures_t *f) {
     char sql[256];
     snprintf(sql, sizeof sql, "SELECT \"%s\" FROM rounds WHERE run_id = ?1 AND \"%s\" IS NOT NULL"
              " ORDER BY round DESC LIMIT 1", r->ledger->bpb_column, r->ledger->bpb_column);
-    rc = one_row(db, sql, r->run_id, &st);
-    if (rc > 0)
+    if ((rc = last_double(db, sql, r->run_id, &f->bpb)) != 0)
       return rc;
-    if (rc == 0)
-      f->bpb = col_double(st, 0);
-    sqlite3_finalize(st);
   }
   rc = one_row(db, "SELECT (SELECT count(*) FROM updates WHERE run_id = ?1),"
                    " (SELECT count(*) FROM links WHERE run_id = ?1)", r->run_id, &st);
