@@ -37,12 +37,15 @@ static void relu_fwd(float *restrict y, const float *restrict x, size_t n) {
 static inline float exp_fast(float x) {
   x = x > 87.0f ? 87.0f : x; /* a NaN passes both and stays NaN */
   x = x < -87.0f ? -87.0f : x;
-  /* round to nearest by the 1.5 * 2^23 trick: no call, no branch */
-  float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
+  /* round to nearest by the 1.5 * 2^23 trick: no call, no branch. n comes
+   * from a NaN-free copy so the integer conversion below is defined; a NaN
+   * still reaches r, and so the result. */
+  float xn = x == x ? x : 0.0f;
+  float n = (xn * 1.44269504f + 12582912.0f) - 12582912.0f;
   float r = x - n * 0.693359375f + n * 2.12194440e-4f;
   float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f +
                      r * (8.3333338e-3f + r * 1.3888889e-3f)))));
-  int32_t bits = ((int32_t)n + 127) << 23;
+  uint32_t bits = (uint32_t)((int32_t)n + 127) << 23; /* n in [-126, 126]: a normal 2^n */
   float scale;
   memcpy(&scale, &bits, sizeof scale);
   return p * scale;
