@@ -189,7 +189,8 @@ size_t td_agg_apply(const td_agg_spec_t *spec, td_agg_input_t *in, size_t n, siz
     break;
   }
   case TD_AGG_TRIMMED: {
-    size_t b = spec->trim;
+    /* B bounds the bad inputs; those rejected outright are already gone */
+    size_t b = spec->trim > r.rejected ? spec->trim - r.rejected : 0;
     if (k < 2 * b + 1)
       b = (k - 1) / 2;
     coord_t c[TD_AGG_MAX_INPUTS];

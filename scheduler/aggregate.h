@@ -6,10 +6,12 @@
  *   mean        sample-weighted mean (the default);
  *   clip:C      every update longer than C x the round's median norm is
  *               scaled down to that length, then the weighted mean;
- *   trimmed:B   coordinate-wise trimmed mean: per coordinate the B largest
- *               and B smallest values are dropped and the rest averaged with
- *               their weights (with fewer than 2B + 1 updates, (k - 1) / 2 are
- *               dropped, which is the median);
+ *   trimmed:B   coordinate-wise trimmed mean for up to B bad members: the
+ *               norm bound below may already have rejected r of them, so per
+ *               coordinate the B - r largest and B - r smallest values are
+ *               dropped and the rest averaged with their weights (with fewer
+ *               than 2(B - r) + 1 updates left, (k - 1) / 2 are dropped, which
+ *               is the median);
  *   median      coordinate-wise median (unweighted; the mean of the two middle
  *               values for an even count).
  * Before that, a norm bound R (run key `norm_bound`) may reject outright every

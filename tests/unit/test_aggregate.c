@@ -6,8 +6,9 @@
  * of identical updates is that update, a trimmed mean with B poisoned inputs
  * never leaves the honest inputs' range in any coordinate, clipping bounds the
  * norm of every input and of the result, the norm bound rejects a huge update
- * and leaves the rest as if it had not been sent, and the result does not
- * depend on the order of the inputs (bit for bit). */
+ * and leaves the rest as if it had not been sent (a rejected member counts
+ * against the trimmed mean's B), and the result does not depend on the order
+ * of the inputs (bit for bit). */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -252,6 +253,35 @@ START_TEST(trimmed_with_b_poisoned_stays_in_honest_range) {
 }
 END_TEST
 
+/* B = 2 bad members: one huge (the norm bound rejects it), one within the
+ * bound but the largest value in every coordinate (trimming drops it). */
+START_TEST(trimmed_counts_rejected_members_against_b) {
+  static float out[NUMEL];
+  const double w[MAXN] = {1, 2, 3, 1, 2, 1e9, 1e9};
+  fill_random(5);
+  for (size_t i = 0; i < NUMEL; i++) {
+    data[5][i] = 1e30f;
+    data[6][i] = 1.5f; /* norm ~2.6 x an honest one's: under the bound */
+  }
+  td_agg_input_t in[TD_AGG_MAX_INPUTS];
+  make_inputs(in, 7, w);
+  td_agg_spec_t tr = {.kind = TD_AGG_TRIMMED, .trim = 2, .norm_bound = 5};
+  td_agg_result_t res;
+  ck_assert_uint_eq(td_agg_apply(&tr, in, 7, NUMEL, out, &res), 6);
+  ck_assert_uint_eq(res.rejected, 1);
+  size_t kept[6] = {0, 1, 2, 3, 4, 6};
+  for (size_t i = 0; i < NUMEL; i++) {
+    assert_close(out, ref_trimmed(kept, 6, w, 1, i), i);
+    float lo = data[0][i], hi = data[0][i];
+    for (size_t j = 1; j < 5; j++) {
+      lo = fminf(lo, data[j][i]);
+      hi = fmaxf(hi, data[j][i]);
+    }
+    ck_assert(out[i] >= lo && out[i] <= hi);
+  }
+}
+END_TEST
+
 START_TEST(clip_bounds_every_norm) {
   const double w[MAXN] = {1, 2, 1, 3, 1};
   static float out[NUMEL];
@@ -317,9 +347,22 @@ START_TEST(norm_bound_rejects_and_the_rest_is_unchanged) {
     ck_assert(in[0].id == 96);
     for (size_t j = 1; j < 5; j++)
       ck_assert_int_eq(in[j].verdict, TD_AGG_USED);
+    if (kinds[k] == TD_AGG_TRIMMED) /* trims one fewer: below */
+      continue;
     make_inputs(in, 4, w);
     ck_assert_uint_eq(td_agg_apply(&spec, in, 4, NUMEL, without, NULL), 4);
     ck_assert_int_eq(memcmp(out, without, sizeof out), 0);
+  }
+  /* trimmed:1 counts the rejected member as its one bad member: the weighted
+   * mean of the other four */
+  {
+    td_agg_spec_t spec = {.kind = TD_AGG_TRIMMED, .trim = 1, .norm_bound = 5};
+    td_agg_input_t in[TD_AGG_MAX_INPUTS];
+    make_inputs(in, 5, w);
+    ck_assert_uint_eq(td_agg_apply(&spec, in, 5, NUMEL, out, NULL), 4);
+    size_t honest[4] = {0, 1, 2, 3};
+    for (size_t i = 0; i < NUMEL; i++)
+      assert_close(out, ref_mean(honest, 4, w, i), i);
   }
   /* no bound: the mean is dragged to ~1e30 / 8 */
   td_agg_spec_t plain = {.kind = TD_AGG_MEAN};
@@ -383,6 +426,7 @@ int main(void) {
   tcase_add_test(tc, hand_made_set);
   tcase_add_test(tc, identical_updates_give_that_update);
   tcase_add_test(tc, trimmed_with_b_poisoned_stays_in_honest_range);
+  tcase_add_test(tc, trimmed_counts_rejected_members_against_b);
   tcase_add_test(tc, clip_bounds_every_norm);
   tcase_add_test(tc, norm_bound_rejects_and_the_rest_is_unchanged);
   tcase_add_test(tc, non_finite_and_weightless_inputs_are_rejected);
