@@ -215,7 +215,11 @@ static void note_verdicts(td__session_t *s, const aggregate_job_t *job) {
     seen[i] = true;
     td__outlier_t *o = &s->outlier[i];
     bool refused = job->clamped[i] || in->verdict != TD_AGG_USED;
-    if (in->verdict == TD_AGG_REJECTED) {
+    if (in->verdict == TD_AGG_REJECTED && !isfinite(in->norm)) { /* only our own can be */
+      o->rejected++;
+      td__ledger_event(s->node->ledger, "update_outlier",
+                       "%016" PRIx64 " round %" PRIu64 ": rejected: not finite", in->id, r);
+    } else if (in->verdict == TD_AGG_REJECTED) {
       o->rejected++;
       td__ledger_event(s->node->ledger, "update_outlier",
                        "%016" PRIx64 " round %" PRIu64 ": rejected: norm %.3g > %g x median %.3g",

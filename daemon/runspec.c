@@ -328,7 +328,8 @@ static const run_key_t td__run_keys[] = {
     {"aggregate", KEY_STR, F(aggregate), "mean", 0, 0, check_aggregate,
      "sync/overlap: how a round's updates are combined (the same on every node): mean "
      "(sample-weighted) | clip:C (updates longer than C x the round's median norm are scaled "
-     "down to it) | trimmed:B (per coordinate, the B largest and smallest values dropped) | "
+     "down to it) | trimmed:B (per coordinate, the B largest and smallest values dropped, "
+     "less the updates the norm bound rejected) | "
      "median (per coordinate); samples are always bounded by the member's batch plan"},
     {"norm_bound", KEY_STR, F(norm_bound), "auto", 0, 0, check_norm_bound,
      "reject outright an update longer than R x the round's median norm: R | off | auto "
@@ -575,8 +576,9 @@ int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len) {
   td_runspec_agg(rs, &agg);
   if (rs->mode_kind == TD_MODE_ASYNC && (agg.kind != TD_AGG_MEAN || agg.norm_bound > 0))
     return td_why(why, why_len, TD_ECONFIG,
-                  "aggregate = %s: needs rounds (mode sync or overlap); async adds each "
-                  "update as it arrives", rs->aggregate);
+                  "%s = %s: needs rounds (mode sync or overlap); async adds each update as "
+                  "it arrives", agg.kind != TD_AGG_MEAN ? "aggregate" : "norm_bound",
+                  agg.kind != TD_AGG_MEAN ? rs->aggregate : rs->norm_bound);
   return 0;
 }
 
