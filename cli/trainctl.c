@@ -109,6 +109,25 @@ static void fmt_num(char *buf, size_t len, double v, int decimals) {
     snprintf(buf, len, "%.*f", decimals, v);
 }
 
+/* Members whose updates the run's aggregation refused; a suspect one is
+ * refused round after round (rejected, clipped, or its samples cut). */
+static void print_outliers(json_object *run) {
+  json_object *arr = NULL;
+  if (!json_object_object_get_ex(run, "outliers", &arr) || arr == NULL)
+    return;
+  size_t n = json_object_array_length(arr);
+  if (n > 0 || strcmp(jstr(run, "aggregate"), "mean") != 0)
+    printf("aggregate %s\n", jstr(run, "aggregate"));
+  for (size_t i = 0; i < n; i++) {
+    json_object *m = json_object_array_get_idx(arr, i), *suspect = NULL;
+    bool is_suspect = json_object_object_get_ex(m, "suspect", &suspect) &&
+                      json_object_get_boolean(suspect);
+    printf("%s %s: %.0f rejected, %.0f clipped, %.0f samples clamped (%.0f rounds in a row)\n",
+           is_suspect ? "suspect" : "outlier", jstr(m, "node_id"), jnum(m, "rejected"),
+           jnum(m, "clipped"), jnum(m, "clamped"), jnum(m, "streak"));
+  }
+}
+
 static void print_peers(json_object *peers) {
   printf("%-16s  %-24s  %-7s  %7s  %12s  %12s  %-12s  %10s  %10s\n", "NODE", "ENDPOINT",
          "STATE", "HEARD_S", "BYTES_SENT", "BYTES_RECV", "CODEC", "RATIO_SENT", "RATIO_RECV");
@@ -187,6 +206,7 @@ static int cmd_status(bool json, bool watch, double every_s) {
         printf("error   %s\n", jstr(run, "error"));
       if (strcmp(jstr(run, "refused"), "-") != 0)
         printf("refused %s\n", jstr(run, "refused"));
+      print_outliers(run);
       printf("drops   %.0f bad or unexpected peer messages\n", dropped);
       if (np > 0) {
         printf("\n");

@@ -269,6 +269,17 @@ typedef struct {
   double capacity, uplink;
 } td__peer_report_t;
 
+/* What the aggregation refused of one member's updates (rounds.c). */
+typedef struct {
+  uint64_t rejected; /* rounds its update was rejected: norm bound, or did not decode */
+  uint64_t clipped;  /* ... scaled down (aggregate = clip:C) */
+  uint64_t clamped;  /* ... claimed more samples than its batch plan gave it */
+  uint64_t streak;   /* rounds in a row with one of those */
+  bool suspect;      /* the streak reached TD__SUSPECT_ROUNDS once */
+} td__outlier_t;
+/* A member whose updates are refused this many rounds in a row is reported. */
+#define TD__SUSPECT_ROUNDS 3
+
 /* The session's core, shared by the run-side parts (rounds, outbox,
  * transfer, join, reconcile). Allocated when a run starts; freed when the
  * last reference goes: the node's at finish, and one per pool job that
@@ -293,6 +304,10 @@ struct td__session {
   double own_loss, lr, capacity, round_started, deadline;
   td__peer_report_t peer_report[TD_MEMBERS_MAX][TD__RING];
   unsigned plan[TD_MEMBERS_MAX]; /* current batch plan by member index (0: none) */
+  unsigned plan_hist[TD__RING][TD_MEMBERS_MAX]; /* plan in force when round r closed */
+  uint64_t plan_hist_round[TD__RING];           /* ... that r (by r % TD__RING) */
+  td__outlier_t outlier[TD_MEMBERS_MAX];        /* by member index */
+  uint64_t refused_round[TD_MEMBERS_MAX];       /* last round a member's update did not decode */
   td_round_t *collector;                 /* sync/overlap: every peer's update of a round */
   td_round_t *peer_inbox[TD_MEMBERS_MAX]; /* async: one collector per peer */
   uint64_t peer_round[TD_MEMBERS_MAX];    /* async: newest round received per peer */
@@ -324,6 +339,10 @@ typedef struct td__run_stats {
   uint64_t reconciled, reconciled_partial, reconciled_via_hub, reconciled_as_hub;
   char error[256];
   char refused[512];
+  char aggregate[64];   /* "trimmed:1, norm bound 5" */
+  size_t n_outliers;    /* members with anything refused, and their counts */
+  uint64_t outlier_id[TD_MEMBERS_MAX];
+  td__outlier_t outliers[TD_MEMBERS_MAX];
 } td__run_stats_t;
 
 /* Start run `run_id` as one of `members`: a late joiner (first_round > 1)

@@ -6,14 +6,18 @@
  * (decode_work) and, in async mode, adds it into the compute thread's inbox;
  * the loop then marks the update complete. A sync or overlap round closes
  * when our own update is done and sent and every expected peer's update is
- * complete, or at its deadline without the late ones: the pool computes the
- * sample-weighted mean into the run's average (aggregate_work), then the loop
- * writes the round's ledger row, revises the batch plan (weighted dynamic
- * batching, ALGORITHMS.md 6.1) and releases the compute thread. So a large
- * update never stalls heartbeats. Each job holds a reference on the session
- * and touches only what it was handed; the aggregation adds the same deltas
- * with the same weights in the same order as before, so results do not
- * depend on which thread ran it. */
+ * complete, or at its deadline without the late ones: the loop bounds each
+ * update's sample weight by what the batch plan gave its sender (a member
+ * claiming more is cut to its share, counted and recorded), the pool
+ * combines the updates by the run's `aggregate` rule into the run's average
+ * (scheduler/aggregate.h: the same result on every node, whatever the
+ * arrival order), then the loop counts what the rule refused per member
+ * (a member refused TD__SUSPECT_ROUNDS rounds in a row is logged, recorded
+ * as a member_suspect event and shown by status), writes the round's ledger
+ * row, revises the batch plan (weighted dynamic batching, ALGORITHMS.md 6.1)
+ * and releases the compute thread. So a large update never stalls
+ * heartbeats. Each job holds a reference on the session and touches only
+ * what it was handed, so results do not depend on which thread ran it. */
 #include "daemon/internal.h"
 
 #include <inttypes.h>
@@ -145,14 +149,93 @@ typedef struct {
   td__session_t *s; /* one reference */
   uint64_t round, bytes_sent, bytes_recv;
   double started;
-  td_round_sum_t sum; /* the round's deltas and weights, noted on the loop thread */
+  td_agg_spec_t spec;
+  td_agg_input_t in[TD_AGG_MAX_INPUTS]; /* the round's deltas, noted on the loop thread */
+  bool clamped[TD_MEMBERS_MAX];         /* its samples were cut to the plan (by member) */
+  size_t n, numel;
+  td_agg_result_t res;
   float *avg;
 } aggregate_job_t;
 
 static void aggregate_work(uv_work_t *req) {
   aggregate_job_t *job = req->data;
-  memset(job->avg, 0, job->sum.numel * sizeof(float));
-  td_round_sum_apply(&job->sum, job->avg);
+  td_agg_apply(&job->spec, job->in, job->n, job->numel, job->avg, &job->res);
+}
+
+/* Samples member i may claim for round r: its batch in the plans that were in
+ * force for r (sync: the current one; overlap: the one before; a late join
+ * or a new plan may have changed it since) times the round's local steps and
+ * overlap fill steps. Every node holds the same plans, so every node clamps
+ * the same way. */
+static uint64_t planned_samples(const td__session_t *s, size_t i, uint64_t r) {
+  unsigned batch = s->plan[i];
+  for (uint64_t back = 1; back <= 2 && back < r; back++) {
+    unsigned k = (unsigned)((r - back) % TD__RING);
+    if (s->plan_hist_round[k] == r - back && s->plan_hist[k][i] > batch)
+      batch = s->plan_hist[k][i];
+  }
+  if (batch == 0) /* not in the plan (it was unreachable when planned): the global batch */
+    batch = s->spec.batch;
+  uint64_t steps = td_run_steps_of(s->run, r), next = td_run_steps_of(s->run, r + 1);
+  steps = (steps ? steps : 1) + (uint64_t)s->spec.overlap_fill * (next > steps ? next : steps);
+  return (uint64_t)batch * steps;
+}
+
+static void note_outlier(td__session_t *s, size_t i, uint64_t r, bool refused, bool used) {
+  td__outlier_t *o = &s->outlier[i];
+  if (!refused) {
+    if (used)
+      o->streak = 0;
+    return;
+  }
+  if (++o->streak == TD__SUSPECT_ROUNDS && !o->suspect) {
+    o->suspect = true;
+    td_log_warn("member %016" PRIx64 ": updates refused %d rounds in a row (round %" PRIu64
+                "; %" PRIu64 " rejected, %" PRIu64 " clipped, %" PRIu64 " samples clamped)",
+                s->members[i], TD__SUSPECT_ROUNDS, r, o->rejected, o->clipped, o->clamped);
+    td__ledger_event(s->node->ledger, "member_suspect",
+                     "%016" PRIx64 " round %" PRIu64 ": refused %d rounds in a row: %" PRIu64
+                     " rejected, %" PRIu64 " clipped, %" PRIu64 " samples clamped",
+                     s->members[i], r, TD__SUSPECT_ROUNDS, o->rejected, o->clipped, o->clamped);
+  }
+}
+
+/* The verdicts of round r's aggregation: counted per member, each refused
+ * update an event, and a member refused TD__SUSPECT_ROUNDS rounds in a row
+ * reported. */
+static void note_verdicts(td__session_t *s, const aggregate_job_t *job) {
+  bool seen[TD_MEMBERS_MAX] = {false};
+  uint64_t r = job->round;
+  double m = job->res.median_norm;
+  for (size_t j = 0; j < job->n; j++) {
+    const td_agg_input_t *in = &job->in[j];
+    size_t i = td__session_member(s, in->id);
+    if (i >= TD_MEMBERS_MAX)
+      continue;
+    seen[i] = true;
+    td__outlier_t *o = &s->outlier[i];
+    bool refused = job->clamped[i] || in->verdict != TD_AGG_USED;
+    if (in->verdict == TD_AGG_REJECTED && !isfinite(in->norm)) { /* only our own can be */
+      o->rejected++;
+      td__ledger_event(s->node->ledger, "update_outlier",
+                       "%016" PRIx64 " round %" PRIu64 ": rejected: not finite", in->id, r);
+    } else if (in->verdict == TD_AGG_REJECTED) {
+      o->rejected++;
+      td__ledger_event(s->node->ledger, "update_outlier",
+                       "%016" PRIx64 " round %" PRIu64 ": rejected: norm %.3g > %g x median %.3g",
+                       in->id, r, in->norm, job->spec.norm_bound, m);
+    } else if (in->verdict == TD_AGG_CLIPPED) {
+      o->clipped++;
+      td__ledger_event(s->node->ledger, "update_outlier",
+                       "%016" PRIx64 " round %" PRIu64 ": clipped: norm %.3g > %g x median %.3g",
+                       in->id, r, in->norm, job->spec.clip, m);
+    }
+    note_outlier(s, i, r, refused, in->verdict != TD_AGG_REJECTED);
+  }
+  /* a member whose update did not decode this round has no input above */
+  for (size_t i = 0; i < s->n_members; i++)
+    if (!seen[i] && s->refused_round[i] == r)
+      note_outlier(s, i, r, true, false);
 }
 
 static void aggregate_done(uv_work_t *req, int status) {
@@ -162,9 +245,10 @@ static void aggregate_done(uv_work_t *req, int status) {
   (void)status;
   s->closing = false;
   if (s->node->session == s) {
+    note_verdicts(s, job);
     round_row(s, r, NAN, job->started, job->bytes_sent, job->bytes_recv);
-    td_log_debug("round %" PRIu64 "/%" PRIu64 " closed with %zu peer updates, loss %.4f", r,
-                 s->rounds, job->sum.used, s->own[r % TD__RING].loss);
+    td_log_debug("round %" PRIu64 "/%" PRIu64 " closed with %zu of %zu updates, loss %.4f", r,
+                 s->rounds, job->res.used, job->n, s->own[r % TD__RING].loss);
     /* sync: the compute thread waits on this round, so the plan is used from
      * the next one; overlap: it is already computing r + 1 */
     replan(s, r, r + (s->spec.mode_kind == TD_MODE_SYNC ? 1 : 2));
@@ -180,6 +264,34 @@ static void aggregate_done(uv_work_t *req, int status) {
   td__session_unref(&s);
 }
 
+/* The round's inputs: our delta and every complete peer update, each weight
+ * bounded by the member's plan (counted and recorded when cut). */
+static void gather(td__session_t *s, aggregate_job_t *job) {
+  uint64_t r = job->round, own_samples = s->own[r % TD__RING].samples;
+  job->n = td_round_collect(s->collector, job->in, TD_AGG_MAX_INPUTS - 1);
+  if (own_samples > 0)
+    job->in[job->n++] = (td_agg_input_t){.id = s->node->node_id,
+                                         .delta = td_run_delta(s->run, r),
+                                         .weight = (double)own_samples};
+  for (size_t j = 0; j < job->n; j++) {
+    size_t i = td__session_member(s, job->in[j].id);
+    if (i >= TD_MEMBERS_MAX)
+      continue;
+    uint64_t bound = planned_samples(s, i, r);
+    if (job->in[j].weight > (double)bound) {
+      td__ledger_event(s->node->ledger, "samples_clamped",
+                       "%016" PRIx64 " round %" PRIu64 ": claimed %.0f samples, plan gives %"
+                       PRIu64, job->in[j].id, r, job->in[j].weight, bound);
+      job->in[j].weight = (double)bound;
+      job->clamped[i] = true;
+      s->outlier[i].clamped++;
+    }
+  }
+  unsigned k = (unsigned)(r % TD__RING);
+  memcpy(s->plan_hist[k], s->plan, sizeof s->plan);
+  s->plan_hist_round[k] = r;
+}
+
 static void close_round(td__session_t *s) {
   aggregate_job_t *job = calloc(1, sizeof *job);
   if (job == NULL) { /* the round waits for the next tick */
@@ -187,11 +299,16 @@ static void close_round(td__session_t *s) {
     return;
   }
   uint64_t r = s->round;
-  *job = (aggregate_job_t){.s = s, .round = r, .started = s->round_started,
-                           .bytes_sent = s->bytes_sent_round, .bytes_recv = s->bytes_recv_round,
-                           .avg = td_run_avg(s->run, r)};
+  job->s = s;
+  job->round = r;
+  job->started = s->round_started;
+  job->bytes_sent = s->bytes_sent_round;
+  job->bytes_recv = s->bytes_recv_round;
+  job->avg = td_run_avg(s->run, r);
+  job->numel = td_run_numel(s->run);
+  td_runspec_agg(&s->spec, &job->spec);
   s->bytes_sent_round = s->bytes_recv_round = 0; /* what comes now is the next round's */
-  td_round_gather(s->collector, td_run_delta(s->run, r), s->own[r % TD__RING].samples, &job->sum);
+  gather(s, job);
   job->req.data = job;
   td__session_ref(s);
   s->closing = true;
@@ -306,6 +423,11 @@ static void decode_work(uv_work_t *req) {
 
 static void update_rejected(td__session_t *s, uint64_t peer, uint64_t round, const char *why) {
   char what[320];
+  size_t i = td__session_member(s, peer);
+  if (i < TD_MEMBERS_MAX) {
+    s->refused_round[i] = round; /* sync/overlap: in its streak when the round closes */
+    s->outlier[i].rejected++;
+  }
   snprintf(what, sizeof what, "update from %016" PRIx64 " rejected: %s", peer, why);
   td__drop(s->node, TD__DROP_REJECTED, what);
   td__ledger_event(s->node->ledger, "update_rejected", "peer %016" PRIx64 " round %" PRIu64 ": %s",

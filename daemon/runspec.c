@@ -176,6 +176,25 @@ static int check_reconcile(td_runspec_t *rs, const char *v, char *why, size_t n)
                 "bad reconcile '%s' (accepted: end, off, or every N rounds, N in [1, 1e8])", v);
 }
 
+/* aggregate = mean | clip:C | trimmed:B | median (norm_bound kept) */
+static int check_aggregate(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  td_agg_spec_t agg = rs->agg;
+  int rc = td_agg_parse(&agg, v, why, n);
+  if (rc == 0)
+    rs->agg = agg;
+  return rc;
+}
+
+/* norm_bound = auto | off | R */
+static int check_norm_bound(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  return td_agg_parse_norm_bound(&rs->agg.norm_bound, v, why, n);
+}
+
+void td_runspec_agg(const td_runspec_t *rs, td_agg_spec_t *out) {
+  *out = rs->agg;
+  td_agg_resolve(out);
+}
+
 /* reconcile_via = auto | mesh | hub (the order of td_recon_via_t) */
 static int check_reconcile_via(td_runspec_t *rs, const char *v, char *why, size_t n) {
   static const char *const names[] = {"auto", "mesh", "hub"};
@@ -306,6 +325,15 @@ static const run_key_t td__run_keys[] = {
     {"reconcile_via", KEY_STR, F(reconcile_via), "auto", 0, 0, check_reconcile_via,
      "how anchors travel: mesh (each to every member) | hub (each to the best uplink, which "
      "sends the mean back) | auto (hub when the measured uplinks make it faster)"},
+    {"aggregate", KEY_STR, F(aggregate), "mean", 0, 0, check_aggregate,
+     "sync/overlap: how a round's updates are combined (the same on every node): mean "
+     "(sample-weighted) | clip:C (updates longer than C x the round's median norm are scaled "
+     "down to it) | trimmed:B (per coordinate, the B largest and smallest values dropped, "
+     "less the updates the norm bound rejected) | "
+     "median (per coordinate); samples are always bounded by the member's batch plan"},
+    {"norm_bound", KEY_STR, F(norm_bound), "auto", 0, 0, check_norm_bound,
+     "reject outright an update longer than R x the round's median norm: R | off | auto "
+     "(5 with trimmed and median, off with mean and clip)"},
     {"outer_lr", KEY_DOUBLE, F(outer_lr), "1", 1e-6, 100, NULL,
      "outer learning rate on the round average (1 = plain averaging)"},
     {"outer_momentum", KEY_DOUBLE, F(outer_momentum), "0", 0, 0.999999, NULL,
@@ -544,6 +572,13 @@ int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len) {
     return td_why(why, why_len, TD_ECONFIG, "nesterov: needs momentum > 0");
   if (rs->outer_nesterov && rs->outer_momentum <= 0)
     return td_why(why, why_len, TD_ECONFIG, "outer_nesterov: needs outer_momentum > 0");
+  td_agg_spec_t agg;
+  td_runspec_agg(rs, &agg);
+  if (rs->mode_kind == TD_MODE_ASYNC && (agg.kind != TD_AGG_MEAN || agg.norm_bound > 0))
+    return td_why(why, why_len, TD_ECONFIG,
+                  "%s = %s: needs rounds (mode sync or overlap); async adds each update as "
+                  "it arrives", agg.kind != TD_AGG_MEAN ? "aggregate" : "norm_bound",
+                  agg.kind != TD_AGG_MEAN ? rs->aggregate : rs->norm_bound);
   return 0;
 }
 

@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "compute/optim.h"
+#include "scheduler/aggregate.h"
 
 #define TD_RUNSPEC_STR_MAX 1024
 #define TD_RUNSPEC_MAX_SLOWDOWNS 64
@@ -49,6 +50,9 @@ typedef struct {
   unsigned reconcile_every;             /* ... and every N rounds (0: only then) */
   char reconcile_via[TD_RUNSPEC_STR_MAX]; /* auto | mesh | hub */
   unsigned reconcile_via_kind;          /* td_recon_via_t (scheduler/recon.h) */
+  char aggregate[TD_RUNSPEC_STR_MAX];   /* mean | clip:C | trimmed:B | median */
+  char norm_bound[TD_RUNSPEC_STR_MAX];  /* auto | off | R */
+  td_agg_spec_t agg;                    /* from both; norm_bound -1 = auto (td_runspec_agg) */
   double outer_lr, outer_momentum, outer_clip;
   bool outer_nesterov;
   double staleness_kappa;               /* async weight (1 + a)^-kappa */
@@ -111,6 +115,9 @@ double td_runspec_slowdown(const td_runspec_t *rs, unsigned rank);
  * not off, sync or overlap (async has no shared anchor), a lossy codec (with
  * none every node applies the same exact averages). */
 bool td_runspec_reconciles(const td_runspec_t *rs);
+/* How the run combines a round's updates: `aggregate` and `norm_bound` with
+ * auto resolved (scheduler/aggregate.h). */
+void td_runspec_agg(const td_runspec_t *rs, td_agg_spec_t *out);
 /* One line per key: name, default, meaning. */
 void td_runspec_print_help(FILE *out);
 

@@ -89,6 +89,16 @@ static void session_stats(const td__session_t *s, td__run_stats_t *out) {
   snprintf(out->codec, sizeof out->codec, "%s", td__outbox_codec(s->outbox));
   snprintf(out->error, sizeof out->error, "%s", s->error);
   snprintf(out->refused, sizeof out->refused, "%s", s->refused);
+  td_agg_spec_t agg;
+  td_runspec_agg(&s->spec, &agg);
+  td_agg_format(&agg, out->aggregate, sizeof out->aggregate);
+  for (size_t i = 0; i < s->n_members; i++) {
+    const td__outlier_t *o = &s->outlier[i];
+    if (o->rejected + o->clipped + o->clamped > 0) {
+      out->outlier_id[out->n_outliers] = s->members[i];
+      out->outliers[out->n_outliers++] = *o;
+    }
+  }
   td__xfer_stats(s->xfer, out);
   td__join_stats(s->join, out);
   td__reconcile_stats(s->recon, out);

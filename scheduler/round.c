@@ -1,4 +1,4 @@
-/* round.c: windowed update collection and sample-weighted aggregation.
+/* round.c: windowed update collection.
  *
  * Each slot holds, per peer, the message bytes received so far, a map of the
  * chunks received, the decoded update (numel floats) and its metadata. Buffers
@@ -292,47 +292,12 @@ size_t td_round_missing(const td_round_t *r, uint64_t *peers, size_t cap) {
   return n;
 }
 
-void td_round_gather(const td_round_t *r, const float *own_delta, uint64_t own_samples,
-                     td_round_sum_t *sum) {
-  double weights[TD_ROUND_MAX_PEERS + 1];
-  double total = 0;
-  sum->n = sum->used = 0;
-  sum->numel = r->numel;
-  if (own_delta != NULL && own_samples > 0) {
-    sum->deltas[sum->n] = own_delta;
-    weights[sum->n++] = (double)own_samples;
-    total += (double)own_samples;
-  }
-  for (int i = 0; i < TD_ROUND_MAX_PEERS; i++) {
+size_t td_round_collect(const td_round_t *r, td_agg_input_t *out, size_t cap) {
+  size_t n = 0;
+  for (int i = 0; i < TD_ROUND_MAX_PEERS && n < cap; i++) {
     const slot_entry_t *e = &r->slots[0].e[i];
-    if (e->used && e->complete && e->samples > 0) {
-      sum->deltas[sum->n] = e->data;
-      weights[sum->n++] = (double)e->samples;
-      total += (double)e->samples;
-      sum->used++;
-    }
+    if (e->used && e->complete && e->samples > 0)
+      out[n++] = (td_agg_input_t){.id = e->peer, .delta = e->data, .weight = (double)e->samples};
   }
-  if (total <= 0) {
-    sum->n = sum->used = 0;
-    return;
-  }
-  for (size_t j = 0; j < sum->n; j++)
-    sum->weights[j] = (float)(weights[j] / total);
-}
-
-void td_round_sum_apply(const td_round_sum_t *sum, float *anchor) {
-  for (size_t i = 0; i < sum->numel && sum->n > 0; i++) {
-    float acc = 0;
-    for (size_t j = 0; j < sum->n; j++)
-      acc += sum->weights[j] * sum->deltas[j][i];
-    anchor[i] += acc;
-  }
-}
-
-size_t td_round_aggregate(td_round_t *r, const float *own_delta, uint64_t own_samples,
-                          float *anchor) {
-  td_round_sum_t sum;
-  td_round_gather(r, own_delta, own_samples, &sum);
-  td_round_sum_apply(&sum, anchor);
-  return sum.used;
+  return n;
 }

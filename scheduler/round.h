@@ -11,9 +11,8 @@
  * close t + 1, compute t + 2 and, released, t + 3; it cannot release t + 2
  * before our t + 2 update, which waits for our t to close). A chunk for an
  * older round is reported as late (its staleness is recorded by the caller);
- * one beyond the window is refused. Aggregation is sample-weighted: anchor += sum_j w_j delta_j with
- * w_j = samples_j / sum samples, over the local delta and every complete
- * update of the round. */
+ * one beyond the window is refused. The complete updates of a round are
+ * handed to the aggregation (scheduler/aggregate.h) by td_round_collect(). */
 #ifndef TD_ROUND_H
 #define TD_ROUND_H
 
@@ -22,6 +21,7 @@
 #include <stdint.h>
 
 #include "compute/params.h"
+#include "scheduler/aggregate.h"
 #include "proto/limits.h"
 
 #define TD_ROUND_MAX_PEERS TD_MAX_NODES
@@ -96,26 +96,12 @@ bool td_round_complete(const td_round_t *r);
 /* Expected peers whose update is not complete (for "late" records). */
 size_t td_round_missing(const td_round_t *r, uint64_t *peers, size_t cap);
 
-/* anchor += weighted mean of own_delta (own_samples) and every complete update
- * of the current round. Returns the number of peer updates used. Does not
- * advance the round: call td_round_begin(round + 1) next. */
-size_t td_round_aggregate(td_round_t *r, const float *own_delta, uint64_t own_samples,
-                          float *anchor);
-
-/* The same in two steps, so the arithmetic can run on another thread:
- * td_round_gather() notes the deltas and weights of the current round (on
- * the collector's thread; the complete updates it points at stay unchanged
- * until td_round_begin() moves past the round), td_round_sum_apply() adds
- * their weighted mean into anchor (any thread, touching only what the sum
- * names). */
-typedef struct {
-  const float *deltas[TD_ROUND_MAX_PEERS + 1];
-  float weights[TD_ROUND_MAX_PEERS + 1];
-  size_t n, used, numel;
-} td_round_sum_t;
-void td_round_gather(const td_round_t *r, const float *own_delta, uint64_t own_samples,
-                     td_round_sum_t *sum);
-void td_round_sum_apply(const td_round_sum_t *sum, float *anchor);
+/* The complete updates of the current round, as aggregation inputs
+ * (scheduler/aggregate.h) with their claimed samples as weight: at most cap,
+ * updates without samples left out. The deltas are borrowed and stay unchanged
+ * until td_round_begin() moves past the round, so the arithmetic may run on
+ * another thread meanwhile. The local update is the caller's to add. */
+size_t td_round_collect(const td_round_t *r, td_agg_input_t *out, size_t cap);
 
 /* Updates are cut by the one chunker of proto/limits.h. */
 #define TD_ROUND_CHUNK_BYTES TD_CHUNK_BYTES

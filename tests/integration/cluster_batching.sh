@@ -5,7 +5,8 @@
 # reports with its updates: after the first rounds the slow ranks get about a
 # third of a fast rank's batch, the local batches of every round sum exactly
 # to the global batch on every node, the aggregation weights follow the samples
-# actually used, and the run still learns. With batching=equal every round
+# actually used (none beyond what its plan gave: nobody is clamped), and the
+# run still learns. With batching=equal every round
 # uses 16 rows everywhere. Timing figures (round times, idle time) are printed
 # for information only: speed is measured by `make bench` (bench_batching.sh).
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
@@ -58,6 +59,11 @@ for n in a b c d; do
   acc=$(json_field "$(ctl $n status --json)" test_accuracy)
   awk -v a="$acc" 'BEGIN { exit !(a >= 0.70) }' && pass "$n: weighted run learns (test accuracy $acc)" \
     || fail "$n: weighted run test accuracy $acc < 0.70"
+done
+# every member's samples stay within the plans that gave them (rounds.c bounds them)
+for n in a b c d; do
+  o=$(ctl $n status --json | sed -E 's/.*"outliers":(\[[^]]*\]).*/\1/')
+  [ "$o" = "[]" ] && pass "$n: no member's samples beyond its plan" || fail "$n: refused members: $o"
 done
 
 run_with equal

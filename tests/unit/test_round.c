@@ -66,6 +66,22 @@ static void send_update(td_round_t *r, uint64_t peer, uint64_t round, uint64_t s
   free(msg);
 }
 
+/* anchor += the sample-weighted mean (scheduler/aggregate.h) of own (sender
+ * id 1; left out when own_samples is 0) and the round's complete updates, as
+ * the daemon closes a round. Returns the number of peer updates used. */
+static size_t aggregate(td_round_t *r, const float *own, uint64_t own_samples, float *anchor) {
+  static float mean[NUMEL];
+  td_agg_input_t in[TD_AGG_MAX_INPUTS];
+  size_t n = td_round_collect(r, in, TD_AGG_MAX_INPUTS - 1), peers = n;
+  if (own != NULL && own_samples > 0)
+    in[n++] = (td_agg_input_t){.id = 1, .delta = own, .weight = (double)own_samples};
+  td_agg_spec_t mean_spec = {.kind = TD_AGG_MEAN};
+  ck_assert_uint_eq(td_agg_apply(&mean_spec, in, n, NUMEL, mean, NULL), n);
+  for (int i = 0; i < NUMEL; i++)
+    anchor[i] += mean[i];
+  return peers;
+}
+
 START_TEST(weighted_mean_of_complete_updates) {
   static float own[NUMEL], a[NUMEL], b[NUMEL], anchor[NUMEL], expect[NUMEL];
   for (int i = 0; i < NUMEL; i++) {
@@ -89,7 +105,7 @@ START_TEST(weighted_mean_of_complete_updates) {
   ck_assert_uint_eq(missing[0], 22);
   send_update(r, 22, 1, 100, b, &res);
   ck_assert(td_round_complete(r));
-  ck_assert_uint_eq(td_round_aggregate(r, own, 100, anchor), 2);
+  ck_assert_uint_eq(aggregate(r, own, 100, anchor), 2);
   size_t off = 0;
   for (int i = 0; i < NUMEL; i++)
     off += !(fabsf(anchor[i] - expect[i]) <= 1e-5f * (1 + fabsf(expect[i])));
@@ -162,7 +178,7 @@ START_TEST(nan_updates_are_rejected_and_next_round_is_kept) {
   ck_assert_int_eq(res, TD_CHUNK_REJECTED);
   send_update(r, 2, 3, 10, good, &res);
   ck_assert(td_round_complete(r));
-  ck_assert_uint_eq(td_round_aggregate(r, NULL, 0, anchor), 1); /* only peer 2 */
+  ck_assert_uint_eq(aggregate(r, NULL, 0, anchor), 1); /* only peer 2 */
   ck_assert_float_eq(anchor[0], 2.0f);
   ck_assert(isfinite(anchor[123]));
   td_round_begin(r, 4, peers, 2);
@@ -196,12 +212,12 @@ START_TEST(window_keeps_updates_two_rounds_ahead) {
   ck_assert(!td_round_complete(r)); /* round 4 itself is still missing */
   td_round_begin(r, 5, peers, 1);
   ck_assert(td_round_complete(r));
-  ck_assert_uint_eq(td_round_aggregate(r, NULL, 0, anchor), 1);
+  ck_assert_uint_eq(aggregate(r, NULL, 0, anchor), 1);
   ck_assert_float_eq(anchor[17], 5.0f);
   td_round_begin(r, 6, peers, 1);
   ck_assert(td_round_complete(r));
   memset(anchor, 0, sizeof anchor);
-  ck_assert_uint_eq(td_round_aggregate(r, NULL, 0, anchor), 1);
+  ck_assert_uint_eq(aggregate(r, NULL, 0, anchor), 1);
   ck_assert_float_eq(anchor[17], 6.0f);
   send_update(r, 7, 8, 10, d6, &res);
   ck_assert_int_eq(res, TD_CHUNK_COMPLETED);
@@ -237,7 +253,7 @@ START_TEST(deferred_decoding_aggregates_the_same) {
   td_round_begin(d, 1, peers, 2);
   send_update(r, 11, 1, 300, a, &res);
   send_update(r, 22, 1, 100, b, &res);
-  ck_assert_uint_eq(td_round_aggregate(r, own, 100, in_place), 2);
+  ck_assert_uint_eq(aggregate(r, own, 100, in_place), 2);
 
   send_update(d, 11, 1, 300, a, &res);
   ck_assert_int_eq(res, TD_CHUNK_ASSEMBLED);
@@ -264,10 +280,7 @@ START_TEST(deferred_decoding_aggregates_the_same) {
     free(msg[k]);
   }
   ck_assert(td_round_complete(d));
-  td_round_sum_t sum;
-  td_round_gather(d, own, 100, &sum);
-  ck_assert_uint_eq(sum.used, 2);
-  td_round_sum_apply(&sum, deferred);
+  ck_assert_uint_eq(aggregate(d, own, 100, deferred), 2);
   ck_assert_int_eq(memcmp(in_place, deferred, sizeof in_place), 0);
 
   /* an update whose round was left while it decoded is dropped as late */

@@ -1,6 +1,7 @@
 /* test_runspec.c: run keys. Defaults are valid, every bad value is refused
  * with a reason that names the key, INI files and --set flags go through the
- * same table, and the canonical text form round-trips through an INI file. */
+ * same table, the canonical text form round-trips through an INI file, and
+ * the aggregation keys resolve `auto` and refuse a robust rule without rounds. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -208,6 +209,45 @@ START_TEST(scheduler_keys_fill_parsed_fields) {
 }
 END_TEST
 
+START_TEST(aggregate_keys_resolve_and_need_rounds) {
+  td_runspec_t rs;
+  char why[512] = "";
+  td_agg_spec_t agg;
+  td_runspec_defaults(&rs);
+  td_runspec_agg(&rs, &agg);
+  ck_assert_int_eq(agg.kind, TD_AGG_MEAN);
+  ck_assert(agg.norm_bound == 0); /* auto: none for mean */
+  ck_assert_int_eq(td_runspec_set(&rs, "aggregate", "trimmed:2", why, sizeof why), 0);
+  td_runspec_agg(&rs, &agg);
+  ck_assert_int_eq(agg.kind, TD_AGG_TRIMMED);
+  ck_assert_uint_eq(agg.trim, 2);
+  ck_assert(agg.norm_bound == TD_AGG_AUTO_NORM_BOUND);
+  /* the two keys are independent whatever their order */
+  ck_assert_int_eq(td_runspec_set(&rs, "norm_bound", "off", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set(&rs, "aggregate", "clip:2", why, sizeof why), 0);
+  td_runspec_agg(&rs, &agg);
+  ck_assert(agg.kind == TD_AGG_CLIP && agg.clip == 2 && agg.norm_bound == 0);
+  ck_assert_int_eq(td_runspec_set(&rs, "norm_bound", "8", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set(&rs, "aggregate", "median", why, sizeof why), 0);
+  td_runspec_agg(&rs, &agg);
+  ck_assert(agg.kind == TD_AGG_MEDIAN && agg.norm_bound == 8);
+  ck_assert_int_eq(td_runspec_set(&rs, "aggregate", "trimmed:0", why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, "aggregate"));
+  ck_assert_int_eq(td_runspec_set(&rs, "norm_bound", "0.5", why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, "norm_bound"));
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), 0);
+  /* async adds updates one by one: no round to be robust over */
+  ck_assert_int_eq(td_runspec_set(&rs, "mode", "async:2", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, "aggregate = median"));
+  ck_assert_int_eq(td_runspec_set(&rs, "aggregate", "mean", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, "norm_bound = 8"));
+  ck_assert_int_eq(td_runspec_set(&rs, "norm_bound", "auto", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), 0);
+}
+END_TEST
+
 START_TEST(ini_files_use_the_same_table) {
   make_tmpdir();
   td_runspec_t rs;
@@ -275,6 +315,7 @@ int main(void) {
   tcase_add_test(tc, ini_files_use_the_same_table);
   tcase_add_test(tc, canonical_text_round_trips);
   tcase_add_test(tc, scheduler_keys_fill_parsed_fields);
+  tcase_add_test(tc, aggregate_keys_resolve_and_need_rounds);
   tcase_add_test(tc, optimizer_keys_default_parse_and_check);
   tcase_add_test(tc, diloco_recipe_is_expressible);
   suite_add_tcase(s, tc);
