@@ -112,6 +112,22 @@ static const struct {
     {SQLITE_RANGE, "SQLITE_RANGE", "row refused"},
 };
 
+static const struct {
+  int code;
+  const char *name;
+} ioerrs[] = {
+    {SQLITE_IOERR_READ, "SQLITE_IOERR_READ"},
+    {SQLITE_IOERR_SHORT_READ, "SQLITE_IOERR_SHORT_READ"},
+    {SQLITE_IOERR_WRITE, "SQLITE_IOERR_WRITE"},
+    {SQLITE_IOERR_FSYNC, "SQLITE_IOERR_FSYNC"},
+    {SQLITE_IOERR_TRUNCATE, "SQLITE_IOERR_TRUNCATE"},
+    {SQLITE_IOERR_FSTAT, "SQLITE_IOERR_FSTAT"},
+    {SQLITE_IOERR_SHMOPEN, "SQLITE_IOERR_SHMOPEN"},
+    {SQLITE_IOERR_SHMSIZE, "SQLITE_IOERR_SHMSIZE"},
+    {SQLITE_IOERR_SHMMAP, "SQLITE_IOERR_SHMMAP"},
+    {SQLITE_IOERR_DELETE, "SQLITE_IOERR_DELETE"},
+};
+
 const char *td_ledger_cause_name(int code) {
   for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++)
     if (faults[i].code == (code & 0xff))
@@ -134,13 +150,23 @@ static void note_fault(td_ledger_t *l, int rc) {
     if (faults[i].code == code)
       name = faults[i].name;
   l->fault_code = code;
+  /* which I/O failed (SQLITE_IOERR_WRITE, _FSYNC, ...), as SQLite numbers it */
+  char ext[24] = "";
+  int extended = sqlite3_extended_errcode(l->db);
+  if ((extended & 0xff) == code && extended != code)
+    snprintf(ext, sizeof ext, " (extended code %d)", extended);
+  if (code == SQLITE_IOERR)
+    for (size_t i = 0; i < sizeof ioerrs / sizeof ioerrs[0]; i++)
+      if (ioerrs[i].code == extended)
+        name = ioerrs[i].name, ext[0] = '\0';
   int os = sqlite3_system_errno(l->db);
-  if (os != 0 && (code == SQLITE_FULL || code == SQLITE_IOERR || code == SQLITE_CANTOPEN ||
-                  code == SQLITE_READONLY || code == SQLITE_PERM))
-    snprintf(l->fault_detail, sizeof l->fault_detail, "%s: %s (%s)", name, sqlite3_errmsg(l->db),
-             strerror(os));
+  if (os != 0 && (code == SQLITE_IOERR || code == SQLITE_CANTOPEN || code == SQLITE_READONLY ||
+                  code == SQLITE_PERM))
+    snprintf(l->fault_detail, sizeof l->fault_detail, "%s%s: %s (%s)", name, ext,
+             sqlite3_errmsg(l->db), strerror(os));
   else
-    snprintf(l->fault_detail, sizeof l->fault_detail, "%s: %s", name, sqlite3_errmsg(l->db));
+    snprintf(l->fault_detail, sizeof l->fault_detail, "%s%s: %s", name, ext,
+             sqlite3_errmsg(l->db));
 }
 
 void td_ledger_fault(const td_ledger_t *l, td_ledger_fault_t *out) {

@@ -36,12 +36,17 @@
 #include "common/error.h"
 #include "daemon/log.h"
 
-typedef enum { OP_RUN_START, OP_RUN_END, OP_PEER, OP_ROUND, OP_UPDATE, OP_EVENT, OP_CKPT, OP_LINK, OP_KINDS_ } op_kind_t;
+typedef enum {
+  OP_RUN_START, OP_RUN_END, OP_PEER, OP_ROUND, OP_UPDATE, OP_EVENT, OP_CKPT, OP_LINK,
+  OP_KINDS_ /* the number of kinds: keep it last */
+} op_kind_t;
 
 static const char *const op_names[OP_KINDS_] = {
     [OP_RUN_START] = "run start", [OP_RUN_END] = "run end", [OP_PEER] = "peer",
     [OP_ROUND] = "round", [OP_UPDATE] = "update", [OP_EVENT] = "event",
     [OP_CKPT] = "checkpoint", [OP_LINK] = "link"};
+
+static const char *op_name(op_kind_t kind) { return op_names[kind] ? op_names[kind] : "other"; }
 
 /* One queued row: `kind` says which member of the union holds it. */
 typedef struct ledger_op {
@@ -133,10 +138,10 @@ static void drop_queued(td__ledgerq_t *q, ledger_op_t *prev, ledger_op_t *op) {
     q->queued_ckpts--;
   uncount(q, op);
   if (q->episode_dropped++ == 0)
-    td_log_error("ledger %s: more than %zu MiB of rows kept in memory while it cannot be "
+    td_log_error("ledger %s: more than %g MiB of rows kept in memory while it cannot be "
                  "written: dropping the oldest (checkpoints first; run start and end rows are "
                  "kept), first a %s row; the drops are counted in status",
-                 q->path, q->buffer_bytes >> 20, op_names[op->kind]);
+                 q->path, (double)q->buffer_bytes / 1048576, op_name(op->kind));
   q->dropped[op->kind]++;
   q->dropped_total++;
   free_op(op);
@@ -289,10 +294,10 @@ static void batch_failed(td__ledgerq_t *q, ledger_op_t *batch) {
   bool first;
   (*cause_count(q, &q->fault, &first))++;
   if (first)
-    td_log_error("ledger %s degraded: %s (%s); %" PRIu64 " rows kept in memory (at most %zu MiB)"
+    td_log_error("ledger %s degraded: %s (%s); %" PRIu64 " rows kept in memory (at most %g MiB)"
                  " and written when it works again; trying every %.0f s at most",
                  q->path, q->fault.cause, q->fault.detail, q->pending_rows,
-                 q->buffer_bytes >> 20, RETRY_MAX_S);
+                 (double)q->buffer_bytes / 1048576, RETRY_MAX_S);
   q->retry_at = now + q->backoff_s;
   q->backoff_s = q->backoff_s * 2 < RETRY_MAX_S ? q->backoff_s * 2 : RETRY_MAX_S;
   trim(q);
@@ -336,7 +341,7 @@ static void batch_written(td__ledgerq_t *q, ledger_op_t *batch, bool queue_event
     if (q->refused_codes[i] == 0) { /* once per cause; the count is in status */
       q->refused_codes[i] = q->refused_fault.code;
       td_log_error("ledger %s refused a %s row and left it out: %s", q->path,
-                   op_names[op->kind], q->refused_fault.detail);
+                   op_name(op->kind), q->refused_fault.detail);
     }
   }
   free_ops(batch);
