@@ -25,7 +25,7 @@ status_field() { json_field "$(ctl "$1" status --json | sed -E 's/.*"ledger":\{/
 round_of() { json_field "$(ctl "$1" status --json)" round; }
 
 # ---- disk full ---------------------------------------------------------------------------
-start_node a || finish
+start_node a --metrics 127.0.0.1:0 || finish
 ROUNDS=120
 out=$(ctl a start --set model=mlp:784-128-10 --set rounds=$ROUNDS --set local_steps=4 \
       --set eval_every=1000 --set checkpoint_every=10 --set slowdown=20) || fail "start: $out"
@@ -54,6 +54,13 @@ case "$line" in
   "ledger  degraded: disk full"*) pass "trainctl status: $line" ;;
   *) fail "trainctl status ledger line: $line" ;;
 esac
+if command -v curl >/dev/null; then
+  prom=$(curl -s "http://127.0.0.1:$(cat "$T/a/metrics_port")/metrics")
+  grep -qx 'traind_ledger_degraded 1' <<<"$prom" \
+    && grep -qx 'traind_ledger_fault_info{cause="disk full"} 1' <<<"$prom" \
+    && pass "/metrics: $(grep -E '^traind_ledger_(degraded|fault_info|pending_rows)' <<<"$prom" | tr '\n' ' ')" \
+    || fail "/metrics does not show the degraded ledger: $(grep traind_ledger <<<"$prom")"
+fi
 pending=$(status_field a pending_rows)
 [ "${pending:-0}" -ge 15 ] && pass "$pending rows kept in memory" || fail "pending_rows $pending"
 failed=$(status_field a failed_writes)
