@@ -155,7 +155,7 @@ START_TEST(over_the_bound_the_oldest_go_first) {
   ck_assert_uint_le(st.pending_bytes, bound);
   ck_assert_uint_eq(st.pending_rows, 20);
   ck_assert_uint_eq(st.dropped_rows, 44 - 20);
-  /* new rows push out the oldest ones, run end included, never run start/end */
+  /* new rows push out the oldest rounds; run start and end rows stay */
   add_rounds(q, 41, 45);
   td__ledger_run_end(q, 9, "finished", 0.9);
   td__ledgerq_flush(q); /* within the backoff: counts the last row, tries nothing */
