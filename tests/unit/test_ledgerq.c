@@ -32,6 +32,18 @@ static td__ledgerq_t *open_queue(void) {
   return q;
 }
 
+static void close_queue(td__ledgerq_t **q) {
+  td__ledgerq_close(q);
+  ck_assert_int_eq(uv_loop_close(&loop), 0);
+  static const char *const suffixes[] = {"", "-wal", "-shm"};
+  for (int i = 0; i < 3; i++) {
+    char p[160];
+    snprintf(p, sizeof p, "%s%s", path, suffixes[i]);
+    unlink(p);
+  }
+  rmdir(dir);
+}
+
 /* Hand the queue to the work pool and run the loop until the batch (and any
  * batch its completion queued) is done. */
 static void flush(td__ledgerq_t *q) {
@@ -125,8 +137,7 @@ START_TEST(failed_batches_are_kept_and_written_when_the_disk_works) {
                              " detail LIKE '%2 failed writes (disk full: 1, I/O error: 1)%'"
                              " AND detail LIKE '%7 rows kept in memory were written, 0 dropped'"),
                    1);
-  td__ledgerq_close(&q);
-  uv_loop_close(&loop);
+  close_queue(&q);
 }
 END_TEST
 
@@ -180,8 +191,7 @@ START_TEST(over_the_bound_the_oldest_go_first) {
   ck_assert_int_eq(query_int("SELECT count(*) FROM events WHERE kind = 'ledger_degraded'"
                              " AND detail LIKE '%, 30 dropped'"),
                    1);
-  td__ledgerq_close(&q);
-  uv_loop_close(&loop);
+  close_queue(&q);
 }
 END_TEST
 
