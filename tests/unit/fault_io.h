@@ -40,7 +40,11 @@ static ssize_t fault_io_pwrite64(int fd, const void *buf, size_t n, off_t at) {
   return ((ssize_t(*)(int, const void *, size_t, off_t))fault_io_real[2])(fd, buf, n, at);
 }
 
+/* Once per process (CK_FORK=no runs every test in one). */
 static void fault_io_install(void) {
+  static int installed_already;
+  if (installed_already++)
+    return;
   sqlite3_vfs *vfs = sqlite3_vfs_find(NULL);
   ck_assert_ptr_nonnull(vfs);
   ck_assert_ptr_nonnull(vfs->xSetSystemCall);
