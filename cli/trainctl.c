@@ -163,6 +163,26 @@ static void run_line(json_object *run, char *buf, size_t len) {
            jstr(run, "run_id"), jstr(run, "state"), jnum(run, "round"), rounds, loss, acc, test);
 }
 
+/* "ledger  ok", or degraded with the cause and what is kept in memory. */
+static void ledger_line(json_object *o) {
+  json_object *l = NULL;
+  if (!json_object_object_get_ex(o, "ledger", &l) || l == NULL)
+    return;
+  double dropped = jnum(l, "dropped_rows"), refused = jnum(l, "refused_rows");
+  char lost[128] = "";
+  if (dropped > 0 || refused > 0)
+    snprintf(lost, sizeof lost, "; %.0f rows dropped, %.0f refused since start", dropped, refused);
+  if (strcmp(jstr(l, "state"), "degraded") != 0) {
+    printf("ledger  ok%s\n", lost);
+    return;
+  }
+  printf("ledger  degraded: %s for %.0f s (%s), %.0f failed writes; %.0f rows kept in memory"
+         " (%.1f of %.0f MiB)%s\n",
+         jstr(l, "cause"), jnum(l, "degraded_s"), jstr(l, "detail"), jnum(l, "failed_writes"),
+         jnum(l, "pending_rows"), jnum(l, "pending_bytes") / 1048576.0,
+         jnum(l, "buffer_bytes") / 1048576.0, lost);
+}
+
 static int cmd_status(bool json, bool watch, double every_s) {
   Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
   req.command = TRAIND__CONTROL_REQUEST__COMMAND__STATUS;
@@ -208,6 +228,7 @@ static int cmd_status(bool json, bool watch, double every_s) {
         printf("refused %s\n", jstr(run, "refused"));
       print_outliers(run);
       printf("drops   %.0f bad or unexpected peer messages\n", dropped);
+      ledger_line(o);
       if (np > 0) {
         printf("\n");
         print_peers(peers);

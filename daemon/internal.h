@@ -143,6 +143,27 @@ int td__ledgerq_open(td__ledgerq_t **out, uv_loop_t *loop, const char *path, cha
 void td__ledgerq_close(td__ledgerq_t **self_p);
 void td__ledgerq_flush(td__ledgerq_t *q);
 void td__ledgerq_stop(td__ledgerq_t *q); /* no new batches go to the pool */
+
+/* While the ledger cannot be written (disk full, I/O error, ...) its rows are
+ * kept in memory up to this many bytes; over it the oldest are dropped and
+ * counted (ledgerq.c says which go first). */
+#define TD__LEDGERQ_BUFFER_BYTES ((size_t)64 << 20)
+void td__ledgerq_set_buffer(td__ledgerq_t *q, size_t bytes);
+
+/* The queue's health, for status and metrics (loop thread). */
+typedef struct {
+  bool degraded;            /* the last write failed; rows are kept in memory */
+  char cause[32];           /* "disk full", "I/O error", ...; "" when not degraded */
+  char detail[256];         /* SQLite's code and message, the OS error */
+  char causes[256];         /* this episode's causes with counts: "disk full: 37" */
+  double since;             /* wall clock of the episode's first failure; NaN if none */
+  uint64_t failed_writes;   /* failed attempts in this episode */
+  uint64_t failures_total, episodes; /* since the daemon started */
+  uint64_t pending_rows, pending_bytes, buffer_bytes;
+  uint64_t dropped_rows;    /* over the bound, since start */
+  uint64_t refused_rows;    /* rows SQLite refused for themselves, since start */
+} td__ledgerq_stats_t;
+void td__ledgerq_stats(const td__ledgerq_t *q, td__ledgerq_stats_t *out);
 void td__ledger_run_start(td__ledgerq_t *q, uint64_t run_id, const char *spec_text);
 void td__ledger_run_end(td__ledgerq_t *q, uint64_t run_id, const char *state,
                         double test_accuracy);

@@ -4,7 +4,13 @@
  * user_version i to i + 1, so an old database is brought forward in order
  * and a newer one (from a later traind) is refused rather than damaged. Node
  * and run ids are stored as signed 64-bit integers (SQLite's native type) and
- * converted back on read. */
+ * converted back on read.
+ *
+ * Faults: an existing file is checked with PRAGMA quick_check before anything
+ * else touches it, and a corrupt one is refused with the way to recover it.
+ * Every failed call keeps SQLite's result code and message (td_ledger_fault)
+ * so the caller can say why a write failed (disk full, I/O error, ...) and
+ * decide whether trying the same rows again can help. */
 #include "daemon/ledger.h"
 
 #include <math.h>
@@ -80,10 +86,139 @@ static const char *const statements[ST_COUNT_] = {
 struct td_ledger {
   sqlite3 *db;
   sqlite3_stmt *st[ST_COUNT_];
+  int fault_code;          /* primary result code of the last failure; 0: none */
+  char fault_detail[256];
 };
 
+/* The names SQLite's own documentation uses, for the codes a write can meet. */
+static const struct {
+  int code;
+  const char *name, *cause;
+} faults[] = {
+    {SQLITE_FULL, "SQLITE_FULL", "disk full"},
+    {SQLITE_IOERR, "SQLITE_IOERR", "I/O error"},
+    {SQLITE_READONLY, "SQLITE_READONLY", "read-only"},
+    {SQLITE_CANTOPEN, "SQLITE_CANTOPEN", "cannot open"},
+    {SQLITE_PERM, "SQLITE_PERM", "permission denied"},
+    {SQLITE_CORRUPT, "SQLITE_CORRUPT", "corrupt"},
+    {SQLITE_NOTADB, "SQLITE_NOTADB", "corrupt"},
+    {SQLITE_BUSY, "SQLITE_BUSY", "locked"},
+    {SQLITE_LOCKED, "SQLITE_LOCKED", "locked"},
+    {SQLITE_NOMEM, "SQLITE_NOMEM", "out of memory"},
+    {SQLITE_PROTOCOL, "SQLITE_PROTOCOL", "locking protocol"},
+    {SQLITE_CONSTRAINT, "SQLITE_CONSTRAINT", "row refused"},
+    {SQLITE_MISMATCH, "SQLITE_MISMATCH", "row refused"},
+    {SQLITE_TOOBIG, "SQLITE_TOOBIG", "row refused"},
+    {SQLITE_RANGE, "SQLITE_RANGE", "row refused"},
+};
+
+static const struct {
+  int code;
+  const char *name;
+} ioerrs[] = {
+    {SQLITE_IOERR_READ, "SQLITE_IOERR_READ"},
+    {SQLITE_IOERR_SHORT_READ, "SQLITE_IOERR_SHORT_READ"},
+    {SQLITE_IOERR_WRITE, "SQLITE_IOERR_WRITE"},
+    {SQLITE_IOERR_FSYNC, "SQLITE_IOERR_FSYNC"},
+    {SQLITE_IOERR_TRUNCATE, "SQLITE_IOERR_TRUNCATE"},
+    {SQLITE_IOERR_FSTAT, "SQLITE_IOERR_FSTAT"},
+    {SQLITE_IOERR_SHMOPEN, "SQLITE_IOERR_SHMOPEN"},
+    {SQLITE_IOERR_SHMSIZE, "SQLITE_IOERR_SHMSIZE"},
+    {SQLITE_IOERR_SHMMAP, "SQLITE_IOERR_SHMMAP"},
+    {SQLITE_IOERR_DELETE, "SQLITE_IOERR_DELETE"},
+};
+
+const char *td_ledger_cause_name(int code) {
+  for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++)
+    if (faults[i].code == (code & 0xff))
+      return faults[i].cause;
+  return "error";
+}
+
+bool td_ledger_fault_is_row(int code) {
+  code &= 0xff;
+  return code == SQLITE_CONSTRAINT || code == SQLITE_MISMATCH || code == SQLITE_TOOBIG ||
+         code == SQLITE_RANGE;
+}
+
+/* Keep why the call that returned rc failed: the code's name, SQLite's
+ * message and, for the storage's faults, the OS error behind it. */
+static void note_fault(td_ledger_t *l, int rc) {
+  int code = rc & 0xff;
+  const char *name = "SQLITE_ERROR";
+  for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++)
+    if (faults[i].code == code)
+      name = faults[i].name;
+  l->fault_code = code;
+  /* which I/O failed (SQLITE_IOERR_WRITE, _FSYNC, ...), as SQLite numbers it */
+  char ext[24] = "";
+  int extended = sqlite3_extended_errcode(l->db);
+  if ((extended & 0xff) == code && extended != code)
+    snprintf(ext, sizeof ext, " (extended code %d)", extended);
+  if (code == SQLITE_IOERR)
+    for (size_t i = 0; i < sizeof ioerrs / sizeof ioerrs[0]; i++)
+      if (ioerrs[i].code == extended)
+        name = ioerrs[i].name, ext[0] = '\0';
+  int os = sqlite3_system_errno(l->db);
+  if (os != 0 && (code == SQLITE_IOERR || code == SQLITE_CANTOPEN || code == SQLITE_READONLY ||
+                  code == SQLITE_PERM))
+    snprintf(l->fault_detail, sizeof l->fault_detail, "%s%s: %s (%s)", name, ext,
+             sqlite3_errmsg(l->db), strerror(os));
+  else
+    snprintf(l->fault_detail, sizeof l->fault_detail, "%s%s: %s", name, ext,
+             sqlite3_errmsg(l->db));
+}
+
+void td_ledger_fault(const td_ledger_t *l, td_ledger_fault_t *out) {
+  out->code = l->fault_code;
+  out->cause = l->fault_code ? td_ledger_cause_name(l->fault_code) : "none";
+  snprintf(out->detail, sizeof out->detail, "%s", l->fault_code ? l->fault_detail : "");
+}
+
+static int failed(td_ledger_t *l, int rc) {
+  note_fault(l, rc);
+  return (rc & 0xff) == SQLITE_NOMEM ? TD_ENOMEM : TD_EIO;
+}
+
 static int exec(td_ledger_t *l, const char *sql) {
-  return sqlite3_exec(l->db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : TD_EIO;
+  int rc = sqlite3_exec(l->db, sql, NULL, NULL, NULL);
+  return rc == SQLITE_OK ? 0 : failed(l, rc);
+}
+
+/* PRAGMA quick_check on the file as found: TD_ECORRUPT with the way back
+ * when SQLite finds damage (or cannot read the file as a database at all). */
+static int check_file(td_ledger_t *l, const char *path, char *why, size_t n) {
+  sqlite3_stmt *st = NULL;
+  char first[160] = "";
+  int problems = 0;
+  int rc = sqlite3_prepare_v2(l->db, "PRAGMA quick_check(8)", -1, &st, NULL);
+  if (rc == SQLITE_OK) {
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+      const char *line = (const char *)sqlite3_column_text(st, 0);
+      if (line != NULL && strcmp(line, "ok") != 0 && problems++ == 0)
+        snprintf(first, sizeof first, "%s", line);
+    }
+  }
+  if (rc != SQLITE_DONE && rc != SQLITE_OK && problems == 0)
+    snprintf(first, sizeof first, "%s", sqlite3_errmsg(l->db));
+  sqlite3_finalize(st);
+  for (char *c = first; *c; c++) /* its report spans lines; the error is one */
+    if (*c == '\n' || *c == '\r')
+      *c = ' ';
+  int code = rc & 0xff;
+  if (problems == 0 && code != SQLITE_CORRUPT && code != SQLITE_NOTADB) {
+    if (rc == SQLITE_DONE || rc == SQLITE_OK)
+      return 0;
+    return td_why(why, n, TD_EIO, "cannot check ledger %s: %s", path, first);
+  }
+  /* `.recover` salvages what is readable into a new file; moving the file
+   * aside starts an empty ledger. Either way the daemon must not write on. */
+  return td_why(why, n, TD_ECORRUPT,
+                "ledger %s is corrupt (quick_check: %s%s); traind will not start on it. Move "
+                "%s (with any -wal and -shm beside it) aside to start with a new, empty "
+                "ledger, or salvage its rows first: sqlite3 %s .recover | sqlite3 %s.recovered,"
+                " then move %s.recovered to %s (traind(8), LEDGER FAULTS)",
+                path, first, problems > 1 ? ", ..." : "", path, path, path, path, path);
 }
 
 static int migrate(td_ledger_t *l, char *why, size_t n) {
@@ -125,6 +260,8 @@ int td_ledger_open(td_ledger_t **out, const char *path, char *why, size_t why_le
     goto fail;
   }
   sqlite3_busy_timeout(l->db, 5000);
+  if ((rc = check_file(l, path, why, why_len)) != 0)
+    goto fail;
   if (exec(l, "PRAGMA journal_mode = WAL") != 0 || exec(l, "PRAGMA synchronous = NORMAL") != 0) {
     rc = td_why(why, why_len, TD_EIO, "ledger %s: %s", path, sqlite3_errmsg(l->db));
     goto fail;
@@ -155,16 +292,41 @@ void td_ledger_close(td_ledger_t **self_p) {
   *self_p = NULL;
 }
 
-int td_ledger_begin(td_ledger_t *l) { return exec(l, "BEGIN"); }
+int td_ledger_begin(td_ledger_t *l) {
+  l->fault_code = 0;
+  /* a transaction a failed COMMIT left open would make BEGIN fail for good */
+  if (!sqlite3_get_autocommit(l->db) && td_ledger_rollback(l) != 0)
+    return TD_EIO;
+  return exec(l, "BEGIN");
+}
+
 int td_ledger_commit(td_ledger_t *l) { return exec(l, "COMMIT"); }
+
+/* SQLite may already have rolled the transaction back (after SQLITE_FULL,
+ * SQLITE_IOERR, ...): then there is nothing left to undo. The fault of the
+ * write that failed is kept, not replaced by this call's. */
+int td_ledger_rollback(td_ledger_t *l) {
+  if (sqlite3_get_autocommit(l->db))
+    return 0;
+  int code = l->fault_code;
+  char detail[sizeof l->fault_detail];
+  memcpy(detail, l->fault_detail, sizeof detail);
+  int rc = exec(l, "ROLLBACK");
+  if (code != 0) {
+    l->fault_code = code;
+    memcpy(l->fault_detail, detail, sizeof detail);
+  }
+  return rc;
+}
 
 /* Run a prepared write statement whose parameters are bound; reset it. */
 static int step_done(td_ledger_t *l, int which) {
   sqlite3_stmt *st = l->st[which];
   int rc = sqlite3_step(st);
+  int ret = rc == SQLITE_DONE ? 0 : failed(l, rc); /* the message before reset */
   sqlite3_reset(st);
   sqlite3_clear_bindings(st);
-  return rc == SQLITE_DONE ? 0 : TD_EIO;
+  return ret;
 }
 
 static void bind_real_or_null(sqlite3_stmt *st, int i, double v) {

@@ -10,6 +10,7 @@
 #ifndef TD_LEDGER_H
 #define TD_LEDGER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -58,12 +59,35 @@ typedef struct {
 } td_ledger_update_t;
 
 /* Open or create the database; migrates older schemas, refuses newer ones
- * (TD_ECONFIG). Caller owns *out. */
+ * (TD_ECONFIG). An existing file is checked first (PRAGMA quick_check): a
+ * corrupt one is refused with TD_ECORRUPT and a why that names the file and
+ * says how to recover it, and is left as it was. Caller owns *out. */
 int td_ledger_open(td_ledger_t **out, const char *path, char *why, size_t why_len);
 void td_ledger_close(td_ledger_t **self_p);
 
+/* begin/commit group writes in one transaction. After a write failed inside
+ * one, td_ledger_rollback() undoes what the transaction wrote (a no-op when no
+ * transaction is open) so the same rows can be tried again later. */
 int td_ledger_begin(td_ledger_t *l);
 int td_ledger_commit(td_ledger_t *l);
+int td_ledger_rollback(td_ledger_t *l);
+
+/* Why the last failed call on this handle failed. Write calls return TD_EIO
+ * (TD_ENOMEM for SQLite's out of memory); this says which kind of failure it
+ * was, for logs and status. */
+typedef struct {
+  int code;          /* SQLite's primary result code (SQLITE_FULL, SQLITE_IOERR, ...); 0: none */
+  const char *cause; /* static: "disk full", "I/O error", "read-only", "corrupt", ... */
+  char detail[256];  /* SQLite's message, and the OS error when there was one */
+} td_ledger_fault_t;
+void td_ledger_fault(const td_ledger_t *l, td_ledger_fault_t *out);
+/* The cause phrase of a SQLite primary result code (static; never NULL). */
+const char *td_ledger_cause_name(int code);
+/* True when the fault is about one row only (a constraint or a value the
+ * schema refuses): the row will never be written, but the rest of its batch
+ * can be. False for faults of the storage (disk full, I/O error, read-only,
+ * locked, corrupt), which may clear when tried again later. */
+bool td_ledger_fault_is_row(int code);
 
 int td_ledger_run_start(td_ledger_t *l, uint64_t run_id, const char *spec, double started);
 /* state: "finished", "failed", "stopped"; test_accuracy may be NaN. */

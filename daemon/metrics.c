@@ -147,6 +147,25 @@ int td_metrics_format(const td_metrics_stats_t *s, char **text, size_t *len) {
     label_value(f, s->drops[i].name);
     fprintf(f, "} %" PRIu64 "\n", s->drops[i].count);
   }
+
+  family(f, "traind_ledger_degraded", "gauge",
+         "1 while ledger writes fail and rows are kept in memory.");
+  fprintf(f, "traind_ledger_degraded %d\n", s->ledger_degraded ? 1 : 0);
+  family(f, "traind_ledger_fault_info", "gauge",
+         "Why the ledger is degraded (always 1; present only while it is).");
+  if (s->ledger_degraded && s->ledger_cause != NULL) {
+    fputs("traind_ledger_fault_info{cause=", f);
+    label_value(f, s->ledger_cause);
+    fputs("} 1\n", f);
+  }
+  family(f, "traind_ledger_pending_rows", "gauge", "Ledger rows waiting in memory.");
+  fprintf(f, "traind_ledger_pending_rows %" PRIu64 "\n", s->ledger_pending_rows);
+  family(f, "traind_ledger_write_failures_total", "counter",
+         "Ledger batches that could not be written (each is kept and tried again).");
+  fprintf(f, "traind_ledger_write_failures_total %" PRIu64 "\n", s->ledger_write_failures_total);
+  family(f, "traind_ledger_dropped_rows_total", "counter",
+         "Ledger rows dropped: over the memory bound while degraded, or refused by SQLite.");
+  fprintf(f, "traind_ledger_dropped_rows_total %" PRIu64 "\n", s->ledger_dropped_rows_total);
   if (fclose(f) != 0) {
     free(*text);
     *text = NULL;

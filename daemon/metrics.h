@@ -48,6 +48,11 @@ typedef struct {
   size_t n_links;
   const td_metrics_drop_t *drops;
   size_t n_drops;
+  /* the ledger: degraded while its writes fail (rows kept in memory) */
+  int ledger_degraded;
+  const char *ledger_cause;  /* "disk full", "I/O error", ...; NULL when not degraded */
+  uint64_t ledger_pending_rows;
+  uint64_t ledger_write_failures_total, ledger_dropped_rows_total;
 } td_metrics_stats_t;
 
 /* The exposition text of `s` (HELP and TYPE for every family; counters end in

@@ -3,7 +3,7 @@
  * Threads: td__monitor_publish() runs on the loop thread (each heartbeat and
  * each closed round): it fills a td_metrics_stats_t from the parts' snapshot
  * calls (td__session_stats, td__link_stats, the membership table, the drop
- * counters and the node's totals) into a back buffer that only it touches,
+ * counters, the ledger queue's health and the node's totals) into a back buffer that only it touches,
  * then swaps it with the published one under the mutex. The HTTP server
  * (daemon/metrics.h, libmicrohttpd's own thread) formats the published copy
  * under the same mutex, so it never reads loop-owned state. Closing stops
@@ -34,6 +34,7 @@ typedef struct {
   td_metrics_link_t links[TD_MEMBERS_MAX];
   char codecs[TD_MEMBERS_MAX][32];
   td_metrics_drop_t drops[TD__DROP_COUNT];
+  char ledger_cause[32];
 } snapshot_t;
 
 struct td__monitor {
@@ -88,6 +89,14 @@ static void fill(td__node_t *n, snapshot_t *p) {
   st->n_links = k;
   for (int d = 0; d < TD__DROP_COUNT; d++)
     p->drops[d] = (td_metrics_drop_t){td__drop_name((td__drop_t)d), n->drops[d]};
+  td__ledgerq_stats_t lq;
+  td__ledgerq_stats(n->ledger, &lq);
+  snprintf(p->ledger_cause, sizeof p->ledger_cause, "%s", lq.cause);
+  st->ledger_degraded = lq.degraded;
+  st->ledger_cause = lq.degraded ? p->ledger_cause : NULL;
+  st->ledger_pending_rows = lq.pending_rows;
+  st->ledger_write_failures_total = lq.failures_total;
+  st->ledger_dropped_rows_total = lq.dropped_rows + lq.refused_rows;
 }
 
 void td__monitor_publish(td__monitor_t *m) {

@@ -2,8 +2,9 @@
  *
  * Threads: loop thread. Built from snapshots: the membership table, each
  * link's figures (td__link_stats) and the run's (td__session_stats, kept
- * after a run ends), so no other part's state is read directly here. Figures
- * that do not exist yet (no ack measured, no evaluation) are null. */
+ * after a run ends) and the ledger queue's health (td__ledgerq_stats), so no
+ * other part's state is read directly here. Figures that do not exist yet
+ * (no ack measured, no evaluation) are null. */
 #include "daemon/internal.h"
 
 #include <inttypes.h>
@@ -119,6 +120,27 @@ static json_object *run_json(const td__run_stats_t *st) {
   return run;
 }
 
+/* "ok", or "degraded" with why and what is kept in memory meanwhile. */
+static json_object *ledger_json(td__node_t *n) {
+  td__ledgerq_stats_t st;
+  td__ledgerq_stats(n->ledger, &st);
+  json_object *o = json_object_new_object();
+  json_object_object_add(o, "state", json_object_new_string(st.degraded ? "degraded" : "ok"));
+  json_object_object_add(o, "cause", st.degraded ? json_object_new_string(st.cause) : NULL);
+  json_object_object_add(o, "detail", st.degraded ? json_object_new_string(st.detail) : NULL);
+  json_object_object_add(o, "causes", st.degraded ? json_object_new_string(st.causes) : NULL);
+  json_object_object_add(o, "degraded_s",
+                         td__status_real(st.degraded ? td_clock_wall_s() - st.since : NAN));
+  json_object_object_add(o, "failed_writes", count(st.failed_writes));
+  json_object_object_add(o, "failures_total", count(st.failures_total));
+  json_object_object_add(o, "pending_rows", count(st.pending_rows));
+  json_object_object_add(o, "pending_bytes", count(st.pending_bytes));
+  json_object_object_add(o, "buffer_bytes", count(st.buffer_bytes));
+  json_object_object_add(o, "dropped_rows", count(st.dropped_rows));
+  json_object_object_add(o, "refused_rows", count(st.refused_rows));
+  return o;
+}
+
 json_object *td__status_json(td__node_t *n) {
   json_object *o = json_object_new_object();
   json_object_object_add(o, "node_id", td__status_id(n->node_id));
@@ -132,5 +154,6 @@ json_object *td__status_json(td__node_t *n) {
   for (int k = 0; k < TD__DROP_COUNT; k++)
     json_object_object_add(d, td__drop_name((td__drop_t)k), count(n->drops[k]));
   json_object_object_add(o, "drops", d);
+  json_object_object_add(o, "ledger", ledger_json(n));
   return o;
 }

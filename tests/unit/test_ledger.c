@@ -1,7 +1,12 @@
 /* test_ledger.c: the SQLite ledger on real files. A fresh file gets the
  * current schema in WAL mode; rounds, updates, peers, events and checkpoints
  * read back exactly; a reopen keeps everything; a database from a newer traind
- * is refused; `last N` returns the newest N rounds in ascending order. */
+ * is refused; `last N` returns the newest N rounds in ascending order.
+ * Faults: a write that fails for lack of space or an I/O error says which
+ * (td_ledger_fault), the transaction rolls back and the same rows go in
+ * whole once writes work again; a row the schema refuses is told apart from
+ * the storage failing; a ledger with 8 KiB of garbage in its middle is
+ * refused at open, by name, with the way to recover it, and left as it was. */
 #include <check.h>
 #include <math.h>
 #include <sqlite3.h>
@@ -12,6 +17,7 @@
 
 #include "common/error.h"
 #include "daemon/ledger.h"
+#include "tests/unit/fault_io.h"
 
 static char dir[64], path[128];
 
@@ -211,6 +217,149 @@ START_TEST(newer_schema_and_bad_paths_are_refused) {
 }
 END_TEST
 
+static td_ledger_round_t round_row(uint64_t run, uint64_t r) {
+  return (td_ledger_round_t){.run_id = run, .round = r, .started = r, .ended = r + 0.5,
+                             .local_steps = 4, .batch = 64, .samples = 256, .loss = 1.0 / r,
+                             .eval_acc = NAN, .eval_bpb = NAN, .lr = 0.1};
+}
+
+/* Rounds 1..3 in, then a disk that is full (ENOSPC) and one that fails
+ * (EIO): each failure is named, rolled back, and the same rows go in whole
+ * when the disk works again. */
+START_TEST(write_faults_are_named_and_rolled_back) {
+  fresh_path();
+  fault_io_install();
+  td_ledger_t *l = NULL;
+  char why[256] = "";
+  ck_assert_msg(td_ledger_open(&l, path, why, sizeof why) == 0, "%s", why);
+  td_ledger_fault_t f;
+  td_ledger_fault(l, &f);
+  ck_assert_int_eq(f.code, 0);
+  ck_assert_int_eq(td_ledger_begin(l), 0);
+  for (uint64_t r = 1; r <= 3; r++) {
+    td_ledger_round_t row = round_row(1, r);
+    ck_assert_int_eq(td_ledger_round_add(l, &row), 0);
+  }
+  ck_assert_int_eq(td_ledger_commit(l), 0);
+
+  static const struct { int err, code; const char *cause, *detail; } cases[] = {
+      {ENOSPC, SQLITE_FULL, "disk full", "SQLITE_FULL"},
+      {EIO, SQLITE_IOERR, "I/O error", "SQLITE_IOERR_WRITE"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    fault_io_errno = cases[c].err;
+    int rc = td_ledger_begin(l);
+    for (uint64_t r = 4; r <= 6 && rc == 0; r++) {
+      td_ledger_round_t row = round_row(1, r);
+      rc = td_ledger_round_add(l, &row);
+    }
+    if (rc == 0)
+      td_ledger_event_add(l, 7, "round_note", "kept in the transaction");
+    if (rc == 0)
+      rc = td_ledger_commit(l);
+    ck_assert_int_eq(rc, TD_EIO);
+    td_ledger_fault(l, &f);
+    ck_assert_int_eq(f.code, cases[c].code);
+    ck_assert_str_eq(f.cause, cases[c].cause);
+    ck_assert_msg(strstr(f.detail, cases[c].detail) != NULL, "detail: %s", f.detail);
+    ck_assert(!td_ledger_fault_is_row(f.code));
+    ck_assert_int_eq(td_ledger_rollback(l), 0);
+    fault_io_errno = 0;
+    ck_assert_int_eq(td_ledger_count(l, "rounds"), 3); /* nothing half-written */
+    ck_assert_int_eq(td_ledger_count(l, "events"), 0);
+  }
+  /* the disk works again: the same rows go in, once each */
+  ck_assert_int_eq(td_ledger_begin(l), 0);
+  for (uint64_t r = 4; r <= 6; r++) {
+    td_ledger_round_t row = round_row(1, r);
+    ck_assert_int_eq(td_ledger_round_add(l, &row), 0);
+  }
+  ck_assert_int_eq(td_ledger_event_add(l, 7, "round_note", "kept in the transaction"), 0);
+  ck_assert_int_eq(td_ledger_commit(l), 0);
+  td_ledger_fault(l, &f);
+  ck_assert_int_eq(f.code, 0);
+  ck_assert_int_eq(td_ledger_count(l, "rounds"), 6);
+  ck_assert_int_eq(td_ledger_count(l, "events"), 1);
+
+  /* a row the schema refuses (an event without a kind) is the row's fault */
+  ck_assert_int_eq(td_ledger_begin(l), 0);
+  ck_assert_int_eq(td_ledger_event_add(l, 8, NULL, "no kind"), TD_EIO);
+  td_ledger_fault(l, &f);
+  ck_assert_int_eq(f.code, SQLITE_CONSTRAINT);
+  ck_assert(td_ledger_fault_is_row(f.code));
+  ck_assert_int_eq(td_ledger_event_add(l, 9, "after", "the rest still goes in"), 0);
+  ck_assert_int_eq(td_ledger_commit(l), 0);
+  ck_assert_int_eq(td_ledger_count(l, "events"), 2);
+  td_ledger_close(&l);
+  ck_assert_int_eq(pragma_int("SELECT count(*) FROM rounds WHERE round BETWEEN 1 AND 6"), 6);
+}
+END_TEST
+
+static void file_bytes(const char *p, unsigned char **buf, long *len) {
+  FILE *f = fopen(p, "rb");
+  ck_assert_ptr_nonnull(f);
+  fseek(f, 0, SEEK_END);
+  *len = ftell(f);
+  rewind(f);
+  *buf = malloc((size_t)*len);
+  ck_assert_ptr_nonnull(*buf);
+  ck_assert_int_eq(fread(*buf, 1, (size_t)*len, f), (size_t)*len);
+  fclose(f);
+}
+
+START_TEST(corrupt_ledger_is_refused_at_open) {
+  fresh_path();
+  td_ledger_t *l = NULL;
+  char why[1024] = "";
+  ck_assert_int_eq(td_ledger_open(&l, path, why, sizeof why), 0);
+  ck_assert_int_eq(td_ledger_begin(l), 0);
+  for (int i = 0; i < 4000; i++)
+    ck_assert_int_eq(td_ledger_event_add(l, i, "filler",
+                                         "a hundred bytes of detail, a hundred bytes of detail,"
+                                         " a hundred bytes of detail, a hundred bytes"), 0);
+  ck_assert_int_eq(td_ledger_commit(l), 0);
+  td_ledger_close(&l); /* the last close folds the WAL into the file */
+
+  /* 8 KiB of garbage (xorshift) over two pages in the middle of the file */
+  FILE *f = fopen(path, "r+b");
+  ck_assert_ptr_nonnull(f);
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  ck_assert_int_gt(size, 64 * 4096);
+  fseek(f, size / 2 / 4096 * 4096, SEEK_SET);
+  uint32_t x = 2463534242u;
+  for (int i = 0; i < 8192; i++) {
+    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+    fputc((int)(x & 0xff), f);
+  }
+  fclose(f);
+  unsigned char *before, *after;
+  long n_before, n_after;
+  file_bytes(path, &before, &n_before);
+
+  ck_assert_int_eq(td_ledger_open(&l, path, why, sizeof why), TD_ECORRUPT);
+  ck_assert_ptr_null(l);
+  ck_assert_msg(strstr(why, path) != NULL, "%s", why);
+  ck_assert_msg(strstr(why, "is corrupt (quick_check: ") != NULL, "%s", why);
+  ck_assert_msg(strstr(why, ".recover") != NULL && strstr(why, "aside") != NULL, "%s", why);
+  ck_assert_ptr_null(strchr(why, '\n')); /* one line */
+  file_bytes(path, &after, &n_after);
+  ck_assert_int_eq(n_after, n_before);
+  ck_assert_int_eq(memcmp(before, after, (size_t)n_before), 0); /* left as it was */
+  free(before);
+  free(after);
+
+  /* a file that is not a database at all is refused the same way */
+  fresh_path();
+  f = fopen(path, "w");
+  for (int i = 0; i < 8192; i++)
+    fputc(i * 7, f);
+  fclose(f);
+  ck_assert_int_eq(td_ledger_open(&l, path, why, sizeof why), TD_ECORRUPT);
+  ck_assert_msg(strstr(why, path) != NULL, "%s", why);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ledger");
   TCase *tc = tcase_create("core");
@@ -218,6 +367,8 @@ int main(void) {
   tcase_add_test(tc, links_capacity_and_migration_from_v1);
   tcase_add_test(tc, wal_mode_and_checkpoints);
   tcase_add_test(tc, newer_schema_and_bad_paths_are_refused);
+  tcase_add_test(tc, write_faults_are_named_and_rolled_back);
+  tcase_add_test(tc, corrupt_ledger_is_refused_at_open);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

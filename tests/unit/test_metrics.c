@@ -34,7 +34,9 @@ static td_metrics_stats_t sample_stats(void) {
       .eval_bpb = 3.25,
       .compute_seconds_total = 12.5, .wait_seconds_total = 2.25, .samples_total = 64000,
       .peers_alive = 2, .peers_suspect = 0, .peers_dead = 1, .peers_left = 4, .links = links,
-      .n_links = 2, .drops = drops, .n_drops = 2};
+      .n_links = 2, .drops = drops, .n_drops = 2, .ledger_degraded = 1,
+      .ledger_cause = "disk full", .ledger_pending_rows = 17, .ledger_write_failures_total = 3,
+      .ledger_dropped_rows_total = 2};
 }
 
 static bool has_line(const char *text, const char *line) {
@@ -66,6 +68,11 @@ START_TEST(format_families_and_values) {
   ck_assert(has_line(text, "traind_link_received_bytes_total{peer=\"feed000000000002\"} 20"));
   ck_assert(has_line(text, "traind_link_rtt_seconds{peer=\"feed000000000001\"} 0.0125"));
   ck_assert(has_line(text, "traind_dropped_messages_total{kind=\"stale_update\"} 7"));
+  ck_assert(has_line(text, "traind_ledger_degraded 1"));
+  ck_assert(has_line(text, "traind_ledger_fault_info{cause=\"disk full\"} 1"));
+  ck_assert(has_line(text, "traind_ledger_pending_rows 17"));
+  ck_assert(has_line(text, "traind_ledger_write_failures_total 3"));
+  ck_assert(has_line(text, "traind_ledger_dropped_rows_total 2"));
   /* label values escaped */
   ck_assert(has_line(text, "traind_link_codec_info{peer=\"feed000000000002\",codec=\"we\\\"ird\\\\\"} 1"));
   /* NaN: left out, the family's HELP/TYPE stay */
@@ -74,6 +81,13 @@ START_TEST(format_families_and_values) {
   ck_assert_ptr_null(strstr(text, "traind_link_rtt_seconds{peer=\"feed000000000002\"}"));
   ck_assert_ptr_null(strstr(text, "NaN"));
   /* every sample line belongs to a family declared before it */
+  char *healthy;
+  s.ledger_degraded = 0;
+  s.ledger_cause = NULL;
+  ck_assert_int_eq(td_metrics_format(&s, &healthy, &len), 0);
+  ck_assert(has_line(healthy, "traind_ledger_degraded 0"));
+  ck_assert_ptr_null(strstr(healthy, "traind_ledger_fault_info{"));
+  free(healthy);
   for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
     ck_assert(line[0] == '#' || strncmp(line, "traind_", 7) == 0);
   free(text);
