@@ -6,7 +6,8 @@
  * other threads handed over, pick the batch), local steps, post the delta,
  * then one function per mode for what follows a round (sync: wait for the
  * round's average and step the anchor; overlap: swap the previous round's
- * stale delta for its average; async: fold in the peers' inbox), and end
+ * stale delta for its average and pull back toward the anchor; async: fold in
+ * the peers' inbox), and end
  * (probe and evaluation). Every phase says whether to go on; a stop request
  * ends the run with STOPPED, an error with FAILED and its reason.
  * Thread: the compute thread only (td__run_compute_main is its entry); it talks
@@ -24,6 +25,7 @@
 #include "daemon/clock.h"
 #include "daemon/run_internal.h"
 #include "scheduler/outer.h"
+#include "scheduler/overlap.h"
 #include "scheduler/plan.h"
 #include "scheduler/steps.h"
 
@@ -65,6 +67,8 @@ typedef struct {
   double capacity; /* samples/s, EWMA */
   double idle;     /* seconds blocked since the last ROUND_DONE */
   fill_t fill;     /* overlap fill steps since the last ROUND_DONE */
+  float *lead;     /* overlap: what params hold of the last posted round beyond the
+                      anchor (scheduler/overlap.h); NULL in the other modes */
   char why[WHY_MAX];
 } compute_t;
 
@@ -166,25 +170,20 @@ static unsigned nodes_at(td_run_t *run, uint64_t round) {
   return k;
 }
 
-/* Outer step on round r's average: anchor += step and, in overlap mode,
- * params += step - own delta of r (swap the stale own progress for the
- * global step, keeping the progress made since). */
-static void apply_round(td_run_t *run, uint64_t r, float *params, bool overlap) {
+/* Outer step on round r's average: anchor += step and, in overlap mode
+ * (lead != NULL), params += step - lead (swap what params still hold of round
+ * r for the global step, keeping the progress made since; scheduler/overlap.h). */
+static void apply_round(td_run_t *run, uint64_t r, float *params, const float *lead) {
   td_outer_opts_t o = {.lr = run->spec.outer_lr, .momentum = run->spec.outer_momentum,
                        .nesterov = run->spec.outer_nesterov, .clip = run->spec.outer_clip};
   float *avg = run->avg[r % 2];
   td_outer_step(&o, avg, run->mom, avg, run->numel); /* avg becomes the step */
-  const float *own = run->delta[r % 2];
-  for (size_t i = 0; i < run->numel; i++) {
+  for (size_t i = 0; i < run->numel; i++)
     run->anchor[i] += avg[i];
-    if (overlap) { /* the round start moves with params: fill steps stay progress */
-      float swap = avg[i] - own[i];
-      params[i] += swap;
-      run->start[i] += swap;
-    } else {
-      params[i] = run->anchor[i];
-    }
-  }
+  if (lead != NULL)
+    td_overlap_swap(params, run->start, avg, lead, run->numel);
+  else
+    memcpy(params, run->anchor, run->numel * sizeof(float));
 }
 
 /* ---- what the compute thread posts besides rounds ------------------------------------- */
@@ -340,6 +339,10 @@ static td__run_flow_t set_up(compute_t *c) {
   if (sp->transfer > 0)
     open_probe_rows(c);
   c->batch = run->local_batch;
+  if (sp->mode_kind == TD_MODE_OVERLAP && (c->lead = calloc(run->numel, sizeof(float))) == NULL) {
+    snprintf(c->why, sizeof c->why, "out of memory for the overlap swap");
+    return fail(c);
+  }
   td_run_event_t ready = {.kind = TD_RUN_READY, .round = run->rounds};
   return td__run_post(run, &ready) ? TD__RUN_GO_ON : TD__RUN_STOPPED;
 }
@@ -442,15 +445,16 @@ static td__run_flow_t after_round_sync(compute_t *c, uint64_t round) {
   td__run_flow_t f = wait_release(c, round);
   if (f != TD__RUN_GO_ON)
     return f;
-  apply_round(run, round, c->params, false);
+  apply_round(run, round, c->params, NULL);
   f = post_round_extras(c, round, round == run->rounds);
   memcpy(run->start, c->params, run->numel * sizeof(float));
   return f;
 }
 
 /* overlap: go on at once; swap the previous round's stale delta for its
- * average (filling the wait with steps when asked). The last round waits for
- * its own average and ends on the consensus model. */
+ * average (filling the wait with steps when asked), then pull this round's
+ * progress overlap_pull of the way back to the anchor. The last round waits
+ * for its own average and ends on the consensus model. */
 static td__run_flow_t after_round_overlap(compute_t *c, uint64_t round) {
   td_run_t *run = c->run;
   td__run_flow_t f = TD__RUN_GO_ON;
@@ -462,14 +466,16 @@ static td__run_flow_t after_round_overlap(compute_t *c, uint64_t round) {
       f = wait_release(c, round - 1);
     if (f != TD__RUN_GO_ON)
       return f;
-    apply_round(run, round - 1, c->params, true);
+    apply_round(run, round - 1, c->params, c->lead);
     if ((f = post_round_extras(c, round - 1, false)) != TD__RUN_GO_ON)
       return f;
   }
+  td_overlap_pull(c->params, run->start, c->lead, run->delta[round % 2], run->spec.overlap_pull,
+                  run->numel);
   if (round == run->rounds) {
     if ((f = wait_release(c, round)) != TD__RUN_GO_ON)
       return f;
-    apply_round(run, round, c->params, true);
+    apply_round(run, round, c->params, c->lead);
     if ((f = reconcile(c, round, true)) != TD__RUN_GO_ON)
       return f;
     memcpy(c->params, run->anchor, run->numel * sizeof(float));
@@ -552,6 +558,7 @@ void *td__run_compute_main(void *arg) {
     td_run_event_t ev = {.kind = TD_RUN_STOPPED};
     td__run_post(run, &ev); /* fails only when closing: nobody to tell */
   }
+  free(c.lead);
   td_dataset_close(&c.val);
   td_trainer_close(&c.tr);
   td_shard_close(&c.data);

@@ -1,0 +1,46 @@
+/* overlap.h: the arithmetic of overlap mode's one-round-delayed outer step.
+ *
+ * In overlap mode a node posts round r's delta (own_r, its progress over the
+ * round) and computes round r + 1 at once; round r's average arrives during
+ * r + 1. At the end of r + 1 the node holds params = anchor + lead + own_{r+1}
+ * (lead: what params still hold of round r beyond the anchor) and
+ *   swap:  anchor += step_r ; params += step_r - lead
+ * (step_r: the outer step on round r's average), so params = anchor + own_{r+1}:
+ * its stale own progress is replaced by the global step, the progress made
+ * since is kept. Then the pull-back of Overlap Local SGD (Wang, Liang, Joshi,
+ * ICASSP'20) with alpha in [0, 1]:
+ *   pull:  params -= alpha * own_{r+1} ; lead = (1 - alpha) * own_{r+1}
+ * which is params = (1 - alpha) * params + alpha * anchor. Why: every node
+ * computes r + 1 from anchor + its own round r, so its deviation from the
+ * others' progress (own_r - average_r) stays in its model for a whole round;
+ * the inner optimizer reacts to it, and the swap then removes the deviation
+ * but not the reaction. With momentum 0.9 the reaction overshoots (the inner
+ * optimizer's response over H steps is negative in stiff directions) and the
+ * nodes' deviations grow from round to round; pulling back alpha of the own
+ * progress before the next round shrinks what they react to. The pulled
+ * progress is not lost (the next swap adds that round's global step in
+ * full), but the round after it is computed that much behind, which slows
+ * the consensus. On a quadratic with momentum 0.9 and H = 8 (the linear
+ * round-to-round maps of the deviation and of the consensus): with alpha = 0
+ * the deviations grow, up to 1.8x a round, from lr x curvature 0.08 on; with
+ * alpha = 0.4 both are stable up to lr x curvature 1.13 and grow by at most
+ * 1.04x (deviation) and 1.13x (consensus) a round in narrow bands beyond;
+ * a larger alpha slows the consensus (at 0.45 it is unstable from 0.85).
+ * Hence overlap_pull's default 0.4; test_overlap checks lr x curvature = 1,
+ * where alpha = 0 diverges and 0.4 converges.
+ * The round start moves with params in both calls, so the next delta stays
+ * pure local progress (fill steps taken before the swap stay in it).
+ * Pure arithmetic on float vectors: any thread. */
+#ifndef TD_OVERLAP_H
+#define TD_OVERLAP_H
+
+#include <stddef.h>
+
+/* params += step - lead ; start += step - lead (n floats each). */
+void td_overlap_swap(float *params, float *start, const float *step, const float *lead, size_t n);
+
+/* params -= alpha * own ; start -= alpha * own ; lead = (1 - alpha) * own. */
+void td_overlap_pull(float *params, float *start, float *lead, const float *own, double alpha,
+                     size_t n);
+
+#endif
