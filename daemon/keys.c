@@ -207,14 +207,14 @@ static int parse_allowlist(td_allowlist_t *a, FILE *f, char *why, size_t why_len
     if (strchr(line, '\n') == NULL && !feof(f))
       return td_why(why, why_len, TD_ECONFIG, "%s:%d: line longer than %d bytes", a->path,
                     lineno, LINE_MAX_BYTES);
-    char *hash = strchr(line, '#');
-    if (hash != NULL)
-      *hash = '\0';
+    /* '#' is a Z85 character: a comment is a word that starts with '#' and
+     * is not in the key's place, or a line whose first word is just "#" */
     char *save = NULL, *key = strtok_r(line, " \t\r\n", &save);
-    if (key == NULL)
+    if (key == NULL || strcmp(key, "#") == 0 || (key[0] == '#' && strlen(key) != TD_KEY_Z85_LEN))
       continue;
     bool admin = false;
-    for (char *w = strtok_r(NULL, " \t\r\n", &save); w != NULL; w = strtok_r(NULL, " \t\r\n", &save)) {
+    for (char *w = strtok_r(NULL, " \t\r\n", &save); w != NULL && w[0] != '#';
+         w = strtok_r(NULL, " \t\r\n", &save)) {
       if (strcmp(w, "admin") != 0)
         return td_why(why, why_len, TD_ECONFIG, "%s:%d: unknown word '%.32s' (expected 'admin')",
                       a->path, lineno, w);

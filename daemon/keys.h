@@ -11,7 +11,9 @@
  *
  * The allowlist (DATA_DIR/allowed_keys) names the keys that may connect, one
  * a line, `KEY [admin] [# comment]`; `admin` lets that key start and stop
- * runs on this node. A node's id is derived from its public key
+ * runs on this node. Z85 has '#' in its alphabet, so a comment is a line
+ * whose first word is "#" (or starts with '#' and is not 40 characters
+ * long), or the rest of a line after the key, from a word starting with '#'. A node's id is derived from its public key
  * (td_key_node_id), so an id cannot be claimed without the secret key. */
 #ifndef TD_KEYS_H
 #define TD_KEYS_H
