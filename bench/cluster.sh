@@ -19,7 +19,15 @@ start_cluster() {
   for i in 0 1 2 3; do
     for _ in $(seq 100); do [ -s "$T/n$i/endpoint" ] && [ -S "$T/n$i/ctl" ] && break; sleep 0.1; done
   done
-  for i in 1 2 3; do ctl $i join "$(cat "$T/n0/endpoint")" >/dev/null || exit 1; done
+  local j
+  for i in 0 1 2 3; do # CURVE, as by default: every node admits the others
+    for j in 0 1 2 3; do
+      [ "$i" = "$j" ] || ctl $i allow --admin "$(cat "$T/n$j/node.pub")" >/dev/null || exit 1
+    done
+  done
+  for i in 1 2 3; do
+    ctl $i join "$(cat "$T/n0/endpoint")" "$(cat "$T/n0/node.pub")" >/dev/null || exit 1
+  done
   sleep 1
 }
 

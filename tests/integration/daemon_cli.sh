@@ -42,7 +42,11 @@ run self_join ctl a join "$(endpoint_of a)"
 expect_error self_join "own endpoint"
 run bad_join ctl a join "http://example"
 expect_error bad_join "tcp://HOST:PORT"
-run nobody ctl a join tcp://127.0.0.1:9
+run keyless ctl a join tcp://127.0.0.1:9
+expect_error keyless "join needs the public key of the node at that endpoint"
+run bad_join_key ctl a join tcp://127.0.0.1:9 not-a-key
+expect_error bad_join_key "a key is 40 Z85 characters"
+run nobody ctl a join tcp://127.0.0.1:9 0000000000000000000000000000000000000000
 expect_error nobody "no answer from tcp://127.0.0.1:9"
 run stop_idle ctl a stop
 expect_error stop_idle "no run"
