@@ -123,7 +123,9 @@ int td__access_allow(td__access_t *a, const char *z85, bool admin, char *why, si
 
 int td__access_revoke(td__access_t *a, const char *z85, uint64_t *node_id, char *why,
                       size_t why_len) {
-  const td_allowed_key_t *k = a->secure ? td_allowlist_find_z85(a->allowed, z85) : NULL;
+  if (!a->secure)
+    return td_why(why, why_len, TD_EINVAL, "this node runs --insecure: keys are not checked");
+  const td_allowed_key_t *k = td_allowlist_find_z85(a->allowed, z85);
   if (k == NULL)
     return td_why(why, why_len, TD_ENOENT, "that key is not on this node's allowlist");
   *node_id = k->node_id;
