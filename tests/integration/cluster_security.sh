@@ -168,9 +168,20 @@ forb1=$(json_field "$(ctl a status --json)" forbidden_requests)
   || fail "no forbidden drops"
 
 # ---- revocation -----------------------------------------------------------------
+# the forger stays connected and keeps beating while its key is revoked
+uk0=$(drop_of a unknown_key)
+TD_INTRUDER_WAIT_S=4 forger linger >"$T/linger.out" &
+LINGER_PID=$!
+for i in $(seq 30); do [ "$(peer_field a "$fid" state)" = alive ] && break; sleep 0.1; done
+[ "$(peer_field a "$fid" state)" = alive ] || fail "the lingering forger is not alive on a"
 ctl a revoke "$FPUB" >/dev/null || fail "revoke"
+sleep 1.5
 [ "$(peer_field a "$fid" state)" = left ] && pass "revoke: the forger's membership ended on a" \
   || fail "revoke: forger is $(peer_field a "$fid" state)"
+uk1=$(drop_of a unknown_key)
+[ "$uk1" -gt "$uk0" ] && pass "revoke: $((uk1 - uk0)) message(s) on its still-open connection dropped" \
+  || fail "revoke: nothing dropped from the open connection ($uk0 -> $uk1)"
+wait "$LINGER_PID"
 grep -qF -- "$FPUB" "$T/a/allowed_keys" && fail "revoked key still in a's allowlist" \
   || pass "revoke: the key left a's allowlist file"
 forger hello >/dev/null

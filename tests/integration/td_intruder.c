@@ -11,6 +11,7 @@
  *   inject RUN_ID_HEX ROUND ID  an update of ROUND claiming to be from node ID
  *   spoof ID_HEX                Hello claiming node ID, with my endpoint
  *   fill COUNT                  COUNT Hellos with invented ids
+ *   linger                      Hello, then a heartbeat every 0.2 s while it waits
  *
  * Every message carries `sender` = SENDER_HEX when TD_INTRUDER_SENDER is set
  * (a forged field), else the id of its key (or an invented one). After
@@ -172,6 +173,8 @@ int main(int argc, char **argv) {
   } else if (strcmp(attack, "spoof") == 0 && argc > 4) {
     for (int i = 0; i < 5; i++)
       send_hello(dealer, me, strtoull(argv[4], NULL, 16));
+  } else if (strcmp(attack, "linger") == 0) {
+    send_hello(dealer, me, 0);
   } else if (strcmp(attack, "fill") == 0 && argc > 4) {
     long count = atol(argv[4]);
     for (long i = 0; i < count; i++)
@@ -183,8 +186,16 @@ int main(int argc, char **argv) {
 
   int succeeded = 0, failed = 0;
   long received = 0;
-  double until = now_s() + wait_s;
+  double until = now_s() + wait_s, next_beat = now_s() + 0.2;
   while (now_s() < until) {
+    if (strcmp(attack, "linger") == 0 && now_s() >= next_beat) {
+      Traind__Heartbeat hb = TRAIND__HEARTBEAT__INIT;
+      Traind__Envelope beat = TRAIND__ENVELOPE__INIT;
+      beat.body_case = TRAIND__ENVELOPE__BODY_HEARTBEAT;
+      beat.heartbeat = &hb;
+      send_env(dealer, &beat);
+      next_beat += 0.2;
+    }
     zmq_msg_t m;
     zmq_msg_init(&m);
     if (zmq_msg_recv(&m, router, 0) >= 0 && !zmq_msg_more(&m))
