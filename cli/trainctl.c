@@ -187,7 +187,8 @@ static int cmd_status(bool json, bool watch, double every_s) {
       }
       char line[512];
       run_line(run, line, sizeof line);
-      printf("node    %s  %s\n", jstr(o, "node_id"), jstr(o, "endpoint"));
+      printf("node    %s  %s  security %s\n", jstr(o, "node_id"), jstr(o, "endpoint"),
+             jstr(o, "security"));
       printf("peers   %zu (%zu alive)\n", np, alive);
       printf("%s\n", line);
       if (strcmp(jstr(run, "error"), "-") != 0)

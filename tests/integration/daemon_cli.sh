@@ -56,7 +56,7 @@ for key in node_id endpoint peers run run_id state round test_accuracy; do
   grep -q "\"$key\":" <<<"$st" || fail "status --json lacks $key: $st"
 done
 grep -q '"state":"idle"' <<<"$st" && pass "status --json: idle node" || fail "not idle: $st"
-ctl a status | grep -q "^node " && pass "status table" || fail "status table"
+ctl a status | grep -q "^node .* security curve$" && pass "status table (security curve)" || fail "status table"
 ctl a rounds | grep -q "no rounds" && pass "rounds before any run" || fail "rounds"
 
 # a single-node run on a tiny CSV dataset finishes and is in the ledger
