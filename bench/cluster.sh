@@ -13,7 +13,7 @@ start_cluster() {
   for i in 0 1 2 3; do
     mkdir -p "$T/n$i"
     "$B/traind" --data-dir "$T/n$i" --listen tcp://127.0.0.1:0 --control "$T/n$i/ctl" \
-      --threads 1 --log-level warn 2>"$T/n$i.log" &
+      --threads 1 --log-level warn ${TD_BENCH_INSECURE:+--insecure} 2>"$T/n$i.log" &
     PIDS+=($!)
   done
   for i in 0 1 2 3; do
@@ -21,6 +21,7 @@ start_cluster() {
   done
   local j
   for i in 0 1 2 3; do # CURVE, as by default: every node admits the others
+    [ -n "${TD_BENCH_INSECURE:-}" ] && break # TD_BENCH_INSECURE=1: plain TCP, to compare
     for j in 0 1 2 3; do
       [ "$i" = "$j" ] || ctl $i allow --admin "$(cat "$T/n$j/node.pub")" >/dev/null || exit 1
     done

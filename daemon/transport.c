@@ -48,7 +48,6 @@ typedef struct {
 struct td__link {
   uint64_t peer; /* 0 until the node behind `endpoint` introduced itself */
   char endpoint[TD_ENDPOINT_MAX];
-  char server_key[TD_KEY_Z85_LEN + 1]; /* the peer's key the link authenticates; "" insecure */
   void *sock;     /* update chunks and bulk, paced by q */
   void *ctl_sock; /* everything else */
   td_linkq_t *q;
@@ -177,7 +176,6 @@ td__link_t *td__link_ensure(td__transport_t *t, uint64_t peer, const char *endpo
     td_linkq_close(&l->q);
   *l = (td__link_t){.peer = peer, .sock = s, .ctl_sock = c, .q = q};
   snprintf(l->endpoint, sizeof l->endpoint, "%s", endpoint);
-  snprintf(l->server_key, sizeof l->server_key, "%s", key ? key : "");
   td_log_debug("link to %016" PRIx64 " at %s", peer, endpoint);
   return l;
 }
