@@ -88,10 +88,13 @@ static bool permitted(td__node_t *n, const Traind__Envelope *env) {
   }
   if (what == NULL)
     return true;
-  char msg[192];
-  snprintf(msg, sizeof msg, "%s (node %016" PRIx64 "; trainctl allow --admin KEY grants it)",
-           what, env->sender);
-  td__drop(n, TD__DROP_FORBIDDEN, msg);
+  /* counted here, logged on its own budget: a flood of failed handshakes
+   * must not hide who tried to start or stop a run */
+  td__drop(n, TD__DROP_FORBIDDEN, NULL);
+  uint64_t k = n->drops[TD__DROP_FORBIDDEN];
+  if (k <= DROP_LOGS_IN_FULL || k % DROP_LOG_EVERY == 0)
+    td_log_warn("refused %s (node %016" PRIx64 "; trainctl allow --admin KEY grants it; "
+                "refused so far: %" PRIu64 ")", what, env->sender, k);
   return false;
 }
 

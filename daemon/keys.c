@@ -212,6 +212,9 @@ static int parse_allowlist(td_allowlist_t *a, FILE *f, char *why, size_t why_len
     char *save = NULL, *key = strtok_r(line, " \t\r\n", &save);
     if (key == NULL || strcmp(key, "#") == 0 || (key[0] == '#' && strlen(key) != TD_KEY_Z85_LEN))
       continue;
+    uint8_t raw[TD_KEY_BYTES];
+    if (td_key_decode(key, raw, sub, sizeof sub) != 0)
+      return td_why(why, why_len, TD_ECONFIG, "%s:%d: %s", a->path, lineno, sub);
     bool admin = false;
     for (char *w = strtok_r(NULL, " \t\r\n", &save); w != NULL && w[0] != '#';
          w = strtok_r(NULL, " \t\r\n", &save)) {

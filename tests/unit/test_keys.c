@@ -176,6 +176,9 @@ START_TEST(allowlist_parses_and_refuses) {
   ck_assert_int_eq(td_allowlist_load(&al, path, why, sizeof why), TD_ECONFIG);
   ck_assert_ptr_null(al);
   ck_assert_ptr_nonnull(strstr(why, "allowed_keys:2: a key is 40 Z85 characters, got 30"));
+  write_text(TD_ALLOWLIST_FILE, "garbage line\n", 0600); /* the key is judged first */
+  ck_assert_int_eq(td_allowlist_load(&al, path, why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, ":1: a key is 40 Z85 characters, got 7"));
   snprintf(text, sizeof text, "%s root\n", k1);
   write_text(TD_ALLOWLIST_FILE, text, 0600);
   ck_assert_int_eq(td_allowlist_load(&al, path, why, sizeof why), TD_ECONFIG);
