@@ -170,7 +170,7 @@ forb1=$(json_field "$(ctl a status --json)" forbidden_requests)
 # ---- revocation -----------------------------------------------------------------
 # the forger stays connected and keeps beating while its key is revoked
 uk0=$(drop_of a unknown_key)
-TD_INTRUDER_WAIT_S=4 forger linger >"$T/linger.out" &
+TD_INTRUDER_WAIT_S=6 forger linger >"$T/linger.out" &
 LINGER_PID=$!
 for i in $(seq 30); do [ "$(peer_field a "$fid" state)" = alive ] && break; sleep 0.1; done
 [ "$(peer_field a "$fid" state)" = alive ] || fail "the lingering forger is not alive on a"
