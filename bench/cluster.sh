@@ -13,13 +13,22 @@ start_cluster() {
   for i in 0 1 2 3; do
     mkdir -p "$T/n$i"
     "$B/traind" --data-dir "$T/n$i" --listen tcp://127.0.0.1:0 --control "$T/n$i/ctl" \
-      --threads 1 --log-level warn 2>"$T/n$i.log" &
+      --threads 1 --log-level warn ${TD_BENCH_INSECURE:+--insecure} 2>"$T/n$i.log" &
     PIDS+=($!)
   done
   for i in 0 1 2 3; do
     for _ in $(seq 100); do [ -s "$T/n$i/endpoint" ] && [ -S "$T/n$i/ctl" ] && break; sleep 0.1; done
   done
-  for i in 1 2 3; do ctl $i join "$(cat "$T/n0/endpoint")" >/dev/null || exit 1; done
+  local j
+  for i in 0 1 2 3; do # CURVE, as by default: every node admits the others
+    [ -n "${TD_BENCH_INSECURE:-}" ] && break # TD_BENCH_INSECURE=1: plain TCP, to compare
+    for j in 0 1 2 3; do
+      [ "$i" = "$j" ] || ctl $i allow --admin "$(cat "$T/n$j/node.pub")" >/dev/null || exit 1
+    done
+  done
+  for i in 1 2 3; do
+    ctl $i join "$(cat "$T/n0/endpoint")" "$(cat "$T/n0/node.pub")" >/dev/null || exit 1
+  done
   sleep 1
 }
 

@@ -34,9 +34,16 @@ static void usage(FILE *out) {
           "usage: trainctl [--socket PATH] [--timeout S] COMMAND [ARGS]\n"
           "\n"
           "commands:\n"
-          "  join ENDPOINT                  join the cluster of the node at tcp://HOST:PORT\n"
-          "                                 (during a sync or overlap run, also the run:\n"
-          "                                 from a later round, on the members' model)\n"
+          "  join ENDPOINT [KEY]            join the cluster of the node at tcp://HOST:PORT\n"
+          "                                 whose public key is KEY (needed unless the nodes\n"
+          "                                 run --insecure; KEY is admitted here); during a\n"
+          "                                 sync or overlap run, also the run: from a later\n"
+          "                                 round, on the members' model\n"
+          "  key [--json]                   this node's public key (json: and the keys it\n"
+          "                                 admits, and security curve|insecure)\n"
+          "  allow [--admin] KEY            admit a node's key (admin: it may start and stop\n"
+          "                                 runs here)\n"
+          "  revoke KEY                     remove a key: its connections and membership end\n"
           "  start [RUN.ini] [--set k=v]... start a run on every live member\n"
           "  status [--json] [--watch [S]]  node, peers and run progress (watch: every S s)\n"
           "  stop                           stop the current run everywhere\n"
@@ -219,7 +226,8 @@ static int cmd_status(bool json, bool watch, double every_s) {
       }
       char line[512];
       run_line(run, line, sizeof line);
-      printf("node    %s  %s\n", jstr(o, "node_id"), jstr(o, "endpoint"));
+      printf("node    %s  %s  security %s\n", jstr(o, "node_id"), jstr(o, "endpoint"),
+             jstr(o, "security"));
       printf("peers   %zu (%zu alive)\n", np, alive);
       printf("%s\n", line);
       if (strcmp(jstr(run, "error"), "-") != 0)
@@ -394,13 +402,58 @@ int main(int argc, char **argv) {
   json_object *o = NULL;
   int rc;
 
+  if (strcmp(cmd, "key") == 0) {
+    bool json = nargs == 1 && strcmp(args[0], "--json") == 0;
+    if (nargs > (json ? 1 : 0)) {
+      fprintf(stderr, "trainctl: error: usage: trainctl key [--json]\n");
+      return 2;
+    }
+    req.command = TRAIND__CONTROL_REQUEST__COMMAND__KEY;
+    if ((rc = call(&req, &o)) != 0)
+      return rc;
+    if (json) {
+      printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+    } else {
+      printf("%s\n", jstr(o, "key")); /* alone, for $(trainctl key) */
+    }
+    json_object_put(o);
+    return 0;
+  }
+  if (strcmp(cmd, "allow") == 0 || strcmp(cmd, "revoke") == 0) {
+    bool allow = cmd[0] == 'a', admin = false;
+    const char *key = NULL;
+    for (int a = 0; a < nargs; a++) {
+      if (allow && strcmp(args[a], "--admin") == 0)
+        admin = true;
+      else if (key == NULL)
+        key = args[a];
+      else
+        key = NULL, a = nargs;
+    }
+    if (key == NULL || nargs > (admin ? 2 : 1)) {
+      fprintf(stderr, "trainctl: error: usage: trainctl %s\n",
+              allow ? "allow [--admin] KEY" : "revoke KEY");
+      return 2;
+    }
+    req.command = allow ? TRAIND__CONTROL_REQUEST__COMMAND__ALLOW
+                        : TRAIND__CONTROL_REQUEST__COMMAND__REVOKE;
+    req.key = (char *)key;
+    req.admin = admin;
+    if ((rc = call(&req, &o)) != 0)
+      return rc;
+    printf("%s key of node %s%s\n", allow ? "admitted" : "revoked", jstr(o, "node_id"),
+           admin ? " (admin)" : "");
+    json_object_put(o);
+    return 0;
+  }
   if (strcmp(cmd, "join") == 0) {
-    if (nargs != 1) {
-      fprintf(stderr, "trainctl: error: usage: trainctl join tcp://HOST:PORT\n");
+    if (nargs != 1 && nargs != 2) {
+      fprintf(stderr, "trainctl: error: usage: trainctl join tcp://HOST:PORT [KEY]\n");
       return 2;
     }
     req.command = TRAIND__CONTROL_REQUEST__COMMAND__JOIN;
     req.endpoint = args[0];
+    req.key = nargs == 2 ? args[1] : "";
     if ((rc = call(&req, &o)) != 0)
       return rc;
     json_object *peers = NULL;

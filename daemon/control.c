@@ -144,7 +144,37 @@ static void on_join_timeout(uv_timer_t *t) {
   respond(c, TD_EIO, msg, NULL);
 }
 
-static void cmd_join(conn_t *c, const char *endpoint) {
+/* Secure join: the node at `endpoint` must prove it holds `key`; the key is
+ * admitted here (as a plain member unless already listed) since the
+ * operator named it. The link is then the one to the key's node id. */
+static td__link_t *join_link(conn_t *c, const char *endpoint, const char *key) {
+  td__node_t *n = c->ctl->n;
+  char why[256];
+  uint8_t raw[TD_KEY_BYTES];
+  if (key == NULL || key[0] == '\0') {
+    respond(c, TD_ECONFIG, "join needs the public key of the node at that endpoint "
+            "(trainctl key there): trainctl join tcp://HOST:PORT KEY", NULL);
+    return NULL;
+  }
+  if (td_key_decode(key, raw, why, sizeof why) != 0) {
+    respond(c, TD_ECONFIG, why, NULL);
+    return NULL;
+  }
+  int rc = 0;
+  bool listed = false;
+  for (size_t i = 0; i < td__access_count(n->access) && !listed; i++)
+    listed = strcmp(td__access_at(n->access, i)->z85, key) == 0;
+  if (!listed && (rc = td__access_allow(n->access, key, false, why, sizeof why)) != 0) {
+    respond(c, rc, why, NULL);
+    return NULL;
+  }
+  td__link_t *l = td__link_ensure(n->net, td_key_node_id(raw), endpoint);
+  if (l == NULL)
+    respond(c, TD_EIO, "cannot open a link to that endpoint", NULL);
+  return l;
+}
+
+static void cmd_join(conn_t *c, const char *endpoint, const char *key) {
   td__node_t *n = c->ctl->n;
   if (endpoint == NULL || strncmp(endpoint, "tcp://", 6) != 0 ||
       strlen(endpoint) >= TD_ENDPOINT_MAX || strchr(endpoint + 6, ':') == NULL) {
@@ -159,12 +189,18 @@ static void cmd_join(conn_t *c, const char *endpoint) {
     respond(c, TD_EINVAL, "another join is in progress", NULL);
     return;
   }
-  td__link_t *l = td__link_by_endpoint(n->net, endpoint);
-  if (l == NULL)
-    l = td__link_ensure(n->net, 0, endpoint);
-  if (l == NULL) {
-    respond(c, TD_EIO, "cannot open a link to that endpoint", NULL);
-    return;
+  td__link_t *l;
+  if (td__access_secure(n->access)) {
+    if ((l = join_link(c, endpoint, key)) == NULL)
+      return;
+  } else {
+    l = td__link_by_endpoint(n->net, endpoint);
+    if (l == NULL)
+      l = td__link_ensure(n->net, 0, endpoint);
+    if (l == NULL) {
+      respond(c, TD_EIO, "cannot open a link to that endpoint", NULL);
+      return;
+    }
   }
   snprintf(c->join_endpoint, sizeof c->join_endpoint, "%s", endpoint);
   c->ctl->pending_join = c;
@@ -267,6 +303,74 @@ static void cmd_stop(conn_t *c) {
   respond_json(c, o);
 }
 
+static json_object *key_json(const char *z85, uint64_t node_id, bool admin) {
+  json_object *o = json_object_new_object();
+  json_object_object_add(o, "key", json_object_new_string(z85));
+  json_object_object_add(o, "node_id", td__status_id(node_id));
+  json_object_object_add(o, "admin", json_object_new_boolean(admin));
+  return o;
+}
+
+static void cmd_key(conn_t *c) {
+  td__node_t *n = c->ctl->n;
+  json_object *o = json_object_new_object();
+  json_object_object_add(o, "key", json_object_new_string(td__access_keypair(n->access)->pub));
+  json_object_object_add(o, "node_id", td__status_id(n->node_id));
+  json_object_object_add(o, "security", json_object_new_string(
+                                            td__access_secure(n->access) ? "curve" : "insecure"));
+  json_object *list = json_object_new_array();
+  for (size_t i = 0; i < td__access_count(n->access); i++) {
+    const td_allowed_key_t *k = td__access_at(n->access, i);
+    json_object_array_add(list, key_json(k->z85, k->node_id, k->admin));
+  }
+  json_object_object_add(o, "allowed", list);
+  respond_json(c, o);
+}
+
+static void cmd_allow(conn_t *c, const char *key, bool admin) {
+  td__node_t *n = c->ctl->n;
+  char why[256];
+  uint8_t raw[TD_KEY_BYTES];
+  int rc = td_key_decode(key ? key : "", raw, why, sizeof why);
+  if (rc == 0)
+    rc = td__access_allow(n->access, key, admin, why, sizeof why);
+  if (rc != 0) {
+    respond(c, rc, why, NULL);
+    return;
+  }
+  td_log_info("admitted key %s (node %016" PRIx64 ")%s", key, td_key_node_id(raw),
+              admin ? " as admin" : "");
+  td__ledger_event(n->ledger, "key_allowed", "%s %016" PRIx64 "%s", key, td_key_node_id(raw),
+                   admin ? " admin" : "");
+  respond_json(c, key_json(key, td_key_node_id(raw), admin));
+}
+
+/* The revoked key's messages are dropped from now on (access.c); its
+ * membership ends and our link to it closes. */
+static void cmd_revoke(conn_t *c, const char *key) {
+  td__node_t *n = c->ctl->n;
+  char why[256];
+  uint64_t peer = 0;
+  int rc = td__access_revoke(n->access, key ? key : "", &peer, why, sizeof why);
+  if (rc != 0) {
+    respond(c, rc, why, NULL);
+    return;
+  }
+  td_log_info("revoked key %s (node %016" PRIx64 ")", key, peer);
+  td__ledger_event(n->ledger, "key_revoked", "%s %016" PRIx64, key, peer);
+  td_member_t *m = td_members_find(n->members, peer);
+  if (m != NULL && !m->self) {
+    td_members_left(n->members, peer);
+    td__ledger_peer(n->ledger, m);
+  }
+  if (n->session != NULL)
+    td__rounds_forget_peer(n->session, peer);
+  td__link_close_peer(n->net, peer);
+  json_object *o = key_json(key, peer, false);
+  json_object_object_add(o, "revoked", json_object_new_boolean(true));
+  respond_json(c, o);
+}
+
 static void rounds_answered(char *json, uint64_t total, void *user) {
   conn_t *c = user;
   if (json == NULL)
@@ -303,7 +407,10 @@ static void handle_request(conn_t *c, const uint8_t *frame, size_t len) {
   }
   switch (req->command) {
   case TRAIND__CONTROL_REQUEST__COMMAND__STATUS: respond_json(c, td__status_json(n)); break;
-  case TRAIND__CONTROL_REQUEST__COMMAND__JOIN: cmd_join(c, req->endpoint); break;
+  case TRAIND__CONTROL_REQUEST__COMMAND__JOIN: cmd_join(c, req->endpoint, req->key); break;
+  case TRAIND__CONTROL_REQUEST__COMMAND__KEY: cmd_key(c); break;
+  case TRAIND__CONTROL_REQUEST__COMMAND__ALLOW: cmd_allow(c, req->key, req->admin); break;
+  case TRAIND__CONTROL_REQUEST__COMMAND__REVOKE: cmd_revoke(c, req->key); break;
   case TRAIND__CONTROL_REQUEST__COMMAND__START: cmd_start(c, req); break;
   case TRAIND__CONTROL_REQUEST__COMMAND__STOP: cmd_stop(c); break;
   case TRAIND__CONTROL_REQUEST__COMMAND__PEERS: {

@@ -6,10 +6,13 @@
  * counted as a drop instead), and whether the message counts as proof that
  * its sender is alive. Update chunks, acks and snapshot chunks count: on a
  * slow uplink a member's heartbeats queue behind them, and must not get it
- * declared dead. Drops are counted here too, by kind. */
+ * declared dead. Drops are counted here too, by kind. The sender is already
+ * the authenticated one (transport.c, access.c); starting or stopping a run
+ * here, or being taken into one, needs that sender's key to be an admin. */
 #include "daemon/internal.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 
 #include "common/error.h"
 #include "daemon/log.h"
@@ -64,6 +67,37 @@ void td__drop(td__node_t *n, td__drop_t kind, const char *what) {
     td_log_warn("dropped a peer message: %s (drops so far: %u)", what, n->drop_logs);
 }
 
+/* Run starts and stops are for admin keys; an admission of another node
+ * into our run is for a member of that run. */
+static bool permitted(td__node_t *n, const Traind__Envelope *env) {
+  const char *what = NULL;
+  if (env->body_case == TRAIND__ENVELOPE__BODY_RUN_START) {
+    const Traind__RunStart *rs = env->run_start;
+    if (rs->join_round > 0 && rs->joiner != n->node_id) {
+      td__session_t *s = td__session_of(n, env->run_id);
+      if (s == NULL || td__session_member(s, env->sender) != TD_MEMBERS_MAX ||
+          !td__access_secure(n->access))
+        return true; /* join.c drops it if we do not run that run */
+      what = "an admission into this node's run from a node outside it";
+    } else if (!td__access_may_run(n->access, env->sender)) {
+      what = "a run start from a key without admin";
+    }
+  } else if (env->body_case == TRAIND__ENVELOPE__BODY_RUN_STOP &&
+             !td__access_may_run(n->access, env->sender)) {
+    what = "a run stop from a key without admin";
+  }
+  if (what == NULL)
+    return true;
+  /* counted here, logged on its own budget: a flood of failed handshakes
+   * must not hide who tried to start or stop a run */
+  td__drop(n, TD__DROP_FORBIDDEN, NULL);
+  uint64_t k = n->drops[TD__DROP_FORBIDDEN];
+  if (k <= DROP_LOGS_IN_FULL || k % DROP_LOG_EVERY == 0)
+    td_log_warn("refused %s (node %016" PRIx64 "; trainctl allow --admin KEY grants it; "
+                "refused so far: %" PRIu64 ")", what, env->sender, k);
+  return false;
+}
+
 void td__dispatch(td__node_t *n, const Traind__Envelope *env, size_t bytes) {
   if (env->sender == 0 || env->sender == n->node_id) {
     td__drop(n, TD__DROP_MALFORMED, "message with a bad sender id");
@@ -79,6 +113,8 @@ void td__dispatch(td__node_t *n, const Traind__Envelope *env, size_t bytes) {
     td__drop(n, TD__DROP_NOT_MEMBER, r->stranger);
     return;
   }
+  if (!permitted(n, env))
+    return;
   if (r->liveness && member)
     td__gossip_heard(n, env->sender, NULL);
   r->handle(n, env, l, bytes);

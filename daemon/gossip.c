@@ -101,8 +101,9 @@ void td__gossip_heard(td__node_t *n, uint64_t peer, const char *endpoint) {
 static void learn_peers(td__node_t *n, Traind__PeerInfo **peers, size_t count) {
   for (size_t i = 0; i < count; i++) {
     Traind__PeerInfo *p = peers[i];
-    if (p->node_id == 0 || p->node_id == n->node_id || !tcp_endpoint(p->endpoint))
-      continue;
+    if (p->node_id == 0 || p->node_id == n->node_id || !tcp_endpoint(p->endpoint) ||
+        !td__access_known(n->access, p->node_id))
+      continue; /* secure: a node whose key we have not admitted takes no slot */
     if (td_members_learn(n->members, p->node_id, p->endpoint, td_clock_mono_s()) == 1) {
       td__link_t *l = td__link_ensure(n->net, p->node_id, p->endpoint);
       if (l != NULL)

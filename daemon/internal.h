@@ -10,7 +10,8 @@
  * transfer.c (resumable blob transfer and knowledge transfer), join.c (late
  * join), reconcile.c (anchor reconciliation), ledgerq.c (the ledger write
  * queue), control.c and status.c (trainctl's commands and their JSON),
- * monitor.c (the figures `--metrics` serves).
+ * monitor.c (the figures `--metrics` serves), access.c (keys, allowlist,
+ * who a message is from and what it may ask) and zap.c (the ZAP handler).
  *
  * The node holds pointers to the parts. The run session's core (members,
  * rounds, the own-round ring) is shared by the run-side parts below; their
@@ -27,6 +28,7 @@
 
 #include "compress/codec.h"
 #include "daemon/clock.h"
+#include "daemon/keys.h"
 #include "daemon/ledger.h"
 #include "daemon/members.h"
 #include "daemon/run.h"
@@ -56,6 +58,8 @@ typedef struct td__join td__join_t;
 typedef struct td__reconcile td__reconcile_t;
 typedef struct td__control td__control_t;
 typedef struct td__monitor td__monitor_t;
+typedef struct td__access td__access_t;
+typedef struct td__zap td__zap_t;
 
 /* ---- drops: every refused peer message is counted by kind -------------------- */
 
@@ -63,7 +67,7 @@ typedef struct td__monitor td__monitor_t;
   X(MALFORMED, malformed) X(VERSION, version) X(OVERSIZED, oversized)                      \
   X(WRONG_RUN, wrong_run) X(NOT_MEMBER, not_member) X(LATE, late) X(AHEAD, ahead)           \
   X(REJECTED, rejected) X(NONFINITE_LOCAL, nonfinite_local) X(DUPLICATE, duplicate)         \
-  X(HANDSHAKE, handshake)
+  X(HANDSHAKE, handshake) X(UNKNOWN_KEY, unknown_key) X(FORBIDDEN, forbidden)
 #define TD__DROP_ENUM(u, l) TD__DROP_##u,
 typedef enum { TD__DROPS(TD__DROP_ENUM) TD__DROP_COUNT } td__drop_t;
 #undef TD__DROP_ENUM
@@ -100,6 +104,57 @@ int td__policy_init(td__policy_t *p, const td__policy_opts_t *o, char *why, size
 int td__policy_check(const td__policy_t *p, td_runspec_t *spec, size_t n_members, char *why,
                      size_t why_len);
 
+/* ---- keys, allowlist and permissions (access.c) ------------------------------------ */
+
+typedef struct {
+  bool secure;
+  size_t allowed;
+  uint64_t refused_keys;   /* connections the ZAP handler refused */
+  uint64_t forged_senders; /* messages whose sender field named another node */
+  uint64_t forbidden;      /* run starts and stops from keys without `admin` */
+} td__access_stats_t;
+
+/* Load (or make, at first start) DATA_DIR/node.key and read the allowlist;
+ * insecure: keys are kept but not used. TD_ENOTSUP when libzmq has no CURVE. */
+int td__access_open(td__access_t **out, const char *data_dir, bool insecure, char *why,
+                    size_t why_len);
+void td__access_close(td__access_t **self_p);
+bool td__access_secure(const td__access_t *a);
+const td_keypair_t *td__access_keypair(const td__access_t *a);
+/* This node's id: derived from its public key. */
+uint64_t td__access_node_id(const td__access_t *a);
+/* The key a link to `peer` must authenticate; NULL when insecure or not admitted. */
+const char *td__access_key_of(const td__access_t *a, uint64_t peer);
+/* `peer` is admitted here (always true when insecure). */
+bool td__access_known(const td__access_t *a, uint64_t peer);
+/* ZAP: may this key connect? (a refusal is counted) */
+bool td__access_admits(td__access_t *a, const uint8_t raw[TD_KEY_BYTES]);
+/* Who sent a message that came on a connection authenticated as user_id
+ * (Z85 key; NULL: none): its key's node id, 0 when that key is not admitted
+ * (any more). A sender field that disagrees is counted and logged. Insecure:
+ * `claimed`. */
+uint64_t td__access_sender(td__access_t *a, const char *user_id, uint64_t claimed);
+/* May `peer` start or stop runs on this node? (a refusal is counted) */
+bool td__access_may_run(td__access_t *a, uint64_t peer);
+/* Admit a key (admin: may start and stop runs) and save the allowlist. */
+int td__access_allow(td__access_t *a, const char *z85, bool admin, char *why, size_t why_len);
+/* Remove a key and save; *node_id says whose it was. TD_ENOENT when not listed. */
+int td__access_revoke(td__access_t *a, const char *z85, uint64_t *node_id, char *why,
+                      size_t why_len);
+void td__access_stats(const td__access_t *a, td__access_stats_t *out);
+/* Plain TCP (insecure) only on a loopback listen address, unless forced. */
+int td__access_check_listen(const char *listen, bool insecure, bool force, char *why,
+                            size_t why_len);
+size_t td__access_count(const td__access_t *a);
+const td_allowed_key_t *td__access_at(const td__access_t *a, size_t i);
+
+/* ZAP handler (zap.c) on inproc://zeromq.zap.01 of the transport's context. */
+int td__zap_open(td__zap_t **out, void *zctx, uv_loop_t *loop, td__access_t *access, char *why,
+                 size_t why_len);
+void td__zap_drain(td__zap_t *z); /* NULL-safe: answer every pending request */
+void td__zap_stop(td__zap_t *z);  /* close its handle (shutdown) */
+void td__zap_close(td__zap_t **self_p);
+
 /* ---- the node (node.c) ------------------------------------------------------------ */
 
 struct td__node {
@@ -108,6 +163,7 @@ struct td__node {
   char data_dir[512], control_path[640];
   unsigned threads;       /* BLAS threads for runs (0: library default) */
   td__policy_t policy;    /* what this node accepts of a run spec */
+  td__access_t *access;   /* keys, allowlist, permissions */
   double heartbeat_s;
   bool shutting_down;
   td_members_t *members;
@@ -216,9 +272,12 @@ double td__transport_uplink(td__transport_t *t);
 void td__transport_broadcast(td__transport_t *t, Traind__Envelope *env);
 
 td__link_t *td__link_find(td__transport_t *t, uint64_t peer);
+/* Close the link to `peer` (its key was revoked); its slot is reused. */
+void td__link_close_peer(td__transport_t *t, uint64_t peer);
 td__link_t *td__link_by_endpoint(td__transport_t *t, const char *endpoint);
-/* The link to `peer` at `endpoint`, connected if new; NULL for ourselves or
- * when the table is full. A link opened by endpoint alone is adopted. */
+/* The link to `peer` at `endpoint`, connected if new; NULL for ourselves,
+ * when the table is full, or (secure) when peer's key is not admitted. A link
+ * opened by endpoint alone (peer 0: insecure only) is adopted. */
 td__link_t *td__link_ensure(td__transport_t *t, uint64_t peer, const char *endpoint);
 uint64_t td__link_peer(const td__link_t *l);
 /* Stamp (sender, seq) and send on the control connection. */

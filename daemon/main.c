@@ -31,6 +31,7 @@ static void usage(FILE *out) {
           "              [--control PATH] [--log-level LEVEL] [--threads N] [--heartbeat-ms MS]\n"
           "              [--link-delay-ms MS] [--uplink-kbit KBIT] [--metrics HOST:PORT]\n"
           "              [--max-model-mb MB] [--max-batch N] [--max-rounds N] [--data-root DIR]\n"
+          "              [--insecure [--insecure-force]]\n"
           "       traind --standalone [RUN.ini] [--set key=value ...] [--json]\n"
           "\n"
           "The first form runs the peer daemon in the foreground (logs on stderr; SIGINT\n"
@@ -38,6 +39,10 @@ static void usage(FILE *out) {
           "one node alone (the baseline for multi-node runs) with per-epoch progress;\n"
           "with --json the last line is one JSON object with test_accuracy, train_loss,\n"
           "samples_per_s and epochs.\n"
+          "\n"
+          "Peers are authenticated and encrypted with CURVE by default: the node's key\n"
+          "is DATA_DIR/node.key, the keys it admits are in DATA_DIR/allowed_keys\n"
+          "(trainctl key / allow / revoke). --insecure: plain TCP, loopback only.\n"
           "\n"
           "daemon settings (flags use dashes; the --config INI file uses these names):\n");
   td_settings_print_help(out);
@@ -57,6 +62,7 @@ int main(int argc, char **argv) {
       {"max-model-mb", required_argument, NULL, 'm'}, {"max-batch", required_argument, NULL, 'b'},
       {"max-rounds", required_argument, NULL, 'r'}, {"data-root", required_argument, NULL, 'R'},
       {"uplink-kbit", required_argument, NULL, 'U'},
+      {"insecure", no_argument, NULL, 'I'}, {"insecure-force", no_argument, NULL, 'F'},
       {NULL, 0, NULL, 0},
   };
   static const struct {
@@ -66,7 +72,7 @@ int main(int argc, char **argv) {
                    {'L', "log_level"}, {'t', "threads"}, {'H', "heartbeat_ms"},
                    {'D', "link_delay_ms"}, {'M', "metrics"}, {'m', "max_model_mb"},
                    {'b', "max_batch"}, {'r', "max_rounds"}, {'R', "data_root"},
-                   {'U', "uplink_kbit"}};
+                   {'U', "uplink_kbit"}, {'I', "insecure"}, {'F', "insecure_force"}};
   enum { N_FLAGS = sizeof flag_keys / sizeof *flag_keys };
   const char *config_file = NULL;
   const char *flag_values[N_FLAGS] = {NULL};
@@ -88,10 +94,10 @@ int main(int argc, char **argv) {
     case 'V': printf("traind %s\n", PACKAGE_VERSION); free(sets); return 0;
     case 'c': config_file = optarg; break;
     case 'd': case 'l': case 'C': case 'L': case 't': case 'H': case 'D': case 'M':
-    case 'm': case 'b': case 'r': case 'R': case 'U':
+    case 'm': case 'b': case 'r': case 'R': case 'U': case 'I': case 'F':
       for (size_t k = 0; k < N_FLAGS; k++)
         if (flag_keys[k].opt == c)
-          flag_values[k] = optarg;
+          flag_values[k] = optarg != NULL ? optarg : "true";
       break;
     default:
       fprintf(stderr, "traind: error: bad arguments (see traind --help)\n");
@@ -130,7 +136,8 @@ int main(int argc, char **argv) {
                            .metrics = cfg.metrics[0] ? cfg.metrics : NULL,
                            .max_model_mb = cfg.max_model_mb, .max_batch = cfg.max_batch,
                            .max_rounds = cfg.max_rounds,
-                           .data_root = cfg.data_root[0] ? cfg.data_root : NULL};
+                           .data_root = cfg.data_root[0] ? cfg.data_root : NULL,
+                           .insecure = cfg.insecure, .insecure_force = cfg.insecure_force};
     rc = td_node_main(&opts, why, sizeof why);
     close(lock_fd);
     if (rc != 0) {

@@ -1,7 +1,7 @@
 /* node.c: the peer daemon's start-up, heartbeat and shutdown.
  *
- * Threads: loop thread. td_node_main() makes the data directory and the
- * node id, opens the parts (the ledger queue, the transport, membership, the
+ * Threads: loop thread. td_node_main() makes the data directory, the key
+ * pair and the node id, opens the parts (the ledger queue, the transport, membership, the
  * control socket, the metrics endpoint when asked for) and runs the libuv
  * loop until SIGINT, SIGTERM or `trainctl leave`. The heartbeat timer calls each part's tick in turn; everything else
  * happens in the parts' own callbacks (internal.h lists them). Shutdown says
@@ -43,33 +43,24 @@ bool td__node_reachable(td__node_t *n, uint64_t peer) {
   return m != NULL && !m->self && (m->state == TD_PEER_ALIVE || m->state == TD_PEER_SUSPECT);
 }
 
-/* The node id survives restarts: a restarted node is the same member. */
-static int load_node_id(td__node_t *n, char *why, size_t why_len) {
+/* The node id is derived from the node's public key (access.c), so it
+ * survives restarts with the key and cannot be claimed without it. It is
+ * also written to DATA_DIR/node_id for scripts. */
+static int set_node_id(td__node_t *n, char *why, size_t why_len) {
+  n->node_id = td__access_node_id(n->access);
   char path[600];
   snprintf(path, sizeof path, "%s/node_id", n->data_dir);
   FILE *f = fopen(path, "r");
   if (f != NULL) {
     char line[64] = "";
-    char *end;
-    if (fgets(line, sizeof line, f) != NULL) {
-      n->node_id = strtoull(line, &end, 16);
-      if (end == line || (*end != '\n' && *end != '\0'))
-        n->node_id = 0;
-    }
+    uint64_t old = fgets(line, sizeof line, f) != NULL ? strtoull(line, NULL, 16) : 0;
     fclose(f);
-    if (n->node_id != 0)
+    if (old == n->node_id)
       return 0;
-    td_log_warn("%s is unreadable; making a new node id", path);
+    if (old != 0)
+      td_log_info("node id %016" PRIx64 " is now %016" PRIx64 ", derived from the node key",
+                  old, n->node_id);
   }
-  int fd = open("/dev/urandom", O_RDONLY);
-  if (fd < 0 || read(fd, &n->node_id, sizeof n->node_id) != (ssize_t)sizeof n->node_id) {
-    if (fd >= 0)
-      close(fd);
-    return td_why(why, why_len, TD_EIO, "cannot read /dev/urandom");
-  }
-  close(fd);
-  if (n->node_id == 0)
-    n->node_id = 1;
   f = fopen(path, "w");
   if (f == NULL)
     return td_why(why, why_len, TD_EIO, "cannot write %s: %s", path, strerror(errno));
@@ -135,16 +126,21 @@ static void close_walk(uv_handle_t *h, void *arg) {
 static int node_open(td__node_t *n, const td_node_opts_t *opts, char *why, size_t why_len) {
   td__policy_opts_t policy = {.max_model_mb = opts->max_model_mb, .max_batch = opts->max_batch,
                               .max_rounds = opts->max_rounds, .data_root = opts->data_root};
-  int rc = td__policy_init(&n->policy, &policy, why, why_len);
+  const char *listen = opts->listen ? opts->listen : TD_NODE_DEFAULT_LISTEN;
+  int rc = td__access_check_listen(listen, opts->insecure, opts->insecure_force, why, why_len);
   if (rc == 0)
-    rc = load_node_id(n, why, why_len);
+    rc = td__policy_init(&n->policy, &policy, why, why_len);
+  if (rc == 0)
+    rc = td__access_open(&n->access, n->data_dir, opts->insecure, why, why_len);
+  if (rc == 0)
+    rc = set_node_id(n, why, why_len);
   if (rc != 0)
     return rc;
   char dbpath[600];
   snprintf(dbpath, sizeof dbpath, "%s/traind.db", n->data_dir);
   if ((rc = td__ledgerq_open(&n->ledger, &n->loop, dbpath, why, why_len)) != 0)
     return rc;
-  if ((rc = td__transport_open(&n->net, n, opts->listen ? opts->listen : TD_NODE_DEFAULT_LISTEN,
+  if ((rc = td__transport_open(&n->net, n, listen,
                                opts->link_delay_ms / 1000.0,
                                opts->uplink_kbit * 1000.0, why, why_len)) != 0)
     return rc;
@@ -192,6 +188,11 @@ int td_node_main(const td_node_opts_t *opts, char *why, size_t why_len) {
     write_endpoint_file(n);
     td_log_info("node %016" PRIx64 " listening on %s, control socket %s, data in %s", n->node_id,
                 td__transport_endpoint(n->net), n->control_path, n->data_dir);
+    if (td__access_secure(n->access))
+      td_log_info("security: curve; key %s; %zu key(s) admitted (%s/" TD_ALLOWLIST_FILE ")",
+                  td__access_keypair(n->access)->pub, td__access_count(n->access), n->data_dir);
+    else
+      td_log_warn("security: insecure (--insecure): plain TCP, peers are not authenticated");
     td__ledger_event(n->ledger, "start", "node %016" PRIx64 " at %s", n->node_id,
                      td__transport_endpoint(n->net));
     td__gossip_greet_known(n); /* a restarted node rejoins by saying hello */
@@ -207,6 +208,7 @@ int td_node_main(const td_node_opts_t *opts, char *why, size_t why_len) {
   td__control_close(&n->control);
   td__transport_close(&n->net);
   td_members_close(&n->members);
+  td__access_close(&n->access);
   td__ledgerq_close(&n->ledger); /* writes what is left */
   free(n->last_run);
   if (rc == 0)

@@ -8,6 +8,7 @@
 #ifndef TD_NODE_H
 #define TD_NODE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Where a node listens and how often it beats when not told otherwise. */
@@ -28,6 +29,8 @@ typedef struct {
   unsigned max_batch;       /* default 8192 */
   unsigned max_rounds;      /* default 1000000 */
   const char *data_root;    /* file datasets only under here; NULL = named datasets only */
+  bool insecure;            /* plain TCP, ids not authenticated (loopback only ...) */
+  bool insecure_force;      /* ... unless this is set too */
 } td_node_opts_t;
 
 /* Run the daemon until SIGINT/SIGTERM or `trainctl leave`. Returns 0 after a

@@ -44,6 +44,9 @@ static const config_key_t keys[] = {
     {"max_rounds", "most rounds of a run this node accepts (default 1000000)"},
     {"data_root", "directory whose regular files runs may name as datasets (csv:, idx:, "
                   "text:PATH); default none: only fashion-mnist and text:fortunes"},
+    {"insecure", "true: plain TCP between peers, no keys, ids not authenticated; refused "
+                 "unless listen is a loopback address (default false: CURVE)"},
+    {"insecure_force", "true: allow insecure on a non-loopback address (default false)"},
 };
 
 void td_settings_defaults(td_settings_t *c) {
@@ -104,6 +107,16 @@ int td_settings_set(td_settings_t *c, const char *key, const char *v, char *why,
     return set_uint(&c->max_rounds, key, v, 1, 100000000, why, n);
   if (strcmp(key, "data_root") == 0)
     return set_str(c->data_root, sizeof c->data_root, key, v, why, n);
+  if (strcmp(key, "insecure") == 0 || strcmp(key, "insecure_force") == 0) {
+    bool *dst = key[8] == '\0' ? &c->insecure : &c->insecure_force;
+    if (strcmp(v, "true") == 0 || strcmp(v, "1") == 0)
+      *dst = true;
+    else if (strcmp(v, "false") == 0 || strcmp(v, "0") == 0)
+      *dst = false;
+    else
+      return td_why(why, n, TD_ECONFIG, "%s: '%s' is not true or false", key, v);
+    return 0;
+  }
   if (strcmp(key, "uplink_kbit") == 0)
     return set_uint(&c->uplink_kbit, key, v, 0, 100000000, why, n);
   if (strcmp(key, "metrics") == 0) {
@@ -113,7 +126,7 @@ int td_settings_set(td_settings_t *c, const char *key, const char *v, char *why,
   return td_why(why, n, TD_ECONFIG,
                 "unknown key '%s' (known: data_dir, listen, control, log_level, threads, "
                 "heartbeat_ms, link_delay_ms, uplink_kbit, metrics, max_model_mb, max_batch, max_rounds, "
-                "data_root)",
+                "data_root, insecure, insecure_force)",
                 key);
 }
 

@@ -5,6 +5,7 @@
 #ifndef TD_SETTINGS_H
 #define TD_SETTINGS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -20,11 +21,12 @@ typedef struct {
   char metrics[256]; /* HOST:PORT for GET /metrics; "" = off */
   unsigned max_model_mb, max_batch, max_rounds; /* 0 = default (daemon/node.h) */
   char data_root[512]; /* "" = named datasets only */
+  bool insecure, insecure_force; /* plain TCP peers (loopback only unless forced) */
 } td_settings_t;
 
 void td_settings_defaults(td_settings_t *c);
 /* Set one key (data_dir, listen, control, log_level, threads, heartbeat_ms, link_delay_ms,
- * metrics, max_model_mb, max_batch, max_rounds, data_root).
+ * metrics, max_model_mb, max_batch, max_rounds, data_root, insecure, insecure_force).
  * TD_ECONFIG + why on an unknown key or a bad value. */
 int td_settings_set(td_settings_t *c, const char *key, const char *value, char *why, size_t why_len);
 /* Apply an INI file; TD_ENOENT / TD_ECONFIG (with the line) + why. */

@@ -146,6 +146,17 @@ json_object *td__status_json(td__node_t *n) {
   json_object_object_add(o, "node_id", td__status_id(n->node_id));
   json_object_object_add(o, "endpoint", json_object_new_string(td__transport_endpoint(n->net)));
   json_object_object_add(o, "data_dir", json_object_new_string(n->data_dir));
+  td__access_stats_t as;
+  td__access_stats(n->access, &as);
+  json_object_object_add(o, "security", json_object_new_string(as.secure ? "curve" : "insecure"));
+  json_object_object_add(o, "public_key",
+                         json_object_new_string(td__access_keypair(n->access)->pub));
+  json_object *acc = json_object_new_object();
+  json_object_object_add(acc, "admitted_keys", count(as.allowed));
+  json_object_object_add(acc, "refused_connections", count(as.refused_keys));
+  json_object_object_add(acc, "forged_senders", count(as.forged_senders));
+  json_object_object_add(acc, "forbidden_requests", count(as.forbidden));
+  json_object_object_add(o, "access", acc);
   json_object_object_add(o, "peers", td__status_peers(n));
   td__run_stats_t st;
   td__session_stats(n, &st);

@@ -11,7 +11,14 @@
  * input, and the heartbeat drains it once more as a safety net. Each link
  * also measures its goodput from update acknowledgements (ALGORITHMS.md 6.2)
  * for the codec budgets (scheduler/budget.h). Nothing received is trusted:
- * envelopes go through proto/wire.c, then to dispatch.c. */
+ * envelopes go through proto/wire.c, then to dispatch.c.
+ *
+ * Security (access.c): by default every socket speaks CURVE. The ROUTER is a
+ * CURVE server whose ZAP handler (zap.c) admits listed keys only; a link's
+ * DEALERs are CURVE clients that authenticate the peer's own key, so a link
+ * to node X reaches X or nothing, wherever its endpoint points. A message's
+ * sender is the key libzmq authenticated on its connection (the User-Id the
+ * ZAP handler set), not the envelope's sender field, which is overwritten. */
 #include "daemon/internal.h"
 
 #include <inttypes.h>
@@ -55,6 +62,8 @@ struct td__link {
 struct td__transport {
   td__node_t *node;
   void *zctx, *router, *monitor;
+  td__access_t *access;
+  td__zap_t *zap; /* NULL when insecure */
   uv_poll_t router_poll, monitor_poll;
   uv_timer_t pump_timer; /* next time a queued frame becomes sendable */
   double link_delay_s;
@@ -76,6 +85,8 @@ td__link_t *td__transport_at(td__transport_t *t, size_t i) { return &t->links[i]
 uint64_t td__link_peer(const td__link_t *l) { return l->peer; }
 
 td__link_t *td__link_find(td__transport_t *t, uint64_t peer) {
+  if (peer == 0)
+    return NULL;
   for (size_t i = 0; i < t->n_links; i++)
     if (t->links[i].peer == peer)
       return &t->links[i];
@@ -90,13 +101,24 @@ td__link_t *td__link_by_endpoint(td__transport_t *t, const char *endpoint) {
   return l;
 }
 
-static void *open_dealer(td__transport_t *t, const char *endpoint) {
+static void *open_dealer(td__transport_t *t, const char *endpoint, const char *server_key) {
   void *s = zmq_socket(t->zctx, ZMQ_DEALER);
   if (s == NULL)
     return NULL;
   int linger = 0, hwm = LINK_SNDHWM_FRAMES;
   zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
   zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
+  if (server_key[0] != '\0') {
+    const td_keypair_t *kp = td__access_keypair(t->access);
+    if (zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, server_key, TD_KEY_Z85_LEN + 1) != 0 ||
+        zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, kp->pub, TD_KEY_Z85_LEN + 1) != 0 ||
+        zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, kp->secret, TD_KEY_Z85_LEN + 1) != 0) {
+      td_log_warn("cannot set the CURVE keys of a link to %s: %s", endpoint,
+                  zmq_strerror(zmq_errno()));
+      zmq_close(s);
+      return NULL;
+    }
+  }
   if (zmq_connect(s, endpoint) != 0) {
     td_log_warn("cannot connect to %s: %s", endpoint, zmq_strerror(zmq_errno()));
     zmq_close(s);
@@ -108,8 +130,12 @@ static void *open_dealer(td__transport_t *t, const char *endpoint) {
 td__link_t *td__link_ensure(td__transport_t *t, uint64_t peer, const char *endpoint) {
   if (peer == t->node->node_id)
     return NULL;
-  td__link_t *l = peer ? td__link_find(t, peer) : NULL;
-  if (l == NULL && endpoint != NULL)
+  bool secure = td__access_secure(t->access);
+  const char *key = td__access_key_of(t->access, peer);
+  if (secure && key == NULL)
+    return NULL; /* no link to a node whose key this node has not admitted */
+  td__link_t *l = td__link_find(t, peer);
+  if (l == NULL && endpoint != NULL && !secure) /* links opened by endpoint: insecure only */
     for (size_t i = 0; i < t->n_links; i++)
       if (t->links[i].peer == 0 && strcmp(t->links[i].endpoint, endpoint) == 0) {
         l = &t->links[i];
@@ -126,10 +152,14 @@ td__link_t *td__link_ensure(td__transport_t *t, uint64_t peer, const char *endpo
     }
     return l;
   }
-  if (endpoint == NULL || endpoint[0] == '\0' || t->n_links >= MAX_LINKS)
+  size_t slot = t->n_links;
+  for (size_t i = 0; i < t->n_links; i++)
+    if (t->links[i].sock == NULL) /* closed when its key was revoked */
+      slot = i;
+  if (endpoint == NULL || endpoint[0] == '\0' || slot >= MAX_LINKS)
     return NULL;
-  void *s = open_dealer(t, endpoint);
-  void *c = s != NULL ? open_dealer(t, endpoint) : NULL;
+  void *s = open_dealer(t, endpoint, key ? key : "");
+  void *c = s != NULL ? open_dealer(t, endpoint, key ? key : "") : NULL;
   td_linkq_opts_t qo = {.delay_s = t->link_delay_s};
   td_linkq_t *q = NULL;
   if (c == NULL || td_linkq_open(&q, &qo) != 0) {
@@ -139,7 +169,11 @@ td__link_t *td__link_ensure(td__transport_t *t, uint64_t peer, const char *endpo
       zmq_close(c);
     return NULL;
   }
-  l = &t->links[t->n_links++];
+  l = &t->links[slot];
+  if (slot == t->n_links)
+    t->n_links++;
+  else /* a revoked link's slot: its queue holds nothing for the new peer */
+    td_linkq_close(&l->q);
   *l = (td__link_t){.peer = peer, .sock = s, .ctl_sock = c, .q = q};
   snprintf(l->endpoint, sizeof l->endpoint, "%s", endpoint);
   td_log_debug("link to %016" PRIx64 " at %s", peer, endpoint);
@@ -149,6 +183,8 @@ td__link_t *td__link_ensure(td__transport_t *t, uint64_t peer, const char *endpo
 int td__link_send(td__transport_t *t, td__link_t *l, Traind__Envelope *env) {
   uint8_t *buf;
   size_t len;
+  if (l->ctl_sock == NULL)
+    return TD_EINVAL;
   env->sender = t->node->node_id;
   env->seq = ++t->seq;
   if (td_wire_pack(env, &buf, &len) != 0)
@@ -239,6 +275,8 @@ static void arm_pump(td__transport_t *t) {
 void td__link_pump(td__transport_t *t, td__link_t *l) {
   td_linkq_frame_t f;
   double now = td_clock_mono_s();
+  if (l->sock == NULL)
+    return;
   while ((t->uplink_bps <= 0 || now >= t->uplink_free_s) && td_linkq_pop(l->q, now, &f)) {
     if (t->uplink_bps > 0)
       t->uplink_free_s = fmax(now, t->uplink_free_s) + (double)f.len * 8.0 / t->uplink_bps;
@@ -258,6 +296,20 @@ void td__link_pump(td__transport_t *t, td__link_t *l) {
 void td__link_chunk_acked(td__transport_t *t, td__link_t *l, uint64_t seq) {
   if (td_linkq_ack(l->q, seq, td_clock_mono_s()))
     td__link_pump(t, l);
+}
+
+void td__link_close_peer(td__transport_t *t, uint64_t peer) {
+  td__link_t *l = td__link_find(t, peer);
+  if (l == NULL)
+    return;
+  zmq_close(l->sock);
+  zmq_close(l->ctl_sock);
+  td_linkq_drop_class(l->q, TD_PRIO_UPDATE);
+  td_linkq_drop_class(l->q, TD_PRIO_BULK);
+  /* the slot is reused by the next new link; until then its empty queue
+   * keeps the loops over all links simple */
+  td_linkq_t *q = l->q;
+  *l = (td__link_t){.q = q};
 }
 
 void td__link_note_recv(td__link_t *l, uint64_t bytes) { l->bytes_recv += bytes; }
@@ -328,7 +380,7 @@ void td__link_stats(td__link_t *l, td__link_stats_t *out) {
 
 /* ---- receiving --------------------------------------------------------------------- */
 
-static void on_frame(td__transport_t *t, const void *data, size_t len) {
+static void on_frame(td__transport_t *t, const void *data, size_t len, const char *user_id) {
   td__node_t *n = t->node;
   if (len > TD_WIRE_MAX_MESSAGE) {
     td__drop(n, TD__DROP_OVERSIZED, "oversized message");
@@ -341,6 +393,14 @@ static void on_frame(td__transport_t *t, const void *data, size_t len) {
     td__drop(n, refusal == TD_WIRE_BAD_VERSION ? TD__DROP_VERSION : TD__DROP_MALFORMED, why);
     return;
   }
+  /* the sender is who the connection authenticated, whatever the field says */
+  uint64_t sender = td__access_sender(t->access, user_id, env->sender);
+  if (sender == 0) {
+    td__drop(n, TD__DROP_UNKNOWN_KEY, "message on a connection whose key is not admitted");
+    td_wire_free(&env);
+    return;
+  }
+  env->sender = sender;
   td__dispatch(n, env, len);
   td_wire_free(&env);
 }
@@ -383,7 +443,7 @@ static void drain_router(td__transport_t *t) {
       }
       td__drop(t->node, TD__DROP_MALFORMED, "multi-frame message");
     } else {
-      on_frame(t, zmq_msg_data(&msg), zmq_msg_size(&msg));
+      on_frame(t, zmq_msg_data(&msg), zmq_msg_size(&msg), zmq_msg_gets(&msg, "User-Id"));
     }
     zmq_msg_close(&msg);
   }
@@ -438,6 +498,7 @@ static void on_monitor_readable(uv_poll_t *h, int status, int events) {
 }
 
 void td__transport_tick(td__transport_t *t) {
+  td__zap_drain(t->zap);
   drain_router(t);
   drain_monitor(t);
   for (size_t i = 0; i < t->n_links; i++) /* acks lost with a dead peer */
@@ -459,6 +520,20 @@ static int bind_router(td__transport_t *t, const char *listen, char *why, size_t
   if (len >= 2 && strcmp(ep + len - 2, ":0") == 0)
     strcpy(ep + len - 1, "*");
   t->router = zmq_socket(t->zctx, ZMQ_ROUTER);
+  if (td__access_secure(t->access)) {
+    /* the ZAP handler must exist before the first handshake: without one,
+     * libzmq would let every CURVE client in */
+    int rc = td__zap_open(&t->zap, t->zctx, &t->node->loop, t->access, why, why_len);
+    if (rc != 0)
+      return rc;
+    int server = 1;
+    const td_keypair_t *kp = td__access_keypair(t->access);
+    if (zmq_setsockopt(t->router, ZMQ_CURVE_SERVER, &server, sizeof server) != 0 ||
+        zmq_setsockopt(t->router, ZMQ_CURVE_SECRETKEY, kp->secret, TD_KEY_Z85_LEN + 1) != 0 ||
+        zmq_setsockopt(t->router, ZMQ_ZAP_DOMAIN, "traind", 6) != 0)
+      return td_why(why, why_len, TD_EIO, "cannot make the peer socket a CURVE server: %s",
+                    zmq_strerror(zmq_errno()));
+  }
   int64_t maxmsg = ZMQ_MAX_FRAME_BYTES;
   int hwm = ROUTER_RCVHWM_FRAMES, linger = 0;
   zmq_setsockopt(t->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
@@ -503,6 +578,7 @@ int td__transport_open(td__transport_t **out, td__node_t *n, const char *listen,
   if (t == NULL)
     return td_why(why, why_len, TD_ENOMEM, "out of memory");
   t->node = n;
+  t->access = n->access;
   t->link_delay_s = link_delay_s;
   t->uplink_bps = uplink_bps > 0 ? uplink_bps : 0;
   t->zctx = zmq_ctx_new();
@@ -522,6 +598,7 @@ void td__transport_stop(td__transport_t *t) {
   if (t == NULL || t->stopped)
     return;
   t->stopped = true;
+  td__zap_stop(t->zap);
   uv_close((uv_handle_t *)&t->router_poll, NULL);
   if (t->monitor)
     uv_close((uv_handle_t *)&t->monitor_poll, NULL);
@@ -534,14 +611,17 @@ void td__transport_close(td__transport_t **self_p) {
     return;
   *self_p = NULL;
   for (size_t i = 0; i < t->n_links; i++) {
-    zmq_close(t->links[i].sock);
-    zmq_close(t->links[i].ctl_sock);
+    if (t->links[i].sock != NULL) {
+      zmq_close(t->links[i].sock);
+      zmq_close(t->links[i].ctl_sock);
+    }
     td_linkq_close(&t->links[i].q);
   }
   if (t->monitor)
     zmq_close(t->monitor);
   if (t->router)
     zmq_close(t->router);
+  td__zap_close(&t->zap);
   if (t->zctx)
     zmq_ctx_term(t->zctx);
   free(t);

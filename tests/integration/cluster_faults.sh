@@ -24,7 +24,12 @@ for i in $(seq 300); do
 done
 [ "${r:-0}" -ge 10 ] && pass "run $run_id under way (round $r)" || fail "run did not progress"
 
-"$HOSTILE" "$(endpoint_of a)" "$run_id" >"$T/hostile.out" 2>&1 && pass "hostile peer sent its garbage" \
+# the garbage comes from an admitted (authenticated, not admin) key, so it
+# reaches the parser; td_intruder.sh covers peers without a key
+read -r HPUB HSEC <<<"$("$HOSTILE" --keygen)"
+ctl a allow "$HPUB" >/dev/null || fail "a does not admit the hostile peer's key"
+TD_PEER_PUBLIC=$HPUB TD_PEER_SECRET=$HSEC "$HOSTILE" "$(endpoint_of a)" "$run_id" "$(key_of a)" \
+  >"$T/hostile.out" 2>&1 && pass "hostile peer sent its garbage" \
   || fail "hostile peer: $(cat "$T/hostile.out")"
 kill -9 "$(cat "$T/c.pid")"
 killed_at=$(date +%s.%N)

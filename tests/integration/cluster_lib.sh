@@ -1,7 +1,11 @@
 # tests/integration/cluster_lib.sh: start real traind processes on loopback,
 # each with its own data dir, ephemeral port and control socket, and drive
 # them with trainctl. Every process is killed when the test exits; logs are
-# printed only when the test fails.
+# printed only when the test fails. Nodes are secure (CURVE) as by default:
+# start_node admits every test node's key on every other one, as admins (the
+# test may start and stop runs anywhere), and `ctl NAME join ENDPOINT` adds
+# the key of the test node at ENDPOINT, so tests exercise the secure path
+# without saying so. A node started with --insecure is left out of that.
 . "${top_srcdir:-.}/tests/integration/lib.sh"
 TRAINCTL="${top_builddir:-$(pwd)}/trainctl"
 NODES=()
@@ -30,14 +34,48 @@ start_node() {
   case " ${NODES[*]} " in *" $name "*) ;; *) NODES+=("$name") ;; esac
   local i
   for i in $(seq 100); do
-    [ -S "$T/$name/ctl" ] && [ -s "$T/$name/endpoint" ] && return 0
+    if [ -S "$T/$name/ctl" ] && [ -s "$T/$name/endpoint" ]; then
+      case " $* " in *" --insecure "*) return 0 ;; esac
+      admit_all "$name"
+      return 0
+    fi
     sleep 0.1
   done
   fail "$name did not start"; cat "$T/$name.log"; return 1
 }
 
+key_of() { cat "$T/$1/node.pub"; }
+
+# admit_all NAME: NAME and every other running test node admit each other's
+# keys, as admins.
+admit_all() {
+  local name=$1 other
+  for other in "${NODES[@]}"; do
+    [ "$other" = "$name" ] && continue
+    kill -0 "$(cat "$T/$other.pid")" 2>/dev/null || continue
+    [ -s "$T/$other/node.pub" ] || continue
+    ctl "$other" allow --admin "$(key_of "$name")" >/dev/null 2>&1 || true
+    ctl "$name" allow --admin "$(key_of "$other")" >/dev/null 2>&1 || true
+  done
+}
+
 endpoint_of() { cat "$T/$1/endpoint"; }
-ctl() { local name=$1; shift; "$TRAINCTL" --socket "$T/$name/ctl" "$@"; }
+# ctl NAME ARGS...: trainctl on NAME's control socket; `join ENDPOINT` of a
+# test node gets that node's key.
+ctl() {
+  local name=$1 other
+  shift
+  if [ "$#" -eq 2 ] && [ "$1" = join ]; then
+    for other in "${NODES[@]}"; do
+      if [ -s "$T/$other/endpoint" ] && [ "$(cat "$T/$other/endpoint")" = "$2" ] &&
+         [ -s "$T/$other/node.pub" ]; then
+        set -- join "$2" "$(key_of "$other")"
+        break
+      fi
+    done
+  fi
+  "$TRAINCTL" --socket "$T/$name/ctl" "$@"
+}
 
 # json_field JSON KEY: the first value of "KEY": in a flat JSON text.
 json_field() { sed -E "s/.*\"$2\":(\"[^\"]*\"|[^,}]*).*/\1/" <<<"$1" | tr -d '"'; }

@@ -42,7 +42,11 @@ run self_join ctl a join "$(endpoint_of a)"
 expect_error self_join "own endpoint"
 run bad_join ctl a join "http://example"
 expect_error bad_join "tcp://HOST:PORT"
-run nobody ctl a join tcp://127.0.0.1:9
+run keyless ctl a join tcp://127.0.0.1:9
+expect_error keyless "join needs the public key of the node at that endpoint"
+run bad_join_key ctl a join tcp://127.0.0.1:9 not-a-key
+expect_error bad_join_key "a key is 40 Z85 characters"
+run nobody ctl a join tcp://127.0.0.1:9 0000000000000000000000000000000000000000
 expect_error nobody "no answer from tcp://127.0.0.1:9"
 run stop_idle ctl a stop
 expect_error stop_idle "no run"
@@ -52,7 +56,7 @@ for key in node_id endpoint peers run run_id state round test_accuracy; do
   grep -q "\"$key\":" <<<"$st" || fail "status --json lacks $key: $st"
 done
 grep -q '"state":"idle"' <<<"$st" && pass "status --json: idle node" || fail "not idle: $st"
-ctl a status | grep -q "^node " && pass "status table" || fail "status table"
+ctl a status | grep -q "^node .* security curve$" && pass "status table (security curve)" || fail "status table"
 ctl a rounds | grep -q "no rounds" && pass "rounds before any run" || fail "rounds"
 
 # a single-node run on a tiny CSV dataset finishes and is in the ledger

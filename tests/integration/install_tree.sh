@@ -52,8 +52,8 @@ complete_words() {
   bash -c '. "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _trainctl; echo "${COMPREPLY[*]}"' \
     _ "$D$compdir/trainctl" "$@"
 }
-[ "$(complete_words trainctl r)" = "rounds runs" ] \
-  && pass "completion: trainctl r -> rounds runs" || fail "completion of 'r': '$(complete_words trainctl r)'"
+[ "$(complete_words trainctl r)" = "rounds revoke runs" ] \
+  && pass "completion: trainctl r -> rounds revoke runs" || fail "completion of 'r': '$(complete_words trainctl r)'"
 [ "$(complete_words trainctl plot x --y st)" = staleness ] \
   && pass "completion: plot --y st -> staleness" || fail "completion of --y st: '$(complete_words trainctl plot x --y st)'"
 case " $(complete_words trainctl export -) " in *" --table "*) pass "completion: export options" ;;

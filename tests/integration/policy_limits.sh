@@ -26,8 +26,13 @@ for n in a b c; do wait_peers $n 2 15 || fail "$n does not see 2 alive peers"; d
 
 id_of() { ctl "$1" status --json | grep -o '"node_id":"[0-9a-f]*"' | head -n1 | cut -d'"' -f4; }
 hwm_kb() { awk '/^VmHWM:/ { print $2 }' "/proc/$(cat "$T/$1.pid")/status"; }
+# the peer is a member with an admitted admin key (it may start runs): the
+# nodes' own limits are what stops it
+read -r PPUB PSEC <<<"$("$PEER" --keygen)"
+export TD_PEER_PUBLIC=$PPUB TD_PEER_SECRET=$PSEC
+for n in a b c; do ctl $n allow --admin "$PPUB" >/dev/null || fail "$n does not admit the peer"; done
 TARGETS=()
-for n in a b c; do TARGETS+=("$(id_of $n)=$(endpoint_of $n)"); done
+for n in a b c; do TARGETS+=("$(id_of $n)=$(endpoint_of $n),$(key_of $n)"); done
 declare -A HWM0
 for n in a b c; do HWM0[$n]=$(hwm_kb $n); done
 

@@ -3,7 +3,11 @@
  * not ZMTP at all, random frames, every truncation of a valid envelope, an
  * oversized frame, a multi-frame message, a wrong protocol version, a NaN-free
  * but wrongly sized update, and updates for a run the node is not running.
- * Usage: td_hostile tcp://127.0.0.1:PORT [RUN_ID_HEX]. Exits 0 when all sent. */
+ * Usage: td_hostile tcp://127.0.0.1:PORT [RUN_ID_HEX [SERVER_KEY]]. With the
+ * node's SERVER_KEY and a pair admitted there in TD_PEER_PUBLIC/SECRET
+ * (peer_keys.h) the garbage comes over CURVE, from an authenticated but
+ * broken member; without, the daemon refuses it at the handshake.
+ * Exits 0 when all sent. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -15,6 +19,7 @@
 
 #include "compute/rng.h"
 #include "proto/wire.h"
+#include "tests/integration/peer_keys.h"
 
 static int send_raw_tcp(const char *endpoint) {
   const char *hostport = endpoint + 6;
@@ -62,6 +67,8 @@ static void send_env(void *s, Traind__Envelope *env, uint32_t version) {
 }
 
 int main(int argc, char **argv) {
+  if (peer_keys_keygen(argc, argv))
+    return 0;
   if (argc < 2 || strncmp(argv[1], "tcp://", 6) != 0) {
     fprintf(stderr, "usage: td_hostile tcp://HOST:PORT [RUN_ID_HEX]\n");
     return 2;
@@ -73,6 +80,7 @@ int main(int argc, char **argv) {
   void *s = zmq_socket(ctx, ZMQ_DEALER);
   int linger = 2000;
   zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+  peer_keys_client(s, argc > 3 ? argv[3] : NULL);
   if (zmq_connect(s, argv[1]) != 0)
     return 1;
   td_rng_t rng;

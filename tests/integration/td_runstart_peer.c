@@ -4,8 +4,10 @@
  * spec and with itself and the nodes as the run's members, then prints every
  * RunRefused that comes back within WAIT_S seconds, one line each:
  *   refused NODE_ID_HEX REASON
- * Usage: td_runstart_peer SPEC WAIT_S NODE_ID_HEX=tcp://HOST:PORT ...
- * SPEC is "key = value" lines, separated by ';' on the command line.
+ * Usage: td_runstart_peer SPEC WAIT_S NODE_ID_HEX=tcp://HOST:PORT[,KEY] ...
+ * SPEC is "key = value" lines, separated by ';' on the command line. With a
+ * node's KEY and a pair in TD_PEER_PUBLIC/SECRET (peer_keys.h) it speaks
+ * CURVE, as an admitted member; `--keygen` prints a pair.
  * Exits 0 when everything was sent (whatever the answers). */
 #include <stdint.h>
 #include <stdio.h>
@@ -15,9 +17,10 @@
 #include <zmq.h>
 
 #include "proto/wire.h"
+#include "tests/integration/peer_keys.h"
 
 #define MAX_NODES 8
-#define SELF_ID 0x5e1f5e1f5e1f5e1full
+static uint64_t SELF_ID = 0x5e1f5e1f5e1f5e1full;
 
 static void send_env(void *s, Traind__Envelope *env) {
   uint8_t *buf = NULL;
@@ -35,6 +38,10 @@ static int cmp_u64(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
+  if (peer_keys_keygen(argc, argv))
+    return 0;
+  if (peer_keys_self_id() != 0)
+    SELF_ID = peer_keys_self_id();
   if (argc < 4 || argc - 3 > MAX_NODES) {
     fprintf(stderr, "usage: td_runstart_peer SPEC WAIT_S NODE_ID_HEX=tcp://HOST:PORT ...\n");
     return 2;
@@ -49,6 +56,7 @@ int main(int argc, char **argv) {
   void *router = zmq_socket(ctx, ZMQ_ROUTER);
   int linger = 1000, timeout = 100;
   zmq_setsockopt(router, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+  peer_keys_server(router);
   if (zmq_bind(router, "tcp://127.0.0.1:*") != 0)
     return 1;
   char me[256];
@@ -62,8 +70,12 @@ int main(int argc, char **argv) {
     if (eq == NULL)
       return 2;
     members[1 + i] = strtoull(argv[3 + i], NULL, 16);
+    char *comma = strchr(eq, ',');
+    if (comma != NULL)
+      *comma = '\0';
     dealer[i] = zmq_socket(ctx, ZMQ_DEALER);
     zmq_setsockopt(dealer[i], ZMQ_LINGER, &linger, sizeof linger);
+    peer_keys_client(dealer[i], comma != NULL ? comma + 1 : NULL);
     if (zmq_connect(dealer[i], eq + 1) != 0)
       return 1;
     Traind__Hello hello = TRAIND__HELLO__INIT;

@@ -35,7 +35,10 @@ vg_start() {
   echo $! >"$T/$name.pid"
   case " ${NODES[*]} " in *" $name "*) ;; *) NODES+=("$name") ;; esac
   for i in $(seq 600); do
-    [ -S "$T/$name/ctl" ] && [ -s "$T/$name/endpoint" ] && return 0
+    if [ -S "$T/$name/ctl" ] && [ -s "$T/$name/endpoint" ]; then
+      admit_all "$name" # secure, as by default (cluster_lib.sh)
+      return 0
+    fi
     kill -0 "$(cat "$T/$name.pid")" 2>/dev/null || break
     sleep 0.1
   done

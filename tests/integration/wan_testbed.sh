@@ -96,7 +96,10 @@ start_wan_node() {
     --heartbeat-ms 200 --threads 1 --log-level info
   echo "$TD_WAN_PID" >"$T/$name.pid"
   for i in $(seq 100); do
-    [ -S "$T/$name/ctl" ] && [ -s "$T/$name/endpoint" ] && return 0
+    if [ -S "$T/$name/ctl" ] && [ -s "$T/$name/endpoint" ]; then
+      admit_all "$name" # CURVE across the emulated WAN, as by default
+      return 0
+    fi
     sleep 0.1
   done
   fail "$name did not start in node $node"; return 1
