@@ -32,6 +32,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 
+#include "common/error.h"
 #include "daemon/log.h"
 
 /* Interrupted runs named one by one in the ledger at start-up; more are only counted. */
@@ -55,7 +56,9 @@ static void note_interrupted(uint64_t run_id, uint64_t last_round, void *user) {
 
 void td__comeback_start(td__node_t *n) {
   interrupted_t it = {0};
-  td__ledger_runs_interrupt(n->ledger, td_clock_wall_s(), note_interrupted, &it);
+  int rc = td__ledger_runs_interrupt(n->ledger, td_clock_wall_s(), note_interrupted, &it);
+  if (rc != 0)
+    td_log_warn("cannot mark the runs this node stopped in as interrupted: %s", td_strerror(rc));
   for (size_t i = 0; i < it.count && i < MAX_NAMED; i++) {
     td_log_warn("run %016" PRIx64 " was running when this node stopped (last round %" PRIu64
                 "): marked interrupted", it.runs[i].run_id, it.runs[i].last_round);
@@ -92,7 +95,9 @@ void td__comeback_heard(td__node_t *n, uint64_t peer, uint64_t run_id, uint64_t 
     return;
   /* async members drift apart by design: only an idle one is out of the run */
   bool lockstep = s->spec.mode_kind != TD_MODE_ASYNC;
-  if (lockstep && s->ready && run_id == s->run_id && round > s->round + TD__BEHIND_ROUNDS) {
+  /* (a joiner, whose first round is still ahead, is ahead by design) */
+  if (lockstep && s->ready && run_id == s->run_id && s->since[i] <= s->round &&
+      round > s->round + TD__BEHIND_ROUNDS) {
     char why[160];
     snprintf(why, sizeof why, "member %016" PRIx64 " is at round %" PRIu64 ", %" PRIu64
              " rounds ahead", peer, round, round - s->round);

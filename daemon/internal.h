@@ -170,7 +170,7 @@ void td__ledger_event(td__ledgerq_t *q, const char *kind, const char *fmt, ...)
 /* Visit the known peers now, on this thread (start-up). */
 void td__ledger_peers(td__ledgerq_t *q, td_ledger_peer_fn fn, void *user);
 /* Mark the runs left 'running' interrupted, now, on this thread (start-up). */
-void td__ledger_runs_interrupt(td__ledgerq_t *q, double at, td_ledger_run_fn fn, void *user);
+int td__ledger_runs_interrupt(td__ledgerq_t *q, double at, td_ledger_run_fn fn, void *user);
 /* Rounds of run_id (the last `last`, 0: all) from index `from` on, at most
  * `limit`, read on the work pool after every queued write. done() runs on the
  * loop thread with the rows as a JSON array (NULL when out of memory) and the

@@ -130,6 +130,8 @@ static void add_member(td__session_t *s, uint64_t id, uint64_t from) {
   s->since[i] = from;
   s->since_at[i] = td_clock_mono_s();
   memset(s->peer_report[i], 0, sizeof s->peer_report[i]);
+  if (back && s->round < from) /* it holds no update of a round before `from`: do not wait */
+    td__rounds_forget_peer(s, id);
   /* from R on the batch is split evenly again, until the joiner has measured */
   unsigned k = (unsigned)s->n_members;
   for (size_t m = 0; m < s->n_members; m++)

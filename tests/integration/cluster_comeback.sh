@@ -101,4 +101,74 @@ for n in a b c; do
   ic=$(sql $n "PRAGMA integrity_check")
   [ "$ic" = ok ] && pass "$n's ledger passes integrity_check after 5 kill -9 of c" || fail "$n: integrity_check: $ic"
 done
+
+# ---- SIGSTOP 25 s, SIGCONT ------------------------------------------------------------
+# Longer rounds (H = 32), so the rates below are rounds of real work; the run
+# is stopped once the figures are in.
+TIMEOUT=20
+start_run --set rounds=100000 --set local_steps=32 --set eval_every=100000 || finish
+wait_round a 20 120 || { fail "the run did not reach round 20"; finish; }
+t0=$(date +%s.%N); r0=$(round_of a); sleep 5; t1=$(date +%s.%N); r1=$(round_of a)
+before=$(awk -v r=$((r1 - r0)) -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", r / (b - a) }')
+pass "before the pause: $((r1 - r0)) rounds in 5 s ($before rounds/s)"
+kill -STOP "$(cat "$T/c.pid")"
+r_stop=$(round_of a)
+sleep 25
+r_cont=$(round_of a)
+kill -CONT "$(cat "$T/c.pid")"
+pause_rate=$(awk -v r=$((r_cont - r_stop)) 'BEGIN { printf "%.1f", r / 25 }')
+pass "while c was stopped, a and b went on: $((r_cont - r_stop)) rounds in 25 s ($pause_rate rounds/s)"
+first=
+for i in $(seq 300); do
+  st=$(ctl c status --json 2>/dev/null)
+  case "$st" in *'"state":"running"'*)
+    first=$(json_field "$st" first_round); [ "${first:-0}" -gt "$r_stop" ] && break ;;
+  esac
+  first=; sleep 0.2
+done
+[ -n "$first" ] && pass "c continued, found it fell behind and is back in the run at round $first (a was at $r_cont)" \
+  || fail "c is not back in the run after SIGCONT: $st"
+# Back within 5 rounds: no round from first + 5 on lasts half a round_timeout
+# (a cluster that still waited for a member's deadline would spend a whole
+# round_timeout on every round), and c's update is in every one of them.
+if [ -n "$first" ] && wait_round a $((first + 25)) 300; then
+  slow=$(sql a "SELECT count(*) FROM rounds WHERE $(w) AND round BETWEEN $((first + 5)) AND $((first + 25))
+                AND ended - started >= $TIMEOUT / 2.0")
+  [ "$slow" -eq 0 ] && pass "rounds $((first + 5))..$((first + 25)): none lasted $((TIMEOUT / 2)) s (round_timeout $TIMEOUT s)" \
+    || fail "$slow of rounds $((first + 5))..$((first + 25)) lasted over $((TIMEOUT / 2)) s"
+  after=$(sql a "SELECT printf('%.1f', 20 / (max(ended) - min(ended))) FROM rounds WHERE $(w)
+                 AND round BETWEEN $((first + 5)) AND $((first + 25))")
+  pass "round rate: $before rounds/s before the pause, $after rounds/s over rounds $((first + 5))..$((first + 25))"
+  got=$(sql a "SELECT count(DISTINCT peer_round) FROM updates WHERE $(w) AND printf('%016x', peer) = '$c_id'
+               AND peer_round BETWEEN $first AND $((first + 25))")
+  [ "$got" -eq 26 ] && pass "a got c's update in each of rounds $first..$((first + 25))" \
+    || fail "a got c's update in $got of rounds $first..$((first + 25))"
+else
+  fail "a did not reach round $((first + 25)) after c came back"
+fi
+late=$(for n in a b; do sql $n "SELECT count(*) FROM events WHERE kind = 'late'"; done | awk '{ s += $1 } END { print s }')
+[ "$late" -eq 0 ] && pass "no round of a or b waited for c's deadline (0 late events)" \
+  || fail "$late rounds of a and b closed at the deadline without c"
+for kind in run_behind run_rejoined; do
+  [ "$(sql c "SELECT count(*) FROM events WHERE kind = '$kind' AND detail LIKE 'run $run_id%'")" -eq 1 ] \
+    && pass "c's ledger: $kind ($(sql c "SELECT detail FROM events WHERE kind = '$kind' AND detail LIKE 'run $run_id%'"))" \
+    || fail "c's ledger has no $kind event"
+done
+ctl a stop >/dev/null || fail "stop"
+for n in a b c; do wait_run_state $n stopped 60 || fail "$n did not stop"; done
+
+# ---- every node dies: the run is interrupted in every ledger at the next start ----------
+start_run --set rounds=100000 --set local_steps=32 --set eval_every=100000 || finish
+wait_round c 5 120 || fail "the last run did not reach round 5 on c"
+for n in a b c; do kill -9 "$(cat "$T/$n.pid")"; done
+for n in a b c; do wait "$(cat "$T/$n.pid")" 2>/dev/null; done
+for n in a b c; do start_node $n || finish; done
+for n in a b c; do
+  st=$(sql $n "SELECT state FROM runs WHERE $(w)")
+  ev=$(sql $n "SELECT count(*) FROM events WHERE kind = 'run_interrupted' AND detail LIKE 'run $run_id%'")
+  [ "$st" = interrupted ] && [ "$ev" -eq 1 ] \
+    && pass "$n: the run its every node died in is 'interrupted' ($(sql $n "SELECT detail FROM events WHERE kind = 'run_interrupted' AND detail LIKE 'run $run_id%'"))" \
+    || fail "$n: run state '$st', $ev run_interrupted events"
+  case "$(ctl $n status --json)" in *'"state":"running"'*) fail "$n runs something after the restart" ;; esac
+done
 finish
