@@ -352,6 +352,8 @@ void td__rounds_own_done(td__session_t *s, uint64_t round) {
 
 void td__rounds_forget_peer(td__session_t *s, uint64_t peer) {
   td_round_forget_peer(s->collector, peer);
+  if (s->spec.mode_kind == TD_MODE_ASYNC) /* a compute thread held back by it goes on */
+    async_release(s);
   td__rounds_try_close(s);
 }
 
