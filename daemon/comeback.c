@@ -110,8 +110,11 @@ void td__comeback_heard(td__node_t *n, uint64_t peer, uint64_t run_id, uint64_t 
       td__join_tick(s);
     return;
   }
-  /* a heartbeat sent before it heard of its (re)admission does not count */
-  if (s->round < s->since[i] ||
+  /* judged from the round after its first one (every member of a run is
+   * waited for in its first round), and not on a heartbeat it may have sent
+   * before it heard of its (re)admission */
+  uint64_t at = lockstep ? s->round : s->own_done; /* async does not open rounds */
+  if (at <= (s->since[i] > 1 ? s->since[i] : 1) ||
       td_clock_mono_s() < s->since_at[i] + TD__AWAY_GRACE_BEATS * n->heartbeat_s)
     return;
   if (!idle && !(lockstep && round + TD__BEHIND_ROUNDS < s->round))
@@ -123,9 +126,9 @@ void td__comeback_heard(td__node_t *n, uint64_t peer, uint64_t run_id, uint64_t 
   else
     snprintf(state, sizeof state, "at round %" PRIu64, round);
   td_log_warn("round %" PRIu64 ": member %016" PRIx64 " is %s: not waited for until it is back",
-              s->round, peer, state);
+              at, peer, state);
   td__ledger_event(n->ledger, "member_away", "%016" PRIx64 " is %s (run %016" PRIx64
-                   " at round %" PRIu64 ")", peer, state, s->run_id, s->round);
+                   " at round %" PRIu64 ")", peer, state, s->run_id, at);
   td__rounds_forget_peer(s, peer);
   if (n->session == s)
     td__join_tick(s); /* the admitter takes it back as soon as it says it is idle */

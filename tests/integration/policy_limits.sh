@@ -149,6 +149,8 @@ done
 err=$(json_field "$(ctl b status --json)" error)
 grep -q "epochs 6 make 1200 rounds, over this node's limit 1000 (--max-rounds)" <<<"$err" \
   && pass "epochs: refused before planning: $err" || fail "epochs: b's error is '$err'"
-grep -q "refused: epochs 6 make 1200 rounds" <<<"$(ctl a status --json)" \
-  && pass "epochs: a's status names the others' refusal" || fail "epochs: no refusal in a's status"
+for n in a b c; do # each refused: the others are told (the run_refused event says so)
+  [ "$(sql $n "SELECT count(*) FROM events WHERE kind = 'run_refused' AND detail LIKE '%epochs 6 make 1200 rounds%'")" -eq 1 ] \
+    || fail "epochs: $n did not send its refusal"
+done
 finish
