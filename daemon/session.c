@@ -186,6 +186,13 @@ void td__session_abandon(td__node_t *n, const char *why) {
               "the members' model", s->run_id, why, s->round);
   td__ledger_event(n->ledger, "run_behind", "run %016" PRIx64 " at round %" PRIu64 ": %s",
                    s->run_id, s->round, why);
+  /* what it sent before the pause may never be acked: free the windows for
+   * what it will send once it is back */
+  for (size_t i = 0; i < s->n_members; i++) {
+    td__link_t *l = s->members[i] != n->node_id ? td__link_find(n->net, s->members[i]) : NULL;
+    if (l != NULL)
+      td__link_restart(n->net, l);
+  }
   s->state = TD__RUN_IDLE; /* not ended: the run goes on, this node goes back into it */
   if (n->last_run != NULL || (n->last_run = malloc(sizeof *n->last_run)) != NULL)
     session_stats(s, n->last_run);

@@ -39,7 +39,7 @@ wait_round() {
 start_run() {
   local out
   out=$(ctl a start --set model=mlp:784-64-10 --set batch=32 --set local_steps=4 \
-        --set lr=0.05 --set seed=3 --set round_timeout=20 --set codec=fp16 "$@") || { fail "start: $out"; return 1; }
+        --set lr=0.05 --set seed=3 --set codec=fp16 "$@") || { fail "start: $out"; return 1; }
   run_id=$(sed -E 's/started run ([0-9a-f]+).*/\1/' <<<"$out")
 }
 
@@ -115,7 +115,7 @@ done
 # ---- SIGSTOP 25 s, SIGCONT ------------------------------------------------------------
 # Longer rounds (H = 32), so the rates below are rounds of real work; the run
 # is stopped once the figures are in.
-TIMEOUT=20
+TIMEOUT=30 # round_timeout, the default
 start_run --set rounds=100000 --set local_steps=32 --set eval_every=100000 || finish
 wait_round a 20 120 || { fail "the run did not reach round 20"; finish; }
 t0=$(date +%s.%N); r0=$(round_of a); sleep 5; t1=$(date +%s.%N); r1=$(round_of a)
