@@ -117,6 +117,11 @@ void td__comeback_heard(td__node_t *n, uint64_t peer, uint64_t run_id, uint64_t 
   if (at <= (s->since[i] > 1 ? s->since[i] : 1) ||
       td_clock_mono_s() < s->since_at[i] + TD__AWAY_GRACE_BEATS * n->heartbeat_s)
     return;
+  /* near the end a member that finished says it is idle while its last update
+   * may still be on its way (on another connection than the heartbeat), and
+   * nobody is taken back there any more: the deadline decides */
+  if (lockstep && s->rounds > 0 && at + TD__JOIN_LEAD_ROUNDS + 1 > s->rounds)
+    return;
   if (!idle && !(lockstep && round + TD__BEHIND_ROUNDS < s->round))
     return;
   s->away[i] = true;
