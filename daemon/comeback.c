@@ -26,7 +26,12 @@
  *    paused): it abandons its session without ending the run, reports idle,
  *    and is taken back like a restarted node;
  *  - readmission: a run_rejoined event records the gap (the rounds missed),
- *    and the ledger's run is 'running' again, its rounds continuing. */
+ *    and the ledger's run is 'running' again, its rounds continuing.
+ * Like any late joiner, the returning node must have started its session
+ * (from the admitter's RunStart) before the members' first update of round
+ * R reaches it: one that comes earlier is dropped as for a run it does not
+ * run, and round R then waits for its deadline. The 3 lead rounds leave it
+ * that long; runs whose rounds last a few milliseconds can lose the race. */
 #include "daemon/internal.h"
 
 #include <inttypes.h>
