@@ -112,7 +112,8 @@ static void replan(td__session_t *s, uint64_t round, uint64_t from) {
     if (id == s->node->node_id) {
       c = s->own[round % TD__RING].capacity;
       me = k;
-    } else if (td__session_takes_part(s, i, from)) { /* not one that refused or is away */
+    } else if (td__session_takes_part(s, i, 0)) { /* not one that refused or is away; a
+                                                     joiner counts (every node's plan agrees) */
       c = reported_capacity(s, i, round);
     } else {
       continue;

@@ -57,6 +57,7 @@ for loop in 1 2 3 4 5; do
   kill -9 "$(cat "$T/c.pid")"
   wait "$(cat "$T/c.pid")" 2>/dev/null
   sleep 0.$((RANDOM % 10)) # anywhere in a round, or in the middle of a ledger write
+  rm -f "$T/c/ctl" "$T/c/endpoint" # start_node waits for the new ones
   start_node c || finish
   first=
   for i in $(seq 300); do
@@ -179,6 +180,7 @@ start_run --set rounds=300 --set mode=async:2 --set eval_every=100 || finish
 wait_round c 20 120 || fail "async: the run did not reach round 20 on c"
 kill -9 "$(cat "$T/c.pid")"
 wait "$(cat "$T/c.pid")" 2>/dev/null
+rm -f "$T/c/ctl" "$T/c/endpoint"
 start_node c || finish
 for n in a b; do wait_run_state $n finished 120 && pass "async: $n finished while c, restarted, stayed out" \
   || fail "async: $n did not finish (round $(round_of $n))"; done
@@ -193,8 +195,12 @@ start_run --set rounds=100000 --set local_steps=32 --set eval_every=100000 || fi
 wait_round c 5 120 || fail "the last run did not reach round 5 on c"
 for n in a b c; do kill -9 "$(cat "$T/$n.pid")"; done
 for n in a b c; do wait "$(cat "$T/$n.pid")" 2>/dev/null; done
-for n in a b c; do start_node $n || finish; done
+for n in a b c; do rm -f "$T/$n/ctl" "$T/$n/endpoint"; start_node $n || finish; done
 for n in a b c; do
+  for i in $(seq 50); do # its start-up marks the run, then writes the event
+    [ "$(sql $n "SELECT count(*) FROM events WHERE kind = 'run_interrupted' AND detail LIKE 'run $run_id%'" 2>/dev/null)" = 1 ] && break
+    sleep 0.2
+  done
   st=$(sql $n "SELECT state FROM runs WHERE $(w)")
   ev=$(sql $n "SELECT count(*) FROM events WHERE kind = 'run_interrupted' AND detail LIKE 'run $run_id%'")
   [ "$st" = interrupted ] && [ "$ev" -eq 1 ] \
