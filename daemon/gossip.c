@@ -114,6 +114,34 @@ static void learn_peers(td__node_t *n, Traind__PeerInfo **peers, size_t count) {
   }
 }
 
+/* Our heartbeat to one link (`only`) or to every link of a member that has not
+ * left (only == NULL). */
+static void send_heartbeat(td__node_t *n, td__link_t *only) {
+  Traind__PeerInfo infos[TD_MEMBERS_MAX], *ptrs[TD_MEMBERS_MAX];
+  Traind__Heartbeat hb = TRAIND__HEARTBEAT__INIT;
+  fill_peer_infos(n, infos, ptrs, &hb.n_peers);
+  hb.peers = ptrs;
+  td__session_t *s = n->session;
+  hb.round = s ? s->round : 0;
+  hb.run_state = s ? 1 : 0;
+  hb.capacity = s ? s->capacity : 0; /* samples/s EWMA (weighted batching) */
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_HEARTBEAT;
+  env.heartbeat = &hb;
+  env.run_id = s ? s->run_id : 0;
+  if (only != NULL) {
+    td__link_send(n->net, only, &env);
+    return;
+  }
+  /* dead peers get heartbeats too, so a restarted one finds its way back */
+  for (size_t i = 0; i < td__transport_count(n->net); i++) {
+    td__link_t *l = td__transport_at(n->net, i);
+    td_member_t *m = td__link_peer(l) ? td_members_find(n->members, td__link_peer(l)) : NULL;
+    if (m != NULL && m->state != TD_PEER_LEFT)
+      td__link_send(n->net, l, &env);
+  }
+}
+
 void td__on_hello(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes) {
   (void)l;
   (void)bytes;
@@ -136,6 +164,10 @@ void td__on_welcome(td__node_t *n, const Traind__Envelope *env, td__link_t *l, s
   td__gossip_heard(n, env->sender, ep);
   learn_peers(n, env->welcome->peers, env->welcome->n_peers);
   td__control_welcome(n->control, env->sender);
+  /* say at once what we run: a restarted member of a run is taken back on it
+   * (comeback.c) without waiting a heartbeat period */
+  if ((l = td__link_find(n->net, env->sender)) != NULL)
+    send_heartbeat(n, l);
 }
 
 void td__on_heartbeat(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes) {
@@ -148,6 +180,7 @@ void td__on_heartbeat(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
   m->round = env->heartbeat->round;
   m->run_id = env->heartbeat->run_state ? env->run_id : 0;
   m->reported = true;
+  td__comeback_heard(n, env->sender, m->run_id, m->round);
   learn_peers(n, env->heartbeat->peers, env->heartbeat->n_peers);
 }
 
@@ -168,25 +201,7 @@ void td__on_leave(td__node_t *n, const Traind__Envelope *env, td__link_t *l, siz
 /* Heartbeat: failure detection, then our own heartbeat to every link. */
 void td__gossip_tick(td__node_t *n) {
   td_members_tick(n->members, td_clock_mono_s(), on_member_event, n);
-  Traind__PeerInfo infos[TD_MEMBERS_MAX], *ptrs[TD_MEMBERS_MAX];
-  Traind__Heartbeat hb = TRAIND__HEARTBEAT__INIT;
-  fill_peer_infos(n, infos, ptrs, &hb.n_peers);
-  hb.peers = ptrs;
-  td__session_t *s = n->session;
-  hb.round = s ? s->round : 0;
-  hb.run_state = s ? 1 : 0;
-  hb.capacity = s ? s->capacity : 0; /* samples/s EWMA (weighted batching) */
-  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
-  env.body_case = TRAIND__ENVELOPE__BODY_HEARTBEAT;
-  env.heartbeat = &hb;
-  env.run_id = s ? s->run_id : 0;
-  /* dead peers get heartbeats too, so a restarted one finds its way back */
-  for (size_t i = 0; i < td__transport_count(n->net); i++) {
-    td__link_t *l = td__transport_at(n->net, i);
-    td_member_t *m = td__link_peer(l) ? td_members_find(n->members, td__link_peer(l)) : NULL;
-    if (m != NULL && m->state != TD_PEER_LEFT)
-      td__link_send(n->net, l, &env);
-  }
+  send_heartbeat(n, NULL);
 }
 
 void td__gossip_leave(td__node_t *n, const char *why) {

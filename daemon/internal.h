@@ -8,7 +8,8 @@
  * (membership traffic), session.c (one run: its life from start to finish),
  * rounds.c (collecting and closing rounds), outbox.c (encoding our updates),
  * transfer.c (resumable blob transfer and knowledge transfer), join.c (late
- * join), reconcile.c (anchor reconciliation), ledgerq.c (the ledger write
+ * join), comeback.c (members that fall out of a run and come back into it),
+ * reconcile.c (anchor reconciliation), ledgerq.c (the ledger write
  * queue), control.c and status.c (trainctl's commands and their JSON),
  * monitor.c (the figures `--metrics` serves), access.c (keys, allowlist,
  * who a message is from and what it may ask) and zap.c (the ZAP handler).
@@ -46,6 +47,13 @@
 #define TD__LINK_EXPIRE_S 30.0 /* a frame never acked (its peer died) gives its window back */
 /* Late join: the admitter starts the joiner at its open round + this. */
 #define TD__JOIN_LEAD_ROUNDS 3
+/* Coming back (comeback.c): a member whose heartbeats put it more than this
+ * many rounds behind the run has fallen out of it (members of a sync or
+ * overlap run are at most two rounds apart, a joiner three ahead). */
+#define TD__BEHIND_ROUNDS 4
+/* ...judged only from heartbeats this many periods after it was (re)admitted,
+ * so one sent before it heard of the run does not count. */
+#define TD__AWAY_GRACE_BEATS 2
 
 typedef struct td__node td__node_t;
 typedef struct td__transport td__transport_t;
@@ -170,6 +178,10 @@ struct td__node {
   td__transport_t *net;
   td__ledgerq_t *ledger;
   td__session_t *session; /* the running run; NULL when none runs */
+  struct {                /* a run this node fell out of (crash, pause): it goes back */
+    uint64_t run_id;      /* 0: none */
+    uint64_t last_round;  /* the last round its ledger holds */
+  } rejoin;
   struct td__run_stats *last_run; /* figures of the last run that ended (status) */
   td__control_t *control;
   td__monitor_t *monitor; /* --metrics; NULL when off */
@@ -234,6 +246,8 @@ void td__ledger_event(td__ledgerq_t *q, const char *kind, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Visit the known peers now, on this thread (start-up). */
 void td__ledger_peers(td__ledgerq_t *q, td_ledger_peer_fn fn, void *user);
+/* Mark the runs left 'running' interrupted, now, on this thread (start-up). */
+int td__ledger_runs_interrupt(td__ledgerq_t *q, double at, td_ledger_run_fn fn, void *user);
 /* Rounds of run_id (the last `last`, 0: all) from index `from` on, at most
  * `limit`, read on the work pool after every queued write. done() runs on the
  * loop thread with the rows as a JSON array (NULL when out of memory) and the
@@ -290,6 +304,10 @@ uint64_t td__link_reserve(td__link_t *l, size_t count);
 void td__link_queue(td__link_t *l, td_prio_t prio, uint8_t *frame, size_t len,
                     uint64_t seq);
 void td__link_drop_class(td__link_t *l, td_prio_t prio);
+/* The peer comes back into the run as a new process, or after a long pause:
+ * frames in flight to it give their window back and queued updates and
+ * snapshots (meant for what it was) are dropped. */
+void td__link_restart(td__transport_t *t, td__link_t *l);
 /* Hand the socket every frame the window allows now. */
 void td__link_pump(td__transport_t *t, td__link_t *l);
 void td__link_note_recv(td__link_t *l, uint64_t bytes);
@@ -373,7 +391,10 @@ struct td__session {
   char *spec_text;
   td_runspec_t spec;
   uint64_t members[TD_MEMBERS_MAX];
-  uint64_t since[TD_MEMBERS_MAX]; /* first round of each member (late joiners > 1) */
+  uint64_t since[TD_MEMBERS_MAX]; /* first round of each member (late joiners > 1;
+                                     UINT64_MAX: it refused the run) */
+  double since_at[TD_MEMBERS_MAX]; /* monotonic time since[] was set (0: the start) */
+  bool away[TD_MEMBERS_MAX]; /* reachable but out of the run (comeback.c) until readmitted */
   size_t n_members;
   unsigned rank;
   uint64_t first_round; /* this node's first round (> 1: it joined late) */
@@ -413,7 +434,7 @@ typedef struct td__run_stats {
   unsigned rank;
   size_t nodes;
   char codec[32];
-  double loss, eval_accuracy, test_accuracy, capacity;
+  double loss, eval_accuracy, test_accuracy, test_loss, capacity;
   double eval_bpb, test_bpb; /* text runs: bits per byte instead of accuracy; NAN otherwise */
   uint64_t updates_received, late_peers, transfers, snapshots_served, joins_admitted;
   uint64_t reconciled, reconciled_partial, reconciled_via_hub, reconciled_as_hub;
@@ -450,6 +471,12 @@ uint64_t td__session_last_id(td__node_t *n);
 size_t td__session_member(const td__session_t *s, uint64_t peer);
 /* Reachable peers of the run (not us), taking part in `round` (0: any). */
 size_t td__session_peers(td__session_t *s, uint64_t round, uint64_t *out);
+/* Member index i is another node, reachable and in the run (neither away nor
+ * refused) at `round` (0: any round). */
+bool td__session_takes_part(td__session_t *s, size_t i, uint64_t round);
+/* This node fell behind its run (comeback.c): end the session without ending
+ * the run in the ledger, so the members take it back from their model. */
+void td__session_abandon(td__node_t *n, const char *why);
 /* Seed of the link codec between this node and `peer` (the same on both ends). */
 uint64_t td__session_codec_seed(const td__session_t *s, uint64_t peer);
 void td__session_note_sent(td__session_t *s, uint64_t bytes);
@@ -472,6 +499,9 @@ int td__outbox_open(td__outbox_t **out, td__session_t *s, const td_codec_spec_t 
 void td__outbox_close(td__outbox_t **self_p);
 /* Open the link codec of member index `i` (a late joiner). */
 int td__outbox_add_member(td__outbox_t *o, size_t i);
+/* Member i comes back with a fresh decoder: its link codec (residual, warm
+ * start) starts over before the next encode. */
+void td__outbox_reset_member(td__outbox_t *o, size_t i);
 /* Encode own round `round` for every peer on the pool, then queue it. */
 void td__outbox_send(td__outbox_t *o, uint64_t round);
 /* Every own round up to `round` is on its way. */
@@ -515,6 +545,17 @@ void td__on_run_start(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
 void td__on_run_stop(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
 void td__on_run_refused(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
                         size_t bytes);
+
+/* ---- coming back (comeback.c) ---------------------------------------------------------- */
+
+/* Start-up: runs the ledger left running are marked interrupted; the newest
+ * is the one this node asks to go back into. */
+void td__comeback_start(td__node_t *n);
+/* A heartbeat from `peer` says it runs run_id (0: none) at `round`. */
+void td__comeback_heard(td__node_t *n, uint64_t peer, uint64_t run_id, uint64_t round);
+/* This node was admitted into run_id from `round`: a gap event when it is the
+ * run it fell out of. */
+void td__comeback_rejoined(td__node_t *n, uint64_t run_id, uint64_t round);
 
 /* ---- anchor reconciliation (reconcile.c) ------------------------------------------------ */
 

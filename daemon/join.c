@@ -10,8 +10,10 @@
  * batch split. The admitter asks its compute thread for the anchor once it
  * holds round R - 1; the joiner fetches it (transfer.c: bulk, chunked,
  * resumable) and starts from it at R, its learning-rate schedule moved to
- * where the others are. RunStart without a join round and RunStop are
- * handled here too: they start and stop whole runs. */
+ * where the others are. A member that fell out of the run (comeback.c) is
+ * taken back the same way, keeping its place in the member list. RunStart
+ * without a join round and RunStop are handled here too: they start and stop
+ * whole runs. */
 #include "daemon/internal.h"
 
 #include <inttypes.h>
@@ -98,37 +100,61 @@ void td__join_anchor(td__session_t *s, td_run_event_t *ev) {
   j->n_waiting = 0;
 }
 
+/* Take `id` into the run from round `from`: a new member at the end of the
+ * list, or a member that comes back (comeback.c) in its old place, so its
+ * rank and data partition stay its own; its link codec starts over, like its
+ * decoder on the other end. */
 static void add_member(td__session_t *s, uint64_t id, uint64_t from) {
-  if (td__session_member(s, id) != TD_MEMBERS_MAX || s->n_members >= TD_MEMBERS_MAX ||
-      s->n_members >= TD_ROUND_MAX_PEERS)
-    return;
-  size_t i = s->n_members;
-  s->members[i] = id;
-  if (td__outbox_add_member(s->outbox, i) != 0) {
-    td_log_warn("out of memory for the link codec of %016" PRIx64 ": not admitted", id);
-    return;
+  size_t i = td__session_member(s, id);
+  bool back = i != TD_MEMBERS_MAX;
+  if (back) {
+    if (id == s->node->node_id)
+      return;
+    td__outbox_reset_member(s->outbox, i);
+    td__link_t *l = td__link_find(s->node->net, id);
+    if (l != NULL)
+      td__link_restart(s->node->net, l);
+    s->away[i] = false;
+    s->staleness[i] = -1;
+  } else {
+    if (s->n_members >= TD_MEMBERS_MAX || s->n_members >= TD_ROUND_MAX_PEERS)
+      return;
+    i = s->n_members;
+    s->members[i] = id;
+    if (td__outbox_add_member(s->outbox, i) != 0) {
+      td_log_warn("out of memory for the link codec of %016" PRIx64 ": not admitted", id);
+      return;
+    }
+    s->n_members++;
   }
   s->since[i] = from;
-  s->n_members++;
+  s->since_at[i] = td_clock_mono_s();
   memset(s->peer_report[i], 0, sizeof s->peer_report[i]);
+  if (back && s->round < from) /* it holds no update of a round before `from`: do not wait */
+    td__rounds_forget_peer(s, id);
   /* from R on the batch is split evenly again, until the joiner has measured */
   unsigned k = (unsigned)s->n_members;
   for (size_t m = 0; m < s->n_members; m++)
     s->plan[m] = td_run_split_batch(s->spec.batch, (unsigned)m, k);
   td_run_set_nodes(s->run, from, k);
   td_run_set_batch(s->run, from, s->plan[s->rank]);
-  td__ledger_event(s->node->ledger, "member_added",
-                   "%016" PRIx64 " joins run %016" PRIx64 " at round %" PRIu64, id, s->run_id,
-                   from);
-  td_log_info("peer %016" PRIx64 " joins the run at round %" PRIu64 " (%u nodes)", id, from, k);
+  td__ledger_event(s->node->ledger, back ? "member_back" : "member_added",
+                   "%016" PRIx64 " %s run %016" PRIx64 " at round %" PRIu64, id,
+                   back ? "is back in" : "joins", s->run_id, from);
+  td_log_info("peer %016" PRIx64 " %s the run at round %" PRIu64 " (%u nodes)", id,
+              back ? "is back in" : "joins", from, k);
 }
 
 /* RunStart with join_round: as a member, take the joiner in; as the joiner,
  * start the run from join_round. */
 static void on_admission(td__node_t *n, const Traind__Envelope *env) {
   const Traind__RunStart *rs = env->run_start;
-  size_t k = rs->n_members;
-  if (k < 2 || k > TD_MEMBERS_MAX || rs->joiner == 0 || rs->members[k - 1] != rs->joiner) {
+  size_t k = rs->n_members, at = k;
+  for (size_t i = 0; i < k && i < TD_MEMBERS_MAX; i++)
+    if (rs->members[i] == rs->joiner)
+      at = i;
+  /* a new joiner comes last; a member that comes back keeps its place */
+  if (k < 2 || k > TD_MEMBERS_MAX || rs->joiner == 0 || at == k) {
     td__drop(n, TD__DROP_MALFORMED, "run admission with a bad member list");
     return;
   }
@@ -149,11 +175,14 @@ static void on_admission(td__node_t *n, const Traind__Envelope *env) {
     td__drop(n, TD__DROP_WRONG_RUN, "admission into a run this node is not running");
     return;
   }
-  if (td__session_member(s, rs->joiner) != TD_MEMBERS_MAX)
-    return; /* already in */
-  /* the list must be ours plus the joiner, or the members would disagree */
-  bool same = k == s->n_members + 1;
-  for (size_t i = 0; same && i + 1 < k; i++)
+  size_t mi = td__session_member(s, rs->joiner);
+  if (mi != TD_MEMBERS_MAX && s->since[mi] >= rs->join_round && s->since[mi] != UINT64_MAX &&
+      !s->away[mi])
+    return; /* already in, or a repeat of the admission */
+  /* the list must be ours (plus the joiner when it is new), or the members
+   * would disagree */
+  bool same = k == s->n_members + (mi == TD_MEMBERS_MAX) && (mi != TD_MEMBERS_MAX || at == k - 1);
+  for (size_t i = 0; same && i < s->n_members; i++)
     same = rs->members[i] == s->members[i];
   if (!same || rs->join_round <= s->round) {
     td_log_warn("admission of %016" PRIx64 " at round %" PRIu64 " does not fit this node's run "
@@ -193,19 +222,26 @@ void td__on_run_stop(td__node_t *n, const Traind__Envelope *env, td__link_t *l, 
   td_run_stop(s->run);
 }
 
-/* Heartbeat: admit one idle, alive node that is not in the run. */
+/* Heartbeat (and comeback.c, when a member falls out): admit one idle, alive
+ * node: a member that fell out of the run first, else one not in it yet. */
 void td__join_tick(td__session_t *s) {
   td__node_t *n = s->node;
   td__join_t *j = s->join;
   if (!s->ready || s->spec.mode_kind == TD_MODE_ASYNC || s->round <= s->first_round ||
-      s->round + TD__JOIN_LEAD_ROUNDS + 1 > s->rounds || s->n_members >= TD_MEMBERS_MAX ||
-      s->n_members >= TD_ROUND_MAX_PEERS || (j->want != 0 && j->blob_round != j->want))
+      s->round + TD__JOIN_LEAD_ROUNDS + 1 > s->rounds ||
+      (j->want != 0 && j->blob_round != j->want))
     return;
-  for (size_t i = 0; i < s->n_members; i++) /* the lowest reachable id admits */
-    if (s->members[i] < n->node_id && td__node_reachable(n, s->members[i]))
+  for (size_t i = 0; i < s->n_members; i++) /* the lowest id among those in the run admits */
+    if (s->members[i] < n->node_id && td__session_takes_part(s, i, 0))
       return;
   uint64_t joiner = 0;
-  for (size_t i = 0; i < td__transport_count(n->net) && joiner == 0; i++) {
+  for (size_t i = 0; i < s->n_members && joiner == 0; i++) { /* members that come back first */
+    td_member_t *m = s->away[i] ? td_members_find(n->members, s->members[i]) : NULL;
+    if (m != NULL && m->state == TD_PEER_ALIVE && m->reported && m->run_id == 0)
+      joiner = m->node_id;
+  }
+  bool full = s->n_members >= TD_MEMBERS_MAX || s->n_members >= TD_ROUND_MAX_PEERS;
+  for (size_t i = 0; !full && i < td__transport_count(n->net) && joiner == 0; i++) {
     uint64_t peer = td__link_peer(td__transport_at(n->net, i));
     td_member_t *m = peer ? td_members_find(n->members, peer) : NULL;
     if (m != NULL && m->state == TD_PEER_ALIVE && m->reported && m->run_id == 0 &&
@@ -216,12 +252,14 @@ void td__join_tick(td__session_t *s) {
     return;
   uint64_t R = s->round + TD__JOIN_LEAD_ROUNDS;
   uint64_t members[TD_MEMBERS_MAX];
-  memcpy(members, s->members, s->n_members * sizeof *members);
-  members[s->n_members] = joiner;
+  size_t k = s->n_members;
+  memcpy(members, s->members, k * sizeof *members);
+  if (td__session_member(s, joiner) == TD_MEMBERS_MAX)
+    members[k++] = joiner;
   Traind__RunStart rs = TRAIND__RUN_START__INIT;
   rs.spec = s->spec_text;
   rs.members = members;
-  rs.n_members = s->n_members + 1;
+  rs.n_members = k;
   rs.join_round = R;
   rs.joiner = joiner;
   Traind__Envelope env = TRAIND__ENVELOPE__INIT;

@@ -60,7 +60,7 @@ enum {
 };
 static const char *const statements[ST_COUNT_] = {
     [ST_RUN_START] = "INSERT INTO runs (run_id, spec, started, state) VALUES (?1, ?2, ?3,"
-                     " 'running') ON CONFLICT (run_id) DO UPDATE SET state = 'running'",
+                     " 'running') ON CONFLICT (run_id) DO UPDATE SET state = 'running', ended = NULL",
     [ST_RUN_END] = "UPDATE runs SET state = ?2, ended = ?3, test_accuracy = ?4 WHERE run_id = ?1",
     [ST_PEER] = "INSERT INTO peers (node_id, endpoint, first_seen, last_seen, state, capacity)"
                 " VALUES (?1, ?2, ?3, ?3, ?4, ?5) ON CONFLICT (node_id) DO UPDATE SET"
@@ -504,6 +504,28 @@ int td_ledger_peers(td_ledger_t *l, td_ledger_peer_fn fn, void *user) {
   while ((rc = sqlite3_step(st)) == SQLITE_ROW)
     fn((uint64_t)sqlite3_column_int64(st, 0), (const char *)sqlite3_column_text(st, 1),
        (const char *)sqlite3_column_text(st, 2), user);
+  sqlite3_finalize(st);
+  return rc == SQLITE_DONE ? 0 : TD_EIO;
+}
+
+int td_ledger_runs_interrupt(td_ledger_t *l, double at, td_ledger_run_fn fn, void *user) {
+  sqlite3_stmt *st;
+  if (sqlite3_prepare_v2(l->db,
+                         "SELECT run_id, (SELECT max(round) FROM rounds r WHERE r.run_id ="
+                         " runs.run_id) FROM runs WHERE state = 'running' ORDER BY started DESC",
+                         -1, &st, NULL) != SQLITE_OK)
+    return TD_EIO;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    fn((uint64_t)sqlite3_column_int64(st, 0), (uint64_t)sqlite3_column_int64(st, 1), user);
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE)
+    return TD_EIO;
+  if (sqlite3_prepare_v2(l->db, "UPDATE runs SET state = 'interrupted', ended = ?1"
+                                " WHERE state = 'running'", -1, &st, NULL) != SQLITE_OK)
+    return TD_EIO;
+  sqlite3_bind_double(st, 1, at);
+  rc = sqlite3_step(st);
   sqlite3_finalize(st);
   return rc == SQLITE_DONE ? 0 : TD_EIO;
 }

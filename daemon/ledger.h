@@ -90,7 +90,8 @@ const char *td_ledger_cause_name(int code);
 bool td_ledger_fault_is_row(int code);
 
 int td_ledger_run_start(td_ledger_t *l, uint64_t run_id, const char *spec, double started);
-/* state: "finished", "failed", "stopped"; test_accuracy may be NaN. */
+/* state: "finished", "failed", "stopped" ("interrupted": see below); test_accuracy
+ * may be NaN. */
 int td_ledger_run_end(td_ledger_t *l, uint64_t run_id, const char *state, double ended,
                       double test_accuracy);
 int td_ledger_peer_seen(td_ledger_t *l, uint64_t node_id, const char *endpoint, double at,
@@ -113,6 +114,13 @@ int td_ledger_rounds(td_ledger_t *l, uint64_t run_id, unsigned last, td_ledger_r
 typedef void (*td_ledger_peer_fn)(uint64_t node_id, const char *endpoint, const char *state,
                                   void *user);
 int td_ledger_peers(td_ledger_t *l, td_ledger_peer_fn fn, void *user);
+
+/* Runs the ledger still holds as 'running' when the node starts again: the
+ * process died during them. fn sees each (newest first) with the last round
+ * it recorded (0: none); then they become 'interrupted', ended at `at`. fn
+ * must not use the ledger. */
+typedef void (*td_ledger_run_fn)(uint64_t run_id, uint64_t last_round, void *user);
+int td_ledger_runs_interrupt(td_ledger_t *l, double at, td_ledger_run_fn fn, void *user);
 
 /* Number of rows in a table ("rounds", "updates", ...), for status and tests. */
 int64_t td_ledger_count(td_ledger_t *l, const char *table);

@@ -541,6 +541,13 @@ void td__ledger_peers(td__ledgerq_t *q, td_ledger_peer_fn fn, void *user) {
   pthread_mutex_unlock(&q->mu);
 }
 
+int td__ledger_runs_interrupt(td__ledgerq_t *q, double at, td_ledger_run_fn fn, void *user) {
+  pthread_mutex_lock(&q->mu);
+  int rc = td_ledger_runs_interrupt(q->ledger, at, fn, user);
+  pthread_mutex_unlock(&q->mu);
+  return rc;
+}
+
 /* ---- rounds query ------------------------------------------------------------------ */
 
 typedef struct {

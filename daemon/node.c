@@ -195,6 +195,7 @@ int td_node_main(const td_node_opts_t *opts, char *why, size_t why_len) {
       td_log_warn("security: insecure (--insecure): plain TCP, peers are not authenticated");
     td__ledger_event(n->ledger, "start", "node %016" PRIx64 " at %s", n->node_id,
                      td__transport_endpoint(n->net));
+    td__comeback_start(n);     /* runs it died in: interrupted, the newest to go back into */
     td__gossip_greet_known(n); /* a restarted node rejoins by saying hello */
     td__ledgerq_flush(n->ledger);
     /* ends after shutdown, once the last handle is closed and the last pool

@@ -31,6 +31,7 @@ struct td__outbox {
   td_codec_spec_t codec;
   char codec_text[32];
   td_link_codec_t *link_codecs[TD_MEMBERS_MAX]; /* by member index; NULL for us */
+  bool reset[TD_MEMBERS_MAX]; /* reopen this link codec before the next encode */
   bool in_flight;
   uint64_t sent, pending; /* rounds handed to the links; next round to encode (0: none) */
 };
@@ -97,6 +98,24 @@ int td__outbox_add_member(td__outbox_t *o, size_t i) {
   td__session_t *s = o->s;
   return td_link_codec_open(&o->link_codecs[i], &o->codec, td_run_layout(s->run), s->spec.seed,
                             td__session_codec_seed(s, s->members[i]));
+}
+
+void td__outbox_reset_member(td__outbox_t *o, size_t i) {
+  if (i < TD_MEMBERS_MAX)
+    o->reset[i] = true;
+}
+
+/* Between encode jobs no job holds a link codec: reopen the ones asked for. */
+static void apply_resets(td__outbox_t *o) {
+  for (size_t i = 0; i < TD_MEMBERS_MAX; i++) {
+    if (!o->reset[i])
+      continue;
+    o->reset[i] = false;
+    td_link_codec_close(&o->link_codecs[i]);
+    if (td__outbox_add_member(o, i) != 0)
+      td_log_warn("out of memory for the link codec of %016" PRIx64 ": not sent to",
+                  o->s->members[i]);
+  }
 }
 
 const char *td__outbox_codec(const td__outbox_t *o) {
@@ -228,6 +247,7 @@ static void encode_start(td__outbox_t *o, uint64_t round) {
     o->pending = round;
     return;
   }
+  apply_resets(o);
   td__own_round_t *own = &s->own[round % TD__RING];
   encode_job_t *job = calloc(1, sizeof *job);
   if (job == NULL) {

@@ -131,7 +131,7 @@ void td__reconcile_own(td__session_t *s, td_run_event_t *ev) {
   double uplink[TD_RECON_MAX_MEMBERS] = {0};
   for (size_t i = 0; i < s->n_members && i < TD_RECON_MAX_MEMBERS; i++) {
     bool self = s->members[i] == s->node->node_id;
-    if (s->since[i] <= round && (self || td__node_reachable(s->node, s->members[i])))
+    if (self ? s->since[i] <= round : td__session_takes_part(s, i, round))
       expected |= (uint64_t)1 << i;
     /* the figures every member got with this round's updates: one plan for all */
     if (self && s->own[round % TD__RING].round == round)

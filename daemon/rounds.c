@@ -112,7 +112,8 @@ static void replan(td__session_t *s, uint64_t round, uint64_t from) {
     if (id == s->node->node_id) {
       c = s->own[round % TD__RING].capacity;
       me = k;
-    } else if (td__node_reachable(s->node, id)) {
+    } else if (td__session_takes_part(s, i, 0)) { /* not one that refused or is away; a
+                                                     joiner counts (every node's plan agrees) */
       c = reported_capacity(s, i, round);
     } else {
       continue;
@@ -329,9 +330,8 @@ void td__rounds_try_close(td__session_t *s) {
 
 static void async_release(td__session_t *s) {
   uint64_t slowest = UINT64_MAX;
-  for (size_t i = 0; i < s->n_members; i++)
-    if (s->members[i] != s->node->node_id && td__node_reachable(s->node, s->members[i]) &&
-        s->peer_round[i] < slowest)
+  for (size_t i = 0; i < s->n_members; i++) /* one that refused or is away sends nothing */
+    if (td__session_takes_part(s, i, 0) && s->peer_round[i] < slowest)
       slowest = s->peer_round[i];
   td_run_release(s->run, slowest);
 }
@@ -353,6 +353,8 @@ void td__rounds_own_done(td__session_t *s, uint64_t round) {
 
 void td__rounds_forget_peer(td__session_t *s, uint64_t peer) {
   td_round_forget_peer(s->collector, peer);
+  if (s->spec.mode_kind == TD_MODE_ASYNC) /* a compute thread held back by it goes on */
+    async_release(s);
   td__rounds_try_close(s);
 }
 

@@ -79,6 +79,10 @@ typedef struct {
   /* Late join: > 1 when this node joins a running run at this round; the
    * compute thread loads the data, then waits for td_run_seed(). */
   uint64_t first_round;
+  /* This node's limit on the rounds of a run (0: none): a run whose rounds,
+   * derived from epochs once the dataset's size is known, exceed it fails
+   * before its plan is allocated. */
+  uint64_t max_rounds;
   uv_loop_t *loop;
   /* Called on the loop thread whenever events are queued; drain them with
    * td_run_next_event(). */

@@ -12,6 +12,7 @@
  * ends the run with STOPPED, an error with FAILED and its reason.
  * Thread: the compute thread only (td__run_compute_main is its entry); it talks
  * to the loop only through run.c's mailbox and run->mu / run->cv. */
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -297,6 +298,15 @@ static td__run_flow_t set_up(compute_t *c) {
                           .rounds = sp->rounds, .local_steps = sp->local_steps,
                           .qsr_alpha = sp->qsr_alpha, .warmup_steps = sp->warmup_steps,
                           .lr_at = trainer_lr_at};
+  /* rounds from epochs, checked before anything is planned or built: the fixed-H
+   * count, a bound under the QSR too (H_r >= H_base) */
+  uint64_t bound = td_steps_round_count(&plan);
+  if (run->max_rounds > 0 && bound > run->max_rounds) {
+    snprintf(c->why, sizeof c->why,
+             "epochs %u make %" PRIu64 " rounds, over this node's limit %" PRIu64 " (--max-rounds)",
+             sp->epochs, bound, run->max_rounds);
+    return fail(c);
+  }
   td_trainer_opts_t opts = {
       .model_spec = sp->model,
       .batch = run->local_batch,

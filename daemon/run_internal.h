@@ -36,6 +36,7 @@ struct td_run {
   td_backend_t *probe_be; /* the layout comes from a batch-1 copy of the model */
   td_model_t *probe;
   uint64_t first_round; /* late join: the first round this node takes part in */
+  uint64_t max_rounds;  /* this node's limit (0: none) */
   /* set by the compute thread before READY, then read-only */
   uint64_t rounds;
   unsigned *steps_of; /* H of round r at [r - 1] */

@@ -47,11 +47,16 @@ size_t td__session_member(const td__session_t *s, uint64_t peer) {
   return TD_MEMBERS_MAX;
 }
 
+bool td__session_takes_part(td__session_t *s, size_t i, uint64_t round) {
+  return i < s->n_members && s->members[i] != s->node->node_id && !s->away[i] &&
+         s->since[i] != UINT64_MAX && (round == 0 || s->since[i] <= round) &&
+         td__node_reachable(s->node, s->members[i]);
+}
+
 size_t td__session_peers(td__session_t *s, uint64_t round, uint64_t *out) {
   size_t k = 0;
   for (size_t i = 0; i < s->n_members; i++)
-    if (s->members[i] != s->node->node_id && (round == 0 || s->since[i] <= round) &&
-        td__node_reachable(s->node, s->members[i]))
+    if (td__session_takes_part(s, i, round))
       out[k++] = s->members[i];
   return k;
 }
@@ -83,6 +88,7 @@ static void session_stats(const td__session_t *s, td__run_stats_t *out) {
                            .rounds = s->rounds, .first_round = s->first_round, .rank = s->rank,
                            .nodes = s->n_members, .loss = s->own_loss,
                            .eval_accuracy = s->last_eval_acc, .test_accuracy = s->test_accuracy,
+                           .test_loss = s->state == TD__RUN_FINISHED ? s->test_loss : NAN,
                            .eval_bpb = s->last_eval_bpb, .test_bpb = s->test_bpb,
                            .capacity = s->capacity, .updates_received = s->updates_received,
                            .late_peers = s->late_peers};
@@ -111,7 +117,8 @@ void td__session_stats(td__node_t *n, td__run_stats_t *out) {
     *out = *n->last_run;
   } else {
     *out = (td__run_stats_t){.state = TD__RUN_IDLE, .codec = "none", .loss = NAN,
-                             .eval_accuracy = NAN, .test_accuracy = NAN, .capacity = NAN,
+                             .eval_accuracy = NAN, .test_accuracy = NAN, .test_loss = NAN,
+                             .capacity = NAN,
                              .eval_bpb = NAN, .test_bpb = NAN};
   }
 }
@@ -158,6 +165,37 @@ void td__session_finish(td__node_t *n, td__run_state_t state, double test_accura
     session_stats(s, n->last_run);
   /* the compute thread ends now (a new run's must not overlap it); the
    * run's memory goes with the last reference to s */
+  td_run_join(s->run);
+  n->session = NULL;
+  td__session_unref(&s);
+  td__ledgerq_flush(n->ledger);
+}
+
+void td__session_abandon(td__node_t *n, const char *why) {
+  td__session_t *s = n->session;
+  if (s == NULL)
+    return;
+  /* rounds below the open one have their ledger rows; none at all when it
+   * fell behind before closing one */
+  uint64_t last = s->rounds_done > 0 ? s->round - 1 : s->first_round - 1;
+  if (n->rejoin.run_id == s->run_id && s->rounds_done == 0)
+    last = n->rejoin.last_round;
+  n->rejoin.run_id = s->run_id;
+  n->rejoin.last_round = last;
+  td_log_warn("run %016" PRIx64 ": %s; leaving it at round %" PRIu64 " to be taken back from "
+              "the members' model", s->run_id, why, s->round);
+  td__ledger_event(n->ledger, "run_behind", "run %016" PRIx64 " at round %" PRIu64 ": %s",
+                   s->run_id, s->round, why);
+  /* what it sent before the pause may never be acked: free the windows for
+   * what it will send once it is back */
+  for (size_t i = 0; i < s->n_members; i++) {
+    td__link_t *l = s->members[i] != n->node_id ? td__link_find(n->net, s->members[i]) : NULL;
+    if (l != NULL)
+      td__link_restart(n->net, l);
+  }
+  s->state = TD__RUN_IDLE; /* not ended: the run goes on, this node goes back into it */
+  if (n->last_run != NULL || (n->last_run = malloc(sizeof *n->last_run)) != NULL)
+    session_stats(s, n->last_run);
   td_run_join(s->run);
   n->session = NULL;
   td__session_unref(&s);
@@ -231,6 +269,8 @@ static void on_run_events(td_run_t *run, void *user) {
       }
       break;
     case TD_RUN_FAILED:
+      if (!s->ready) /* it cannot take part at all (data, limits): nobody waits for it */
+        td__session_refuse(n, s->run_id, s->members, s->n_members, ev.message);
       td__session_finish(n, TD__RUN_FAILED, NAN, ev.message);
       return;
     case TD_RUN_STOPPED:
@@ -305,6 +345,10 @@ int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
                   n->session->run_id);
   if (first_round > 1 && spec.mode_kind == TD_MODE_ASYNC)
     return td_why(why, why_len, TD_EINVAL, "late join is for sync and overlap runs");
+  if (first_round > 1 && n->last_run != NULL && n->last_run->run_id == run_id &&
+      n->rejoin.run_id != run_id) /* it failed or was stopped here: taking it back loops */
+    return td_why(why, why_len, TD_EINVAL, "this node already ended run %016" PRIx64 " (%s)",
+                  run_id, td__run_state_name(n->last_run->state));
   td_codec_spec_t codec;
   if ((rc = td_codec_parse(&codec, spec.codec_auto ? "none" : spec.codec, why, why_len)) != 0)
     return rc;
@@ -329,9 +373,12 @@ int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
     s->staleness[i] = -1;
   s->first_round = first_round;
   s->since[rank] = first_round;
+  for (size_t i = 0; i < n_members; i++)
+    s->since_at[i] = td_clock_mono_s();
   s->own_done = first_round - 1;
   td_run_opts_t opts = {.spec = &spec, .rank = (unsigned)rank, .nodes = (unsigned)n_members,
-                        .first_round = first_round, .loop = &n->loop,
+                        .first_round = first_round, .max_rounds = n->policy.max_rounds,
+                        .loop = &n->loop,
                         .on_events = on_run_events, .user = s};
   if ((rc = td_run_start(&s->run, &opts, why, why_len)) != 0 ||
       (rc = open_parts(s, &codec, why, why_len)) != 0) {
@@ -349,6 +396,8 @@ int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
   if (first_round > 1) /* fetch the members' model before the first round */
     td__xfer_fetch_seed(s->xfer, sponsor, first_round - 1, td_run_anchor_bytes(s->run));
   td__ledger_run_start(n->ledger, run_id, spec_text);
+  if (first_round > 1)
+    td__comeback_rejoined(n, run_id, first_round);
   td__ledger_event(n->ledger, "run_start",
                    "run %016" PRIx64 " rank %zu of %zu, from round %" PRIu64, run_id, rank,
                    n_members, first_round);

@@ -83,6 +83,8 @@ static json_object *run_json(const td__run_stats_t *st) {
   json_object_object_add(run, "loss", td__status_real(st->run_id ? st->loss : NAN));
   json_object_object_add(run, "eval_accuracy", td__status_real(st->eval_accuracy));
   json_object_object_add(run, "test_accuracy", td__status_real(st->test_accuracy));
+  /* the final model's test loss: equal on nodes that ended on one model */
+  json_object_object_add(run, "test_loss", td__status_real(st->test_loss));
   /* a text run's metric: held-out bits per byte (the accuracies stay null) */
   json_object_object_add(run, "eval_bpb", td__status_real(st->eval_bpb));
   json_object_object_add(run, "test_bpb", td__status_real(st->test_bpb));

@@ -243,6 +243,13 @@ void td__link_queue(td__link_t *l, td_prio_t prio, uint8_t *frame, size_t len, u
 
 void td__link_drop_class(td__link_t *l, td_prio_t prio) { td_linkq_drop_class(l->q, prio); }
 
+void td__link_restart(td__transport_t *t, td__link_t *l) {
+  td_linkq_expire(l->q, td_clock_mono_s() + 1.0, 0); /* every frame in flight */
+  td_linkq_drop_class(l->q, TD_PRIO_UPDATE);
+  td_linkq_drop_class(l->q, TD_PRIO_BULK);
+  td__link_pump(t, l);
+}
+
 void td__transport_drop_run_traffic(td__transport_t *t) {
   for (size_t i = 0; i < t->n_links; i++) {
     td_linkq_drop_class(t->links[i].q, TD_PRIO_UPDATE);

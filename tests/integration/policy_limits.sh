@@ -10,7 +10,9 @@
 #    read from a file, and strace sees no open of any of those files;
 #  - trainctl start over a limit is refused by the starter itself, one line;
 #  - a node with a tighter limit refuses a real run: the others run it without
-#    waiting for it (no late peers) and the starter's status names the refusal.
+#    waiting for it (no late peers) and the starter's status names the refusal;
+#    in an async run too, and the weighted batch plan counts only those running;
+#  - rounds derived from epochs are held to max_rounds like the rounds key.
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
 PEER="${top_builddir:-$(pwd)}/tests/integration/td_runstart_peer"
 
@@ -125,4 +127,35 @@ ctl a status | grep -q "^refused node $cid refused" && pass "trainctl status sho
 [ "$(sql a "SELECT count(*) FROM rounds")" -eq 8 ] && pass "8 rounds in a's ledger" \
   || fail "a's rounds: $(sql a "SELECT count(*) FROM rounds")"
 grep -q '"state":"idle"' <<<"$(ctl c status --json)" && pass "c stayed idle" || fail "c ran"
+# replan_keeps_initial_split_after_refusal: the weighted batch plan waited for
+# the refusing member's capacity and kept the 3-way split, so a and b trained
+# on 43 of 64 rows per step to the end. Now they share the whole batch.
+last=$(for n in a b; do sql $n "SELECT batch FROM rounds WHERE round = 8"; done)
+[ "$(awk '{ s += $1 } END { print s }' <<<"$last")" -eq 64 ] \
+  && pass "the batch plan counts a and b only: round 8's local batches $(echo $last) sum to 64" \
+  || fail "a's and b's round-8 local batches are $(echo $last), not 64 in all"
+
+# async_release_waits_for_refused_member: an async member may run only S + 1
+# rounds ahead of the slowest member, and one that refused stayed at round 0:
+# a and b stopped at round 4 for good. Now they finish.
+ctl a start --set dataset=csv:$T/data/tiny.csv --set model=mlp:2-8-2 --set batch=64 \
+  --set rounds=30 --set local_steps=2 --set mode=async:2 >/dev/null || fail "start the async run"
+for n in a b; do wait_run_state $n finished 120 && pass "async: $n finished without the refusing c" \
+  || fail "async: $n did not finish (waiting for the member that refused?)"; done
+
+# rounds_from_epochs_unchecked: max_rounds held only for the rounds key; rounds
+# derived from epochs (and their per-round plan) went past it. 6 epochs of
+# 200 rows at batch 1, H = 1: 1200 rounds, over every node's 1000.
+ctl a start --set dataset=csv:$T/data/tiny.csv --set model=mlp:2-8-2 --set batch=1 \
+  --set local_steps=1 --set epochs=6 >/dev/null || fail "start the 6-epoch run"
+for n in a b c; do
+  wait_run_state $n failed 60 || fail "epochs: $n did not refuse the run"
+done
+err=$(json_field "$(ctl b status --json)" error)
+grep -q "epochs 6 make 1200 rounds, over this node's limit 1000 (--max-rounds)" <<<"$err" \
+  && pass "epochs: refused before planning: $err" || fail "epochs: b's error is '$err'"
+for n in a b c; do # each refused: the others are told (the run_refused event says so)
+  [ "$(sql $n "SELECT count(*) FROM events WHERE kind = 'run_refused' AND detail LIKE '%epochs 6 make 1200 rounds%'")" -eq 1 ] \
+    || fail "epochs: $n did not send its refusal"
+done
 finish

@@ -1,7 +1,8 @@
 /* test_ledger.c: the SQLite ledger on real files. A fresh file gets the
  * current schema in WAL mode; rounds, updates, peers, events and checkpoints
  * read back exactly; a reopen keeps everything; a database from a newer traind
- * is refused; `last N` returns the newest N rounds in ascending order.
+ * is refused; `last N` returns the newest N rounds in ascending order; runs
+ * left running by a node that died become 'interrupted' at its next start.
  * Faults: a write that fails for lack of space or an I/O error says which
  * (td_ledger_fault), the transaction rolls back and the same rows go in
  * whole once writes work again; a row the schema refuses is told apart from
@@ -360,6 +361,56 @@ START_TEST(corrupt_ledger_is_refused_at_open) {
 }
 END_TEST
 
+typedef struct {
+  int n;
+  uint64_t run[4], last[4];
+} interrupted_t;
+
+static void note_interrupted(uint64_t run_id, uint64_t last_round, void *user) {
+  interrupted_t *it = user;
+  ck_assert_int_lt(it->n, 4);
+  it->run[it->n] = run_id;
+  it->last[it->n++] = last_round;
+}
+
+/* A node that died during runs finds them 'running' at its next start: they
+ * become 'interrupted' (newest first, with the last round recorded), once;
+ * ended runs are left alone; a run taken up again is 'running' and not
+ * ended. */
+START_TEST(runs_left_running_are_interrupted) {
+  fresh_path();
+  td_ledger_t *l = NULL;
+  char why[256] = "";
+  ck_assert_msg(td_ledger_open(&l, path, why, sizeof why) == 0, "%s", why);
+  ck_assert_int_eq(td_ledger_run_start(l, 1, "a", 10.0), 0);
+  ck_assert_int_eq(td_ledger_run_end(l, 1, "finished", 11.0, 0.5), 0);
+  ck_assert_int_eq(td_ledger_run_start(l, 2, "b", 20.0), 0);
+  ck_assert_int_eq(td_ledger_run_start(l, 0x8000000000000003ull, "c", 30.0), 0);
+  for (uint64_t r = 1; r <= 7; r++) {
+    td_ledger_round_t row = {.run_id = 0x8000000000000003ull, .round = r, .started = 30 + r,
+                             .ended = 30.5 + r, .loss = 1, .eval_acc = NAN, .eval_bpb = NAN};
+    ck_assert_int_eq(td_ledger_round_add(l, &row), 0);
+  }
+  interrupted_t it = {0};
+  ck_assert_int_eq(td_ledger_runs_interrupt(l, 40.0, note_interrupted, &it), 0);
+  ck_assert_int_eq(it.n, 2);
+  ck_assert_uint_eq(it.run[0], 0x8000000000000003ull); /* newest first */
+  ck_assert_uint_eq(it.last[0], 7);
+  ck_assert_uint_eq(it.run[1], 2);
+  ck_assert_uint_eq(it.last[1], 0); /* no round recorded */
+  memset(&it, 0, sizeof it);
+  ck_assert_int_eq(td_ledger_runs_interrupt(l, 50.0, note_interrupted, &it), 0);
+  ck_assert_int_eq(it.n, 0);
+  ck_assert_int_eq(td_ledger_run_start(l, 2, "b", 60.0), 0); /* taken back into run 2 */
+  td_ledger_close(&l);
+  ck_assert_int_eq(pragma_int("SELECT count(*) FROM runs WHERE state = 'interrupted'"
+                              " AND ended = 40"), 1);
+  ck_assert_int_eq(pragma_int("SELECT state = 'finished' FROM runs WHERE run_id = 1"), 1);
+  ck_assert_int_eq(pragma_int("SELECT state = 'running' AND ended IS NULL AND started = 20"
+                              " FROM runs WHERE run_id = 2"), 1);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ledger");
   TCase *tc = tcase_create("core");
@@ -369,6 +420,7 @@ int main(void) {
   tcase_add_test(tc, newer_schema_and_bad_paths_are_refused);
   tcase_add_test(tc, write_faults_are_named_and_rolled_back);
   tcase_add_test(tc, corrupt_ledger_is_refused_at_open);
+  tcase_add_test(tc, runs_left_running_are_interrupted);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
