@@ -30,6 +30,7 @@
 
 #include "compute/backend_impl.h"
 #include "compute/tpool.h"
+#include "compute/vecmath.h"
 #include "common/error.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -245,48 +246,59 @@ static void cpu_act_backward(td_backend_t *be, float *dy, const float *y, float 
   td_tpool_for(td__cpu_tpool(be), (size_t)cols, 16, act_backward_part, &j);
 }
 
-/* Per row: max and argmax in one scan, then exp(z - max) once, summed in
- * double and, when training, stored into dlogits and rescaled in place to
- * (p - onehot) * grad_scale. A NaN or Inf logit makes that row's loss NaN,
- * and so does a label outside [0, cols): the labels come from datasets and
- * peers, so a bad one is reported (the caller checks isfinite), never used as
- * an index. */
+/* One row of logits z: max, then exp(z - max) once (td__exp_fast, so the
+ * pass vectorises), summed in double and, when training, stored into d and
+ * rescaled in place to (p - onehot) * grad_scale. The argmax (first of the
+ * ties) is found after the max. A NaN or Inf logit makes the loss NaN. */
+TD_CLONES
+static double xent_row(const float *restrict z, float *restrict d, int32_t label, int cols,
+                       float grad_scale, int *hit) {
+  float max = z[0];
+#pragma omp simd reduction(max : max)
+  for (int c = 0; c < cols; c++)
+    max = z[c] > max ? z[c] : max;
+  int argmax = 0;
+  while (argmax < cols - 1 && !(z[argmax] == max))
+    argmax++;
+  double sum = 0.0;
+  if (d != NULL) {
+#pragma omp simd reduction(+ : sum)
+    for (int c = 0; c < cols; c++) {
+      float e = td__exp_fast(z[c] - max);
+      d[c] = e;
+      sum += e;
+    }
+    float scale = (float)(grad_scale / sum);
+    for (int c = 0; c < cols; c++)
+      d[c] *= scale;
+    d[label] -= grad_scale;
+  } else {
+#pragma omp simd reduction(+ : sum)
+    for (int c = 0; c < cols; c++)
+      sum += td__exp_fast(z[c] - max);
+  }
+  *hit = argmax == label;
+  return log(sum) - (double)(z[label] - max);
+}
+
+/* Rows [r0, r1). The labels come from datasets and peers, so one outside
+ * [0, cols) is reported (NaN loss, the caller checks isfinite), never used
+ * as an index. */
 static double softmax_xent_rows(const float *logits, const int32_t *labels, float *dlogits,
                                 float grad_scale, int r0, int r1, int cols, int *correct) {
   double total = 0.0;
   int hits = 0;
   for (int r = r0; r < r1; r++) {
-    const float *restrict z = logits + (size_t)r * (size_t)cols;
     int32_t label = labels[r];
     if (label < 0 || label >= cols) {
       total = NAN;
       break;
     }
-    float max = z[0];
-    int argmax = 0;
-    for (int c = 1; c < cols; c++)
-      if (z[c] > max) {
-        max = z[c];
-        argmax = c;
-      }
-    double sum = 0.0;
-    if (dlogits != NULL) {
-      float *restrict d = dlogits + (size_t)r * (size_t)cols;
-      for (int c = 0; c < cols; c++) {
-        float e = expf(z[c] - max);
-        d[c] = e;
-        sum += e;
-      }
-      float scale = (float)(grad_scale / sum);
-      for (int c = 0; c < cols; c++)
-        d[c] *= scale;
-      d[label] -= grad_scale;
-    } else {
-      for (int c = 0; c < cols; c++)
-        sum += expf(z[c] - max);
-    }
-    total += log(sum) - (double)(z[label] - max);
-    hits += argmax == label;
+    int hit;
+    total += xent_row(logits + (size_t)r * (size_t)cols,
+                      dlogits != NULL ? dlogits + (size_t)r * (size_t)cols : NULL, label, cols,
+                      grad_scale, &hit);
+    hits += hit;
   }
   *correct = hits;
   return total;

@@ -12,14 +12,9 @@
 #include <string.h>
 
 #include "compute/backend_impl.h"
-#include "compute/tpool.h"
 #include "compute/rng.h"
-
-/* traind never reads the floating-point exception flags, so comparisons may
- * be if-converted into vector selects (the GELU clamps below). */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("no-trapping-math")
-#endif
+#include "compute/tpool.h"
+#include "compute/vecmath.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define TD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -35,35 +30,13 @@ static void relu_fwd(float *restrict y, const float *restrict x, size_t n) {
     y[i] = x[i] < 0.0f ? 0.0f : x[i]; /* a NaN survives */
 }
 
-/* exp(x) for the GELU's sigmoid, branch-free so the loops vectorise (libm's
- * tanhf is a call per element and was a third of a GPT step): x = n ln2 + r,
- * |r| <= ln2/2, a degree-6 Taylor polynomial for e^r (relative error < 2e-7)
- * and 2^n built in the exponent bits. Inputs are clamped to [-87, 87], where
- * the sigmoid below has long saturated. */
-static inline float exp_fast(float x) {
-  x = x > 87.0f ? 87.0f : x; /* a NaN passes both and stays NaN */
-  x = x < -87.0f ? -87.0f : x;
-  /* round to nearest by the 1.5 * 2^23 trick: no call, no branch. n comes
-   * from a NaN-free copy so the integer conversion below is defined; a NaN
-   * still reaches r, and so the result. */
-  float xn = x == x ? x : 0.0f;
-  float n = (xn * 1.44269504f + 12582912.0f) - 12582912.0f;
-  float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f +
-                     r * (8.3333338e-3f + r * 1.3888889e-3f)))));
-  uint32_t bits = (uint32_t)((int32_t)n + 127) << 23; /* n in [-126, 126]: a normal 2^n */
-  float scale;
-  memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
-}
-
 /* GELU, tanh form: 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = K (x + 0.044715 x^3).
  * A NaN input stays NaN. */
 TD_CLONES
 static void gelu_fwd(float *restrict y, const float *restrict x, size_t n) {
   for (size_t i = 0; i < n; i++) {
     float v = x[i];
-    float s = 1.0f / (1.0f + exp_fast(-2.0f * TD__GELU_K * (v + 0.044715f * v * v * v)));
+    float s = 1.0f / (1.0f + td__exp_fast(-2.0f * TD__GELU_K * (v + 0.044715f * v * v * v)));
     y[i] = v * s;
   }
 }
@@ -101,7 +74,7 @@ void td__cpu_act_forward(td_backend_t *be, float *out, const float *inp, size_t 
 /* d/dx of x sigmoid(2u): with s = sigmoid(2u) (so 0.5(1 + tanh u) = s and
  * 1 - tanh^2 u = 4 s (1 - s)), 0.5(1+t) + 0.5 x (1-t^2) u' = s + 2 x s (1-s) u'. */
 static inline float gelu_grad(float v) {
-  float s = 1.0f / (1.0f + exp_fast(-2.0f * TD__GELU_K * (v + 0.044715f * v * v * v)));
+  float s = 1.0f / (1.0f + td__exp_fast(-2.0f * TD__GELU_K * (v + 0.044715f * v * v * v)));
   return s + 2.0f * v * s * (1.0f - s) * TD__GELU_K * (1.0f + 3.0f * 0.044715f * v * v);
 }
 

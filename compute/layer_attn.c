@@ -19,6 +19,13 @@
 
 #include "compute/backend_impl.h"
 #include "compute/tpool.h"
+#include "compute/vecmath.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TD_CLONES
+#endif
 
 typedef struct {
   float *out, *dwte, *dwpe, *att, *datt;
@@ -73,6 +80,48 @@ void td__cpu_embed_backward(td_backend_t *be, float *dwte, float *dwpe, const fl
   td_tpool_for(td__cpu_tpool(be), (size_t)c, 16, embed_backward_part, &j);
 }
 
+/* Row i of the t x t scores s in place: softmax over columns 0..i, 0 after
+ * (exactly: a future position gets no probability and passes no gradient). */
+TD_CLONES
+static void causal_softmax(float *restrict s, int t) {
+  for (int i = 0; i < t; i++) {
+    float *restrict row = s + (size_t)i * (size_t)t;
+    float max = row[0];
+#pragma omp simd reduction(max : max)
+    for (int j = 0; j <= i; j++)
+      max = row[j] > max ? row[j] : max;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j <= i; j++) {
+      float e = td__exp_fast(row[j] - max);
+      row[j] = e;
+      sum += e;
+    }
+    float inv = 1.0f / sum;
+    for (int j = 0; j <= i; j++)
+      row[j] *= inv;
+    for (int j = i + 1; j < t; j++)
+      row[j] = 0.0f;
+  }
+}
+
+/* dS = P (dP - rowsum(dP P)) in place over dP, 0 above the diagonal. */
+TD_CLONES
+static void causal_softmax_backward(float *restrict dp, const float *restrict p, int t) {
+  for (int i = 0; i < t; i++) {
+    const float *restrict pr = p + (size_t)i * (size_t)t;
+    float *restrict dr = dp + (size_t)i * (size_t)t;
+    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+    for (int j = 0; j <= i; j++)
+      dot += dr[j] * pr[j];
+    for (int j = 0; j <= i; j++)
+      dr[j] = pr[j] * (dr[j] - dot);
+    for (int j = i + 1; j < t; j++)
+      dr[j] = 0.0f;
+  }
+}
+
 /* Pairs [begin, end) of (image b, head h), pair = b * heads + h. */
 static void attention_forward_part(void *arg, size_t begin, size_t end, int part) {
   (void)part;
@@ -86,22 +135,7 @@ static void attention_forward_part(void *arg, size_t begin, size_t end, int part
     float *p = j->att + pair * (size_t)t * (size_t)t;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t, t, d, scale, q, ld, k, ld, 0.0f, p,
                 t);
-    for (int i = 0; i < t; i++) {
-      float *row = p + (size_t)i * (size_t)t;
-      float max = row[0];
-      for (int jj = 1; jj <= i; jj++)
-        max = row[jj] > max ? row[jj] : max;
-      float sum = 0.0f;
-      for (int jj = 0; jj <= i; jj++) {
-        row[jj] = expf(row[jj] - max);
-        sum += row[jj];
-      }
-      float inv = 1.0f / sum;
-      for (int jj = 0; jj <= i; jj++)
-        row[jj] *= inv;
-      for (int jj = i + 1; jj < t; jj++)
-        row[jj] = 0.0f;
-    }
+    causal_softmax(p, t);
     float *o = j->out + b * (size_t)t * (size_t)c + h * (size_t)d;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t, d, t, 1.0f, p, t, v, ld, 0.0f, o,
                 c);
@@ -131,17 +165,7 @@ static void attention_backward_part(void *arg, size_t begin, size_t end, int par
                 ld);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t, t, d, 1.0f, dO, c, v, ld, 0.0f, dp,
                 t);
-    for (int i = 0; i < t; i++) {
-      const float *pr = p + (size_t)i * (size_t)t;
-      float *dr = dp + (size_t)i * (size_t)t;
-      float dot = 0.0f;
-      for (int jj = 0; jj <= i; jj++)
-        dot += dr[jj] * pr[jj];
-      for (int jj = 0; jj <= i; jj++)
-        dr[jj] = pr[jj] * (dr[jj] - dot);
-      for (int jj = i + 1; jj < t; jj++)
-        dr[jj] = 0.0f;
-    }
+    causal_softmax_backward(dp, p, t);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t, d, t, scale, dp, t, k, ld, 0.0f,
                 dq, ld);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t, d, t, scale, dp, t, q, ld, 0.0f, dk,

@@ -40,10 +40,11 @@ void td__cpu_im2col(td_backend_t *be, float *col, const float *img, const td_con
             int hi = g->w + p - kj < wo ? g->w + p - kj : wo; /* first ow with iw >= w */
             if (hi < lo)
               hi = lo;
+            const float *restrict shifted = srow - p + kj; /* read only at [lo, hi) */
             for (int ow = 0; ow < lo; ow++)
               row[ow] = 0.0f;
-            if (hi > lo)
-              memcpy(row + lo, srow + lo - p + kj, (size_t)(hi - lo) * sizeof *row);
+            for (int ow = lo; ow < hi; ow++) /* short rows: a loop, not a memcpy call */
+              row[ow] = shifted[ow];
             for (int ow = hi; ow < wo; ow++)
               row[ow] = 0.0f;
           } else {
@@ -216,6 +217,33 @@ void td__cpu_channel_act_backward(td_backend_t *be, float *dy, const float *y, f
   td_tpool_for(td__cpu_tpool(be), (size_t)c, 1, channel_backward_part, &j);
 }
 
+/* One output row of a 2x2, stride-2 max pool over the input rows at r0 and
+ * r0 + w of the plane x: select by select (ties: the first; a NaN wins so
+ * the loss reports it), so gcc vectorises it. */
+TD_CLONES
+static void maxpool2_row(float *restrict y, int32_t *restrict ix, const float *restrict x, int r0,
+                         int w, int wo) {
+  const float *restrict a = x + r0, *restrict b = x + r0 + w;
+  for (int ow = 0; ow < wo; ow++) {
+    float best = a[2 * ow];
+    int32_t at = r0 + 2 * ow, best_at = at;
+    float v = a[2 * ow + 1];
+    bool take = v > best || v != v;
+    best_at = take ? at + 1 : best_at;
+    best = take ? v : best;
+    v = b[2 * ow];
+    take = v > best || v != v;
+    best_at = take ? at + w : best_at;
+    best = take ? v : best;
+    v = b[2 * ow + 1];
+    take = v > best || v != v;
+    best_at = take ? at + w + 1 : best_at;
+    best = take ? v : best;
+    y[ow] = best;
+    ix[ow] = best_at;
+  }
+}
+
 typedef struct {
   float *out;
   int32_t *idx;
@@ -241,23 +269,10 @@ static void pool_forward_part(void *arg, size_t begin, size_t end, int part) {
     const float *x = inp + pl * in_plane;
     float *y = out + pl * out_plane;
     int32_t *ix = idx != NULL ? idx + pl * out_plane : NULL;
-    if (kind == TD_POOL_MAX && k == 2 && s == 2) { /* the common case, select by select */
-      for (int oh = 0; oh < g->ho; oh++) {
-        int r0 = 2 * oh * g->w, r1 = r0 + g->w;
-        for (int ow = 0; ow < g->wo; ow++) {
-          int at = r0 + 2 * ow, best_at = at;
-          float best = x[at];
-          int cand[3] = {at + 1, r1 + 2 * ow, r1 + 2 * ow + 1};
-          for (int q = 0; q < 3; q++) {
-            float v = x[cand[q]];
-            bool take = v > best || v != v; /* ties: first; a NaN wins */
-            best_at = take ? cand[q] : best_at;
-            best = take ? v : best;
-          }
-          y[oh * g->wo + ow] = best;
-          ix[oh * g->wo + ow] = best_at;
-        }
-      }
+    if (kind == TD_POOL_MAX && k == 2 && s == 2) { /* the common case, vectorised */
+      for (int oh = 0; oh < g->ho; oh++)
+        maxpool2_row(y + (size_t)oh * (size_t)g->wo, ix + (size_t)oh * (size_t)g->wo, x,
+                     2 * oh * g->w, g->w, g->wo);
       continue;
     }
     for (int oh = 0; oh < g->ho; oh++)

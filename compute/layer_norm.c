@@ -22,11 +22,14 @@
 #define TD__NORM_EPS 1e-5
 
 /* Mean and rstd of n floats. */
-static void stats(const float *x, size_t n, float *mean, float *rstd) {
+TD_CLONES
+static void stats(const float *restrict x, size_t n, float *mean, float *rstd) {
   double s = 0.0, ss = 0.0;
+#pragma omp simd reduction(+ : s)
   for (size_t i = 0; i < n; i++)
     s += x[i];
   double mu = s / (double)n;
+#pragma omp simd reduction(+ : ss)
   for (size_t i = 0; i < n; i++) {
     double d = x[i] - mu;
     ss += d * d;
@@ -42,21 +45,26 @@ typedef struct {
   bool acc;
 } norm_job_t;
 
-static void layernorm_forward_part(void *arg, size_t begin, size_t end, int part) {
-  (void)part;
-  const norm_job_t *j = arg;
-  int cols = j->cols;
-  const float *restrict weight = j->weight, *restrict bias = j->bias;
-  for (size_t r = begin; r < end; r++) {
-    const float *restrict x = j->inp + r * (size_t)cols;
-    float *restrict y = j->out + r * (size_t)cols;
+TD_CLONES
+static void layernorm_rows(float *restrict out, float *restrict mean, float *restrict rstd,
+                           const float *restrict inp, const float *restrict weight,
+                           const float *restrict bias, size_t r0, size_t r1, int cols) {
+  for (size_t r = r0; r < r1; r++) {
+    const float *restrict x = inp + r * (size_t)cols;
+    float *restrict y = out + r * (size_t)cols;
     float mu, rs;
     stats(x, (size_t)cols, &mu, &rs);
-    j->mean[r] = mu;
-    j->rstd[r] = rs;
+    mean[r] = mu;
+    rstd[r] = rs;
     for (int c = 0; c < cols; c++)
       y[c] = (x[c] - mu) * rs * weight[c] + bias[c];
   }
+}
+
+static void layernorm_forward_part(void *arg, size_t begin, size_t end, int part) {
+  (void)part;
+  const norm_job_t *j = arg;
+  layernorm_rows(j->out, j->mean, j->rstd, j->inp, j->weight, j->bias, begin, end, j->cols);
 }
 
 void td__cpu_layernorm_forward(td_backend_t *be, float *out, float *mean, float *rstd,
@@ -79,6 +87,7 @@ static void layernorm_dx_rows(float *restrict dinp, const float *restrict dout,
     float *restrict dx = dinp + r * (size_t)cols;
     float mu = mean[r], rs = rstd[r];
     double m1 = 0.0, m2 = 0.0;
+#pragma omp simd reduction(+ : m1, m2)
     for (int c = 0; c < cols; c++) {
       float xh = (x[c] - mu) * rs;
       float dxh = dy[c] * weight[c];
