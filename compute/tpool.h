@@ -2,11 +2,13 @@
  *
  * The CPU backend owns one pool of `threads` threads: the caller's thread
  * plus threads - 1 workers started at open and parked between jobs. A job
- * splits the index range [0, n) into `threads` contiguous chunks (static: the
- * same n always gives the same chunks), runs chunk 0 on the caller's thread
- * and the others on the workers, and returns when every chunk is done. Work
- * per index is the same whatever the thread count, so a kernel that writes
- * each output from one index only gives the same bits on 1 and N threads.
+ * splits the index range [0, n) into at most `threads` contiguous chunks
+ * (static: the same n always gives the same chunks), which the caller and
+ * the workers claim one at a time, the caller included, so a worker that is
+ * slow to wake delays nothing; the call returns when every chunk is done.
+ * Work per index is the same whatever thread runs it, so a kernel that
+ * writes each output from one index only gives the same bits on 1 and N
+ * threads.
  * Jobs do not nest: a job body that calls td_tpool_for again (or a backend op
  * that would) runs that inner range serially on its own thread. One thread at
  * a time submits jobs (the thread that owns the model). Private to compute/. */
@@ -18,7 +20,8 @@
 typedef struct td_tpool td_tpool_t;
 
 /* fn(arg, begin, end) handles indices [begin, end); `part` is the chunk
- * number in [0, td_tpool_threads()), for per-thread scratch. */
+ * number in [0, td_tpool_threads()), for per-chunk scratch (any thread may
+ * run any chunk). */
 typedef void (*td_tpool_fn)(void *arg, size_t begin, size_t end, int part);
 
 /* A pool of `threads` >= 1 threads (threads - 1 workers; 1: none, every job
