@@ -56,10 +56,13 @@ typedef struct {
 } td_adamw_hparams_t;
 
 /* Open a backend by name: "cpu", "cuda" (device 0), "cuda:INDEX" or "auto"
- * (the GPU when one is usable, the CPU otherwise). threads <= 0 keeps the BLAS
- * default. TD_ECONFIG (with why) for a malformed name, TD_EDEVICE (with why)
- * when the backend is not compiled in, has no device or no such device index.
- * Caller owns *out. */
+ * (the GPU when one is usable, the CPU otherwise). On the CPU, threads > 0
+ * starts that many compute threads, over which every op splits its work,
+ * GEMMs included, and sets OpenBLAS (process-wide) to one thread so no other
+ * threads compete with them; threads <= 0 keeps the BLAS default and runs
+ * the other ops on the caller's thread. TD_ECONFIG (with why) for a
+ * malformed name, TD_EDEVICE (with why) when the backend is not compiled in,
+ * has no device or no such device index. Caller owns *out. */
 int td_backend_open(td_backend_t **out, const char *name, int threads, char *why, size_t why_len);
 /* td_backend_open() that also says, in reason, which backend it chose and why
  * (for "auto": the GPU it found, or the CPU and the reason the GPU was not

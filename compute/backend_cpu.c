@@ -193,7 +193,8 @@ static void bias_act_part(void *arg, size_t begin, size_t end, int part) {
 static void cpu_bias_act(td_backend_t *be, float *y, const float *bias, int rows, int cols,
                          td_act_t act) {
   rows_job_t j = {.y = y, .bias = bias, .rows = rows, .cols = cols, .act = act};
-  td_tpool_for(td__cpu_tpool(be), (size_t)rows, 1, bias_act_part, &j);
+  td_tpool_for(td__cpu_tpool(be), (size_t)rows, td_tpool_grain((size_t)cols, 1), bias_act_part,
+               &j);
 }
 
 /* One pass over the rows of a block of `width` columns (rows ld apart): mask
@@ -243,7 +244,8 @@ static void act_backward_part(void *arg, size_t begin, size_t end, int part) {
 static void cpu_act_backward(td_backend_t *be, float *dy, const float *y, float *dbias, int rows,
                              int cols, td_act_t act) {
   rows_job_t j = {.y = dy, .cy = y, .dbias = dbias, .rows = rows, .cols = cols, .act = act};
-  td_tpool_for(td__cpu_tpool(be), (size_t)cols, 16, act_backward_part, &j);
+  td_tpool_for(td__cpu_tpool(be), (size_t)cols, td_tpool_grain((size_t)rows, 16),
+               act_backward_part, &j);
 }
 
 /* One row of logits z: max, then exp(z - max) once (td__exp_fast, so the
@@ -330,7 +332,7 @@ static double cpu_softmax_xent(td_backend_t *be, const float *logits, const int3
   int parts = td_tpool_threads(td__cpu_tpool(be));
   for (int p = 0; p < parts; p++)
     j.hits[p] = 0;
-  td_tpool_for(td__cpu_tpool(be), (size_t)rows, 1, xent_part, &j);
+  td_tpool_for(td__cpu_tpool(be), (size_t)rows, td_tpool_grain((size_t)cols, 1), xent_part, &j);
   double total = 0.0;
   int hits = 0;
   for (int p = 0; p < parts; p++) {
@@ -397,7 +399,7 @@ static void cpu_sgd_step(td_backend_t *be, float *w, const float *g, float *v, s
                          const td_sgd_hparams_t *hp) {
   assert(hp->momentum == 0.0f || v != NULL);
   optim_job_t j = {.w = w, .g = g, .v = v, .sgd = hp};
-  td_tpool_for(td__cpu_tpool(be), n, 16, sgd_part, &j);
+  td_tpool_for(td__cpu_tpool(be), n, td_tpool_grain(1, 16), sgd_part, &j);
 }
 
 /* The bias corrections are folded into two per-pass constants, so the loop is
@@ -433,7 +435,7 @@ static void adamw_part(void *arg, size_t begin, size_t end, int part) {
 static void cpu_adamw_step(td_backend_t *be, float *w, const float *g, float *m, float *v,
                            size_t n, const td_adamw_hparams_t *hp) {
   optim_job_t j = {.w = w, .g = g, .m = m, .v = v, .adamw = hp};
-  td_tpool_for(td__cpu_tpool(be), n, 16, adamw_part, &j);
+  td_tpool_for(td__cpu_tpool(be), n, td_tpool_grain(1, 16), adamw_part, &j);
 }
 
 const td_backend_iface_t td__backend_cpu = {

@@ -68,7 +68,7 @@ static void act_forward_part(void *arg, size_t begin, size_t end, int part) {
 void td__cpu_act_forward(td_backend_t *be, float *out, const float *inp, size_t count,
                          td_act_t act) {
   elem_job_t j = {.out = out, .a = inp, .act = act};
-  td_tpool_for(td__cpu_tpool(be), count, TD__GRAIN, act_forward_part, &j);
+  td_tpool_for(td__cpu_tpool(be), count, td_tpool_grain(1, TD__GRAIN), act_forward_part, &j);
 }
 
 /* d/dx of x sigmoid(2u): with s = sigmoid(2u) (so 0.5(1 + tanh u) = s and
@@ -126,7 +126,7 @@ static void act_backward_part(void *arg, size_t begin, size_t end, int part) {
 void td__cpu_act_backward2(td_backend_t *be, float *dinp, const float *dout, const float *inp,
                            size_t count, td_act_t act, bool acc) {
   elem_job_t j = {.out = dinp, .a = dout, .b = inp, .act = act, .acc = acc};
-  td_tpool_for(td__cpu_tpool(be), count, TD__GRAIN, act_backward_part, &j);
+  td_tpool_for(td__cpu_tpool(be), count, td_tpool_grain(1, TD__GRAIN), act_backward_part, &j);
 }
 
 TD_CLONES
@@ -148,7 +148,7 @@ void td__cpu_add(td_backend_t *be, float *out, const float *a, const float *b, s
   if (b == NULL && out == a)
     return;
   elem_job_t j = {.out = out, .a = a, .b = b};
-  td_tpool_for(td__cpu_tpool(be), count, TD__GRAIN, add_part, &j);
+  td_tpool_for(td__cpu_tpool(be), count, td_tpool_grain(1, TD__GRAIN), add_part, &j);
 }
 
 /* Elements [i * TD__DROP_BLOCK, (i + 1) * TD__DROP_BLOCK) draw from stream i
@@ -181,7 +181,8 @@ static void dropout_forward_part(void *arg, size_t begin, size_t end, int part) 
 void td__cpu_dropout_forward(td_backend_t *be, float *out, float *mask, const float *inp,
                              size_t count, float p, uint64_t seed) {
   elem_job_t j = {.out = mask, .out2 = out, .a = inp, .p = p, .seed = seed};
-  td_tpool_for(td__cpu_tpool(be), count, TD__DROP_BLOCK, dropout_forward_part, &j);
+  td_tpool_for(td__cpu_tpool(be), count, td_tpool_grain(1, TD__DROP_BLOCK), dropout_forward_part,
+               &j);
 }
 
 TD_CLONES
@@ -204,5 +205,6 @@ static void dropout_backward_part(void *arg, size_t begin, size_t end, int part)
 void td__cpu_dropout_backward(td_backend_t *be, float *dinp, const float *dout,
                               const float *mask, size_t count, bool acc) {
   elem_job_t j = {.out = dinp, .a = dout, .b = mask, .acc = acc};
-  td_tpool_for(td__cpu_tpool(be), count, TD__GRAIN, dropout_backward_part, &j);
+  td_tpool_for(td__cpu_tpool(be), count, td_tpool_grain(1, TD__GRAIN), dropout_backward_part,
+               &j);
 }

@@ -50,7 +50,8 @@ static void embed_forward_part(void *arg, size_t begin, size_t end, int part) {
 void td__cpu_embed_forward(td_backend_t *be, float *out, const int32_t *tokens, const float *wte,
                            const float *wpe, int n, int t, int c) {
   attn_job_t j = {.out = out, .tokens = tokens, .wte = wte, .wpe = wpe, .n = n, .t = t, .c = c};
-  td_tpool_for(td__cpu_tpool(be), (size_t)n * (size_t)t, 1, embed_forward_part, &j);
+  td_tpool_for(td__cpu_tpool(be), (size_t)n * (size_t)t, td_tpool_grain((size_t)c, 1),
+               embed_forward_part, &j);
 }
 
 /* Columns [begin, end) of both tables, every position in order. */
@@ -77,7 +78,8 @@ void td__cpu_embed_backward(td_backend_t *be, float *dwte, float *dwpe, const fl
                             const int32_t *tokens, int n, int t, int c) {
   attn_job_t j = {.dwte = dwte, .dwpe = dwpe, .dout = dout, .tokens = tokens, .n = n, .t = t,
                   .c = c};
-  td_tpool_for(td__cpu_tpool(be), (size_t)c, 16, embed_backward_part, &j);
+  td_tpool_for(td__cpu_tpool(be), (size_t)c, td_tpool_grain((size_t)n * (size_t)t, 16),
+               embed_backward_part, &j);
 }
 
 /* Row i of the t x t scores s in place: softmax over columns 0..i, 0 after

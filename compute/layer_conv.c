@@ -112,7 +112,8 @@ static void im2col_part(void *arg, size_t begin, size_t end, int part) {
 void td__cpu_im2col_batch(td_backend_t *be, float *col, const float *img, int n,
                           const td_conv_geom_t *g) {
   conv_job_t j = {.be = be, .out = col, .inp = img, .g = g};
-  td_tpool_for(td__cpu_tpool(be), (size_t)n, 1, im2col_part, &j);
+  td_tpool_for(td__cpu_tpool(be), (size_t)n,
+               td_tpool_grain((size_t)g->c * g->k * g->k * g->ho * g->wo, 1), im2col_part, &j);
 }
 
 static void col2im_part(void *arg, size_t begin, size_t end, int part) {
@@ -127,7 +128,8 @@ static void col2im_part(void *arg, size_t begin, size_t end, int part) {
 void td__cpu_col2im_batch(td_backend_t *be, float *img, const float *col, int n,
                           const td_conv_geom_t *g, bool acc) {
   conv_job_t j = {.be = be, .out = img, .inp = col, .g = g, .acc = acc};
-  td_tpool_for(td__cpu_tpool(be), (size_t)n, 1, col2im_part, &j);
+  td_tpool_for(td__cpu_tpool(be), (size_t)n,
+               td_tpool_grain((size_t)g->c * g->k * g->k * g->ho * g->wo, 1), col2im_part, &j);
 }
 
 typedef struct {
@@ -150,7 +152,8 @@ static void swap01_part(void *arg, size_t begin, size_t end, int part) {
 
 void td__cpu_swap01(td_backend_t *be, float *out, const float *inp, int d0, int d1, int inner) {
   plane_job_t j = {.out = out, .inp = inp, .d0 = d0, .d1 = d1, .hw = inner};
-  td_tpool_for(td__cpu_tpool(be), (size_t)d0 * (size_t)d1, 1, swap01_part, &j);
+  td_tpool_for(td__cpu_tpool(be), (size_t)d0 * (size_t)d1, td_tpool_grain((size_t)inner, 1),
+               swap01_part, &j);
 }
 
 TD_CLONES
@@ -176,7 +179,8 @@ static void channel_bias_part(void *arg, size_t begin, size_t end, int part) {
 void td__cpu_channel_bias_act(td_backend_t *be, float *y, const float *bias, int n, int c,
                               int hw, td_act_t act) {
   plane_job_t j = {.out = y, .bias = bias, .d0 = n, .c = c, .hw = hw, .relu = act == TD_ACT_RELU};
-  td_tpool_for(td__cpu_tpool(be), (size_t)n * (size_t)c, 1, channel_bias_part, &j);
+  td_tpool_for(td__cpu_tpool(be), (size_t)n * (size_t)c, td_tpool_grain((size_t)hw, 1),
+               channel_bias_part, &j);
 }
 
 TD_CLONES
@@ -214,7 +218,8 @@ void td__cpu_channel_act_backward(td_backend_t *be, float *dy, const float *y, f
                                   int n, int c, int hw, td_act_t act) {
   plane_job_t j = {.out = dy, .inp = y, .dbias = dbias, .d0 = n, .c = c, .hw = hw,
                    .relu = act == TD_ACT_RELU};
-  td_tpool_for(td__cpu_tpool(be), (size_t)c, 1, channel_backward_part, &j);
+  td_tpool_for(td__cpu_tpool(be), (size_t)c, td_tpool_grain((size_t)n * (size_t)hw, 1),
+               channel_backward_part, &j);
 }
 
 /* One output row of a 2x2, stride-2 max pool over the input rows at r0 and
@@ -303,7 +308,8 @@ static void pool_forward_part(void *arg, size_t begin, size_t end, int part) {
 void td__cpu_pool_forward(td_backend_t *be, float *out, int32_t *idx, const float *inp, int n,
                           const td_conv_geom_t *g, td_pool_t kind) {
   pool_job_t j = {.out = out, .idx = idx, .inp = inp, .g = g, .kind = kind};
-  td_tpool_for(td__cpu_tpool(be), (size_t)n * (size_t)g->c, 1, pool_forward_part, &j);
+  td_tpool_for(td__cpu_tpool(be), (size_t)n * (size_t)g->c,
+               td_tpool_grain((size_t)g->h * (size_t)g->w, 1), pool_forward_part, &j);
 }
 
 static void pool_backward_part(void *arg, size_t begin, size_t end, int part) {
@@ -341,5 +347,6 @@ static void pool_backward_part(void *arg, size_t begin, size_t end, int part) {
 void td__cpu_pool_backward(td_backend_t *be, float *dinp, const float *dout, const int32_t *idx,
                            int n, const td_conv_geom_t *g, td_pool_t kind, bool acc) {
   pool_job_t j = {.out = dinp, .cidx = idx, .inp = dout, .g = g, .kind = kind, .acc = acc};
-  td_tpool_for(td__cpu_tpool(be), (size_t)n * (size_t)g->c, 1, pool_backward_part, &j);
+  td_tpool_for(td__cpu_tpool(be), (size_t)n * (size_t)g->c,
+               td_tpool_grain((size_t)g->h * (size_t)g->w, 1), pool_backward_part, &j);
 }

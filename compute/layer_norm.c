@@ -72,7 +72,8 @@ void td__cpu_layernorm_forward(td_backend_t *be, float *out, float *mean, float 
                                int rows, int cols) {
   norm_job_t j = {.out = out, .mean = mean, .rstd = rstd, .inp = inp, .weight = weight,
                   .bias = bias, .rows = rows, .cols = cols};
-  td_tpool_for(td__cpu_tpool(be), (size_t)rows, 1, layernorm_forward_part, &j);
+  td_tpool_for(td__cpu_tpool(be), (size_t)rows, td_tpool_grain((size_t)cols, 1),
+               layernorm_forward_part, &j);
 }
 
 /* dx of a block of rows: each row needs only its own two sums. */
@@ -151,9 +152,9 @@ void td__cpu_layernorm_backward(td_backend_t *be, float *dinp, float *dweight, f
                   .weight = weight, .cmean = mean, .crstd = rstd, .rows = rows, .cols = cols,
                   .acc = acc};
   td_tpool_t *pool = td__cpu_tpool(be);
-  td_tpool_for(pool, (size_t)cols, 16, layernorm_dparams_part, &j);
+  td_tpool_for(pool, (size_t)cols, td_tpool_grain((size_t)rows, 16), layernorm_dparams_part, &j);
   if (dinp != NULL)
-    td_tpool_for(pool, (size_t)rows, 1, layernorm_dx_part, &j);
+    td_tpool_for(pool, (size_t)rows, td_tpool_grain((size_t)cols, 1), layernorm_dx_part, &j);
 }
 
 static void groupnorm_forward_part(void *arg, size_t begin, size_t end, int part) {
@@ -184,7 +185,8 @@ void td__cpu_groupnorm_forward(td_backend_t *be, float *out, float *mean, float 
                                int c, int hw, int groups) {
   norm_job_t j = {.out = out, .mean = mean, .rstd = rstd, .inp = inp, .weight = weight,
                   .bias = bias, .rows = n, .c = c, .hw = hw, .groups = groups};
-  td_tpool_for(td__cpu_tpool(be), (size_t)n * (size_t)groups, 1, groupnorm_forward_part, &j);
+  td_tpool_for(td__cpu_tpool(be), (size_t)n * (size_t)groups,
+               td_tpool_grain((size_t)(c / groups) * (size_t)hw, 1), groupnorm_forward_part, &j);
 }
 
 /* The plane sums of one channel of one image: sum dy * xhat and sum dy. */
@@ -262,7 +264,9 @@ void td__cpu_groupnorm_backward(td_backend_t *be, float *dinp, float *dweight, f
                   .weight = weight, .cmean = mean, .crstd = rstd, .rows = n, .c = c, .hw = hw,
                   .groups = groups, .acc = acc};
   td_tpool_t *pool = td__cpu_tpool(be);
-  td_tpool_for(pool, (size_t)c, 1, groupnorm_dparams_part, &j);
+  td_tpool_for(pool, (size_t)c, td_tpool_grain((size_t)n * (size_t)hw, 1), groupnorm_dparams_part,
+               &j);
   if (dinp != NULL)
-    td_tpool_for(pool, (size_t)n * (size_t)groups, 1, groupnorm_dx_part, &j);
+    td_tpool_for(pool, (size_t)n * (size_t)groups,
+                 td_tpool_grain((size_t)(c / groups) * (size_t)hw, 1), groupnorm_dx_part, &j);
 }

@@ -161,6 +161,17 @@ void td_tpool_close(td_tpool_t **self_p) {
 
 int td_tpool_threads(const td_tpool_t *pool) { return pool != NULL ? pool->threads : 1; }
 
+#define TD__TPOOL_MIN_FLOATS 8192
+
+size_t td_tpool_grain(size_t item_floats, size_t grain) {
+  if (grain == 0)
+    grain = 1;
+  if (item_floats == 0)
+    item_floats = 1;
+  size_t items = (TD__TPOOL_MIN_FLOATS + item_floats - 1) / item_floats;
+  return (items + grain - 1) / grain * grain;
+}
+
 void td_tpool_for(td_tpool_t *p, size_t n, size_t grain, td_tpool_fn fn, void *arg) {
   if (n == 0)
     return;

@@ -36,6 +36,11 @@ int td_tpool_threads(const td_tpool_t *pool);
  * fewer chunks when n < threads * grain. Returns when all are done. A NULL
  * pool, a one-thread pool or a call from inside a job runs fn(arg, 0, n, 0). */
 void td_tpool_for(td_tpool_t *pool, size_t n, size_t grain, td_tpool_fn fn, void *arg);
+/* A grain for items of item_floats floats of work each: a multiple of
+ * `grain` long enough that a chunk holds at least 8192 floats, so a job too
+ * small to repay the hand-off (a few microseconds) runs on the caller's
+ * thread alone. */
+size_t td_tpool_grain(size_t item_floats, size_t grain);
 /* Whether the calling thread is inside a job (a worker, or the submitter
  * while its job runs): nested parallel work must run serially there. */
 int td_tpool_in_job(void);
