@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "compute/backend_impl.h"
+#include "compute/tpool.h"
 #include "common/error.h"
 
 #ifndef HAVE_CUDA
@@ -186,6 +187,12 @@ int td_backend_error(td_backend_t *be, char *why, size_t why_len) {
   return td_why(why, why_len, be->error, "%s", be->error_why);
 }
 
+void td_backend_parallel_for(td_backend_t *be, size_t n, td_backend_for_fn fn, void *arg) {
+  td_tpool_for(td__cpu_tpool(be), n, 1, fn, arg);
+}
+
+int td_backend_threads(const td_backend_t *be) { return td_tpool_threads(td__cpu_tpool(be)); }
+
 void *td_backend_alloc(td_backend_t *be, size_t bytes) { return be->iface->alloc(be, bytes); }
 
 void td_backend_free(td_backend_t *be, void *ptr) {
@@ -253,6 +260,31 @@ bool td_backend_supports_layers(const td_backend_t *be) { return be->iface->vers
 
 void td_backend_im2col(td_backend_t *be, float *col, const float *img, const td_conv_geom_t *g) {
   be->iface->im2col(be, col, img, g);
+}
+
+/* A table without the batch slot gets one call per image. */
+void td_backend_im2col_batch(td_backend_t *be, float *col, const float *img, int n,
+                             const td_conv_geom_t *g) {
+  if (be->iface->version >= 4 && be->iface->im2col_batch != NULL) {
+    be->iface->im2col_batch(be, col, img, n, g);
+    return;
+  }
+  size_t in_size = (size_t)g->c * (size_t)g->h * (size_t)g->w;
+  for (int b = 0; b < n; b++)
+    be->iface->im2col(be, col + (size_t)b * (size_t)g->ho * (size_t)g->wo,
+                      img + (size_t)b * in_size, g);
+}
+
+void td_backend_col2im_batch(td_backend_t *be, float *img, const float *col, int n,
+                             const td_conv_geom_t *g, bool acc) {
+  if (be->iface->version >= 4 && be->iface->col2im_batch != NULL) {
+    be->iface->col2im_batch(be, img, col, n, g, acc);
+    return;
+  }
+  size_t in_size = (size_t)g->c * (size_t)g->h * (size_t)g->w;
+  for (int b = 0; b < n; b++)
+    be->iface->col2im(be, img + (size_t)b * in_size,
+                      col + (size_t)b * (size_t)g->ho * (size_t)g->wo, g, acc);
 }
 
 void td_backend_col2im(td_backend_t *be, float *img, const float *col, const td_conv_geom_t *g,

@@ -56,10 +56,13 @@ typedef struct {
 } td_adamw_hparams_t;
 
 /* Open a backend by name: "cpu", "cuda" (device 0), "cuda:INDEX" or "auto"
- * (the GPU when one is usable, the CPU otherwise). threads <= 0 keeps the BLAS
- * default. TD_ECONFIG (with why) for a malformed name, TD_EDEVICE (with why)
- * when the backend is not compiled in, has no device or no such device index.
- * Caller owns *out. */
+ * (the GPU when one is usable, the CPU otherwise). On the CPU, threads > 0
+ * starts that many compute threads, over which every op splits its work,
+ * GEMMs included, and sets OpenBLAS (process-wide) to one thread so no other
+ * threads compete with them; threads <= 0 keeps the BLAS default and runs
+ * the other ops on the caller's thread. TD_ECONFIG (with why) for a
+ * malformed name, TD_EDEVICE (with why) when the backend is not compiled in,
+ * has no device or no such device index. Caller owns *out. */
 int td_backend_open(td_backend_t **out, const char *name, int threads, char *why, size_t why_len);
 /* td_backend_open() that also says, in reason, which backend it chose and why
  * (for "auto": the GPU it found, or the CPU and the reason the GPU was not
@@ -89,6 +92,16 @@ void td_backend_free(td_backend_t *be, void *ptr);
 int td_backend_upload(td_backend_t *be, void *dst, const void *host_src, size_t bytes);
 int td_backend_download(td_backend_t *be, void *host_dst, const void *src, size_t bytes);
 void td_backend_synchronize(td_backend_t *be);
+
+/* Host threads: fn(arg, begin, end, part) over contiguous chunks of [0, n)
+ * on the backend's threads (the CPU backend's pool; the caller's thread
+ * alone elsewhere), returning when all are done. Backend ops issued from fn
+ * run on the thread that calls them, unsplit. For work that mirrors a
+ * kernel's own split (the bench's GEMM-only reference step). */
+typedef void (*td_backend_for_fn)(void *arg, size_t begin, size_t end, int part);
+void td_backend_parallel_for(td_backend_t *be, size_t n, td_backend_for_fn fn, void *arg);
+/* Threads the backend's ops split over (1 unless it is the CPU with a pool). */
+int td_backend_threads(const td_backend_t *be);
 
 /* C[m x n] = alpha * op(A) op(B) + beta * C, row-major, op = transpose if t*. */
 void td_backend_gemm(td_backend_t *be, bool trans_a, bool trans_b, int m, int n, int k,
@@ -131,6 +144,13 @@ void td_backend_im2col(td_backend_t *be, float *col, const float *img, const td_
 /* img (+)= the sum of the columns back onto the image (overlaps add). */
 void td_backend_col2im(td_backend_t *be, float *img, const float *col, const td_conv_geom_t *g,
                        bool acc);
+/* The same for n images side by side (g->ld >= n*ho*wo: image b's columns
+ * start at column b*ho*wo, its pixels at img + b*c*h*w): one call for a
+ * batch, which a backend may spread over its threads. */
+void td_backend_im2col_batch(td_backend_t *be, float *col, const float *img, int n,
+                             const td_conv_geom_t *g);
+void td_backend_col2im_batch(td_backend_t *be, float *img, const float *col, int n,
+                             const td_conv_geom_t *g, bool acc);
 /* out[j][i][:] = inp[i][j][:] for inp d0 x d1 x inner (batch-major <-> channel-major). */
 void td_backend_swap01(td_backend_t *be, float *out, const float *inp, int d0, int d1, int inner);
 /* y[b][c][i] = act(y[b][c][i] + bias[c]) over n x c x hw (relu or none). */

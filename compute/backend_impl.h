@@ -11,8 +11,10 @@
 
 /* 1: the MLP ops and sgd_step. 2: adamw_step (optional: a table of version 1,
  * or a NULL slot, gets the portable loop in backend.c). 3: the layer ops (all
- * or none: a table of version 3 must fill every one). */
-#define TD_BACKEND_IFACE_VERSION 3
+ * or none: a table of version 3 must fill every one). 4: im2col and col2im of
+ * a whole batch in one call (optional: NULL, or a table below version 4, gets
+ * a loop over the one-image ops in backend.c). */
+#define TD_BACKEND_IFACE_VERSION 4
 
 typedef struct {
   int version;
@@ -80,13 +82,27 @@ typedef struct {
                             int t, int c, int heads);
   void (*attention_backward)(td_backend_t *be, float *dqkv, float *datt, const float *dout,
                              const float *qkv, const float *att, int n, int t, int c, int heads);
+  /* version 4 */
+  void (*im2col_batch)(td_backend_t *be, float *col, const float *img, int n,
+                       const td_conv_geom_t *g);
+  void (*col2im_batch)(td_backend_t *be, float *img, const float *col, int n,
+                       const td_conv_geom_t *g, bool acc);
 } td_backend_iface_t;
+
+/* The CPU backend's thread pool (compute/tpool.h), or NULL: one thread, or a
+ * backend other than the CPU's (whose be borrows a CPU kernel as fallback). */
+struct td_tpool;
+struct td_tpool *td__cpu_tpool(const td_backend_t *be);
 
 /* The CPU layer kernels (compute/layer_*.c), the reference implementations
  * that fill the version-3 slots of the CPU table. */
 void td__cpu_im2col(td_backend_t *be, float *col, const float *img, const td_conv_geom_t *g);
 void td__cpu_col2im(td_backend_t *be, float *img, const float *col, const td_conv_geom_t *g,
                     bool acc);
+void td__cpu_im2col_batch(td_backend_t *be, float *col, const float *img, int n,
+                          const td_conv_geom_t *g);
+void td__cpu_col2im_batch(td_backend_t *be, float *img, const float *col, int n,
+                          const td_conv_geom_t *g, bool acc);
 void td__cpu_swap01(td_backend_t *be, float *out, const float *inp, int d0, int d1, int inner);
 void td__cpu_channel_bias_act(td_backend_t *be, float *y, const float *bias, int n, int c,
                               int hw, td_act_t act);

@@ -1,19 +1,20 @@
 /* layer_act.c: CPU kernels of the element-wise layers: ReLU and GELU (tanh
  * form, as GPT-2) forward and backward, the residual add, and inverted
  * dropout. Each is one pass over memory written so gcc vectorises it, with
- * run-time dispatch to AVX-512/AVX2. Runs on the model's thread. */
+ * run-time dispatch to AVX-512/AVX2, and split into contiguous chunks over
+ * the backend's thread pool (element i is computed the same way on any
+ * thread; dropout draws its mask from one stream per fixed block of
+ * elements, so the mask does not depend on the thread count either). Called
+ * on the model's thread. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "compute/backend_impl.h"
 #include "compute/rng.h"
-
-/* traind never reads the floating-point exception flags, so comparisons may
- * be if-converted into vector selects (the GELU clamps below). */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("no-trapping-math")
-#endif
+#include "compute/tpool.h"
+#include "compute/vecmath.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define TD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -29,54 +30,51 @@ static void relu_fwd(float *restrict y, const float *restrict x, size_t n) {
     y[i] = x[i] < 0.0f ? 0.0f : x[i]; /* a NaN survives */
 }
 
-/* exp(x) for the GELU's sigmoid, branch-free so the loops vectorise (libm's
- * tanhf is a call per element and was a third of a GPT step): x = n ln2 + r,
- * |r| <= ln2/2, a degree-6 Taylor polynomial for e^r (relative error < 2e-7)
- * and 2^n built in the exponent bits. Inputs are clamped to [-87, 87], where
- * the sigmoid below has long saturated. */
-static inline float exp_fast(float x) {
-  x = x > 87.0f ? 87.0f : x; /* a NaN passes both and stays NaN */
-  x = x < -87.0f ? -87.0f : x;
-  /* round to nearest by the 1.5 * 2^23 trick: no call, no branch. n comes
-   * from a NaN-free copy so the integer conversion below is defined; a NaN
-   * still reaches r, and so the result. */
-  float xn = x == x ? x : 0.0f;
-  float n = (xn * 1.44269504f + 12582912.0f) - 12582912.0f;
-  float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f +
-                     r * (8.3333338e-3f + r * 1.3888889e-3f)))));
-  uint32_t bits = (uint32_t)((int32_t)n + 127) << 23; /* n in [-126, 126]: a normal 2^n */
-  float scale;
-  memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
-}
-
 /* GELU, tanh form: 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = K (x + 0.044715 x^3).
  * A NaN input stays NaN. */
 TD_CLONES
 static void gelu_fwd(float *restrict y, const float *restrict x, size_t n) {
   for (size_t i = 0; i < n; i++) {
     float v = x[i];
-    float s = 1.0f / (1.0f + exp_fast(-2.0f * TD__GELU_K * (v + 0.044715f * v * v * v)));
+    float s = 1.0f / (1.0f + td__exp_fast(-2.0f * TD__GELU_K * (v + 0.044715f * v * v * v)));
     y[i] = v * s;
   }
 }
 
+typedef struct {
+  float *out, *out2;
+  const float *a, *b;
+  td_act_t act;
+  bool acc;
+  float p;
+  uint64_t seed;
+} elem_job_t;
+
+static void act_forward_part(void *arg, size_t begin, size_t end, int part) {
+  (void)part;
+  const elem_job_t *j = arg;
+  size_t n = end - begin;
+  if (j->act == TD_ACT_RELU)
+    relu_fwd(j->out + begin, j->a + begin, n);
+  else if (j->act == TD_ACT_GELU)
+    gelu_fwd(j->out + begin, j->a + begin, n);
+  else if (j->out != j->a)
+    memcpy(j->out + begin, j->a + begin, n * sizeof *j->out);
+}
+
+/* Chunks of whole cache lines, so no two threads write one line. */
+#define TD__GRAIN 16
+
 void td__cpu_act_forward(td_backend_t *be, float *out, const float *inp, size_t count,
                          td_act_t act) {
-  (void)be;
-  if (act == TD_ACT_RELU)
-    relu_fwd(out, inp, count);
-  else if (act == TD_ACT_GELU)
-    gelu_fwd(out, inp, count);
-  else if (out != inp)
-    memcpy(out, inp, count * sizeof *out);
+  elem_job_t j = {.out = out, .a = inp, .act = act};
+  td_tpool_for(td__cpu_tpool(be), count, td_tpool_grain(1, TD__GRAIN), act_forward_part, &j);
 }
 
 /* d/dx of x sigmoid(2u): with s = sigmoid(2u) (so 0.5(1 + tanh u) = s and
  * 1 - tanh^2 u = 4 s (1 - s)), 0.5(1+t) + 0.5 x (1-t^2) u' = s + 2 x s (1-s) u'. */
 static inline float gelu_grad(float v) {
-  float s = 1.0f / (1.0f + exp_fast(-2.0f * TD__GELU_K * (v + 0.044715f * v * v * v)));
+  float s = 1.0f / (1.0f + td__exp_fast(-2.0f * TD__GELU_K * (v + 0.044715f * v * v * v)));
   return s + 2.0f * v * s * (1.0f - s) * TD__GELU_K * (1.0f + 3.0f * 0.044715f * v * v);
 }
 
@@ -113,15 +111,22 @@ static void copy_bwd(float *restrict dx, const float *restrict dy, size_t n, boo
     memcpy(dx, dy, n * sizeof *dx);
 }
 
+static void act_backward_part(void *arg, size_t begin, size_t end, int part) {
+  (void)part;
+  const elem_job_t *j = arg;
+  size_t n = end - begin;
+  if (j->act == TD_ACT_RELU)
+    relu_bwd(j->out + begin, j->a + begin, j->b + begin, n, j->acc);
+  else if (j->act == TD_ACT_GELU)
+    gelu_bwd(j->out + begin, j->a + begin, j->b + begin, n, j->acc);
+  else
+    copy_bwd(j->out + begin, j->a + begin, n, j->acc);
+}
+
 void td__cpu_act_backward2(td_backend_t *be, float *dinp, const float *dout, const float *inp,
                            size_t count, td_act_t act, bool acc) {
-  (void)be;
-  if (act == TD_ACT_RELU)
-    relu_bwd(dinp, dout, inp, count, acc);
-  else if (act == TD_ACT_GELU)
-    gelu_bwd(dinp, dout, inp, count, acc);
-  else
-    copy_bwd(dinp, dout, count, acc);
+  elem_job_t j = {.out = dinp, .a = dout, .b = inp, .act = act, .acc = acc};
+  td_tpool_for(td__cpu_tpool(be), count, td_tpool_grain(1, TD__GRAIN), act_backward_part, &j);
 }
 
 TD_CLONES
@@ -130,36 +135,76 @@ static void add2(float *out, const float *a, const float *b, size_t n) {
     out[i] = a[i] + b[i];
 }
 
+static void add_part(void *arg, size_t begin, size_t end, int part) {
+  (void)part;
+  const elem_job_t *j = arg;
+  if (j->b != NULL) /* out may alias a or b: element i reads before it writes */
+    add2(j->out + begin, j->a + begin, j->b + begin, end - begin);
+  else
+    memcpy(j->out + begin, j->a + begin, (end - begin) * sizeof *j->out);
+}
+
 void td__cpu_add(td_backend_t *be, float *out, const float *a, const float *b, size_t count) {
-  (void)be;
-  if (b != NULL)
-    add2(out, a, b, count); /* out may alias a or b: element i reads before it writes */
-  else if (out != a)
-    memcpy(out, a, count * sizeof *out);
+  if (b == NULL && out == a)
+    return;
+  elem_job_t j = {.out = out, .a = a, .b = b};
+  td_tpool_for(td__cpu_tpool(be), count, td_tpool_grain(1, TD__GRAIN), add_part, &j);
+}
+
+/* Elements [i * TD__DROP_BLOCK, (i + 1) * TD__DROP_BLOCK) draw from stream i
+ * of the seed, so any chunking of whole blocks gives the same mask. */
+#define TD__DROP_BLOCK 4096
+
+static void dropout_forward_part(void *arg, size_t begin, size_t end, int part) {
+  (void)part;
+  const elem_job_t *j = arg;
+  float *mask = j->out, *out = j->out2;
+  float p = j->p, keep = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+  uint32_t threshold = (uint32_t)((double)p * 4294967296.0 > 4294967295.0
+                                      ? 4294967295.0
+                                      : (double)p * 4294967296.0);
+  for (size_t block = begin / TD__DROP_BLOCK; block * TD__DROP_BLOCK < end; block++) {
+    td_rng_t rng;
+    td_rng_seed2(&rng, j->seed, 0x44524f5000000000ull + block); /* "DROP" */
+    size_t hi = (block + 1) * TD__DROP_BLOCK < end ? (block + 1) * TD__DROP_BLOCK : end;
+    for (size_t i = block * TD__DROP_BLOCK; i < hi; i += 2) {
+      uint64_t r = td_rng_next(&rng); /* two 32-bit draws per call */
+      mask[i] = (uint32_t)r >= threshold ? keep : 0.0f;
+      if (i + 1 < hi)
+        mask[i + 1] = (uint32_t)(r >> 32) >= threshold ? keep : 0.0f;
+    }
+  }
+  for (size_t i = begin; i < end; i++)
+    out[i] = j->a[i] * mask[i];
 }
 
 void td__cpu_dropout_forward(td_backend_t *be, float *out, float *mask, const float *inp,
                              size_t count, float p, uint64_t seed) {
-  (void)be;
-  td_rng_t rng;
-  td_rng_seed2(&rng, seed, 0x44524f50ull); /* "DROP" */
-  float keep = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-  uint32_t threshold = (uint32_t)((double)p * 4294967296.0 > 4294967295.0
-                                      ? 4294967295.0
-                                      : (double)p * 4294967296.0);
-  for (size_t i = 0; i < count; i += 2) {
-    uint64_t r = td_rng_next(&rng); /* two 32-bit draws per call */
-    mask[i] = (uint32_t)r >= threshold ? keep : 0.0f;
-    if (i + 1 < count)
-      mask[i + 1] = (uint32_t)(r >> 32) >= threshold ? keep : 0.0f;
-  }
-  for (size_t i = 0; i < count; i++)
-    out[i] = inp[i] * mask[i];
+  elem_job_t j = {.out = mask, .out2 = out, .a = inp, .p = p, .seed = seed};
+  td_tpool_for(td__cpu_tpool(be), count, td_tpool_grain(1, TD__DROP_BLOCK), dropout_forward_part,
+               &j);
+}
+
+TD_CLONES
+static void dropout_bwd(float *restrict dx, const float *restrict dy, const float *restrict mask,
+                        size_t n, bool acc) {
+  if (acc)
+    for (size_t i = 0; i < n; i++)
+      dx[i] += dy[i] * mask[i];
+  else
+    for (size_t i = 0; i < n; i++)
+      dx[i] = dy[i] * mask[i];
+}
+
+static void dropout_backward_part(void *arg, size_t begin, size_t end, int part) {
+  (void)part;
+  const elem_job_t *j = arg;
+  dropout_bwd(j->out + begin, j->a + begin, j->b + begin, end - begin, j->acc);
 }
 
 void td__cpu_dropout_backward(td_backend_t *be, float *dinp, const float *dout,
                               const float *mask, size_t count, bool acc) {
-  (void)be;
-  for (size_t i = 0; i < count; i++)
-    dinp[i] = acc ? dinp[i] + dout[i] * mask[i] : dout[i] * mask[i];
+  elem_job_t j = {.out = dinp, .a = dout, .b = mask, .acc = acc};
+  td_tpool_for(td__cpu_tpool(be), count, td_tpool_grain(1, TD__GRAIN), dropout_backward_part,
+               &j);
 }

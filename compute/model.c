@@ -271,9 +271,8 @@ static void conv_forward(td_model_t *m, td__node_t *n, const float *x, float *y,
   int k = g.c * g.k * g.k, plane = g.ho * g.wo, cout = m->tensors[n->out].c;
   int cols = rows * plane;
   g.ld = cols;
-  size_t in_size = (size_t)g.c * (size_t)g.h * (size_t)g.w;
-  for (int b = 0; b < rows && !gemm_only; b++)
-    td_backend_im2col(m->be, n->aux + (size_t)b * (size_t)plane, x + (size_t)b * in_size, &g);
+  if (!gemm_only)
+    td_backend_im2col_batch(m->be, n->aux, x, rows, &g);
   td_backend_gemm(m->be, false, false, cout, cols, k, 1.0f, param(m, n->w), k, n->aux, cols,
                   0.0f, m->work, cols);
   if (gemm_only)
@@ -288,7 +287,6 @@ static void conv_backward(td_model_t *m, td__node_t *n, float *dx, float *dy, co
   int k = g.c * g.k * g.k, plane = g.ho * g.wo, cout = m->tensors[n->out].c;
   int cols = rows * plane;
   g.ld = cols;
-  size_t in_size = (size_t)g.c * (size_t)g.h * (size_t)g.w;
   if (!gemm_only) {
     td_backend_channel_act_backward(m->be, dy, y, grad(m, n->b), rows, cout, plane, n->act);
     td_backend_swap01(m->be, m->work, dy, rows, cout, plane);
@@ -299,37 +297,52 @@ static void conv_backward(td_model_t *m, td__node_t *n, float *dx, float *dy, co
     return;
   td_backend_gemm(m->be, true, false, k, cols, cout, 1.0f, param(m, n->w), k, m->work, cols,
                   0.0f, m->work2, cols);
-  for (int b = 0; b < rows && !gemm_only; b++)
-    td_backend_col2im(m->be, dx + (size_t)b * in_size, m->work2 + (size_t)b * (size_t)plane, &g,
-                      n->acc);
+  if (!gemm_only)
+    td_backend_col2im_batch(m->be, dx, m->work2, rows, &g, n->acc);
 }
 
-/* The GEMMs of attention, issued through the backend (for gemm_only). */
-static void attention_gemms(td_model_t *m, const td__node_t *n, int rows) {
+/* The GEMMs of attention, issued through the backend (for gemm_only), with
+ * the (image, head) pairs split over the backend's threads as the kernel
+ * splits them. */
+typedef struct {
+  td_model_t *m;
+  const td__node_t *n;
+} attn_gemms_job_t;
+
+static void attention_gemms_part(void *arg, size_t begin, size_t end, int part) {
+  (void)part;
+  const attn_gemms_job_t *j = arg;
+  td_model_t *m = j->m;
+  const td__node_t *n = j->n;
   const td__tensor_t *o = &m->tensors[n->out];
   int t = o->t, c = o->c, d = c / n->heads, ld = 3 * c;
   const float *qkv = m->tensors[n->in].v;
   float *dqkv = m->tensors[n->in].g;
-  for (int b = 0; b < rows; b++)
-    for (int h = 0; h < n->heads; h++) {
-      size_t base = (size_t)b * (size_t)t * (size_t)ld + (size_t)h * (size_t)d;
-      float *p = n->aux + ((size_t)b * (size_t)n->heads + (size_t)h) * (size_t)t * (size_t)t;
-      float *dp = m->work + ((size_t)b * (size_t)n->heads + (size_t)h) * (size_t)t * (size_t)t;
-      float *out = o->v + (size_t)b * (size_t)t * (size_t)c + (size_t)h * (size_t)d;
-      float *dout = o->g + (size_t)b * (size_t)t * (size_t)c + (size_t)h * (size_t)d;
-      td_backend_gemm(m->be, false, true, t, t, d, 1.0f, qkv + base, ld, qkv + base + c, ld,
-                      0.0f, p, t);
-      td_backend_gemm(m->be, false, false, t, d, t, 1.0f, p, t, qkv + base + 2 * c, ld, 0.0f,
-                      out, c);
-      td_backend_gemm(m->be, true, false, t, d, t, 1.0f, p, t, dout, c, 0.0f, dqkv + base + 2 * c,
-                      ld);
-      td_backend_gemm(m->be, false, true, t, t, d, 1.0f, dout, c, qkv + base + 2 * c, ld, 0.0f,
-                      dp, t);
-      td_backend_gemm(m->be, false, false, t, d, t, 1.0f, dp, t, qkv + base + c, ld, 0.0f,
-                      dqkv + base, ld);
-      td_backend_gemm(m->be, true, false, t, d, t, 1.0f, dp, t, qkv + base, ld, 0.0f,
-                      dqkv + base + c, ld);
-    }
+  for (size_t pair = begin; pair < end; pair++) {
+    size_t b = pair / (size_t)n->heads, h = pair % (size_t)n->heads;
+    size_t base = b * (size_t)t * (size_t)ld + h * (size_t)d;
+    float *p = n->aux + pair * (size_t)t * (size_t)t;
+    float *dp = m->work + pair * (size_t)t * (size_t)t;
+    float *out = o->v + b * (size_t)t * (size_t)c + h * (size_t)d;
+    float *dout = o->g + b * (size_t)t * (size_t)c + h * (size_t)d;
+    td_backend_gemm(m->be, false, true, t, t, d, 1.0f, qkv + base, ld, qkv + base + c, ld, 0.0f,
+                    p, t);
+    td_backend_gemm(m->be, false, false, t, d, t, 1.0f, p, t, qkv + base + 2 * c, ld, 0.0f, out,
+                    c);
+    td_backend_gemm(m->be, true, false, t, d, t, 1.0f, p, t, dout, c, 0.0f, dqkv + base + 2 * c,
+                    ld);
+    td_backend_gemm(m->be, false, true, t, t, d, 1.0f, dout, c, qkv + base + 2 * c, ld, 0.0f, dp,
+                    t);
+    td_backend_gemm(m->be, false, false, t, d, t, 1.0f, dp, t, qkv + base + c, ld, 0.0f,
+                    dqkv + base, ld);
+    td_backend_gemm(m->be, true, false, t, d, t, 1.0f, dp, t, qkv + base, ld, 0.0f,
+                    dqkv + base + c, ld);
+  }
+}
+
+static void attention_gemms(td_model_t *m, const td__node_t *n, int rows) {
+  attn_gemms_job_t j = {.m = m, .n = n};
+  td_backend_parallel_for(m->be, (size_t)rows * (size_t)n->heads, attention_gemms_part, &j);
 }
 
 static void forward(td_model_t *m, const td_batch_t *batch, bool train, bool gemm_only) {
