@@ -169,7 +169,7 @@ struct td__node {
   uv_loop_t loop;
   uint64_t node_id;
   char data_dir[512], control_path[640];
-  unsigned threads;       /* BLAS threads for runs (0: library default) */
+  unsigned threads;       /* compute threads for runs (0: BLAS default, no pool) */
   td__policy_t policy;    /* what this node accepts of a run spec */
   td__access_t *access;   /* keys, allowlist, permissions */
   double heartbeat_s;

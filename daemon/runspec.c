@@ -303,7 +303,7 @@ static const run_key_t td__run_keys[] = {
      "linear learning-rate warm-up, in steps"},
     {"epochs", KEY_UINT, F(epochs), "1", 1, 100000, NULL, "passes over the local partition"},
     {"seed", KEY_U64, F(seed), "1", 0, 0, NULL, "seed for init, shuffling and partitions"},
-    {"threads", KEY_UINT, F(threads), "0", 0, 1024, NULL, "BLAS threads (0 = library default)"},
+    {"threads", KEY_UINT, F(threads), "0", 0, 1024, NULL, "compute threads (0 = BLAS default, kernels on one thread)"},
     {"backend", KEY_STR, F(backend), "cpu", 0, 0, check_backend, "auto | cpu | cuda[:INDEX]"},
     {"local_steps", KEY_STR, F(local_steps_text), "8", 0, 0, check_local_steps,
      "H local steps per round, or qsr:ALPHA:HBASE (H = max(HBASE, (ALPHA/lr)^2))"},

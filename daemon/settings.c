@@ -29,7 +29,7 @@ static const config_key_t keys[] = {
     {"listen", "peer endpoint tcp://HOST:PORT, port 0 = ephemeral (default " TD_NODE_DEFAULT_LISTEN ")"},
     {"control", "control socket path, mode 0600 (default DATA_DIR/control.sock)"},
     {"log_level", "error | warn | info | debug (default info)"},
-    {"threads", "BLAS threads for training (default 0 = library default)"},
+    {"threads", "compute threads for training: N runs the kernels on N threads, BLAS single-threaded inside them (default 0 = BLAS library default, kernels on one thread)"},
     {"heartbeat_ms", "heartbeat period; suspect after 3 missed, dead after 6 (default "
                      TD_STR(TD_NODE_DEFAULT_HEARTBEAT_MS) ")"},
     {"link_delay_ms", "added one-way latency of every outgoing update chunk, held in user space"
