@@ -93,6 +93,22 @@ void td__comeback_rejoined(td__node_t *n, uint64_t run_id, uint64_t round) {
   n->rejoin.run_id = 0;
 }
 
+/* This node is the one left behind only when more than half of the run's
+ * other members (those not refused, already in by our round) last said they
+ * are that far ahead: a single member's claim, true or not, cannot push an
+ * honest node out of its run. */
+static bool most_are_ahead(const td__session_t *s) {
+  size_t others = 0, ahead = 0;
+  for (size_t i = 0; i < s->n_members; i++) {
+    if (s->members[i] == s->node->node_id || s->since[i] == UINT64_MAX || s->since[i] > s->round)
+      continue;
+    others++;
+    if (s->heard_round[i] > s->round + TD__BEHIND_ROUNDS)
+      ahead++;
+  }
+  return ahead * 2 > others;
+}
+
 void td__comeback_heard(td__node_t *n, uint64_t peer, uint64_t run_id, uint64_t round) {
   td__session_t *s = n->session;
   size_t i = s != NULL ? td__session_member(s, peer) : TD_MEMBERS_MAX;
@@ -100,12 +116,14 @@ void td__comeback_heard(td__node_t *n, uint64_t peer, uint64_t run_id, uint64_t 
     return;
   /* async members drift apart by design: only an idle one is out of the run */
   bool lockstep = s->spec.mode_kind != TD_MODE_ASYNC;
+  if (run_id == s->run_id)
+    s->heard_round[i] = round;
   /* (a joiner, whose first round is still ahead, is ahead by design) */
   if (lockstep && s->ready && run_id == s->run_id && s->since[i] <= s->round &&
-      round > s->round + TD__BEHIND_ROUNDS) {
+      round > s->round + TD__BEHIND_ROUNDS && most_are_ahead(s)) {
     char why[160];
     snprintf(why, sizeof why, "member %016" PRIx64 " is at round %" PRIu64 ", %" PRIu64
-             " rounds ahead", peer, round, round - s->round);
+             " rounds ahead, as are most members", peer, round, round - s->round);
     td__session_abandon(n, why);
     return;
   }
