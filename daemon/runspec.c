@@ -319,7 +319,7 @@ static const run_key_t td__run_keys[] = {
      "F or F0,F1,... by rank: make nodes F times slower (experiments)"},
     {"overlap_fill", KEY_UINT, F(overlap_fill), "0", 0, 1000, NULL,
      "overlap: up to this many times H extra local steps while the last average is in flight"},
-    {"overlap_pull", KEY_DOUBLE, F(overlap_pull), "0.5", 0, 1, NULL,
+    {"overlap_pull", KEY_DOUBLE, F(overlap_pull), "0.4", 0, 1, NULL,
      "overlap: after the delayed swap, pull the local model this fraction back to the anchor"},
     {"reconcile", KEY_STR, F(reconcile), "end", 0, 0, check_reconcile,
      "sync/overlap with a lossy codec: nodes average their anchors (fp16) so they end on one "
