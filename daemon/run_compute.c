@@ -56,6 +56,7 @@ typedef struct {
 typedef struct {
   td_run_t *run;
   td_backend_t *be;
+  char backend_why[sizeof ((td_run_event_t *)0)->message]; /* which backend and why (READY) */
   td_shard_t data;                  /* the node's partition: rows, or bytes of text */
   td_dataset_t *train, *test, *val; /* borrowed from data; val: knowledge transfer's probe
                                        rows (owned), or NULL */
@@ -281,8 +282,11 @@ static void open_probe_rows(compute_t *c) {
 static td__run_flow_t set_up(compute_t *c) {
   td_run_t *run = c->run;
   const td_runspec_t *sp = &run->spec;
-  if (td_backend_open(&c->be, sp->backend, (int)sp->threads, c->why, sizeof c->why) != 0)
+  /* auto says why it chose: status shows it (and a GPU that was passed over) */
+  if (td_backend_open_auto(&c->be, sp->backend, (int)sp->threads, c->why, sizeof c->why) != 0)
     return fail(c);
+  snprintf(c->backend_why, sizeof c->backend_why, "%.*s", (int)sizeof c->backend_why - 1, c->why);
+  c->why[0] = '\0';
   td_shard_opts_t shard = {.dataset = td_runspec_dataset(sp), .partition = sp->partition,
                            .rank = run->rank, .nodes = run->nodes, .seed = sp->seed};
   if (td_shard_open(&c->data, &shard, c->why, sizeof c->why) != 0)
@@ -354,6 +358,8 @@ static td__run_flow_t set_up(compute_t *c) {
     return fail(c);
   }
   td_run_event_t ready = {.kind = TD_RUN_READY, .round = run->rounds};
+  snprintf(ready.backend, sizeof ready.backend, "%s", td_backend_name(c->be));
+  snprintf(ready.message, sizeof ready.message, "%s", c->backend_why);
   return td__run_post(run, &ready) ? TD__RUN_GO_ON : TD__RUN_STOPPED;
 }
 
