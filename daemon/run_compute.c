@@ -66,7 +66,8 @@ typedef struct {
   td_trainer_t *tr;
   float *params; /* the trainer's model */
   unsigned batch;  /* rows per step now */
-  double capacity; /* samples/s, EWMA */
+  double capacity; /* samples/s, EWMA, measured on the run's backend */
+  bool warm;       /* the backend has taken a step (device: its one-time costs are paid) */
   double idle;     /* seconds blocked since the last ROUND_DONE */
   fill_t fill;     /* overlap fill steps since the last ROUND_DONE */
   float *lead;     /* overlap: what params hold of the last posted round beyond the
@@ -417,17 +418,40 @@ static td__run_flow_t round_begin(compute_t *c, uint64_t round) {
 }
 
 /* The round's local steps, slowed down when asked; the last wait's fill steps
- * count as this round's progress too. */
+ * count as this round's progress too. The capacity (samples/s) is measured on
+ * the backend the run trains on, once its queued work is done. A device pays
+ * one-time costs in its first step (lazy kernel loading, library workspaces,
+ * first allocations), so on a device the run's first step is taken untimed
+ * and left out of the measure: a GPU node reports its real rate from its first
+ * round, and weighted batching gives it its share at once. The steps are the
+ * same either way (one call of n steps or 1 + (n - 1)). */
 static td__run_flow_t round_steps(compute_t *c, uint64_t round, td_train_stats_t *st,
                                   double *compute_s) {
   td_run_t *run = c->run;
+  unsigned long n = td_run_steps_of(run, round);
+  td_train_stats_t first = {0};
+  if (!c->warm && n > 1 && td_backend_device_memory(c->be)) {
+    if (td_trainer_steps(c->tr, 1, &first, c->why, sizeof c->why) != 0)
+      return fail(c);
+    td_backend_synchronize(c->be);
+    n--;
+  }
+  c->warm = true;
   double t0 = td_clock_mono_s();
-  if (td_trainer_steps(c->tr, td_run_steps_of(run, round), st, c->why, sizeof c->why) != 0)
+  if (td_trainer_steps(c->tr, n, st, c->why, sizeof c->why) != 0)
     return fail(c);
+  td_backend_synchronize(c->be);
   sleep_for(run, (run->slowdown - 1) * (td_clock_mono_s() - t0));
   *compute_s = td_clock_mono_s() - t0;
   if (*compute_s > 0)
     c->capacity = td_plan_ewma(c->capacity, (double)st->samples / *compute_s, CAPACITY_RHO);
+  if (first.samples > 0) { /* the untimed warm-up step is part of the round all the same */
+    st->loss = (st->loss * (double)st->samples + first.loss * (double)first.samples) /
+               (double)(st->samples + first.samples);
+    st->samples += first.samples;
+    st->steps += first.steps;
+    *compute_s += first.seconds;
+  }
   if (c->fill.samples > 0) {
     st->loss = (st->loss * (double)st->samples + c->fill.loss_sum) /
                (double)(st->samples + c->fill.samples);
