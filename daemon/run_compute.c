@@ -10,6 +10,13 @@
  * the peers' inbox), and end
  * (probe and evaluation). Every phase says whether to go on; a stop request
  * ends the run with STOPPED, an error with FAILED and its reason.
+ * On a device backend the model lives on the device during the steps and the
+ * host works on its pinned copy (c->params, td_model_host_params): the steps
+ * end with td_model_pull() (the round's result comes across once, the host
+ * forms the delta from it) and whatever changed the host copy (outer step,
+ * merge, reconciliation, a seed) ends with td_model_push(), an asynchronous
+ * upload that the next evaluation or steps queue behind. On the CPU both are
+ * no-ops and c->params is the model's own buffer.
  * Thread: the compute thread only (td__run_compute_main is its entry); it talks
  * to the loop only through run.c's mailbox and run->mu / run->cv. */
 #include <inttypes.h>
@@ -77,6 +84,18 @@ typedef struct {
 
 static td__run_flow_t fail(compute_t *c) { return td__run_fail(c->run, c->why); }
 
+/* The host copy of the parameters from the device, after steps (no-op on the CPU). */
+static td__run_flow_t pull(compute_t *c) {
+  return td_model_pull(td_trainer_model(c->tr), c->why, sizeof c->why) == 0 ? TD__RUN_GO_ON
+                                                                              : fail(c);
+}
+
+/* The host copy to the device, after the host changed it (no-op on the CPU). */
+static td__run_flow_t push(compute_t *c) {
+  return td_model_push(td_trainer_model(c->tr), c->why, sizeof c->why) == 0 ? TD__RUN_GO_ON
+                                                                              : fail(c);
+}
+
 /* ---- waiting ------------------------------------------------------------------------- */
 
 /* slowdown = F: stay idle (F - 1) times the compute time, so the node's
@@ -109,12 +128,13 @@ static td__run_flow_t wait_release(compute_t *c, uint64_t round) {
 /* Overlap fill: single steps until `round` is released or max_steps are done. */
 static td__run_flow_t fill_until(compute_t *c, uint64_t round, unsigned max_steps) {
   td_run_t *run = c->run;
+  unsigned ran = 0;
   while (c->fill.steps < max_steps) {
     pthread_mutex_lock(&run->mu);
     bool done = run->stop || run->released_round >= round;
     pthread_mutex_unlock(&run->mu);
     if (done)
-      return TD__RUN_GO_ON; /* a stop is seen by the wait that follows */
+      break; /* a stop is seen by the wait that follows */
     double t0 = td_clock_mono_s();
     td_train_stats_t st;
     if (td_trainer_fill_steps(c->tr, 1, &st, c->why, sizeof c->why) != 0)
@@ -124,18 +144,20 @@ static td__run_flow_t fill_until(compute_t *c, uint64_t round, unsigned max_step
     c->fill.loss_sum += st.loss * (double)st.samples;
     c->fill.seconds += td_clock_mono_s() - t0;
     c->fill.steps++;
+    ran++;
   }
-  return TD__RUN_GO_ON;
+  return ran > 0 ? pull(c) : TD__RUN_GO_ON; /* the swap that follows reads the host copy */
 }
 
 /* ---- what the loop and peers hand over ------------------------------------------------ */
 
 /* Fold a pending knowledge-transfer merge into params (and the round start,
- * so the merge is not mistaken for local progress). A merge with lambda 1
- * replaces the model wholesale: the optimizer state of the old trajectory is
- * reset with it (compute/optim.h), a partial merge keeps it. */
-static void apply_merge(td_run_t *run, td_trainer_t *tr, float *params) {
-  bool replaced = false;
+ * so the merge is not mistaken for local progress); whether there was one. A
+ * merge with lambda 1 replaces the model wholesale: the optimizer state of
+ * the old trajectory is reset with it (compute/optim.h), a partial merge
+ * keeps it. */
+static bool apply_merge(td_run_t *run, td_trainer_t *tr, float *params) {
+  bool replaced = false, merged = false;
   pthread_mutex_lock(&run->mu);
   if (run->merge_lambda > 0) {
     replaced = run->merge_lambda >= 1;
@@ -145,10 +167,12 @@ static void apply_merge(td_run_t *run, td_trainer_t *tr, float *params) {
       run->start[i] = params[i];
     }
     run->merge_lambda = 0;
+    merged = true;
   }
   pthread_mutex_unlock(&run->mu);
   if (replaced)
     td_trainer_reset_optim(tr); /* TD_ENOMEM keeps the old state: still a valid optimizer */
+  return merged;
 }
 
 /* Rows per step for `round`: the newest batch plan that has begun, else `current`. */
@@ -345,7 +369,7 @@ static td__run_flow_t set_up(compute_t *c) {
     snprintf(c->why, sizeof c->why, "model size changed between planning and training");
     return fail(c);
   }
-  c->params = td_model_params(model);
+  c->params = td_model_host_params(model); /* the model's own buffer on the CPU */
   memcpy(run->anchor, c->params, run->numel * sizeof(float));
   memcpy(run->start, c->params, run->numel * sizeof(float));
   if (run->init != NULL)
@@ -382,6 +406,9 @@ static td__run_flow_t wait_seed(compute_t *c) {
     return TD__RUN_STOPPED;
   memcpy(c->params, run->anchor, run->numel * sizeof(float));
   memcpy(run->start, c->params, run->numel * sizeof(float));
+  td__run_flow_t f = push(c);
+  if (f != TD__RUN_GO_ON)
+    return f;
   /* the optimizer state is local and never travels: a joiner starts it from
    * zero on the members' model (compute/optim.h) */
   if (td_trainer_reset_optim(c->tr) != 0) {
@@ -407,8 +434,12 @@ static td__run_flow_t round_begin(compute_t *c, uint64_t round) {
   if (run->spec.mode_kind == TD_MODE_ASYNC && round > ahead &&
       wait_release(c, round - ahead) != TD__RUN_GO_ON)
     return TD__RUN_STOPPED;
-  apply_merge(run, c->tr, c->params);
-  td__run_apply_reconciled(run, c->params);
+  td_backend_synchronize(c->be); /* the last push is done with the host copy */
+  bool changed = apply_merge(run, c->tr, c->params);
+  changed |= td__run_apply_reconciled(run, c->params) > 0;
+  td__run_flow_t f = changed ? push(c) : TD__RUN_GO_ON;
+  if (f != TD__RUN_GO_ON)
+    return f;
   c->batch = batch_for(run, round, c->batch);
   td_trainer_set_batch(c->tr, c->batch);
   /* linear scaling below the even share: per-sample steps stay the same */
@@ -457,7 +488,7 @@ static td__run_flow_t round_steps(compute_t *c, uint64_t round, td_train_stats_t
                (double)(st->samples + c->fill.samples);
     st->samples += c->fill.samples;
   }
-  return TD__RUN_GO_ON;
+  return pull(c); /* the round's result, for its delta */
 }
 
 /* The round's delta (from the anchor in sync, the round start otherwise) into
@@ -581,6 +612,8 @@ static td__run_flow_t run_round(compute_t *c, uint64_t round) {
     case TD_MODE_ASYNC: f = after_round_async(c, round, &st); break;
     }
   }
+  if (f == TD__RUN_GO_ON)
+    f = push(c); /* the host copy changed: the evaluation and next steps use it */
   if (f == TD__RUN_GO_ON)
     f = round_end(c, round);
   return f;

@@ -113,8 +113,8 @@ void *td__run_compute_main(void *arg);
 /* Fold the finished reconciliations into the anchor, params and round start,
  * oldest first; the number applied. Caller holds run->mu. */
 unsigned td__run_apply_reconciled_locked(td_run_t *run, float *params);
-/* The same, taking run->mu. */
-void td__run_apply_reconciled(td_run_t *run, float *params);
+/* The same, taking run->mu; how many it applied. */
+unsigned td__run_apply_reconciled(td_run_t *run, float *params);
 /* The anchor holds `round`, a reconciliation round: keep anchor - init in a
  * free slot (waiting for one; the wait is added to *idle) and post
  * TD_RUN_RECONCILE. */
