@@ -182,6 +182,7 @@ int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t wh
   run->loop = opts->loop;
   run->on_events = opts->on_events;
   run->user = opts->user;
+  run->open_backend = opts->open_backend;
   pthread_mutex_init(&run->mu, NULL);
   pthread_condattr_t attr; /* deadlines (slowdown) on the monotonic clock */
   pthread_condattr_init(&attr);

@@ -30,6 +30,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "compute/backend.h"
 #include "compute/params.h"
 #include "daemon/runspec.h"
 
@@ -90,6 +91,10 @@ typedef struct {
    * td_run_next_event(). */
   void (*on_events)(td_run_t *run, void *user);
   void *user;
+  /* Tests only: opens the compute backend in place of the spec's `backend`
+   * name (NULL: td_backend_open_auto on that name), e.g. the CPU posing as a
+   * device, so the device-resident path runs on a machine without a GPU. */
+  int (*open_backend)(td_backend_t **out, int threads, char *why, size_t why_len);
 } td_run_opts_t;
 
 /* Validate the spec against what this version supports, size the model, and

@@ -308,8 +308,14 @@ static td__run_flow_t set_up(compute_t *c) {
   td_run_t *run = c->run;
   const td_runspec_t *sp = &run->spec;
   /* auto says why it chose: status shows it (and a GPU that was passed over) */
-  if (td_backend_open_auto(&c->be, sp->backend, (int)sp->threads, c->why, sizeof c->why) != 0)
+  int rc = run->open_backend != NULL
+               ? run->open_backend(&c->be, (int)sp->threads, c->why, sizeof c->why)
+               : td_backend_open_auto(&c->be, sp->backend, (int)sp->threads, c->why,
+                                      sizeof c->why);
+  if (rc != 0)
     return fail(c);
+  if (run->open_backend != NULL)
+    snprintf(c->why, sizeof c->why, "%s (opened by the caller)", td_backend_describe(c->be));
   snprintf(c->backend_why, sizeof c->backend_why, "%.*s", (int)sizeof c->backend_why - 1, c->why);
   c->why[0] = '\0';
   td_shard_opts_t shard = {.dataset = td_runspec_dataset(sp), .partition = sp->partition,
@@ -348,10 +354,10 @@ static td__run_flow_t set_up(compute_t *c) {
       .total_steps = td_steps_lr_horizon(&plan),
   };
   td_runspec_optim_opts(sp, &opts.optim);
-  int rc = c->text ? td_trainer_open_text(&c->tr, c->be, td_text_data(c->data.text_train),
-                                          td_text_bytes(c->data.text_train), &opts, c->why,
-                                          sizeof c->why)
-                   : td_trainer_open(&c->tr, c->be, c->train, &opts, c->why, sizeof c->why);
+  rc = c->text ? td_trainer_open_text(&c->tr, c->be, td_text_data(c->data.text_train),
+                                     td_text_bytes(c->data.text_train), &opts, c->why,
+                                     sizeof c->why)
+              : td_trainer_open(&c->tr, c->be, c->train, &opts, c->why, sizeof c->why);
   if (rc != 0 ||
       (c->test != NULL && td_trainer_check_dataset(c->tr, c->test, c->why, sizeof c->why) != 0))
     return fail(c);

@@ -52,6 +52,7 @@ struct td_run {
   uv_async_t async;
   void (*on_events)(td_run_t *, void *);
   void *user;
+  int (*open_backend)(td_backend_t **, int, char *, size_t); /* tests: see td_run_opts_t */
   pthread_t thread;
   bool thread_started;
 
