@@ -16,6 +16,7 @@
  * cases fail at round 1 or 2. */
 #include <check.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,8 @@ static void write_dataset(void) {
 typedef struct {
   float *checkpoint[ROUNDS + 1]; /* the anchor after each round */
   double loss[ROUNDS + 1], accuracy[ROUNDS + 1];
+  uint64_t samples[ROUNDS + 1]; /* ROUND_DONE: samples trained */
+  double train_loss[ROUNDS + 1], capacity[ROUNDS + 1];
   unsigned evals;
   size_t numel;
   char backend_why[256];
@@ -83,6 +86,10 @@ static void run_once(const char *mode, bool device, outcome_t *out) {
       snprintf(out->backend_why, sizeof out->backend_why, "%s", ev.message);
       break;
     case TD_RUN_ROUND_DONE: /* one node: the round's average is its own delta */
+      ck_assert_uint_le(ev.round, ROUNDS);
+      out->samples[ev.round] = ev.samples;
+      out->train_loss[ev.round] = ev.loss;
+      out->capacity[ev.round] = ev.capacity;
       memcpy(td_run_avg(run, ev.round), td_run_delta(run, ev.round), n * sizeof(float));
       td_run_release(run, ev.round);
       break;
@@ -125,6 +132,17 @@ static void check_mode(const char *mode) {
     ck_assert_msg(cpu.checkpoint[r] != NULL && dev.checkpoint[r] != NULL, "round %d", r);
     ck_assert_msg(memcmp(cpu.checkpoint[r], dev.checkpoint[r], bytes) == 0,
                   "%s round %d: the anchors differ", mode, r);
+  }
+  /* a device's first step is taken untimed (run_compute.c): the round still
+   * counts its samples and loss, and the capacity is measured all the same */
+  for (int r = 1; r <= ROUNDS; r++) {
+    ck_assert_uint_eq(cpu.samples[r], 24); /* 3 steps of 8 */
+    ck_assert_uint_eq(dev.samples[r], cpu.samples[r]);
+    /* the same steps; the mean is summed in another order (1 + 2 steps) */
+    ck_assert_msg(fabs(cpu.train_loss[r] - dev.train_loss[r]) <= 1e-12 * (1 + cpu.train_loss[r]),
+                  "%s round %d: training loss %.17g vs %.17g", mode, r, cpu.train_loss[r],
+                  dev.train_loss[r]);
+    ck_assert(cpu.capacity[r] > 0 && dev.capacity[r] > 0);
   }
   /* and the rounds did move it */
   ck_assert_int_ne(memcmp(cpu.checkpoint[1], cpu.checkpoint[last], bytes), 0);
