@@ -6,7 +6,8 @@
  * the host except download (which must hand back finished data) and the loss
  * of softmax_xent (which the caller reads as a number). Memory is plain
  * cudaMalloc device memory; host buffers for transfers are pinned
- * (cudaHostAlloc), and the asynchronous copies queue on the same stream. GEMMs go to cuBLAS in full FP32 (no TF32, so the
+ * (cudaHostAlloc), and the asynchronous copies queue on the same stream.
+ * GEMMs go to cuBLAS in full FP32 (no TF32, so the
  * results match the CPU to float rounding): a row-major C = op(A) op(B) is the
  * column-major C^T = op(B)^T op(A)^T, i.e. the same call with A and B swapped.
  * Every other op is a kernel written for clarity first: grid-stride
