@@ -230,6 +230,8 @@ static int cmd_status(bool json, bool watch, double every_s) {
              jstr(o, "security"));
       printf("peers   %zu (%zu alive)\n", np, alive);
       printf("%s\n", line);
+      if (strcmp(jstr(run, "backend_reason"), "-") != 0)
+        printf("backend %s\n", jstr(run, "backend_reason"));
       if (strcmp(jstr(run, "error"), "-") != 0)
         printf("error   %s\n", jstr(run, "error"));
       if (strcmp(jstr(run, "refused"), "-") != 0)

@@ -3,8 +3,12 @@
  * Callers never touch an iface table: they call td_backend_*(), which forward
  * to the table of the backend they opened. The required slots (alloc, free,
  * gemm and the fused ops) are checked once at open; the optional ones (open,
- * close, synchronize, and upload/download for backends whose memory the host
- * can address) default here, so a wrapper is one indirect call and no test.
+ * close, synchronize, upload/download for backends whose memory the host
+ * can address, pinned host memory and asynchronous copies) default here, so a
+ * wrapper is one indirect call and, for the ops that read parameters or a
+ * batch, one predictable test of the tests-only checked mode
+ * (td__backend_open_cpu_as_device: the CPU posing as a device, which keeps a
+ * list of its blocks and records a host pointer handed to an op).
  * adamw_step (iface version 2) defaults to the CPU loop when a table lacks it.
  * The CUDA table is NULL unless configure found nvcc (--with-cuda); asking for
  * it then fails with TD_EDEVICE and a reason, and "cpu" is always there.
@@ -16,6 +20,7 @@
 
 #include "compute/backend.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,6 +162,80 @@ int td_backend_open_auto(td_backend_t **out, const char *name, int threads, char
   return rc;
 }
 
+int td__backend_open_cpu_as_device(td_backend_t **out, int threads, char *why, size_t why_len) {
+  if (out == NULL)
+    return td_why(why, why_len, TD_EINVAL, "no output pointer");
+  *out = NULL;
+  int rc = open_iface(out, &td__backend_cpu, 0, threads, why, why_len);
+  if (rc != 0)
+    return rc;
+  (*out)->device_memory = true;
+  (*out)->checked = true;
+  snprintf((*out)->describe, sizeof (*out)->describe, "cpu (as a device, for tests)");
+  return 0;
+}
+
+/* ---- the checked mode's block list ---- */
+
+static bool in_blocks(const td_backend_t *be, const void *p) {
+  const char *c = p;
+  for (size_t i = 0; i < be->n_blocks; i++)
+    if (c >= be->blocks[i].base && c < be->blocks[i].base + be->blocks[i].bytes)
+      return true;
+  return false;
+}
+
+/* The first misplaced pointer becomes the backend's error. */
+static void misplaced(td_backend_t *be, const char *op, const char *what) {
+  if (be->error != 0)
+    return;
+  be->error = TD_EDEVICE;
+  snprintf(be->error_why, sizeof be->error_why, "%s: %s", op, what);
+}
+
+/* Checked mode: each of the n pointers that follow (NULL: absent) must lie in
+ * a block from td_backend_alloc(). */
+static void check_dev(td_backend_t *be, const char *op, int n, ...) {
+  va_list ap;
+  va_start(ap, n);
+  for (int i = 0; i < n; i++) {
+    const void *p = va_arg(ap, const void *);
+    if (p != NULL && !in_blocks(be, p))
+      misplaced(be, op, "a host pointer where device memory belongs");
+  }
+  va_end(ap);
+}
+#define TD__CHECK(be, op, ...)                                                              \
+  do {                                                                                      \
+    if ((be)->checked)                                                                      \
+      check_dev((be), (op), TD__NARGS(__VA_ARGS__), __VA_ARGS__);                           \
+  } while (0)
+#define TD__NARGS(...) TD__NARGS_(__VA_ARGS__, 6, 5, 4, 3, 2, 1, 0)
+#define TD__NARGS_(a, b, c, d, e, f, n, ...) n
+
+static void track(td_backend_t *be, void *p, size_t bytes) {
+  if (be->n_blocks == be->cap_blocks) {
+    size_t cap = be->cap_blocks ? 2 * be->cap_blocks : 16;
+    struct td__block *b = realloc(be->blocks, cap * sizeof *b);
+    if (b == NULL) { /* cannot check this block: the checks would be wrong */
+      misplaced(be, "alloc", "out of memory for the checked mode's block list");
+      return;
+    }
+    be->blocks = b;
+    be->cap_blocks = cap;
+  }
+  be->blocks[be->n_blocks++] = (struct td__block){.base = p, .bytes = bytes ? bytes : 1};
+}
+
+static void untrack(td_backend_t *be, const void *p) {
+  for (size_t i = 0; i < be->n_blocks; i++)
+    if (be->blocks[i].base == p) {
+      be->blocks[i] = be->blocks[--be->n_blocks];
+      return;
+    }
+  misplaced(be, "free", "a pointer that td_backend_alloc() did not hand out");
+}
+
 int td_backend_open(td_backend_t **out, const char *name, int threads, char *why,
                     size_t why_len) {
   char reason[512];
@@ -172,6 +251,7 @@ void td_backend_close(td_backend_t **self_p) {
   td_backend_t *be = *self_p;
   if (be->iface->close)
     be->iface->close(be);
+  free(be->blocks);
   free(be);
   *self_p = NULL;
 }
@@ -193,25 +273,84 @@ void td_backend_parallel_for(td_backend_t *be, size_t n, td_backend_for_fn fn, v
 
 int td_backend_threads(const td_backend_t *be) { return td_tpool_threads(td__cpu_tpool(be)); }
 
-void *td_backend_alloc(td_backend_t *be, size_t bytes) { return be->iface->alloc(be, bytes); }
+void *td_backend_alloc(td_backend_t *be, size_t bytes) {
+  void *p = be->iface->alloc(be, bytes);
+  if (p != NULL && be->checked)
+    track(be, p, bytes);
+  return p;
+}
 
 void td_backend_free(td_backend_t *be, void *ptr) {
-  if (ptr != NULL)
-    be->iface->free(be, ptr);
+  if (ptr == NULL)
+    return;
+  if (be->checked)
+    untrack(be, ptr);
+  be->iface->free(be, ptr);
+}
+
+/* Checked mode: a transfer's device side in a block, its host side not;
+ * false (nothing is copied, the error is kept) when it is misplaced. */
+static bool transfer_ok(td_backend_t *be, const char *op, const void *dev, const void *host,
+                        size_t bytes) {
+  if (!be->checked || bytes == 0)
+    return true;
+  if (!in_blocks(be, dev) || !in_blocks(be, (const char *)dev + bytes - 1))
+    misplaced(be, op, "the device side is not (all) in device memory");
+  else if (in_blocks(be, host))
+    misplaced(be, op, "the host side is in device memory");
+  else
+    return true;
+  return false;
 }
 
 int td_backend_upload(td_backend_t *be, void *dst, const void *host_src, size_t bytes) {
-  if (be->iface->upload)
-    return be->iface->upload(be, dst, host_src, bytes);
-  memcpy(dst, host_src, bytes);
-  return 0;
+  if (!transfer_ok(be, "upload", dst, host_src, bytes))
+    return be->error;
+  int rc = be->iface->upload ? be->iface->upload(be, dst, host_src, bytes) : 0;
+  if (be->iface->upload == NULL)
+    memcpy(dst, host_src, bytes);
+  return rc != 0 ? rc : be->error;
 }
 
 int td_backend_download(td_backend_t *be, void *host_dst, const void *src, size_t bytes) {
-  if (be->iface->download)
-    return be->iface->download(be, host_dst, src, bytes);
-  memcpy(host_dst, src, bytes);
-  return 0;
+  if (!transfer_ok(be, "download", src, host_dst, bytes))
+    return be->error;
+  int rc = be->iface->download ? be->iface->download(be, host_dst, src, bytes) : 0;
+  if (be->iface->download == NULL)
+    memcpy(host_dst, src, bytes);
+  return rc != 0 ? rc : be->error;
+}
+
+/* Without the slot: the CPU's aligned, zero-filled, whole-cache-line blocks. */
+void *td_backend_host_alloc(td_backend_t *be, size_t bytes) {
+  if (be->iface->version >= 5 && be->iface->host_alloc != NULL)
+    return be->iface->host_alloc(be, bytes);
+  return td__backend_cpu.alloc(be, bytes);
+}
+
+void td_backend_host_free(td_backend_t *be, void *ptr) {
+  if (ptr == NULL)
+    return;
+  if (be->iface->version >= 5 && be->iface->host_free != NULL)
+    be->iface->host_free(be, ptr);
+  else
+    td__backend_cpu.free(be, ptr);
+}
+
+int td_backend_upload_async(td_backend_t *be, void *dst, const void *host_src, size_t bytes) {
+  if (be->iface->version >= 5 && be->iface->upload_async != NULL)
+    return transfer_ok(be, "upload_async", dst, host_src, bytes)
+               ? be->iface->upload_async(be, dst, host_src, bytes)
+               : be->error;
+  return td_backend_upload(be, dst, host_src, bytes);
+}
+
+int td_backend_download_async(td_backend_t *be, void *host_dst, const void *src, size_t bytes) {
+  if (be->iface->version >= 5 && be->iface->download_async != NULL)
+    return transfer_ok(be, "download_async", src, host_dst, bytes)
+               ? be->iface->download_async(be, host_dst, src, bytes)
+               : be->error;
+  return td_backend_download(be, host_dst, src, bytes);
 }
 
 void td_backend_synchronize(td_backend_t *be) {
@@ -222,27 +361,32 @@ void td_backend_synchronize(td_backend_t *be) {
 void td_backend_gemm(td_backend_t *be, bool trans_a, bool trans_b, int m, int n, int k,
                      float alpha, const float *a, int lda, const float *b, int ldb, float beta,
                      float *c, int ldc) {
+  TD__CHECK(be, "gemm", a, b, c);
   be->iface->gemm(be, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void td_backend_bias_act(td_backend_t *be, float *y, const float *bias, int rows, int cols,
                          td_act_t act) {
+  TD__CHECK(be, "bias_act", y, bias);
   be->iface->bias_act(be, y, bias, rows, cols, act);
 }
 
 void td_backend_act_backward(td_backend_t *be, float *dy, const float *y, float *dbias, int rows,
                              int cols, td_act_t act) {
+  TD__CHECK(be, "act_backward", dy, y, dbias);
   be->iface->act_backward(be, dy, y, dbias, rows, cols, act);
 }
 
 double td_backend_softmax_xent(td_backend_t *be, const float *logits, const int32_t *labels,
                                float *dlogits, float grad_scale, int rows, int cols,
                                int *correct) {
+  TD__CHECK(be, "softmax_xent", logits, labels, dlogits);
   return be->iface->softmax_xent(be, logits, labels, dlogits, grad_scale, rows, cols, correct);
 }
 
 void td_backend_adamw_step(td_backend_t *be, float *w, const float *g, float *m, float *v,
                            size_t n, const td_adamw_hparams_t *hp) {
+  TD__CHECK(be, "adamw_step", w, g, m, v);
   /* version-1 tables and NULL slots get the CPU loop, which only needs
    * host-addressable memory */
   if (be->iface->version >= 2 && be->iface->adamw_step != NULL)
@@ -253,6 +397,7 @@ void td_backend_adamw_step(td_backend_t *be, float *w, const float *g, float *m,
 
 void td_backend_sgd_step(td_backend_t *be, float *w, const float *g, float *v, size_t n,
                          const td_sgd_hparams_t *hp) {
+  TD__CHECK(be, "sgd_step", w, g, v);
   be->iface->sgd_step(be, w, g, v, n, hp);
 }
 
@@ -265,6 +410,7 @@ void td_backend_im2col(td_backend_t *be, float *col, const float *img, const td_
 /* A table without the batch slot gets one call per image. */
 void td_backend_im2col_batch(td_backend_t *be, float *col, const float *img, int n,
                              const td_conv_geom_t *g) {
+  TD__CHECK(be, "im2col_batch", col, img);
   if (be->iface->version >= 4 && be->iface->im2col_batch != NULL) {
     be->iface->im2col_batch(be, col, img, n, g);
     return;
@@ -298,6 +444,7 @@ void td_backend_swap01(td_backend_t *be, float *out, const float *inp, int d0, i
 
 void td_backend_channel_bias_act(td_backend_t *be, float *y, const float *bias, int n, int c,
                                  int hw, td_act_t act) {
+  TD__CHECK(be, "channel_bias_act", y, bias);
   be->iface->channel_bias_act(be, y, bias, n, c, hw, act);
 }
 
@@ -320,6 +467,7 @@ void td_backend_pool_backward(td_backend_t *be, float *dinp, const float *dout,
 void td_backend_layernorm_forward(td_backend_t *be, float *out, float *mean, float *rstd,
                                   const float *inp, const float *weight, const float *bias,
                                   int rows, int cols) {
+  TD__CHECK(be, "layernorm_forward", out, inp, weight, bias);
   be->iface->layernorm_forward(be, out, mean, rstd, inp, weight, bias, rows, cols);
 }
 
@@ -369,11 +517,13 @@ void td_backend_dropout_backward(td_backend_t *be, float *dinp, const float *dou
 
 void td_backend_embed_forward(td_backend_t *be, float *out, const int32_t *tokens,
                               const float *wte, const float *wpe, int n, int t, int c) {
+  TD__CHECK(be, "embed_forward", out, tokens, wte, wpe);
   be->iface->embed_forward(be, out, tokens, wte, wpe, n, t, c);
 }
 
 void td_backend_embed_backward(td_backend_t *be, float *dwte, float *dwpe, const float *dout,
                                const int32_t *tokens, int n, int t, int c) {
+  TD__CHECK(be, "embed_backward", dwte, dwpe, dout, tokens);
   be->iface->embed_backward(be, dwte, dwpe, dout, tokens, n, t, c);
 }
 

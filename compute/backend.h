@@ -75,8 +75,9 @@ int td_backend_check_name(const char *name, char *why, size_t why_len);
 /* One line about the opened backend ("cpu", "cuda:0 NVIDIA H100 (132 SMs, 79.2 GiB)"). */
 const char *td_backend_describe(const td_backend_t *be);
 /* Whether td_backend_alloc() memory lives on a device the host cannot read
- * (cuda): callers that keep tensors in host memory (td_model's parameters
- * today) must refuse such a backend rather than hand it host pointers. */
+ * (cuda): callers then keep their tensors there and move them with the
+ * transfers below (td_model keeps its parameters, gradients and batches on
+ * the device and a host copy of the parameters in pinned memory). */
 bool td_backend_device_memory(const td_backend_t *be);
 /* The first device error since open (0 if none), with its message in why.
  * Waits for the queued work first. */
@@ -92,6 +93,18 @@ void td_backend_free(td_backend_t *be, void *ptr);
 int td_backend_upload(td_backend_t *be, void *dst, const void *host_src, size_t bytes);
 int td_backend_download(td_backend_t *be, void *host_dst, const void *src, size_t bytes);
 void td_backend_synchronize(td_backend_t *be);
+/* Host memory for transfers: pinned (page-locked) on a GPU, so copies to and
+ * from it run asynchronously at full speed; plain aligned memory on the CPU.
+ * 64-byte aligned, zero-filled; NULL on failure. */
+void *td_backend_host_alloc(td_backend_t *be, size_t bytes);
+void td_backend_host_free(td_backend_t *be, void *ptr);
+/* Queue a copy on the backend's stream and return before it is done: later
+ * ops run after it, and the host side (from td_backend_host_alloc()) must stay
+ * unwritten (upload) or unread (download) until td_backend_synchronize(), a
+ * blocking transfer or softmax_xent has waited. Copy at once where the
+ * backend has no stream (the CPU). Return the first device error so far. */
+int td_backend_upload_async(td_backend_t *be, void *dst, const void *host_src, size_t bytes);
+int td_backend_download_async(td_backend_t *be, void *host_dst, const void *src, size_t bytes);
 
 /* Host threads: fn(arg, begin, end, part) over contiguous chunks of [0, n)
  * on the backend's threads (the CPU backend's pool; the caller's thread

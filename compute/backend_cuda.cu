@@ -5,7 +5,9 @@
  * bound to that stream, so every op runs in call order and nothing waits on
  * the host except download (which must hand back finished data) and the loss
  * of softmax_xent (which the caller reads as a number). Memory is plain
- * cudaMalloc device memory. GEMMs go to cuBLAS in full FP32 (no TF32, so the
+ * cudaMalloc device memory; host buffers for transfers are pinned
+ * (cudaHostAlloc), and the asynchronous copies queue on the same stream.
+ * GEMMs go to cuBLAS in full FP32 (no TF32, so the
  * results match the CPU to float rounding): a row-major C = op(A) op(B) is the
  * column-major C^T = op(B)^T op(A)^T, i.e. the same call with A and B swapped.
  * Every other op is a kernel written for clarity first: grid-stride
@@ -326,6 +328,31 @@ int cuda_download(td_backend_t *be, void *dst, const void *src, size_t bytes) {
   return cuda_copy(be, dst, src, bytes, "download");
 }
 
+/* Pinned host memory (version 5): page-locked, so cudaMemcpyAsync from and to
+ * it is a DMA that does not wait for the host, at full bus speed. */
+void *cuda_host_alloc(td_backend_t *be, size_t bytes) {
+  if (!enter(be))
+    return NULL;
+  void *p = NULL;
+  if (!cuda_ok(be, cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault), "cudaHostAlloc"))
+    return NULL;
+  memset(p, 0, bytes ? bytes : 1);
+  return p;
+}
+
+void cuda_host_free(td_backend_t *be, void *p) {
+  if (enter(be))
+    cuda_ok(be, cudaFreeHost(p), "cudaFreeHost"); /* waits for copies still using it */
+}
+
+/* Queued on the stream, not waited for (td_backend_upload_async). */
+int cuda_copy_async(td_backend_t *be, void *dst, const void *src, size_t bytes) {
+  if (bytes != 0 && enter(be))
+    cuda_ok(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx_of(be)->stream),
+            "cudaMemcpyAsync");
+  return be->error;
+}
+
 void cuda_synchronize(td_backend_t *be) {
   if (enter(be))
     cuda_ok(be, cudaStreamSynchronize(ctx_of(be)->stream), "cudaStreamSynchronize");
@@ -447,7 +474,8 @@ void cuda_adamw_step(td_backend_t *be, float *w, const float *g, float *m, float
  * version says which this table implements) until they are written. */
 td_backend_iface_t make_iface() {
   td_backend_iface_t t{};
-  t.version = 3; /* the MLP ops, adamw_step and the layer ops */
+  t.version = 5; /* the MLP ops, adamw_step, the layer ops, pinned memory and async copies
+                    (no batch im2col/col2im: version 4's slots are optional) */
   t.name = "cuda";
   t.open = cuda_open;
   t.close = cuda_close;
@@ -456,6 +484,10 @@ td_backend_iface_t make_iface() {
   t.upload = cuda_upload;
   t.download = cuda_download;
   t.synchronize = cuda_synchronize;
+  t.host_alloc = cuda_host_alloc;
+  t.host_free = cuda_host_free;
+  t.upload_async = cuda_copy_async;
+  t.download_async = cuda_copy_async;
   t.gemm = cuda_gemm;
   t.bias_act = cuda_bias_act;
   t.act_backward = cuda_act_backward;

@@ -13,8 +13,10 @@
  * or a NULL slot, gets the portable loop in backend.c). 3: the layer ops (all
  * or none: a table of version 3 must fill every one). 4: im2col and col2im of
  * a whole batch in one call (optional: NULL, or a table below version 4, gets
- * a loop over the one-image ops in backend.c). */
-#define TD_BACKEND_IFACE_VERSION 4
+ * a loop over the one-image ops in backend.c). 5: pinned host memory and
+ * asynchronous copies (optional: NULL, or a table below version 5, gets
+ * aligned host memory and the blocking upload/download). */
+#define TD_BACKEND_IFACE_VERSION 5
 
 typedef struct {
   int version;
@@ -87,6 +89,11 @@ typedef struct {
                        const td_conv_geom_t *g);
   void (*col2im_batch)(td_backend_t *be, float *img, const float *col, int n,
                        const td_conv_geom_t *g, bool acc);
+  /* version 5 */
+  void *(*host_alloc)(td_backend_t *be, size_t bytes);
+  void (*host_free)(td_backend_t *be, void *ptr);
+  int (*upload_async)(td_backend_t *be, void *dst, const void *src, size_t bytes);
+  int (*download_async)(td_backend_t *be, void *dst, const void *src, size_t bytes);
 } td_backend_iface_t;
 
 /* The CPU backend's thread pool (compute/tpool.h), or NULL: one thread, or a
@@ -154,7 +161,28 @@ struct td_backend {
   int error;          /* first device error (a TD_E* code), kept by the implementation */
   char error_why[256];
   char describe[160]; /* filled by open; backend.c defaults it to the name */
+  /* td__backend_open_cpu_as_device() only: the blocks td_backend_alloc()
+   * handed out, against which transfers and the ops that read parameters or
+   * a batch check their device-side pointers */
+  bool checked;
+  struct td__block {
+    const char *base;
+    size_t bytes;
+  } *blocks;
+  size_t n_blocks, cap_blocks;
 };
+
+/* For tests: the CPU backend that reports device memory
+ * (td_backend_device_memory() true), so a caller takes its device-resident
+ * path (uploads, downloads, pinned host buffers, asynchronous copies) on a
+ * machine without a GPU and runs the same code as on one. Its memory is host
+ * memory and its ops are the CPU's, so results must match the host path bit
+ * for bit. It also checks what a GPU would fault on: a transfer whose device
+ * side is not in a block from td_backend_alloc() (or whose host side is), and
+ * a GEMM, bias, loss, optimizer, im2col or embedding op handed a pointer
+ * outside those blocks, record TD_EDEVICE (td_backend_error() reports it).
+ * Caller owns *out. */
+int td__backend_open_cpu_as_device(td_backend_t **out, int threads, char *why, size_t why_len);
 
 /* The registered implementations; cuda is NULL unless compiled in. */
 extern const td_backend_iface_t td__backend_cpu;

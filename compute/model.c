@@ -18,9 +18,18 @@
  * token table's gradient first (it is the last layer) and the embedding adds
  * its scatter to it.
  *
- * Parameters and gradients are host buffers from td_params_alloc() because the
- * codecs and the network read them in place; activations are backend memory.
- * One model is used by one thread; a step allocates nothing. */
+ * Memory. On a host backend (the CPU) parameters and gradients are host
+ * buffers from td_params_alloc(), which the codecs and the network read in
+ * place, and a batch is read where the caller keeps it. On a device backend
+ * (td_backend_device_memory) everything a step touches lives on the device:
+ * parameters, gradients, activations and the optimizer's state (compute/optim.c
+ * allocates it on the same backend); a batch is copied into a pinned staging
+ * buffer and uploaded asynchronously on the backend's stream (the previous
+ * step's loss, which the host waits for, guarantees the staging buffer is
+ * free again), and the parameters have a pinned host copy that moves only
+ * when the caller asks: td_model_pull() after a round's steps, td_model_push()
+ * (asynchronous) after the caller changed it. Activations are backend memory
+ * either way. One model is used by one thread; a step allocates nothing. */
 #include "compute/model.h"
 
 #include <ctype.h>
@@ -104,19 +113,69 @@ int td_model_estimate(const char *spec, int batch, uint64_t *params, uint64_t *b
   return rc < 0 ? rc : 0;
 }
 
+/* Floats of one sample's features and int32s of its tokens and targets. */
+static size_t input_floats(const td_model_t *m) {
+  return m->input == TD_INPUT_FEATURES ? td__tensor_f(&m->tensors[0]) : 0;
+}
+static size_t input_ints(const td_model_t *m) {
+  return m->input == TD_INPUT_TOKENS ? (size_t)m->context : 0;
+}
+
+/* A device model's batch buffers: on the device, and their pinned staging
+ * (features, then tokens, then targets, max_batch rows each). */
+static int alloc_inputs(td_model_t *m) {
+  size_t rows = (size_t)m->max_batch, x = rows * input_floats(m) * sizeof(float);
+  size_t tok = rows * input_ints(m) * sizeof(int32_t);
+  size_t tgt = rows * (size_t)m->context * sizeof(int32_t);
+  m->stage = td_backend_host_alloc(m->be, x + tok + tgt);
+  m->in_x = x ? td_backend_alloc(m->be, x) : NULL;
+  m->in_tokens = tok ? td_backend_alloc(m->be, tok) : NULL;
+  m->in_targets = td_backend_alloc(m->be, tgt);
+  return m->stage == NULL || (x && m->in_x == NULL) || (tok && m->in_tokens == NULL) ||
+                 m->in_targets == NULL
+             ? TD_ENOMEM
+             : 0;
+}
+
+/* The batch the ops read: b itself on a host backend; on a device, b copied
+ * into the staging buffer and queued for upload (blocking when `wait`, for
+ * callers with no step that waits after it). b was checked. */
+static const td_batch_t *stage_batch(td_model_t *m, const td_batch_t *b, td_batch_t *dev,
+                                     bool wait) {
+  if (!m->device)
+    return b;
+  size_t rows = (size_t)b->rows, x = rows * input_floats(m) * sizeof(float);
+  size_t tok = rows * input_ints(m) * sizeof(int32_t);
+  size_t tgt = rows * (size_t)m->context * sizeof(int32_t);
+  char *s = m->stage;
+  size_t s_tok = (size_t)m->max_batch * input_floats(m) * sizeof(float);
+  size_t s_tgt = s_tok + (size_t)m->max_batch * input_ints(m) * sizeof(int32_t);
+  *dev = (td_batch_t){.rows = b->rows};
+  if (x && b->x != NULL) {
+    memcpy(s, b->x, x);
+    td_backend_upload_async(m->be, m->in_x, s, x);
+    dev->x = m->in_x;
+  }
+  if (tok && b->tokens != NULL) {
+    memcpy(s + s_tok, b->tokens, tok);
+    td_backend_upload_async(m->be, m->in_tokens, s + s_tok, tok);
+    dev->tokens = m->in_tokens;
+  }
+  if (b->targets != NULL) {
+    memcpy(s + s_tgt, b->targets, tgt);
+    td_backend_upload_async(m->be, m->in_targets, s + s_tgt, tgt);
+    dev->targets = m->in_targets;
+  }
+  if (wait)
+    td_backend_synchronize(m->be);
+  return dev;
+}
+
 int td_model_open(td_model_t **out, const char *spec, td_backend_t *be, int max_batch,
                   char *why, size_t why_len) {
   if (out == NULL || be == NULL)
     return td_why(why, why_len, TD_EINVAL, "no model pointer or backend");
   *out = NULL;
-  /* Parameters, gradients and batches are host buffers (the codecs and the
-   * network read them in place); a backend whose memory the host cannot
-   * address would be handed host pointers. The CUDA ops are verified op by op
-   * (tests/unit/test_backend_cuda.c); a device-resident model is not built. */
-  if (td_backend_device_memory(be))
-    return td_why(why, why_len, TD_EDEVICE,
-                  "backend %s: models train with host memory only (use backend = cpu)",
-                  td_backend_name(be));
   if (max_batch < 1 || max_batch > TD_MODEL_MAX_BATCH)
     return td_why(why, why_len, TD_ECONFIG, "batch %d out of range [1, %d]", max_batch,
                   TD_MODEL_MAX_BATCH);
@@ -140,13 +199,23 @@ int td_model_open(td_model_t **out, const char *spec, td_backend_t *be, int max_
   }
   size_t total, work, work2;
   plan_buffers(m, max_batch, &total, &work, &work2);
-  m->params = td_params_alloc(td_layout_numel(m->layout));
-  m->grads = td_params_alloc(td_layout_numel(m->layout));
+  size_t numel = td_layout_numel(m->layout);
+  m->device = td_backend_device_memory(be);
+  bool device_ok = true;
+  if (m->device) {
+    m->params = td_backend_alloc(be, numel * sizeof(float));
+    m->grads = td_backend_alloc(be, numel * sizeof(float));
+    m->host = td_backend_host_alloc(be, numel * sizeof(float));
+    device_ok = m->host != NULL && alloc_inputs(m) == 0;
+  } else {
+    m->params = td_params_alloc(numel);
+    m->grads = td_params_alloc(numel);
+  }
   m->activations = td_backend_alloc(be, total * sizeof(float));
   m->work = td_backend_alloc(be, work * sizeof(float));
   m->work2 = td_backend_alloc(be, work2 * sizeof(float));
   if (m->params == NULL || m->grads == NULL || m->activations == NULL || m->work == NULL ||
-      m->work2 == NULL) {
+      m->work2 == NULL || !device_ok) {
     td_model_close(&m);
     return td_why(why, why_len, TD_ENOMEM, "cannot build '%s' for batch %d: %s", spec,
                   max_batch, td_strerror(TD_ENOMEM));
@@ -184,8 +253,18 @@ void td_model_close(td_model_t **self_p) {
     td_backend_free(m->be, m->work);
     td_backend_free(m->be, m->work2);
   }
-  td_params_free(&m->params);
-  td_params_free(&m->grads);
+  if (m->device) {
+    td_backend_free(m->be, m->params);
+    td_backend_free(m->be, m->grads);
+    td_backend_free(m->be, m->in_x);
+    td_backend_free(m->be, m->in_tokens);
+    td_backend_free(m->be, m->in_targets);
+    td_backend_host_free(m->be, m->host);
+    td_backend_host_free(m->be, m->stage);
+  } else {
+    td_params_free(&m->params);
+    td_params_free(&m->grads);
+  }
   td_layout_free(&m->layout);
   free(m);
   *self_p = NULL;
@@ -202,6 +281,8 @@ void td_model_close(td_model_t **self_p) {
 void td_model_init(td_model_t *m, uint64_t seed) {
   td_rng_t rng;
   td_rng_seed(&rng, seed);
+  float *ops_params = m->params; /* drawn into the host copy, then uploaded */
+  m->params = td_model_host_params(m);
   memset(m->params, 0, td_layout_numel(m->layout) * sizeof(float));
   for (int i = 0; i < m->n_nodes; i++) {
     const td__node_t *n = &m->nodes[i];
@@ -241,6 +322,28 @@ void td_model_init(td_model_t *m, uint64_t seed) {
       }
     }
   }
+  m->params = ops_params;
+  /* a device failure is kept by the backend and reported by the next transfer */
+  if (m->device)
+    td_backend_upload(m->be, m->params, m->host, td_layout_numel(m->layout) * sizeof(float));
+}
+
+float *td_model_host_params(td_model_t *m) { return m->device ? m->host : m->params; }
+
+int td_model_pull(td_model_t *m, char *why, size_t why_len) {
+  if (!m->device)
+    return 0;
+  int rc = td_backend_download(m->be, m->host, m->params,
+                               td_layout_numel(m->layout) * sizeof(float));
+  return rc != 0 ? td_backend_error(m->be, why, why_len) : 0;
+}
+
+int td_model_push(td_model_t *m, char *why, size_t why_len) {
+  if (!m->device)
+    return 0;
+  int rc = td_backend_upload_async(m->be, m->params, m->host,
+                                   td_layout_numel(m->layout) * sizeof(float));
+  return rc != 0 ? td_backend_error(m->be, why, why_len) : 0;
 }
 
 const td_layout_t *td_model_layout(const td_model_t *m) { return m->layout; }
@@ -532,6 +635,8 @@ int td_model_train(td_model_t *m, const td_batch_t *batch, double *loss, int *co
   int rc = check_batch(m, batch);
   if (rc != 0)
     return rc;
+  td_batch_t staged;
+  batch = stage_batch(m, batch, &staged, false);
   forward(m, batch, true, false);
   m->steps++;
   td__tensor_t *last = &m->tensors[m->nodes[m->n_nodes - 1].out];
@@ -552,6 +657,8 @@ int td_model_eval(td_model_t *m, const td_batch_t *batch, double *loss_sum, int 
   int rc = check_batch(m, batch);
   if (rc != 0)
     return rc;
+  td_batch_t staged;
+  batch = stage_batch(m, batch, &staged, false);
   forward(m, batch, false, false);
   const td__tensor_t *last = &m->tensors[m->nodes[m->n_nodes - 1].out];
   int hits = 0;
@@ -602,7 +709,8 @@ double td_model_train_gemm_flops(const td_model_t *m, int rows) {
 void td_model_gemm_only(td_model_t *m, const float *x, int rows) {
   if (m == NULL || rows < 1 || rows > m->max_batch)
     return;
-  td_batch_t b = {.rows = rows, .x = x};
-  forward(m, &b, false, true);
-  backward(m, &b, true);
+  td_batch_t b = {.rows = rows, .x = x}, staged;
+  const td_batch_t *ops = stage_batch(m, &b, &staged, true); /* no loss waits after it */
+  forward(m, ops, false, true);
+  backward(m, ops, true);
 }

@@ -29,7 +29,9 @@
  * Weights are (out x in) row-major (a conv weight out x in x k x k, so it is
  * also the out x in*k*k matrix of its GEMM), each followed by its bias, in one
  * td_layout. The model owns its parameters, gradients and activation buffers
- * (sized for max_batch at open, so a training step allocates nothing). Image
+ * (sized for max_batch at open, so a training step allocates nothing), on
+ * the backend's device when it has one (then a batch is uploaded by the
+ * step, and the host sees the parameters through a pinned copy). Image
  * and MLP models read float features (rows x F); gpt reads int32 token ids
  * and int32 targets (rows x CONTEXT each). One model is used by one thread. */
 #ifndef TD_MODEL_H
@@ -80,14 +82,32 @@ int td_model_open(td_model_t **out, const char *spec, td_backend_t *be, int max_
 void td_model_close(td_model_t **self_p);
 
 /* Seeded init: He-normal for layers followed by ReLU, Xavier-uniform for the
- * output layer, zero biases. Same seed -> bit-identical parameters. */
+ * output layer, zero biases. Same seed -> bit-identical parameters. On a
+ * device they are drawn into the host copy and uploaded (blocking). */
 void td_model_init(td_model_t *m, uint64_t seed);
 
 const td_layout_t *td_model_layout(const td_model_t *m);
 size_t td_model_numel(const td_model_t *m);
-/* Flat buffers of td_model_numel() floats; borrowed for the model's lifetime. */
+/* Flat buffers of td_model_numel() floats that the backend's ops read and
+ * write; borrowed for the model's lifetime. Host memory on a host backend; on
+ * a device backend (td_backend_device_memory), device memory: the host reads
+ * and writes the parameters through td_model_host_params() with
+ * td_model_pull() and td_model_push() (or td_backend_download/upload). */
 float *td_model_params(td_model_t *m);
 float *td_model_grads(td_model_t *m);
+/* The parameters as the host sees them: td_model_params() itself on a host
+ * backend; on a device, a pinned host copy, current after td_model_init() and
+ * td_model_pull(), and sent to the device by td_model_push(). */
+float *td_model_host_params(td_model_t *m);
+/* Device -> host copy of the parameters, once the queued steps are done
+ * (blocking). 0 and nothing to do on a host backend; TD_EDEVICE with the
+ * backend's message when the device failed (now or in an earlier op). */
+int td_model_pull(td_model_t *m, char *why, size_t why_len);
+/* Host copy -> device, queued on the backend's stream (asynchronous: steps
+ * issued after it run after it, and the host copy must not be written until a
+ * step, td_model_pull() or td_backend_synchronize() has waited for it). 0 and
+ * nothing to do on a host backend; TD_EDEVICE as above. */
+int td_model_push(td_model_t *m, char *why, size_t why_len);
 /* Features per sample (feature models) or the context (token models). */
 int td_model_input_dim(const td_model_t *m);
 td_input_kind_t td_model_input_kind(const td_model_t *m);

@@ -57,7 +57,15 @@ typedef struct {
 struct td_model {
   td_backend_t *be;
   td_layout_t *layout;
-  float *params, *grads;
+  float *params, *grads; /* what the ops read and write: host memory from td_params_alloc()
+                            on a host backend, device memory on a device */
+  /* A device backend only (all NULL on a host backend): */
+  bool device;
+  float *host;        /* the parameters' host copy, pinned (td_model_pull / td_model_push) */
+  void *stage;        /* pinned: a batch on its way to the device */
+  float *in_x;        /* the batch on the device: features (feature models) */
+  int32_t *in_tokens; /* ... token ids (token models) */
+  int32_t *in_targets; /* ... labels or next tokens */
   float *activations; /* one backend block: every tensor's v and g, every node's aux */
   float *work;        /* conv GEMM output / dy in channel-major order; attention backward */
   float *work2;       /* conv column gradients */

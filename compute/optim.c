@@ -5,7 +5,8 @@
  * talking. An optimizer owns its state buffers on the model's backend and
  * hands each update to the backend's fused sgd_step or adamw_step, one pass
  * over memory; AdamW's bias corrections are computed here in double, once per
- * step, and the clip factor rides along in the same pass. Runs on whichever
+ * step, and the clip factor rides along in the same pass (on a device the
+ * gradient's norm is taken on a pinned host copy read back for it). Runs on whichever
  * thread owns the model (the compute thread). */
 #include "compute/optim.h"
 
@@ -203,6 +204,7 @@ struct td_optim {
   size_t numel;
   size_t n_states;
   float *state[TD__OPTIM_MAX_STATES];
+  float *host_g; /* clipping on a device: the gradient read back (pinned), else NULL */
   unsigned long steps;
 };
 
@@ -271,6 +273,11 @@ int td_optim_open(td_optim_t **out, td_backend_t *be, size_t numel, const td_opt
       td_optim_close(&opt);
       return td_why(why, why_len, TD_ENOMEM, "out of memory for %zu optimizer floats", numel);
     }
+  if (opts->clip > 0 && td_backend_device_memory(be) &&
+      (opt->host_g = td_backend_host_alloc(be, numel * sizeof(float))) == NULL) {
+    td_optim_close(&opt);
+    return td_why(why, why_len, TD_ENOMEM, "out of memory for %zu gradient floats", numel);
+  }
   *out = opt;
   return 0;
 }
@@ -281,8 +288,25 @@ void td_optim_close(td_optim_t **self_p) {
   td_optim_t *opt = *self_p;
   for (size_t i = 0; i < opt->n_states; i++)
     td_backend_free(opt->be, opt->state[i]);
+  td_backend_host_free(opt->be, opt->host_g);
   free(opt);
   *self_p = NULL;
+}
+
+/* td_clip_global_norm() on g wherever it lives: on a device the gradient is
+ * read back into the pinned copy (and sent back when it was scaled), so the
+ * norm is the same double-precision sum as on the host. A failed read gives
+ * NaN (no clipping); the backend keeps the error for the caller to report. */
+static double clip_norm(td_optim_t *opt, float *g, double max_norm) {
+  if (opt->host_g == NULL)
+    return td_clip_global_norm(g, opt->numel, max_norm);
+  size_t bytes = opt->numel * sizeof(float);
+  if (td_backend_download(opt->be, opt->host_g, g, bytes) != 0)
+    return NAN;
+  double norm = td_clip_global_norm(opt->host_g, opt->numel, max_norm);
+  if (max_norm > 0 && norm > max_norm)
+    td_backend_upload_async(opt->be, g, opt->host_g, bytes);
+  return norm;
 }
 
 double td_optim_step(td_optim_t *opt, float *w, float *g, double lr) {
@@ -291,7 +315,7 @@ double td_optim_step(td_optim_t *opt, float *w, float *g, double lr) {
   opt->steps++;
   if (o->kind == TD_OPTIM_SGD) {
     if (o->clip > 0)
-      norm = td_clip_global_norm(g, opt->numel, o->clip);
+      norm = clip_norm(opt, g, o->clip);
     td_sgd_hparams_t hp = {
         .lr = (float)lr,
         .momentum = (float)o->momentum,
@@ -303,7 +327,7 @@ double td_optim_step(td_optim_t *opt, float *w, float *g, double lr) {
   }
   double scale = 1;
   if (o->clip > 0) {
-    norm = td_clip_global_norm(g, opt->numel, 0); /* measure only: the pass scales */
+    norm = clip_norm(opt, g, 0); /* measure only: the pass scales */
     if (norm > o->clip)
       scale = o->clip / norm;
   }

@@ -108,7 +108,8 @@ void td_optim_close(td_optim_t **self_p);
 /* One step with learning rate lr: clip g to opts.clip (when > 0), then update
  * w and the state in one fused backend pass. g is scratch: its contents after
  * the call are unspecified (SGD scales it in place; AdamW folds the clip factor
- * into the pass). Clipping reads g on the host. Returns the gradient's global
+ * into the pass). Clipping reads g on the host (on a device backend, a copy
+ * read back each step). Returns the gradient's global
  * norm before clipping when clipping is on, else -1 (not measured). */
 double td_optim_step(td_optim_t *opt, float *w, float *g, double lr);
 /* Zero every state buffer and the step count (late join, a model replaced).

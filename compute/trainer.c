@@ -7,7 +7,10 @@
  * every step draws `batch` windows of CONTEXT+1 bytes at offsets from a stream
  * derived from the seed, into token/target buffers sized at open; an epoch is
  * bytes / (batch * CONTEXT) steps, so each byte is seen about once. Timing
- * covers compute only. */
+ * covers compute only. On a device backend the model uploads each batch and
+ * keeps parameters, gradients and optimizer state on the device; a device
+ * failure (kept by the backend) fails the steps or the evaluation with its
+ * message. */
 #include "compute/trainer.h"
 
 #include <math.h>
@@ -209,6 +212,12 @@ unsigned long td_trainer_steps_per_epoch(const td_trainer_t *tr) {
   return (unsigned long)((tr->rows + tr->batch - 1) / tr->batch);
 }
 
+/* A device keeps its first failure (ops return nothing): 0 on a host
+ * backend, else the failure with the CUDA message, once the queue is done. */
+static int device_error(td_trainer_t *tr, char *why, size_t why_len) {
+  return td_backend_device_memory(tr->be) ? td_backend_error(tr->be, why, why_len) : 0;
+}
+
 static int run_steps(td_trainer_t *tr, unsigned long n, bool advance, td_train_stats_t *stats,
                      char *why, size_t why_len) {
   size_t dim = tr->train != NULL ? td_dataset_dim(tr->train) : 0;
@@ -239,6 +248,8 @@ static int run_steps(td_trainer_t *tr, unsigned long n, bool advance, td_train_s
       rc = td_model_train_batch(tr->model, x, y, (int)rows, &loss, &hits);
       tr->cursor += rows;
     }
+    if (rc != 0 && device_error(tr, why, why_len) != 0)
+      return TD_EDEVICE; /* a NaN loss from a failed device says nothing of the model */
     if (rc != 0)
       return td_why(why, why_len, rc,
                     rc == TD_ENUMERIC ? "training diverged: the loss is not finite at step %lu "
@@ -252,6 +263,9 @@ static int run_steps(td_trainer_t *tr, unsigned long n, bool advance, td_train_s
     correct += (unsigned long)hits;
     samples += rows;
   }
+  int rc = device_error(tr, why, why_len);
+  if (rc != 0)
+    return rc;
   if (stats != NULL) {
     stats->steps = n;
     stats->samples = samples;
@@ -287,6 +301,8 @@ int td_trainer_evaluate(td_trainer_t *tr, const td_dataset_t *ds, double *loss,
     int hits = 0;
     rc = td_model_eval_batch(tr->model, td_dataset_features_const(ds) + r * dim,
                              td_dataset_labels_const(ds) + r, (int)n, &loss_sum, &hits);
+    if (rc != 0 && device_error(tr, why, why_len) != 0)
+      return TD_EDEVICE;
     if (rc != 0)
       return td_why(why, why_len, rc, "evaluation failed: %s", td_strerror(rc));
     correct_total += hits;
@@ -328,6 +344,8 @@ int td_trainer_evaluate_text(td_trainer_t *tr, const uint8_t *data, size_t bytes
     }
     td_batch_t b = {.rows = rows, .tokens = tr->tokens, .targets = tr->targets};
     int rc = td_model_eval(tr->model, &b, &loss_sum, NULL);
+    if (rc != 0 && device_error(tr, why, why_len) != 0)
+      return TD_EDEVICE;
     if (rc != 0)
       return td_why(why, why_len, rc, "evaluation failed: %s", td_strerror(rc));
   }

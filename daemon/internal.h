@@ -422,6 +422,8 @@ struct td__session {
   int64_t staleness[TD_MEMBERS_MAX]; /* of each member's last update; -1: none yet */
   char error[256];
   char refused[512]; /* "node ID refused: reason; ..." of members that will not run it */
+  char backend[16];         /* the compute backend (cpu, cuda) once the run is ready */
+  char backend_reason[256]; /* which backend and why: "cpu (auto: no usable GPU: ...)" */
   td__outbox_t *outbox;
   td__xfer_t *xfer;
   td__join_t *join;
@@ -442,6 +444,8 @@ typedef struct td__run_stats {
   uint64_t reconciled, reconciled_partial, reconciled_via_hub, reconciled_as_hub;
   char error[256];
   char refused[512];
+  char backend[16];         /* "" until the compute thread opened its backend */
+  char backend_reason[256]; /* which backend and why (auto's choice) */
   char aggregate[64];   /* "trimmed:1, norm bound 5" */
   size_t n_outliers;    /* members with anything refused, and their counts */
   uint64_t outlier_id[TD_MEMBERS_MAX];

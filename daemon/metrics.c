@@ -98,6 +98,16 @@ int td_metrics_format(const td_metrics_stats_t *s, char **text, size_t *len) {
   family(f, "traind_run_eval_bpb", "gauge",
          "Held-out loss in bits per byte of the last evaluation (text runs).");
   sample_double(f, "traind_run_eval_bpb", s->eval_bpb);
+  family(f, "traind_run_backend_info", "gauge",
+         "The run's compute backend and why it was chosen (always 1; present once the run "
+         "opened it).");
+  if (s->backend != NULL) {
+    fputs("traind_run_backend_info{backend=", f);
+    label_value(f, s->backend);
+    fputs(",reason=", f);
+    label_value(f, s->backend_reason ? s->backend_reason : "");
+    fputs("} 1\n", f);
+  }
   family(f, "traind_compute_seconds_total", "counter",
          "Seconds spent computing rounds (slowdown included).");
   sample_double(f, "traind_compute_seconds_total", s->compute_seconds_total);

@@ -41,6 +41,8 @@ typedef struct {
   double loss;               /* last training loss; NaN if none */
   double eval_accuracy;      /* last evaluation; NaN if none */
   double eval_bpb;           /* text runs: last held-out bits per byte; NaN otherwise */
+  const char *backend;        /* the run's compute backend (cpu, cuda); NULL before one opened */
+  const char *backend_reason; /* which backend and why ("cpu (auto: no usable GPU: ...)") */
   double compute_seconds_total, wait_seconds_total;
   uint64_t samples_total;
   uint64_t peers_alive, peers_suspect, peers_dead, peers_left;

@@ -35,6 +35,7 @@ typedef struct {
   char codecs[TD_MEMBERS_MAX][32];
   td_metrics_drop_t drops[TD__DROP_COUNT];
   char ledger_cause[32];
+  char backend[16], backend_reason[256];
 } snapshot_t;
 
 struct td__monitor {
@@ -59,6 +60,10 @@ static void fill(td__node_t *n, snapshot_t *p) {
       .eval_accuracy = run.eval_accuracy, .eval_bpb = run.eval_bpb, .compute_seconds_total = n->totals.compute_s,
       .wait_seconds_total = n->totals.wait_s, .samples_total = n->totals.samples,
       .links = p->links, .drops = p->drops, .n_drops = TD__DROP_COUNT};
+  snprintf(p->backend, sizeof p->backend, "%s", run.backend);
+  snprintf(p->backend_reason, sizeof p->backend_reason, "%s", run.backend_reason);
+  st->backend = p->backend[0] ? p->backend : NULL;
+  st->backend_reason = p->backend_reason;
   for (size_t i = 0; i < td_members_count(n->members); i++) {
     const td_member_t *m = td_members_at(n->members, i);
     if (m->self)

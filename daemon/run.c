@@ -182,6 +182,7 @@ int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t wh
   run->loop = opts->loop;
   run->on_events = opts->on_events;
   run->user = opts->user;
+  run->open_backend = opts->open_backend;
   pthread_mutex_init(&run->mu, NULL);
   pthread_condattr_t attr; /* deadlines (slowdown) on the monotonic clock */
   pthread_condattr_init(&attr);
@@ -190,7 +191,12 @@ int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t wh
   pthread_condattr_destroy(&attr);
 
   /* Size the model here (cheap) so the loop can collect updates before the
-   * dataset is loaded. */
+   * dataset is loaded. This batch-1 copy only gives the layout, the size and
+   * the context, which do not depend on the backend: it lives in host memory
+   * on the CPU whatever the run's backend, so a GPU run does not open a second
+   * device context on the loop thread. The capacity that weighted batching
+   * uses is measured by the compute thread on the run's own backend
+   * (run_compute.c, round_steps). */
   rc = td_backend_open(&run->probe_be, "cpu", 1, why, why_len);
   if (rc == 0)
     rc = td_model_open(&run->probe, run->spec.model, run->probe_be, 1, why, why_len);

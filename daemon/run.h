@@ -30,11 +30,13 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "compute/backend.h"
 #include "compute/params.h"
 #include "daemon/runspec.h"
 
 typedef enum {
-  TD_RUN_READY = 0,  /* dataset loaded; rounds and samples are known */
+  TD_RUN_READY = 0,  /* dataset loaded; rounds and samples are known; backend names the
+                        compute backend, message says which one and why (auto's choice) */
   TD_RUN_ROUND_DONE, /* local steps of `round` done; delta ready */
   TD_RUN_EVAL,       /* anchor after `round` evaluated */
   TD_RUN_CHECKPOINT, /* blob: a copy of the anchor after `round` (loop owns it) */
@@ -68,7 +70,8 @@ typedef struct {
   double fill_s;        /* ROUND_DONE: seconds of those fill steps */
   double lr;
   float *blob;          /* CHECKPOINT: td_run_numel() floats, malloc'd, owned by the receiver */
-  char message[256];    /* FAILED */
+  char backend[16];     /* READY: the compute backend's name (cpu, cuda) */
+  char message[256];    /* FAILED: why; READY: the backend and why it was chosen */
 } td_run_event_t;
 
 typedef struct td_run td_run_t;
@@ -88,6 +91,10 @@ typedef struct {
    * td_run_next_event(). */
   void (*on_events)(td_run_t *run, void *user);
   void *user;
+  /* Tests only: opens the compute backend in place of the spec's `backend`
+   * name (NULL: td_backend_open_auto on that name), e.g. the CPU posing as a
+   * device, so the device-resident path runs on a machine without a GPU. */
+  int (*open_backend)(td_backend_t **out, int threads, char *why, size_t why_len);
 } td_run_opts_t;
 
 /* Validate the spec against what this version supports, size the model, and

@@ -10,6 +10,13 @@
  * the peers' inbox), and end
  * (probe and evaluation). Every phase says whether to go on; a stop request
  * ends the run with STOPPED, an error with FAILED and its reason.
+ * On a device backend the model lives on the device during the steps and the
+ * host works on its pinned copy (c->params, td_model_host_params): the steps
+ * end with td_model_pull() (the round's result comes across once, the host
+ * forms the delta from it) and whatever changed the host copy (outer step,
+ * merge, reconciliation, a seed) ends with td_model_push(), an asynchronous
+ * upload that the next evaluation or steps queue behind. On the CPU both are
+ * no-ops and c->params is the model's own buffer.
  * Thread: the compute thread only (td__run_compute_main is its entry); it talks
  * to the loop only through run.c's mailbox and run->mu / run->cv. */
 #include <inttypes.h>
@@ -56,6 +63,7 @@ typedef struct {
 typedef struct {
   td_run_t *run;
   td_backend_t *be;
+  char backend_why[sizeof ((td_run_event_t *)0)->message]; /* which backend and why (READY) */
   td_shard_t data;                  /* the node's partition: rows, or bytes of text */
   td_dataset_t *train, *test, *val; /* borrowed from data; val: knowledge transfer's probe
                                        rows (owned), or NULL */
@@ -65,7 +73,8 @@ typedef struct {
   td_trainer_t *tr;
   float *params; /* the trainer's model */
   unsigned batch;  /* rows per step now */
-  double capacity; /* samples/s, EWMA */
+  double capacity; /* samples/s, EWMA, measured on the run's backend */
+  bool warm;       /* the backend has taken a step (device: its one-time costs are paid) */
   double idle;     /* seconds blocked since the last ROUND_DONE */
   fill_t fill;     /* overlap fill steps since the last ROUND_DONE */
   float *lead;     /* overlap: what params hold of the last posted round beyond the
@@ -74,6 +83,18 @@ typedef struct {
 } compute_t;
 
 static td__run_flow_t fail(compute_t *c) { return td__run_fail(c->run, c->why); }
+
+/* The host copy of the parameters from the device, after steps (no-op on the CPU). */
+static td__run_flow_t pull(compute_t *c) {
+  return td_model_pull(td_trainer_model(c->tr), c->why, sizeof c->why) == 0 ? TD__RUN_GO_ON
+                                                                              : fail(c);
+}
+
+/* The host copy to the device, after the host changed it (no-op on the CPU). */
+static td__run_flow_t push(compute_t *c) {
+  return td_model_push(td_trainer_model(c->tr), c->why, sizeof c->why) == 0 ? TD__RUN_GO_ON
+                                                                              : fail(c);
+}
 
 /* ---- waiting ------------------------------------------------------------------------- */
 
@@ -107,12 +128,13 @@ static td__run_flow_t wait_release(compute_t *c, uint64_t round) {
 /* Overlap fill: single steps until `round` is released or max_steps are done. */
 static td__run_flow_t fill_until(compute_t *c, uint64_t round, unsigned max_steps) {
   td_run_t *run = c->run;
+  unsigned ran = 0;
   while (c->fill.steps < max_steps) {
     pthread_mutex_lock(&run->mu);
     bool done = run->stop || run->released_round >= round;
     pthread_mutex_unlock(&run->mu);
     if (done)
-      return TD__RUN_GO_ON; /* a stop is seen by the wait that follows */
+      break; /* a stop is seen by the wait that follows */
     double t0 = td_clock_mono_s();
     td_train_stats_t st;
     if (td_trainer_fill_steps(c->tr, 1, &st, c->why, sizeof c->why) != 0)
@@ -122,18 +144,20 @@ static td__run_flow_t fill_until(compute_t *c, uint64_t round, unsigned max_step
     c->fill.loss_sum += st.loss * (double)st.samples;
     c->fill.seconds += td_clock_mono_s() - t0;
     c->fill.steps++;
+    ran++;
   }
-  return TD__RUN_GO_ON;
+  return ran > 0 ? pull(c) : TD__RUN_GO_ON; /* the swap that follows reads the host copy */
 }
 
 /* ---- what the loop and peers hand over ------------------------------------------------ */
 
 /* Fold a pending knowledge-transfer merge into params (and the round start,
- * so the merge is not mistaken for local progress). A merge with lambda 1
- * replaces the model wholesale: the optimizer state of the old trajectory is
- * reset with it (compute/optim.h), a partial merge keeps it. */
-static void apply_merge(td_run_t *run, td_trainer_t *tr, float *params) {
-  bool replaced = false;
+ * so the merge is not mistaken for local progress); whether there was one. A
+ * merge with lambda 1 replaces the model wholesale: the optimizer state of
+ * the old trajectory is reset with it (compute/optim.h), a partial merge
+ * keeps it. */
+static bool apply_merge(td_run_t *run, td_trainer_t *tr, float *params) {
+  bool replaced = false, merged = false;
   pthread_mutex_lock(&run->mu);
   if (run->merge_lambda > 0) {
     replaced = run->merge_lambda >= 1;
@@ -143,10 +167,12 @@ static void apply_merge(td_run_t *run, td_trainer_t *tr, float *params) {
       run->start[i] = params[i];
     }
     run->merge_lambda = 0;
+    merged = true;
   }
   pthread_mutex_unlock(&run->mu);
   if (replaced)
     td_trainer_reset_optim(tr); /* TD_ENOMEM keeps the old state: still a valid optimizer */
+  return merged;
 }
 
 /* Rows per step for `round`: the newest batch plan that has begun, else `current`. */
@@ -281,8 +307,17 @@ static void open_probe_rows(compute_t *c) {
 static td__run_flow_t set_up(compute_t *c) {
   td_run_t *run = c->run;
   const td_runspec_t *sp = &run->spec;
-  if (td_backend_open(&c->be, sp->backend, (int)sp->threads, c->why, sizeof c->why) != 0)
+  /* auto says why it chose: status shows it (and a GPU that was passed over) */
+  int rc = run->open_backend != NULL
+               ? run->open_backend(&c->be, (int)sp->threads, c->why, sizeof c->why)
+               : td_backend_open_auto(&c->be, sp->backend, (int)sp->threads, c->why,
+                                      sizeof c->why);
+  if (rc != 0)
     return fail(c);
+  if (run->open_backend != NULL)
+    snprintf(c->why, sizeof c->why, "%s (opened by the caller)", td_backend_describe(c->be));
+  snprintf(c->backend_why, sizeof c->backend_why, "%.*s", (int)sizeof c->backend_why - 1, c->why);
+  c->why[0] = '\0';
   td_shard_opts_t shard = {.dataset = td_runspec_dataset(sp), .partition = sp->partition,
                            .rank = run->rank, .nodes = run->nodes, .seed = sp->seed};
   if (td_shard_open(&c->data, &shard, c->why, sizeof c->why) != 0)
@@ -319,10 +354,10 @@ static td__run_flow_t set_up(compute_t *c) {
       .total_steps = td_steps_lr_horizon(&plan),
   };
   td_runspec_optim_opts(sp, &opts.optim);
-  int rc = c->text ? td_trainer_open_text(&c->tr, c->be, td_text_data(c->data.text_train),
-                                          td_text_bytes(c->data.text_train), &opts, c->why,
-                                          sizeof c->why)
-                   : td_trainer_open(&c->tr, c->be, c->train, &opts, c->why, sizeof c->why);
+  rc = c->text ? td_trainer_open_text(&c->tr, c->be, td_text_data(c->data.text_train),
+                                     td_text_bytes(c->data.text_train), &opts, c->why,
+                                     sizeof c->why)
+              : td_trainer_open(&c->tr, c->be, c->train, &opts, c->why, sizeof c->why);
   if (rc != 0 ||
       (c->test != NULL && td_trainer_check_dataset(c->tr, c->test, c->why, sizeof c->why) != 0))
     return fail(c);
@@ -340,7 +375,7 @@ static td__run_flow_t set_up(compute_t *c) {
     snprintf(c->why, sizeof c->why, "model size changed between planning and training");
     return fail(c);
   }
-  c->params = td_model_params(model);
+  c->params = td_model_host_params(model); /* the model's own buffer on the CPU */
   memcpy(run->anchor, c->params, run->numel * sizeof(float));
   memcpy(run->start, c->params, run->numel * sizeof(float));
   if (run->init != NULL)
@@ -354,6 +389,8 @@ static td__run_flow_t set_up(compute_t *c) {
     return fail(c);
   }
   td_run_event_t ready = {.kind = TD_RUN_READY, .round = run->rounds};
+  snprintf(ready.backend, sizeof ready.backend, "%s", td_backend_name(c->be));
+  snprintf(ready.message, sizeof ready.message, "%s", c->backend_why);
   return td__run_post(run, &ready) ? TD__RUN_GO_ON : TD__RUN_STOPPED;
 }
 
@@ -375,6 +412,9 @@ static td__run_flow_t wait_seed(compute_t *c) {
     return TD__RUN_STOPPED;
   memcpy(c->params, run->anchor, run->numel * sizeof(float));
   memcpy(run->start, c->params, run->numel * sizeof(float));
+  td__run_flow_t f = push(c);
+  if (f != TD__RUN_GO_ON)
+    return f;
   /* the optimizer state is local and never travels: a joiner starts it from
    * zero on the members' model (compute/optim.h) */
   if (td_trainer_reset_optim(c->tr) != 0) {
@@ -400,8 +440,12 @@ static td__run_flow_t round_begin(compute_t *c, uint64_t round) {
   if (run->spec.mode_kind == TD_MODE_ASYNC && round > ahead &&
       wait_release(c, round - ahead) != TD__RUN_GO_ON)
     return TD__RUN_STOPPED;
-  apply_merge(run, c->tr, c->params);
-  td__run_apply_reconciled(run, c->params);
+  td_backend_synchronize(c->be); /* the last push is done with the host copy */
+  bool changed = apply_merge(run, c->tr, c->params);
+  changed |= td__run_apply_reconciled(run, c->params) > 0;
+  td__run_flow_t f = changed ? push(c) : TD__RUN_GO_ON;
+  if (f != TD__RUN_GO_ON)
+    return f;
   c->batch = batch_for(run, round, c->batch);
   td_trainer_set_batch(c->tr, c->batch);
   /* linear scaling below the even share: per-sample steps stay the same */
@@ -411,23 +455,46 @@ static td__run_flow_t round_begin(compute_t *c, uint64_t round) {
 }
 
 /* The round's local steps, slowed down when asked; the last wait's fill steps
- * count as this round's progress too. */
+ * count as this round's progress too. The capacity (samples/s) is measured on
+ * the backend the run trains on, once its queued work is done. A device pays
+ * one-time costs in its first step (lazy kernel loading, library workspaces,
+ * first allocations), so on a device the run's first step is taken untimed
+ * and left out of the measure: a GPU node reports its real rate from its first
+ * round, and weighted batching gives it its share at once. The steps are the
+ * same either way (one call of n steps or 1 + (n - 1)). */
 static td__run_flow_t round_steps(compute_t *c, uint64_t round, td_train_stats_t *st,
                                   double *compute_s) {
   td_run_t *run = c->run;
+  unsigned long n = td_run_steps_of(run, round);
+  td_train_stats_t first = {0};
+  if (!c->warm && n > 1 && td_backend_device_memory(c->be)) {
+    if (td_trainer_steps(c->tr, 1, &first, c->why, sizeof c->why) != 0)
+      return fail(c);
+    td_backend_synchronize(c->be);
+    n--;
+  }
+  c->warm = true;
   double t0 = td_clock_mono_s();
-  if (td_trainer_steps(c->tr, td_run_steps_of(run, round), st, c->why, sizeof c->why) != 0)
+  if (td_trainer_steps(c->tr, n, st, c->why, sizeof c->why) != 0)
     return fail(c);
+  td_backend_synchronize(c->be);
   sleep_for(run, (run->slowdown - 1) * (td_clock_mono_s() - t0));
   *compute_s = td_clock_mono_s() - t0;
   if (*compute_s > 0)
     c->capacity = td_plan_ewma(c->capacity, (double)st->samples / *compute_s, CAPACITY_RHO);
+  if (first.samples > 0) { /* the untimed warm-up step is part of the round all the same */
+    st->loss = (st->loss * (double)st->samples + first.loss * (double)first.samples) /
+               (double)(st->samples + first.samples);
+    st->samples += first.samples;
+    st->steps += first.steps;
+    *compute_s += first.seconds;
+  }
   if (c->fill.samples > 0) {
     st->loss = (st->loss * (double)st->samples + c->fill.loss_sum) /
                (double)(st->samples + c->fill.samples);
     st->samples += c->fill.samples;
   }
-  return TD__RUN_GO_ON;
+  return pull(c); /* the round's result, for its delta */
 }
 
 /* The round's delta (from the anchor in sync, the round start otherwise) into
@@ -551,6 +618,8 @@ static td__run_flow_t run_round(compute_t *c, uint64_t round) {
     case TD_MODE_ASYNC: f = after_round_async(c, round, &st); break;
     }
   }
+  if (f == TD__RUN_GO_ON)
+    f = push(c); /* the host copy changed: the evaluation and next steps use it */
   if (f == TD__RUN_GO_ON)
     f = round_end(c, round);
   return f;

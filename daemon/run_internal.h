@@ -52,6 +52,7 @@ struct td_run {
   uv_async_t async;
   void (*on_events)(td_run_t *, void *);
   void *user;
+  int (*open_backend)(td_backend_t **, int, char *, size_t); /* tests: see td_run_opts_t */
   pthread_t thread;
   bool thread_started;
 
@@ -113,8 +114,8 @@ void *td__run_compute_main(void *arg);
 /* Fold the finished reconciliations into the anchor, params and round start,
  * oldest first; the number applied. Caller holds run->mu. */
 unsigned td__run_apply_reconciled_locked(td_run_t *run, float *params);
-/* The same, taking run->mu. */
-void td__run_apply_reconciled(td_run_t *run, float *params);
+/* The same, taking run->mu; how many it applied. */
+unsigned td__run_apply_reconciled(td_run_t *run, float *params);
 /* The anchor holds `round`, a reconciliation round: keep anchor - init in a
  * free slot (waiting for one; the wait is added to *idle) and post
  * TD_RUN_RECONCILE. */

@@ -78,10 +78,11 @@ unsigned td__run_apply_reconciled_locked(td_run_t *run, float *params) {
   }
 }
 
-void td__run_apply_reconciled(td_run_t *run, float *params) {
+unsigned td__run_apply_reconciled(td_run_t *run, float *params) {
   pthread_mutex_lock(&run->mu);
-  td__run_apply_reconciled_locked(run, params);
+  unsigned n = td__run_apply_reconciled_locked(run, params);
   pthread_mutex_unlock(&run->mu);
+  return n;
 }
 
 td__run_flow_t td__run_post_reconcile(td_run_t *run, uint64_t round, float *params,

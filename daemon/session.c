@@ -95,6 +95,8 @@ static void session_stats(const td__session_t *s, td__run_stats_t *out) {
   snprintf(out->codec, sizeof out->codec, "%s", td__outbox_codec(s->outbox));
   snprintf(out->error, sizeof out->error, "%s", s->error);
   snprintf(out->refused, sizeof out->refused, "%s", s->refused);
+  snprintf(out->backend, sizeof out->backend, "%s", s->backend);
+  snprintf(out->backend_reason, sizeof out->backend_reason, "%s", s->backend_reason);
   td_agg_spec_t agg;
   td_runspec_agg(&s->spec, &agg);
   td_agg_format(&agg, out->aggregate, sizeof out->aggregate);
@@ -234,6 +236,9 @@ static void on_run_events(td_run_t *run, void *user) {
     case TD_RUN_READY:
       s->rounds = td_run_rounds(run);
       s->ready = true;
+      snprintf(s->backend, sizeof s->backend, "%s", ev.backend);
+      snprintf(s->backend_reason, sizeof s->backend_reason, "%s", ev.message);
+      td_log_info("run %016" PRIx64 ": backend %s", s->run_id, s->backend_reason);
       td_log_info("run %016" PRIx64 ": dataset ready, %" PRIu64 " rounds of %u steps%s, "
                   "mode %s, local batch %u (%s), rank %u of %zu",
                   s->run_id, s->rounds, td_run_steps_of(run, 1),

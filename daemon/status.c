@@ -99,6 +99,12 @@ static json_object *run_json(const td__run_stats_t *st) {
   json_object_object_add(run, "joins_admitted", count(st->joins_admitted));
   json_object_object_add(run, "snapshots_served", count(st->snapshots_served));
   json_object_object_add(run, "capacity", td__status_real(positive(st->capacity)));
+  /* the compute backend and why (auto: the GPU it found, or why it fell back) */
+  json_object_object_add(run, "backend",
+                         st->backend[0] ? json_object_new_string(st->backend) : NULL);
+  json_object_object_add(run, "backend_reason", st->backend_reason[0]
+                                                    ? json_object_new_string(st->backend_reason)
+                                                    : NULL);
   json_object_object_add(run, "error", st->error[0] ? json_object_new_string(st->error) : NULL);
   json_object_object_add(run, "refused",
                          st->refused[0] ? json_object_new_string(st->refused) : NULL);

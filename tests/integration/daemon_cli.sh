@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # daemon_cli.sh: trainctl and traind as a user meets them: a daemon that is
 # not running, unknown commands, bad run specs, bad daemon flags, the control
-# socket's mode, status in both forms, join errors, leave, and a second
-# traind on a data directory that one already uses.
+# socket's mode, status in both forms (with the backend `auto` chose and why),
+# join errors, leave, and a second traind on a data directory that one
+# already uses.
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
 
 run notrunning "$TRAINCTL" --socket "$T/none.sock" status
@@ -61,9 +62,18 @@ ctl a rounds | grep -q "no rounds" && pass "rounds before any run" || fail "roun
 
 # a single-node run on a tiny CSV dataset finishes and is in the ledger
 awk 'BEGIN { srand(2); for (i = 0; i < 200; i++) { c = i % 2; printf "%d,%.3f,%.3f\n", c, c * 2 + rand(), rand() } }' >"$T/tiny.csv"
+# (backend = auto: this test machine has no usable GPU, so auto takes the CPU
+# and status says so, with why)
 ctl a start --set dataset=csv:$T/tiny.csv --set model=mlp:2-8-2 --set batch=16 --set rounds=20 \
-  --set local_steps=2 --set eval_every=5 >/dev/null || fail "single-node start"
+  --set local_steps=2 --set eval_every=5 --set backend=auto >/dev/null || fail "single-node start"
 wait_run_state a finished 60 && pass "single-node run finished" || fail "single-node run"
+st=$(ctl a status --json)
+[ "$(json_field "$st" backend)" = cpu ] && pass "status --json: backend cpu" || fail "backend: $st"
+reason=$(json_field "$st" backend_reason)
+grep -q '^cpu (auto: no usable GPU: ..*)$' <<<"$reason" \
+  && pass "status --json: $reason" || fail "backend_reason: $st"
+ctl a status | grep -q '^backend cpu (auto: no usable GPU: ' \
+  && pass "status table: backend and why" || fail "status table: $(ctl a status)"
 [ "$(sql a "SELECT count(*) FROM rounds")" -eq 20 ] && pass "20 rounds in the ledger" || fail "ledger rounds"
 [ "$(sql a "SELECT count(*) FROM rounds WHERE eval_acc IS NOT NULL")" -eq 4 ] \
   && pass "evaluated every 5 rounds" || fail "eval rows: $(sql a "SELECT round, eval_acc FROM rounds")"

@@ -31,7 +31,8 @@ static td_metrics_stats_t sample_stats(void) {
   return (td_metrics_stats_t){
       .node_id = 0xabcdef0123456789ull, .version = "0.1.0", .run_id = 0x1234ull, .running = 1,
       .round = 42, .rounds_total = 40, .loss = 0.5, .eval_accuracy = NAN,
-      .eval_bpb = 3.25,
+      .eval_bpb = 3.25, .backend = "cpu",
+      .backend_reason = "cpu (auto: no usable GPU: no \"device\")",
       .compute_seconds_total = 12.5, .wait_seconds_total = 2.25, .samples_total = 64000,
       .peers_alive = 2, .peers_suspect = 0, .peers_dead = 1, .peers_left = 4, .links = links,
       .n_links = 2, .drops = drops, .n_drops = 2, .ledger_degraded = 1,
@@ -71,6 +72,9 @@ START_TEST(format_families_and_values) {
   ck_assert(has_line(text, "traind_ledger_degraded 1"));
   ck_assert(has_line(text, "traind_ledger_fault_info{cause=\"disk full\"} 1"));
   ck_assert(has_line(text, "traind_ledger_pending_rows 17"));
+  ck_assert(has_line(text, "# TYPE traind_run_backend_info gauge"));
+  ck_assert(has_line(text, "traind_run_backend_info{backend=\"cpu\",reason=\"cpu (auto: no usable "
+                           "GPU: no \\\"device\\\")\"} 1"));
   ck_assert(has_line(text, "traind_ledger_write_failures_total 3"));
   ck_assert(has_line(text, "traind_ledger_dropped_rows_total 2"));
   /* label values escaped */
@@ -84,7 +88,9 @@ START_TEST(format_families_and_values) {
   char *healthy;
   s.ledger_degraded = 0;
   s.ledger_cause = NULL;
+  s.backend = NULL; /* no run has opened a backend yet */
   ck_assert_int_eq(td_metrics_format(&s, &healthy, &len), 0);
+  ck_assert_ptr_null(strstr(healthy, "traind_run_backend_info{"));
   ck_assert(has_line(healthy, "traind_ledger_degraded 0"));
   ck_assert_ptr_null(strstr(healthy, "traind_ledger_fault_info{"));
   free(healthy);

@@ -79,7 +79,11 @@ START_TEST(full_mailbox_loses_no_event) {
       continue;
     }
     switch (ev.kind) {
-    case TD_RUN_READY: ready++; break;
+    case TD_RUN_READY: /* names the backend (cpu, the spec's default) and why */
+      ck_assert_str_eq(ev.backend, "cpu");
+      ck_assert_str_eq(ev.message, "cpu (as configured)");
+      ready++;
+      break;
     case TD_RUN_ROUND_DONE:
       ck_assert_uint_eq(ev.round, expect); /* in order, none missing */
       expect++;
