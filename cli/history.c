@@ -89,7 +89,7 @@ int td__hist_add(td__hist_set_t *set, const char *path) {
   else
     snprintf(full, sizeof full, "%s", path);
   for (size_t i = 0; i < set->n; i++)
-    if (strcmp(set->dbs[i].path, full) == 0)
+    if (strcmp(set->dbs[i]->path, full) == 0)
       return (int)i;
   struct stat st;
   if (stat(full, &st) != 0) {
@@ -133,15 +133,16 @@ int td__hist_add(td__hist_set_t *set, const char *path) {
     }
   }
   sqlite3_finalize(st_cols);
-  td__hist_db_t *grown = realloc(set->dbs, (set->n + 1) * sizeof *grown);
-  if (grown == NULL) {
+  td__hist_db_t **grown = realloc(set->dbs, (set->n + 1) * sizeof *grown);
+  td__hist_db_t *d = grown != NULL ? calloc(1, sizeof *d) : NULL;
+  if (grown != NULL)
+    set->dbs = grown;
+  if (d == NULL) {
     sqlite3_close(db);
     td__hist_err("out of memory");
     return -1;
   }
-  set->dbs = grown;
-  td__hist_db_t *d = &set->dbs[set->n];
-  memset(d, 0, sizeof *d);
+  set->dbs[set->n] = d;
   snprintf(d->path, sizeof d->path, "%s", full);
   d->db = db;
   d->has_eval_bpb = bpb[0] != '\0';
@@ -163,8 +164,10 @@ int td__hist_default(td__hist_set_t *set) {
 }
 
 void td__hist_close(td__hist_set_t *set) {
-  for (size_t i = 0; i < set->n; i++)
-    sqlite3_close(set->dbs[i].db);
+  for (size_t i = 0; i < set->n; i++) {
+    sqlite3_close(set->dbs[i]->db);
+    free(set->dbs[i]);
+  }
   free(set->dbs);
   set->dbs = NULL;
   set->n = 0;
@@ -254,7 +257,7 @@ int td__hist_resolve(td__hist_set_t *set, const char *arg, td__hist_run_t **out,
   for (size_t i = 0; i < set->n; i++) {
     if (only >= 0 && (size_t)only != i)
       continue;
-    if (runs_of(&set->dbs[i], lower, &runs, &n) != 0) {
+    if (runs_of(set->dbs[i], lower, &runs, &n) != 0) {
       td__hist_runs_free(runs, n);
       return 1;
     }
@@ -269,7 +272,7 @@ int td__hist_resolve(td__hist_set_t *set, const char *arg, td__hist_run_t **out,
   if (n == 0) {
     char where[1200];
     if (only >= 0 || set->n == 1)
-      snprintf(where, sizeof where, "%s", set->dbs[only >= 0 ? only : 0].path);
+      snprintf(where, sizeof where, "%s", set->dbs[only >= 0 ? only : 0]->path);
     else
       snprintf(where, sizeof where, "%zu ledgers", set->n);
     return td__hist_err("no run '%s' in %s", prefix, where);
@@ -533,7 +536,7 @@ static int cmd_runs(int argc, char **argv) {
   td__hist_run_t *runs = NULL;
   size_t n = 0;
   for (size_t i = 0; rc == 0 && i < set.n; i++)
-    rc = runs_of(&set.dbs[i], NULL, &runs, &n);
+    rc = runs_of(set.dbs[i], NULL, &runs, &n);
   if (rc == 0)
     qsort(runs, n, sizeof *runs, cmp_started);
   run_figures_t *figs = calloc(n ? n : 1, sizeof *figs);
@@ -588,7 +591,7 @@ static int cmd_runs(int argc, char **argv) {
              metric, figs[i].bytes_sent, dur, many ? "  " : "", many ? r->ledger->label : "");
     }
     if (n == 0)
-      printf("(no runs in %s)\n", set.n == 1 ? set.dbs[0].path : "these ledgers");
+      printf("(no runs in %s)\n", set.n == 1 ? set.dbs[0]->path : "these ledgers");
   }
   free(figs);
   td__hist_runs_free(runs, n);

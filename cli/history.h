@@ -49,7 +49,8 @@ typedef struct {
 } td__hist_run_t;
 
 typedef struct {
-  td__hist_db_t *dbs;
+  td__hist_db_t **dbs; /* each its own allocation: runs keep pointers to them while more
+                          ledgers are added */
   size_t n;
 } td__hist_set_t;
 

@@ -168,6 +168,11 @@ run bpb tc plot "$T/txt:ab12" --y bpb --x round -o "$T/bpb.png"
 pts=$(awk '/^\$s0 << EOD/ { on = 1; next } /^EOD/ { on = 0 } on' "$T/bpb.gp" | tr '\n' ' ')
 [ "$(rc_of bpb)" = 0 ] && [ "$pts" = "4 2 8 1 12 0.6666666667 " ] \
   && pass "plot --y bpb reads eval_bpb: $pts" || { fail "plot bpb: '$pts'"; cat "$T/bpb.err"; }
+# DB:RUN arguments that open three ledgers one after another (the set grows
+# while the runs resolved first still point into it): every curve drawn
+run mixed tc plot "$T/n0:ab12" "$T/n1:ab34" "$T/txt:cd56" "$T/n0:cd56" -o "$T/mixed.png"
+[ "$(rc_of mixed)" = 0 ] && [ "$(grep -c '^\$s[0-9]* << EOD' "$T/mixed.gp")" = 4 ] \
+  && pass "plot over three ledgers by DB:RUN: 4 curves" || { fail "plot DB:RUN over three ledgers"; cat "$T/mixed.err"; }
 run norun tc plot ab12 ff -o "$T/x.png"
 expect_error norun "no run 'ff'"
 run noplot env PATH=/nonexistent "$TRAINCTL" plot ab12 -o "$T/y.png"
