@@ -25,12 +25,13 @@
 # step of the whole batch, so (s) needs the steps of (1) at the same batch).
 #
 # Needs root (namespaces); exits 77 without. Knobs: MODELS ("cnn gpt"), KEEP
-# (an output directory to keep; a temporary one otherwise), LOG_LEVEL.
+# (an output directory to keep; a temporary one otherwise), LOG_LEVEL,
+# REPORT_ONLY=1 (with KEEP: print the tables of an earlier run again).
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 B=${top_builddir:-$ROOT/build}
 . "$ROOT/tests/integration/netns_lib.sh"
-td_wan_can_run || exit 77
+[ -n "${REPORT_ONLY:-}" ] || td_wan_can_run || exit 77
 export TD_LAB_BINDIR=$B TD_LAB_NETNS=$ROOT/tests/integration/netns_lib.sh
 T=$(mktemp -d /tmp/td-wanm-XXXXXX)
 trap 'rm -rf "$T"' EXIT
@@ -50,6 +51,20 @@ q() { sqlite3 "$OUT/$1/n$2/traind.db" "$3" 2>/dev/null; }
 rid() { awk -F, -v v="$2" '$1 == v { print $2 }' "$OUT/$1/summary.csv"; }
 w() { echo "printf('%016x', run_id) = '$1'"; }
 
+# factors DIR RUN NODES TTT: "samples nodes rate busy" up to node 0's target
+# time: samples trained by all nodes, samples per compute second, and compute
+# seconds over NODES x TTT
+factors() {
+  local d=$1 r=$2 n=$3 t=$4 i s=0 c=0 t_abs one
+  t_abs=$(q "$d" 0 "SELECT started + $t FROM runs WHERE $(w "$r")")
+  for ((i = 0; i < n; i++)); do
+    one=$(q "$d" $i "SELECT total(samples) || ' ' || total(compute_s) FROM rounds WHERE $(w "$r") AND ended <= $t_abs + 0.001")
+    s=$(awk -v a="$s" -v b="${one% *}" 'BEGIN { print a + b }')
+    c=$(awk -v a="$c" -v b="${one#* }" 'BEGIN { print a + b }')
+  done
+  awk -v s="$s" -v c="$c" -v n="$n" -v t="$t" 'BEGIN { printf "%d %d %.1f %.2f", s, n, s / c, c / (n * t) }'
+}
+
 # report MODEL COL OP TARGET: the table for one model
 report() {
   local m=$1 col=$2 op=$3 target=$4 unit
@@ -58,8 +73,8 @@ report() {
   r1=$(rid "$m-1" one) rs=$(rid "$m-4" sync_ddp) rb=$(rid "$m-4" best)
   [ -n "$r1" ] && [ -n "$rs" ] && [ -n "$rb" ] || { echo "$m: a run is missing; see $OUT"; RC=1; return; }
   # time to target: node 0's first evaluation at/over the target; its round's end time
-  ttt() { q "$1" 0 "SELECT printf('%.1f', min(r.ended) - u.started) FROM rounds r, runs u WHERE r.run_id = u.run_id AND $(w "$2") AND r.$col $op $target"; }
-  local t1 ts tb
+  ttt() { q "$1" 0 "SELECT CASE WHEN count(*) > 0 THEN printf('%.1f', min(r.ended) - u.started) END FROM rounds r, runs u WHERE r.run_id = u.run_id AND printf('%016x', r.run_id) = '$2' AND r.$col $op $target"; }
+  local t1 ts tb tvb= t1vb=
   t1=$(ttt "$m-1" "$r1") ts=$(ttt "$m-4" "$rs") tb=$(ttt "$m-4" "$rb")
   # (s) projected: (1)'s steps to the target at (s)'s seconds and bytes per step
   local steps1 hs rounds_s wall_s state_s last_s proj_t proj_mb
@@ -83,6 +98,19 @@ report() {
     "$([ -n "$t1" ] && [ -n "$ts_eff" ] && awk -v a="$t1" -v b="$ts_eff" 'BEGIN { printf "%.2fx", a / b }')"
   printf '%-26s %10s %9s\n' "(b) best" "${tb:--}" \
     "$([ -n "$t1" ] && [ -n "$tb" ] && awk -v a="$t1" -v b="$tb" 'BEGIN { printf "%.2fx", a / b }')"
+  if [ -z "$tb" ]; then
+    # not reached: compare at the best value (b) did reach
+    local vb
+    vb=$(q "$m-4" 0 "SELECT $([ "$op" = '>=' ] && echo "max($col) - 1e-9" || echo "min($col) + 1e-9") FROM rounds WHERE $(w "$rb")")
+    if [ -n "$vb" ]; then
+      tvb=$(q "$m-4" 0 "SELECT CASE WHEN count(*) > 0 THEN printf('%.1f', min(r.ended) - u.started) END FROM rounds r, runs u WHERE r.run_id = u.run_id AND printf('%016x', r.run_id) = '$rb' AND r.$col $op $vb")
+      t1vb=$(q "$m-1" 0 "SELECT CASE WHEN count(*) > 0 THEN printf('%.1f', min(r.ended) - u.started) END FROM rounds r, runs u WHERE r.run_id = u.run_id AND printf('%016x', r.run_id) = '$r1' AND r.$col $op $vb")
+      awk -v v="$vb" -v a="${t1vb:-}" -v b="$tvb" 'BEGIN {
+        printf "(b) did not reach the target; its best, %.4f, at %s s", v, b
+        if (a != "") printf "; (1) reached it at %s s: (b) %.2fx sooner", a, a / b
+        printf "\n" }'
+    fi
+  fi
   if [ -n "$tb" ]; then
     [ -n "$t1" ] && awk -v a="$t1" -v b="$tb" 'BEGIN { printf "(b) against (1): %.2fx sooner\n", a / b }'
     [ -n "$ts_eff" ] && awk -v a="$ts_eff" -v b="$tb" -v p="${ts:+measured}" 'BEGIN { printf "(b) against (s): %.1fx sooner (%s)\n", a / b, p == "" ? "projected (s)" : "measured" }'
@@ -117,6 +145,22 @@ report() {
     mbb=$(q "$m-4" 2 "SELECT total(bytes_sent) / 1e6 FROM rounds WHERE $(w "$rb") AND ended <= (SELECT min(ended) FROM rounds WHERE $(w "$rb") AND $col $op $target)")
     [ -n "$mbb" ] && awk -v s="$proj_mb" -v b="$mbb" 'b > 0 { printf "(b) sent %.1fx fewer bytes than (s) up to the target (node 2, a 2 Mbit/s uplink)\n", s / b }'
   fi
+  # where the time to the target goes: TTT = S / (N x rate x busy), S the
+  # samples all nodes trained up to it, rate a node's samples per second of
+  # compute (slowdown included), busy the share of the wall time it computed
+  local c1=${t1:-} cb=${tb:-} what="the target"
+  if [ -z "$tb" ]; then c1=${t1vb:-} cb=${tvb:-} what="(b)'s best"; fi
+  if [ -n "$c1" ] && [ -n "$cb" ]; then
+    local f1 fb
+    f1=$(factors "$m-1" "$r1" 1 "$c1") fb=$(factors "$m-4" "$rb" 4 "$cb")
+    echo "breakdown to $what: time = samples / (nodes x rate x busy)"
+    printf '  %-4s %10s %6s %12s %7s\n' run samples nodes "rate /s" busy
+    printf '  %-4s %10s %6s %12s %7s\n' "(1)" $f1
+    printf '  %-4s %10s %6s %12s %7s\n' "(b)" $fb
+    awk -v a="$f1" -v b="$fb" 'BEGIN { split(a, x, " "); split(b, y, " ");
+      printf "  (b)/(1): %.2fx = samples %.2f x nodes %.0f x rate %.2f x busy %.2f\n",
+        (x[1] / (x[2] * x[3] * x[4])) / (y[1] / (y[2] * y[3] * y[4])), x[1] / y[1], y[2] / x[2], y[3] / x[3], y[4] / x[4] }'
+  fi
   echo "codecs per link of (b) (sender -> receiver: codec x rounds):"
   grep "^  best " "$OUT/$m-4/summary.txt" | sed 's/^  best /  /'
   # plots: the three runs on one chart
@@ -131,6 +175,7 @@ report() {
 
 for m in ${MODELS:-cnn gpt}; do
   [ -r "$ROOT/bench/wan-$m.ini" ] && [ -r "$ROOT/bench/wan-$m-1.ini" ] || { echo "no bench/wan-$m.ini"; exit 2; }
+  [ -n "${REPORT_ONLY:-}" ] && continue
   lab "wan-$m-1.ini" "$m-1"
   lab "wan-$m.ini" "$m-4"
 done
