@@ -167,7 +167,7 @@ report() {
   if command -v gnuplot >/dev/null; then
     local y; [ "$col" = eval_acc ] && y=accuracy || y=bpb
     for x in time bytes; do
-      "$B/trainctl" plot "$OUT/$m-1/n0:$r1" "$OUT/$m-4/n0:$rs" "$OUT/$m-4/n0:$rb" --y "$y" --x "$x" \
+      "$B/trainctl" plot "$OUT/$m-1/n0:$r1" "$OUT/$m-4/n0:$rs" "$OUT/$m-4/n0:$rb" --y "$y" --x "$x" --size 1400x700 \
         -o "$OUT/$m-$y-by-$x.png" >/dev/null 2>&1 && echo "plot: $OUT/$m-$y-by-$x.png"
     done
   fi

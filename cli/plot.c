@@ -387,11 +387,26 @@ int td__plot_main(int argc, char **argv) {
     fprintf(gp, "set bmargin %zu\n", 5 + (n < 10 ? n : 10));
     if (strcmp(y, "idle") == 0)
       fprintf(gp, "set yrange [-0.02:1.05]\n");
+    /* gnuplot draws an empty legend when an entry is wider than the chart
+     * by its own estimate (about 9 px a character at 10 pt, 11 at 12 pt,
+     * plus the sample line): cut long titles to what fits */
+    size_t fit = width > 320 ? (width - 140) / (ends_with(out, ".svg") ? 11 : 9) : 20;
+    if (fit > 511)
+      fit = 511;
     fprintf(gp, "plot ");
     for (size_t i = 0; i < n; i++) {
       fprintf(gp, "%s$s%zu using 1:2 with linespoints pointtype 7 pointsize 0.5 title ",
               i ? ", \\\n     " : "", i);
-      gp_quoted(gp, titles[i]);
+      char cut[512];
+      size_t len = strnlen(titles[i], sizeof cut - 1);
+      if (len > fit) {
+        memcpy(cut, titles[i], fit - 3);
+        memcpy(cut + fit - 3, "...", 4);
+      } else {
+        memcpy(cut, titles[i], len);
+        cut[len] = '\0';
+      }
+      gp_quoted(gp, cut);
     }
     fprintf(gp, "\n");
   }

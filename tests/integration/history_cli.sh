@@ -173,6 +173,12 @@ pts=$(awk '/^\$s0 << EOD/ { on = 1; next } /^EOD/ { on = 0 } on' "$T/bpb.gp" | t
 run mixed tc plot "$T/n0:ab12" "$T/n1:ab34" "$T/txt:cd56" "$T/n0:cd56" -o "$T/mixed.png"
 [ "$(rc_of mixed)" = 0 ] && [ "$(grep -c '^\$s[0-9]* << EOD' "$T/mixed.gp")" = 4 ] \
   && pass "plot over three ledgers by DB:RUN: 4 curves" || { fail "plot DB:RUN over three ledgers"; cat "$T/mixed.err"; }
+# a narrow chart: legend titles cut to what gnuplot fits ((400 - 140) / 9 = 28
+# characters), or it draws an empty legend
+run narrow tc plot ab12 ab34 cd56 -o "$T/narrow.png" --size 400x300
+lens=$(grep -o 'pointsize 0.5 title "[^"]*"' "$T/narrow.gp" | sed 's/.*title "//; s/"$//' | awk '{ print length($0) (/\.\.\.$/ ? "c" : "") }' | tr '\n' ' ')
+[ "$(rc_of narrow)" = 0 ] && [ -n "$lens" ] && ! grep -qE '(29|[3-9][0-9]|[0-9]{3})' <<<"$lens" && grep -q c <<<"$lens" \
+  && pass "narrow plot: legend titles cut to fit ($lens)" || { fail "narrow plot titles: '$lens'"; cat "$T/narrow.err"; }
 run norun tc plot ab12 ff -o "$T/x.png"
 expect_error norun "no run 'ff'"
 run noplot env PATH=/nonexistent "$TRAINCTL" plot ab12 -o "$T/y.png"
