@@ -79,6 +79,8 @@ typedef struct {
   fill_t fill;     /* overlap fill steps since the last ROUND_DONE */
   float *lead;     /* overlap: what params hold of the last posted round beyond the
                       anchor (scheduler/overlap.h); NULL in the other modes */
+  td__run_eval_t *eval; /* periodic evaluations off the training path (run_eval.c), or
+                           NULL: evaluated here, between rounds */
   char why[WHY_MAX];
 } compute_t;
 
@@ -302,6 +304,48 @@ static void open_probe_rows(compute_t *c) {
   free(idx);
 }
 
+/* Whether this node evaluates after round `round` (every node after the last). */
+static bool evaluates(const td_run_t *run, uint64_t round) {
+  if (round == run->rounds)
+    return true;
+  unsigned k = run->spec.eval_nodes;
+  return round % run->spec.eval_every == 0 && (k == 0 || run->rank < k);
+}
+
+/* Periodic evaluations on a replica in a thread of their own (run_eval.c), so
+ * training does not stop for them: on the CPU backend the run chose itself,
+ * when this node evaluates before the last round and the evaluation set is not
+ * the training set. Otherwise (a device, whose one stream the replica would
+ * share; a backend handed in by the caller; the training rows, which training
+ * shuffles; not enough memory for the replica) they run here between rounds. */
+static void open_evaluator(compute_t *c, const td_trainer_opts_t *opts) {
+  td_run_t *run = c->run;
+  const td_runspec_t *sp = &run->spec;
+  bool periodic = false;
+  for (uint64_t r = sp->eval_every; r < run->rounds && !periodic; r += sp->eval_every)
+    periodic = evaluates(run, r);
+  /* an image run without a test set evaluates its training rows, which the
+   * trainer shuffles in place at every epoch: not while it trains */
+  bool own_set = c->text || c->test != NULL;
+  if (!periodic || !own_set || run->open_backend != NULL || td_backend_device_memory(c->be))
+    return;
+  char why[WHY_MAX];
+  td_backend_t *be = NULL;
+  td_trainer_t *tr = NULL;
+  int rc = td_backend_open(&be, "cpu", (int)sp->threads, why, sizeof why);
+  if (rc == 0)
+    rc = c->text ? td_trainer_open_text(&tr, be, td_text_data(c->data.text_train),
+                                        td_text_bytes(c->data.text_train), opts, why, sizeof why)
+                 : td_trainer_open(&tr, be, c->train, opts, why, sizeof why);
+  const uint8_t *text = c->text ? td_text_data(c->data.text_valid) : NULL;
+  size_t text_bytes = c->text ? td_text_bytes(c->data.text_valid) : 0;
+  if (rc == 0)
+    rc = td__run_eval_open(&c->eval, &be, &tr, c->eval_set, text, text_bytes, why, sizeof why);
+  td_trainer_close(&tr);
+  td_backend_close(&be);
+  (void)rc; /* without the evaluator the run evaluates between rounds: nothing is lost */
+}
+
 /* Backend, data, trainer and round plan; the model starts identical on every
  * node (same seed), the anchor with it. Posts READY. */
 static td__run_flow_t set_up(compute_t *c) {
@@ -381,6 +425,7 @@ static td__run_flow_t set_up(compute_t *c) {
   if (run->init != NULL)
     memcpy(run->init, c->params, run->numel * sizeof(float));
   c->eval_set = c->test != NULL ? c->test : c->train;
+  open_evaluator(c, &opts);
   if (sp->transfer > 0)
     open_probe_rows(c);
   c->batch = run->local_batch;
@@ -578,8 +623,35 @@ static td__run_flow_t after_round_async(compute_t *c, uint64_t round,
   return post_checkpoint(run, round);
 }
 
+/* Post an evaluation of `round` (FINISHED after the last round). */
+static td__run_flow_t post_eval(compute_t *c, uint64_t round, double loss, double acc,
+                                double bpb) {
+  td_run_event_t ev = {.kind = round == c->run->rounds ? TD_RUN_FINISHED : TD_RUN_EVAL,
+                       .round = round, .loss = loss, .accuracy = acc, .bpb = bpb};
+  return td__run_post(c->run, &ev) ? TD__RUN_GO_ON : TD__RUN_STOPPED;
+}
+
+/* The evaluator's finished result, if there is one, posted; `wait`: wait for
+ * the one running first. An evaluation that failed fails the run, as here. */
+static td__run_flow_t collect_eval(compute_t *c, bool wait) {
+  if (c->eval == NULL)
+    return TD__RUN_GO_ON;
+  if (wait)
+    td__run_eval_wait(c->eval, &c->idle, td_clock_mono_s);
+  td__run_eval_result_t r;
+  if (!td__run_eval_take(c->eval, &r))
+    return TD__RUN_GO_ON;
+  if (r.rc != 0) {
+    snprintf(c->why, sizeof c->why, "%s", r.why);
+    return fail(c);
+  }
+  return post_eval(c, r.round, r.loss, r.accuracy, r.bpb);
+}
+
 /* After the round: the transfer probe, and the evaluation every eval_every
- * rounds and after the last (FINISHED). */
+ * rounds (on the nodes eval_nodes names) and after the last (FINISHED). A
+ * periodic one goes to the evaluator when there is one; the last one is
+ * taken here, after the evaluator's, so FINISHED is the last event. */
 static td__run_flow_t round_end(compute_t *c, uint64_t round) {
   td_run_t *run = c->run;
   td__run_flow_t f = TD__RUN_GO_ON;
@@ -587,8 +659,15 @@ static td__run_flow_t round_end(compute_t *c, uint64_t round) {
   if (probes && round % run->spec.transfer == 0 && round < run->rounds &&
       (f = post_probe(c, round)) != TD__RUN_GO_ON)
     return f;
-  if (round % run->spec.eval_every != 0 && round != run->rounds)
+  bool last = round == run->rounds;
+  if ((f = collect_eval(c, last)) != TD__RUN_GO_ON || !evaluates(run, round))
+    return f;
+  if (c->eval != NULL && !last) {
+    if ((f = collect_eval(c, true)) != TD__RUN_GO_ON) /* one at a time, none dropped */
+      return f;
+    td__run_eval_submit(c->eval, round, c->params);
     return TD__RUN_GO_ON;
+  }
   double loss = NAN, acc = NAN, bpb = NAN;
   int rc = c->text ? td_trainer_evaluate_text(c->tr, td_text_data(c->data.text_valid),
                                               td_text_bytes(c->data.text_valid), &bpb, c->why,
@@ -598,9 +677,7 @@ static td__run_flow_t round_end(compute_t *c, uint64_t round) {
     return fail(c);
   if (c->text)
     loss = bpb * log(2.0); /* mean cross-entropy in nats, like the classes' test loss */
-  td_run_event_t ev = {.kind = round == run->rounds ? TD_RUN_FINISHED : TD_RUN_EVAL,
-                       .round = round, .loss = loss, .accuracy = acc, .bpb = bpb};
-  return td__run_post(run, &ev) ? TD__RUN_GO_ON : TD__RUN_STOPPED;
+  return post_eval(c, round, loss, acc, bpb);
 }
 
 static td__run_flow_t run_round(compute_t *c, uint64_t round) {
@@ -633,6 +710,7 @@ void *td__run_compute_main(void *arg) {
     f = wait_seed(&c);
   for (uint64_t round = run->first_round; f == TD__RUN_GO_ON && round <= run->rounds; round++)
     f = run_round(&c, round);
+  td__run_eval_close(&c.eval); /* before STOPPED: nothing of the run outlives it */
   if (f == TD__RUN_STOPPED) {
     td_run_event_t ev = {.kind = TD_RUN_STOPPED};
     td__run_post(run, &ev); /* fails only when closing: nobody to tell */

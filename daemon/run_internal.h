@@ -14,7 +14,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "compute/dataset.h"
 #include "compute/model.h"
+#include "compute/trainer.h"
 #include "daemon/run.h"
 #include "scheduler/recon.h"
 
@@ -109,6 +111,31 @@ bool td__run_stopping(td_run_t *run);
 
 /* run_compute.c: the compute thread's body (pthread entry). */
 void *td__run_compute_main(void *arg);
+
+/* run_eval.c: evaluations on a replica, off the training path (see the file). */
+typedef struct td__run_eval td__run_eval_t;
+typedef struct {
+  uint64_t round;
+  int rc; /* 0, or the error with why */
+  double loss, accuracy, bpb;
+  char why[256];
+} td__run_eval_result_t;
+/* Start the evaluator on a replica: *be (a CPU backend of its own) and *tr (a
+ * trainer of the run's model on it) become the evaluator's and are set to
+ * NULL; it evaluates `set`, or the held-out `text` when text != NULL (both
+ * borrowed). TD_ENOMEM + why, the replica still the caller's. */
+int td__run_eval_open(td__run_eval_t **out, td_backend_t **be, td_trainer_t **tr,
+                      const td_dataset_t *set, const uint8_t *text, size_t text_bytes,
+                      char *why, size_t why_len);
+/* Wait until no evaluation is running; the wait (by `clock`) is added to *idle_s. */
+void td__run_eval_wait(td__run_eval_t *e, double *idle_s, double (*clock)(void));
+/* A finished evaluation not taken yet: true and *out, once per evaluation. */
+bool td__run_eval_take(td__run_eval_t *e, td__run_eval_result_t *out);
+/* Evaluate a copy of `params` (numel floats, host memory) as round `round`.
+ * Take the last result first: an untaken one is replaced. */
+void td__run_eval_submit(td__run_eval_t *e, uint64_t round, const float *params);
+/* Stop the thread (after the evaluation it is in) and free the replica. */
+void td__run_eval_close(td__run_eval_t **self_p);
 
 /* run_recon.c: reconciliation slots (see the file). */
 /* Fold the finished reconciliations into the anchor, params and round start,

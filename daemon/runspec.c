@@ -355,7 +355,11 @@ static const run_key_t td__run_keys[] = {
     {"transfer_margin", KEY_DOUBLE, F(transfer_margin), "0.02", 0, 100, NULL,
      "a node lags when its loss exceeds the best by this fraction"},
     {"eval_every", KEY_UINT, F(eval_every), "10", 1, 100000000, NULL,
-     "rounds between test evaluations (peer runs)"},
+     "rounds between test evaluations (peer runs); on the CPU they run on a copy of the model "
+     "in a thread of their own while training goes on"},
+    {"eval_nodes", KEY_UINT, F(eval_nodes), "0", 0, TD_MAX_NODES, NULL,
+     "how many nodes (the lowest ranks) evaluate every eval_every rounds; 0: every node. Every "
+     "node evaluates after the last round"},
     {"checkpoint_every", KEY_UINT, F(checkpoint_every), "0", 0, 100000000, NULL,
      "rounds between checkpoints in the ledger (0: off)"},
     {"round_timeout", KEY_DOUBLE, F(round_timeout), "30", 0.1, 86400, NULL,

@@ -62,6 +62,7 @@ typedef struct {
   double transfer_lambda, transfer_margin;
   unsigned rounds;                      /* 0 = derived from epochs */
   unsigned eval_every;                  /* rounds between evaluations */
+  unsigned eval_nodes;                  /* ranks below it evaluate every eval_every (0: all) */
   unsigned checkpoint_every;            /* rounds between checkpoints, 0 = off */
   double round_timeout;                 /* seconds a sync round waits for peers */
   unsigned batch;

@@ -60,7 +60,7 @@ static void run_once(const char *mode, bool device, outcome_t *out) {
   const char *keys[] = {"model=mlp:3-8-3", "batch=8",        "local_steps=3",
                         "optimizer=adamw", "clip=0.5",       "lr=0.02",
                         "outer_lr=0.7",    "outer_momentum=0.9", "eval_every=2",
-                        "checkpoint_every=1"};
+                        "checkpoint_every=1", "threads=1"};
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
     ck_assert_msg(td_runspec_set_arg(&spec, keys[i], why, sizeof why) == 0, "%s", why);
   snprintf(key, sizeof key, "dataset=csv:%s", csv_path);
