@@ -24,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
+#include <time.h>
 
 #include "compute/backend_impl.h"
 #include "compute/tpool.h"
@@ -272,6 +274,14 @@ void td_backend_parallel_for(td_backend_t *be, size_t n, td_backend_for_fn fn, v
 }
 
 int td_backend_threads(const td_backend_t *be) { return td_tpool_threads(td__cpu_tpool(be)); }
+
+double td_backend_cpu_seconds(const td_backend_t *be) {
+  const td_tpool_t *pool = td__cpu_tpool(be);
+  struct timespec ts;
+  if (pool == NULL || be->device_memory || clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+    return NAN;
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + td_tpool_worker_cpu_s(pool);
+}
 
 void *td_backend_alloc(td_backend_t *be, size_t bytes) {
   void *p = be->iface->alloc(be, bytes);

@@ -79,6 +79,13 @@ const char *td_backend_describe(const td_backend_t *be);
  * transfers below (td_model keeps its parameters, gradients and batches on
  * the device and a host copy of the parameters in pinned memory). */
 bool td_backend_device_memory(const td_backend_t *be);
+/* CPU seconds this backend's compute has used so far, for measuring what a
+ * piece of work cost in CPU rather than in wall time (slowdown emulation):
+ * the calling thread's clock plus the pool workers' on a CPU backend opened
+ * with threads > 0 (OpenBLAS single-threaded inside them, so nothing computes
+ * elsewhere). NAN where that is not the whole cost: threads <= 0 (BLAS runs
+ * its own threads) or a device. Call from the thread that runs the ops. */
+double td_backend_cpu_seconds(const td_backend_t *be);
 /* The first device error since open (0 if none), with its message in why.
  * Waits for the queued work first. */
 int td_backend_error(td_backend_t *be, char *why, size_t why_len);

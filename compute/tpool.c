@@ -26,6 +26,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "common/error.h"
 
@@ -209,4 +210,15 @@ void td_tpool_for(td_tpool_t *p, size_t n, size_t grain, td_tpool_fn fn, void *a
     atomic_store(&p->waiter, false);
     pthread_mutex_unlock(&p->mu);
   }
+}
+
+double td_tpool_worker_cpu_s(const td_tpool_t *pool) {
+  double s = 0;
+  for (int i = 1; pool != NULL && i <= pool->started; i++) {
+    clockid_t id;
+    struct timespec ts;
+    if (pthread_getcpuclockid(pool->tids[i], &id) == 0 && clock_gettime(id, &ts) == 0)
+      s += (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+  }
+  return s;
 }

@@ -29,6 +29,10 @@ typedef void (*td_tpool_fn)(void *arg, size_t begin, size_t end, int part);
 int td_tpool_open(td_tpool_t **out, int threads);
 /* Stops and joins the workers. NULL-safe; sets *self_p to NULL. */
 void td_tpool_close(td_tpool_t **self_p);
+/* CPU seconds the pool's workers have used since they started (their thread
+ * clocks; 0 for a NULL or one-thread pool): with the caller's own thread
+ * clock, what the pool's jobs cost in CPU. */
+double td_tpool_worker_cpu_s(const td_tpool_t *pool);
 /* Threads a job is split over (1 for a NULL pool). */
 int td_tpool_threads(const td_tpool_t *pool);
 /* Run fn over [0, n) in `threads` chunks, each a multiple of `grain` indices

@@ -237,6 +237,10 @@ void td__ledger_run_end(td__ledgerq_t *q, uint64_t run_id, const char *state,
                         double test_accuracy);
 void td__ledger_peer(td__ledgerq_t *q, const td_member_t *m);
 void td__ledger_round(td__ledgerq_t *q, const td_ledger_round_t *row);
+/* The evaluation of a round whose row is already written (an evaluation that
+ * finished rounds later, off the training path). */
+void td__ledger_eval(td__ledgerq_t *q, uint64_t run_id, uint64_t round, double eval_acc,
+                     double eval_bpb);
 void td__ledger_update(td__ledgerq_t *q, const td_ledger_update_t *row, const char *codec);
 void td__ledger_link(td__ledgerq_t *q, const td_ledger_link_t *row, const char *codec);
 /* Takes `blob` (bytes) whatever happens. */
@@ -403,6 +407,10 @@ struct td__session {
   uint64_t round, rounds; /* open round (sync/overlap); rounds of the run */
   bool ready;
   td__own_round_t own[TD__RING];
+  struct { /* an evaluation that came after its round left the ring (rounds.c) */
+    uint64_t round; /* 0: none */
+    double acc, bpb;
+  } late_eval;
   uint64_t own_done;
   double own_loss, lr, capacity, round_started, deadline;
   td__peer_report_t peer_report[TD_MEMBERS_MAX][TD__RING];

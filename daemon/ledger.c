@@ -56,7 +56,7 @@ static const char *const migrations[] = {
 
 enum {
   ST_RUN_START, ST_RUN_END, ST_PEER, ST_ROUND, ST_UPDATE, ST_LINK, ST_EVENT, ST_CKPT_PUT,
-  ST_CKPT_GET, ST_ROUNDS, ST_COUNT_
+  ST_CKPT_GET, ST_ROUNDS, ST_EVAL, ST_COUNT_
 };
 static const char *const statements[ST_COUNT_] = {
     [ST_RUN_START] = "INSERT INTO runs (run_id, spec, started, state) VALUES (?1, ?2, ?3,"
@@ -81,6 +81,7 @@ static const char *const statements[ST_COUNT_] = {
                   " samples, loss, eval_acc, bytes_sent, bytes_recv, lr, compute_s, wait_s,"
                   " capacity, eval_bpb FROM rounds WHERE run_id = ?1 ORDER BY round DESC LIMIT ?2)"
                   " ORDER BY round ASC",
+    [ST_EVAL] = "UPDATE rounds SET eval_acc = ?3, eval_bpb = ?4 WHERE run_id = ?1 AND round = ?2",
 };
 
 struct td_ledger {
@@ -384,6 +385,16 @@ int td_ledger_round_add(td_ledger_t *l, const td_ledger_round_t *r) {
   bind_real_or_null(st, 15, r->capacity);
   bind_real_or_null(st, 16, r->eval_bpb);
   return step_done(l, ST_ROUND);
+}
+
+int td_ledger_round_eval(td_ledger_t *l, uint64_t run_id, uint64_t round, double eval_acc,
+                         double eval_bpb) {
+  sqlite3_stmt *st = l->st[ST_EVAL];
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)run_id);
+  sqlite3_bind_int64(st, 2, (sqlite3_int64)round);
+  bind_real_or_null(st, 3, eval_acc);
+  bind_real_or_null(st, 4, eval_bpb);
+  return step_done(l, ST_EVAL);
 }
 
 int td_ledger_update_add(td_ledger_t *l, const td_ledger_update_t *u) {

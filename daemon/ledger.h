@@ -97,6 +97,9 @@ int td_ledger_run_end(td_ledger_t *l, uint64_t run_id, const char *state, double
 int td_ledger_peer_seen(td_ledger_t *l, uint64_t node_id, const char *endpoint, double at,
                         const char *state, double capacity);
 int td_ledger_round_add(td_ledger_t *l, const td_ledger_round_t *r);
+/* Set the evaluation of a round row already written (NaN: NULL); no row, no change. */
+int td_ledger_round_eval(td_ledger_t *l, uint64_t run_id, uint64_t round, double eval_acc,
+                         double eval_bpb);
 int td_ledger_update_add(td_ledger_t *l, const td_ledger_update_t *u);
 int td_ledger_link_add(td_ledger_t *l, const td_ledger_link_t *k);
 int td_ledger_event_add(td_ledger_t *l, double at, const char *kind, const char *detail);

@@ -37,14 +37,14 @@
 #include "daemon/log.h"
 
 typedef enum {
-  OP_RUN_START, OP_RUN_END, OP_PEER, OP_ROUND, OP_UPDATE, OP_EVENT, OP_CKPT, OP_LINK,
+  OP_RUN_START, OP_RUN_END, OP_PEER, OP_ROUND, OP_UPDATE, OP_EVENT, OP_CKPT, OP_LINK, OP_EVAL,
   OP_KINDS_ /* the number of kinds: keep it last */
 } op_kind_t;
 
 static const char *const op_names[OP_KINDS_] = {
     [OP_RUN_START] = "run start", [OP_RUN_END] = "run end", [OP_PEER] = "peer",
     [OP_ROUND] = "round", [OP_UPDATE] = "update", [OP_EVENT] = "event",
-    [OP_CKPT] = "checkpoint", [OP_LINK] = "link"};
+    [OP_CKPT] = "checkpoint", [OP_LINK] = "link", [OP_EVAL] = "evaluation"};
 
 static const char *op_name(op_kind_t kind) { return op_names[kind] ? op_names[kind] : "other"; }
 
@@ -201,6 +201,9 @@ static int apply_op(td_ledger_t *l, ledger_op_t *op) {
   case OP_PEER:
     return td_ledger_peer_seen(l, op->u.peer.id, text, op->at, op->name, op->u.peer.capacity);
   case OP_ROUND: return td_ledger_round_add(l, &op->u.round);
+  case OP_EVAL:
+    return td_ledger_round_eval(l, op->u.round.run_id, op->u.round.round, op->u.round.eval_acc,
+                                op->u.round.eval_bpb);
   case OP_UPDATE:
     op->u.update.codec = op->name[0] ? op->name : "none";
     return td_ledger_update_add(l, &op->u.update);
@@ -491,6 +494,14 @@ void td__ledger_round(td__ledgerq_t *q, const td_ledger_round_t *row) {
   ledger_op_t *op = op_new(q, OP_ROUND);
   if (op != NULL)
     op->u.round = *row;
+}
+
+void td__ledger_eval(td__ledgerq_t *q, uint64_t run_id, uint64_t round, double eval_acc,
+                     double eval_bpb) {
+  ledger_op_t *op = op_new(q, OP_EVAL);
+  if (op != NULL)
+    op->u.round = (td_ledger_round_t){.run_id = run_id, .round = round, .eval_acc = eval_acc,
+                                      .eval_bpb = eval_bpb};
 }
 
 void td__ledger_update(td__ledgerq_t *q, const td_ledger_update_t *row, const char *codec) {

@@ -57,6 +57,10 @@ static void round_row(td__session_t *s, uint64_t round, double eval_acc, double 
     eval_bpb = o->eval_bpb; /* overlap: evaluated before the round closed here */
   if (isnan(eval_acc) && o->round == round)
     eval_acc = o->eval_acc; /* overlap: evaluated before the round closed here */
+  if (s->late_eval.round == round) { /* evaluated after the ring moved on, before the row */
+    eval_acc = s->late_eval.acc;
+    eval_bpb = s->late_eval.bpb;
+  }
   td_ledger_round_t row = {
       .run_id = s->run_id, .round = round, .started = started,
       .ended = td_clock_wall_s(), .local_steps = o->steps + o->fill_steps, .batch = o->batch,
@@ -75,8 +79,15 @@ static void round_row(td__session_t *s, uint64_t round, double eval_acc, double 
  * it, so it waits in the ring and round_row() writes it with the row. */
 void td__rounds_eval(td__session_t *s, uint64_t round, double accuracy, double bpb) {
   td__own_round_t *o = &s->own[round % TD__RING];
-  if (o->round != round)
+  if (o->round != round) {
+    /* evaluated off the training path and finished rounds later: the row is
+     * most likely written (then this sets it); if not, round_row() takes it */
+    s->late_eval.round = round;
+    s->late_eval.acc = accuracy;
+    s->late_eval.bpb = bpb;
+    td__ledger_eval(s->node->ledger, s->run_id, round, accuracy, bpb);
     return;
+  }
   o->eval_acc = accuracy;
   o->eval_bpb = bpb;
   if (o->row_written) {

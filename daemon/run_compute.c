@@ -113,6 +113,17 @@ static void sleep_for(td_run_t *run, double seconds) {
   pthread_mutex_unlock(&run->mu);
 }
 
+/* What the work since (t0, cpu0) cost: CPU seconds where the backend can tell
+ * (td_backend_cpu_seconds), else wall seconds. slowdown = F emulates a device
+ * F times slower than this machine's core: the work takes F times its CPU
+ * time. Emulated nodes sharing this machine's cores also wait for each
+ * other's CPU; counted in wall time, that wait would be multiplied by F as
+ * well, which no separate device would see. */
+static double work_cost(const compute_t *c, double t0, double cpu0) {
+  double wall = td_clock_mono_s() - t0, cpu = td_backend_cpu_seconds(c->be) - cpu0;
+  return isfinite(cpu) && cpu >= 0 && cpu < wall ? cpu : wall;
+}
+
 /* Wait until the loop released `round` or a stop was requested; adds the time
  * blocked to c->idle. */
 static td__run_flow_t wait_release(compute_t *c, uint64_t round) {
@@ -137,11 +148,11 @@ static td__run_flow_t fill_until(compute_t *c, uint64_t round, unsigned max_step
     pthread_mutex_unlock(&run->mu);
     if (done)
       break; /* a stop is seen by the wait that follows */
-    double t0 = td_clock_mono_s();
+    double t0 = td_clock_mono_s(), cpu0 = td_backend_cpu_seconds(c->be);
     td_train_stats_t st;
     if (td_trainer_fill_steps(c->tr, 1, &st, c->why, sizeof c->why) != 0)
       return fail(c);
-    sleep_for(run, (run->slowdown - 1) * (td_clock_mono_s() - t0));
+    sleep_for(run, (run->slowdown - 1) * work_cost(c, t0, cpu0));
     c->fill.samples += st.samples;
     c->fill.loss_sum += st.loss * (double)st.samples;
     c->fill.seconds += td_clock_mono_s() - t0;
@@ -519,11 +530,11 @@ static td__run_flow_t round_steps(compute_t *c, uint64_t round, td_train_stats_t
     n--;
   }
   c->warm = true;
-  double t0 = td_clock_mono_s();
+  double t0 = td_clock_mono_s(), cpu0 = td_backend_cpu_seconds(c->be);
   if (td_trainer_steps(c->tr, n, st, c->why, sizeof c->why) != 0)
     return fail(c);
   td_backend_synchronize(c->be);
-  sleep_for(run, (run->slowdown - 1) * (td_clock_mono_s() - t0));
+  sleep_for(run, (run->slowdown - 1) * work_cost(c, t0, cpu0));
   *compute_s = td_clock_mono_s() - t0;
   if (*compute_s > 0)
     c->capacity = td_plan_ewma(c->capacity, (double)st->samples / *compute_s, CAPACITY_RHO);

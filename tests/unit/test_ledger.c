@@ -94,6 +94,16 @@ START_TEST(rounds_and_updates_are_recorded) {
   memset(&c, 0, sizeof c);
   ck_assert_int_eq(td_ledger_rounds(l, run, 0, collect, &c), 0);
   ck_assert_int_eq(c.n, 10);
+  /* an evaluation that finished after its row was written sets that row only;
+   * one for a round with no row adds none */
+  ck_assert_int_eq(td_ledger_round_eval(l, run, 8, 0.75, NAN), 0);
+  ck_assert_int_eq(td_ledger_round_eval(l, run, 99, 0.9, NAN), 0);
+  ck_assert_int_eq(td_ledger_count(l, "rounds"), 10);
+  memset(&c, 0, sizeof c);
+  ck_assert_int_eq(td_ledger_rounds(l, run, 3, collect, &c), 0);
+  ck_assert_double_eq(c.acc[0], 0.75);
+  ck_assert(isnan(c.acc[1]));
+  ck_assert_double_eq(c.acc[2], 0.5);
   td_ledger_close(&l);
   ck_assert_ptr_null(l);
 

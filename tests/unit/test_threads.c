@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/error.h"
 #include "compute/backend.h"
@@ -146,6 +147,50 @@ static td_backend_t *open_cpu(int threads) {
   ck_assert_int_eq(td_backend_threads(be), threads);
   return be;
 }
+
+/* The backend's CPU clock (slowdown counts work in CPU time): it grows with
+ * work done on the caller and on the workers, not with time spent waiting;
+ * NAN where BLAS runs threads of its own (threads = 0). */
+static double spin_s(double seconds) { /* `seconds` of this thread's CPU */
+  struct timespec a, b;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+  volatile double x = 0;
+  do {
+    for (int i = 0; i < 10000; i++)
+      x += i * 1e-9;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+  } while ((double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9 < seconds);
+  return x;
+}
+
+static void spin_part(void *arg, size_t begin, size_t end, int part) {
+  (void)arg;
+  (void)begin;
+  (void)end;
+  (void)part;
+  spin_s(0.05);
+}
+
+START_TEST(the_cpu_clock_counts_work_not_waits) {
+  td_backend_t *be = NULL;
+  char why[256] = "";
+  ck_assert_msg(td_backend_open(&be, "cpu", 0, why, sizeof why) == 0, "%s", why);
+  ck_assert(isnan(td_backend_cpu_seconds(be)));
+  td_backend_close(&be);
+  be = open_cpu(2);
+  double c0 = td_backend_cpu_seconds(be);
+  ck_assert(isfinite(c0) && c0 >= 0);
+  struct timespec nap = {.tv_nsec = 100000000};
+  nanosleep(&nap, NULL); /* waiting: no CPU */
+  double c1 = td_backend_cpu_seconds(be);
+  ck_assert_msg(c1 - c0 < 0.05, "a 0.1 s sleep cost %.3f CPU s", c1 - c0);
+  /* two chunks of 50 ms of CPU each, on the caller or the worker: 0.1 CPU s */
+  td_backend_parallel_for(be, 2, spin_part, NULL);
+  double c2 = td_backend_cpu_seconds(be);
+  ck_assert_msg(c2 - c1 > 0.06, "100 ms of work on two threads counted %.3f CPU s", c2 - c1);
+  td_backend_close(&be);
+}
+END_TEST
 
 /* max |x - y| over n floats, relative to max |x| */
 static double rel_diff(const float *x, const float *y, size_t n) {
@@ -614,6 +659,7 @@ int main(void) {
   tcase_add_test(tc, every_index_runs_once_in_static_chunks);
   tcase_add_test(tc, a_job_inside_a_job_runs_inline);
   tcase_add_test(tc, back_to_back_jobs_lose_nothing);
+  tcase_add_test(tc, the_cpu_clock_counts_work_not_waits);
   tcase_add_test(tc, a_split_gemm_equals_one_call);
   tcase_add_test(tc, every_op_gives_the_bits_of_one_thread);
   tcase_add_test(tc, an_mlp_trains_the_same_on_any_thread_count);
