@@ -50,8 +50,18 @@ lab() {
 q() { sqlite3 "$OUT/$1/n$2/traind.db" "$3" 2>/dev/null; }
 rid() { awk -F, -v v="$2" '$1 == v { print $2 }' "$OUT/$1/summary.csv"; }
 w() { echo "printf('%016x', run_id) = '$1'"; }
+# evaluator DIR RUN: the node with the most evaluations of the run (eval_nodes
+# = 1 leaves them to rank 0, which need not be node 0); node 0 on a tie
+evaluator() {
+  local i n best=0 most=-1
+  for i in $(ls -d "$OUT/$1"/n[0-9]* 2>/dev/null | grep -o '[0-9]*$' | sort -n); do
+    n=$(q "$1" "$i" "SELECT count(*) FROM rounds WHERE $(w "$2") AND coalesce(eval_acc, eval_bpb) IS NOT NULL")
+    [ "${n:-0}" -gt "$most" ] && most=${n:-0} best=$i
+  done
+  echo "$best"
+}
 
-# factors DIR RUN NODES TTT: "samples nodes rate busy" up to node 0's target
+# factors DIR RUN NODES TTT: "samples nodes rate busy" up to the target
 # time: samples trained by all nodes, samples per compute second, and compute
 # seconds over NODES x TTT
 factors() {
@@ -72,20 +82,24 @@ report() {
   local r1 rs rb
   r1=$(rid "$m-1" one) rs=$(rid "$m-4" sync_ddp) rb=$(rid "$m-4" best)
   [ -n "$r1" ] && [ -n "$rs" ] && [ -n "$rb" ] || { echo "$m: a run is missing; see $OUT"; RC=1; return; }
-  # time to target: node 0's first evaluation at/over the target; its round's end time
-  ttt() { q "$1" 0 "SELECT CASE WHEN count(*) > 0 THEN printf('%.1f', min(r.ended) - u.started) END FROM rounds r, runs u WHERE r.run_id = u.run_id AND printf('%016x', r.run_id) = '$2' AND r.$col $op $target"; }
+  # the node that evaluated (eval_nodes = 1: rank 0, whichever node that is)
+  local e1 es eb
+  e1=$(evaluator "$m-1" "$r1") es=$(evaluator "$m-4" "$rs") eb=$(evaluator "$m-4" "$rb")
+  # time to target: the evaluating node's first evaluation at/over the target;
+  # its round's end time
+  ttt() { q "$1" "$3" "SELECT CASE WHEN count(*) > 0 THEN printf('%.1f', min(r.ended) - u.started) END FROM rounds r, runs u WHERE r.run_id = u.run_id AND printf('%016x', r.run_id) = '$2' AND r.$col $op $target"; }
   local t1 ts tb tvb= t1vb=
-  t1=$(ttt "$m-1" "$r1") ts=$(ttt "$m-4" "$rs") tb=$(ttt "$m-4" "$rb")
+  t1=$(ttt "$m-1" "$r1" "$e1") ts=$(ttt "$m-4" "$rs" "$es") tb=$(ttt "$m-4" "$rb" "$eb")
   # (s) projected: (1)'s steps to the target at (s)'s seconds and bytes per step
   local steps1 hs rounds_s wall_s state_s last_s proj_t proj_mb
-  steps1=$(q "$m-1" 0 "SELECT sum(local_steps) FROM rounds WHERE $(w "$r1") AND round <= (SELECT min(round) FROM rounds WHERE $(w "$r1") AND $col $op $target)")
+  steps1=$(q "$m-1" "$e1" "SELECT sum(local_steps) FROM rounds WHERE $(w "$r1") AND round <= (SELECT min(round) FROM rounds WHERE $(w "$r1") AND $col $op $target)")
   hs=$(q "$m-4" 0 "SELECT max(local_steps) FROM rounds WHERE $(w "$rs")")
   rounds_s=$(q "$m-4" 0 "SELECT count(*) FROM rounds WHERE $(w "$rs")")
   wall_s=$(q "$m-4" 0 "SELECT printf('%.1f', max(ended) - (SELECT started FROM runs WHERE $(w "$rs"))) FROM rounds WHERE $(w "$rs")")
   state_s=$(q "$m-4" 0 "SELECT state FROM runs WHERE $(w "$rs")")
-  last_s=$(q "$m-4" 0 "SELECT printf('%.4f', $col) FROM rounds WHERE $(w "$rs") AND $col IS NOT NULL ORDER BY round DESC LIMIT 1")
+  last_s=$(q "$m-4" "$es" "SELECT printf('%.4f', $col) FROM rounds WHERE $(w "$rs") AND $col IS NOT NULL ORDER BY round DESC LIMIT 1")
   echo
-  echo "=== $m: time to $target $unit (node 0's first evaluation there) ==="
+  echo "=== $m: time to $target $unit (the first evaluation there) ==="
   if [ -z "$ts" ] && [ -n "$steps1" ] && [ "${rounds_s:-0}" -gt 0 ]; then
     proj_t=$(awk -v s="$steps1" -v h="${hs:-1}" -v n="$rounds_s" -v t="$wall_s" 'BEGIN { printf "%.0f", s / h * t / n }')
     echo "(s) $state_s after $rounds_s rounds in $wall_s s (last evaluation ${last_s:-none}); projected to the target:" \
@@ -101,10 +115,10 @@ report() {
   if [ -z "$tb" ]; then
     # not reached: compare at the best value (b) did reach
     local vb
-    vb=$(q "$m-4" 0 "SELECT $([ "$op" = '>=' ] && echo "max($col) - 1e-9" || echo "min($col) + 1e-9") FROM rounds WHERE $(w "$rb")")
+    vb=$(q "$m-4" "$eb" "SELECT $([ "$op" = '>=' ] && echo "max($col) - 1e-9" || echo "min($col) + 1e-9") FROM rounds WHERE $(w "$rb")")
     if [ -n "$vb" ]; then
-      tvb=$(q "$m-4" 0 "SELECT CASE WHEN count(*) > 0 THEN printf('%.1f', min(r.ended) - u.started) END FROM rounds r, runs u WHERE r.run_id = u.run_id AND printf('%016x', r.run_id) = '$rb' AND r.$col $op $vb")
-      t1vb=$(q "$m-1" 0 "SELECT CASE WHEN count(*) > 0 THEN printf('%.1f', min(r.ended) - u.started) END FROM rounds r, runs u WHERE r.run_id = u.run_id AND printf('%016x', r.run_id) = '$r1' AND r.$col $op $vb")
+      tvb=$(q "$m-4" "$eb" "SELECT CASE WHEN count(*) > 0 THEN printf('%.1f', min(r.ended) - u.started) END FROM rounds r, runs u WHERE r.run_id = u.run_id AND printf('%016x', r.run_id) = '$rb' AND r.$col $op $vb")
+      t1vb=$(q "$m-1" "$e1" "SELECT CASE WHEN count(*) > 0 THEN printf('%.1f', min(r.ended) - u.started) END FROM rounds r, runs u WHERE r.run_id = u.run_id AND printf('%016x', r.run_id) = '$r1' AND r.$col $op $vb")
       awk -v v="$vb" -v a="${t1vb:-}" -v b="$tvb" 'BEGIN {
         printf "(b) did not reach the target; its best, %.4f, at %s s", v, b
         if (a != "") printf "; (1) reached it at %s s: (b) %.2fx sooner", a, a / b
@@ -118,11 +132,11 @@ report() {
   # per node: final metric, MB sent (run, and up to (b)'s target), idle
   echo
   printf '%-8s %-5s %12s %12s %14s %8s\n' run node final "MB sent" "MB to target" idle
-  local v r d i n fin mb mbt idle t_abs nodes
+  local v r d e i n fin mb mbt idle t_abs nodes
   for v in one sync_ddp best; do
-    case $v in one) r=$r1 d=$m-1 ;; sync_ddp) r=$rs d=$m-4 ;; best) r=$rb d=$m-4 ;; esac
+    case $v in one) r=$r1 d=$m-1 e=$e1 ;; sync_ddp) r=$rs d=$m-4 e=$es ;; best) r=$rb d=$m-4 e=$eb ;; esac
     nodes=$(ls -d "$OUT/$d"/n[0-9]* 2>/dev/null | grep -c '/n[0-9]*$')
-    t_abs=$(q "$d" 0 "SELECT min(ended) FROM rounds WHERE $(w "$r") AND $col $op $target")
+    t_abs=$(q "$d" "$e" "SELECT min(ended) FROM rounds WHERE $(w "$r") AND $col $op $target")
     for ((i = 0; i < nodes; i++)); do
       if [ "$col" = eval_acc ]; then
         fin=$(q "$d" $i "SELECT printf('%.4f', test_accuracy) FROM runs WHERE $(w "$r")")
@@ -167,7 +181,7 @@ report() {
   if command -v gnuplot >/dev/null; then
     local y; [ "$col" = eval_acc ] && y=accuracy || y=bpb
     for x in time bytes; do
-      "$B/trainctl" plot "$OUT/$m-1/n0:$r1" "$OUT/$m-4/n0:$rs" "$OUT/$m-4/n0:$rb" --y "$y" --x "$x" --size 1400x700 \
+      "$B/trainctl" plot "$OUT/$m-1/n$e1:$r1" "$OUT/$m-4/n$es:$rs" "$OUT/$m-4/n$eb:$rb" --y "$y" --x "$x" --size 1400x700 \
         -o "$OUT/$m-$y-by-$x.png" >/dev/null 2>&1 && echo "plot: $OUT/$m-$y-by-$x.png"
     done
   fi
