@@ -148,6 +148,7 @@ void td__run_eval_submit(td__run_eval_t *e, uint64_t round, const float *params)
     pthread_cond_wait(&e->cv, &e->mu);
   memcpy(e->params, params, e->numel * sizeof(float));
   e->result = (td__run_eval_result_t){.round = round};
+  e->done = false; /* an untaken result is replaced */
   e->pending = true;
   pthread_cond_broadcast(&e->cv);
   pthread_mutex_unlock(&e->mu);
