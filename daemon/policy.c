@@ -4,8 +4,8 @@
  * Every run spec, whether from this node's `trainctl start` or from a peer's
  * RunStart, is checked here before anything of the run is allocated or opened:
  * the memory the run would take (estimated from the model spec without
- * building it: parameters, gradients, activations, optimizer state and the
- * daemon's per-run copies) against max_model_mb, the batch against max_batch,
+ * building it: parameters, gradients, activations, optimizer state, the
+ * daemon's per-run copies and the evaluation replica) against max_model_mb, the batch against max_batch,
  * the BLAS threads against the cores of this machine, the rounds against
  * max_rounds, and the dataset. Datasets are accepted by name (fashion-mnist,
  * text:fortunes), or as files under the data root the operator configured
@@ -136,7 +136,11 @@ int td__policy_check(const td__policy_t *p, td_runspec_t *spec, size_t n_members
   if (rc != 0)
     return rc;
   uint64_t states = spec->optimizer_kind == TD_OPTIM_ADAMW ? 2 : 1;
-  bytes += params * sizeof(float) * (states + RUN_COPIES + n_members);
+  /* x 2: the model and its optimizer state once more for the replica that
+   * evaluates beside training (run_eval.c); whether this node will open one
+   * (its rank, its backend) is not known yet, so it is always counted */
+  bytes = 2 * (bytes + params * sizeof(float) * states) +
+          params * sizeof(float) * (RUN_COPIES + n_members);
   if (bytes > p->max_bytes)
     return td_why(why, why_len, TD_ERANGE,
                   "model %.*s at batch %u needs about %" PRIu64 " MiB (%" PRIu64
