@@ -332,9 +332,8 @@ static bool evaluates(const td_run_t *run, uint64_t round) {
 static void open_evaluator(compute_t *c, const td_trainer_opts_t *opts) {
   td_run_t *run = c->run;
   const td_runspec_t *sp = &run->spec;
-  bool periodic = false;
-  for (uint64_t r = sp->eval_every; r < run->rounds && !periodic; r += sp->eval_every)
-    periodic = evaluates(run, r);
+  bool periodic = sp->eval_every < run->rounds &&
+                  (sp->eval_nodes == 0 || run->rank < sp->eval_nodes);
   /* an image run without a test set evaluates its training rows, which the
    * trainer shuffles in place at every epoch: not while it trains */
   bool own_set = c->text || c->test != NULL;
