@@ -100,9 +100,8 @@ static td__run_flow_t push(compute_t *c) {
 
 /* ---- waiting ------------------------------------------------------------------------- */
 
-/* slowdown = F: stay idle (F - 1) times the compute time, so the node's
- * throughput is F times lower without burning a core another node needs. A
- * stop ends the wait. */
+/* Stay idle for `seconds` (slowdown's part of a step), without burning a
+ * core another node needs. A stop ends the wait. */
 static void sleep_for(td_run_t *run, double seconds) {
   if (!(seconds > 0))
     return;
@@ -113,15 +112,17 @@ static void sleep_for(td_run_t *run, double seconds) {
   pthread_mutex_unlock(&run->mu);
 }
 
-/* What the work since (t0, cpu0) cost: CPU seconds where the backend can tell
- * (td_backend_cpu_seconds), else wall seconds. slowdown = F emulates a device
- * F times slower than this machine's core: the work takes F times its CPU
- * time. Emulated nodes sharing this machine's cores also wait for each
- * other's CPU; counted in wall time, that wait would be multiplied by F as
- * well, which no separate device would see. */
-static double work_cost(const compute_t *c, double t0, double cpu0) {
+/* slowdown = F emulates a device F times slower than this machine's core:
+ * the work since (t0, cpu0) ends F times its cost after t0, its cost being
+ * CPU seconds where the backend can tell (td_backend_cpu_seconds), else wall
+ * seconds. Emulated nodes sharing this machine's cores also wait for each
+ * other's CPU, which no separate device would see: that wait is absorbed by
+ * the idle part of the F times (counted in wall time, it would be multiplied
+ * by F; added to it, it would still stretch every contended step). */
+static void slow_down(const compute_t *c, double t0, double cpu0) {
   double wall = td_clock_mono_s() - t0, cpu = td_backend_cpu_seconds(c->be) - cpu0;
-  return isfinite(cpu) && cpu >= 0 && cpu < wall ? cpu : wall;
+  double cost = isfinite(cpu) && cpu >= 0 && cpu < wall ? cpu : wall;
+  sleep_for(c->run, c->run->slowdown * cost - wall);
 }
 
 /* Wait until the loop released `round` or a stop was requested; adds the time
@@ -152,7 +153,7 @@ static td__run_flow_t fill_until(compute_t *c, uint64_t round, unsigned max_step
     td_train_stats_t st;
     if (td_trainer_fill_steps(c->tr, 1, &st, c->why, sizeof c->why) != 0)
       return fail(c);
-    sleep_for(run, (run->slowdown - 1) * work_cost(c, t0, cpu0));
+    slow_down(c, t0, cpu0);
     c->fill.samples += st.samples;
     c->fill.loss_sum += st.loss * (double)st.samples;
     c->fill.seconds += td_clock_mono_s() - t0;
@@ -533,7 +534,7 @@ static td__run_flow_t round_steps(compute_t *c, uint64_t round, td_train_stats_t
   if (td_trainer_steps(c->tr, n, st, c->why, sizeof c->why) != 0)
     return fail(c);
   td_backend_synchronize(c->be);
-  sleep_for(run, (run->slowdown - 1) * work_cost(c, t0, cpu0));
+  slow_down(c, t0, cpu0);
   *compute_s = td_clock_mono_s() - t0;
   if (*compute_s > 0)
     c->capacity = td_plan_ewma(c->capacity, (double)st->samples / *compute_s, CAPACITY_RHO);
