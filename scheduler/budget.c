@@ -23,7 +23,8 @@ double td_budget_goodput_acked(double goodput_bps, double bytes, double seconds,
 }
 
 double td_budget_goodput_unacked(double goodput_bps, uint64_t bytes, double since_s) {
-  if (since_s > 0 && bytes > 0 && (double)bytes / since_s < goodput_bps)
-    return (double)bytes / since_s;
-  return goodput_bps;
+  if (!(since_s > 0) || bytes == 0)
+    return goodput_bps;
+  double cap = (double)bytes / since_s;
+  return goodput_bps > 0 && goodput_bps <= cap ? goodput_bps : cap;
 }

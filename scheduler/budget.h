@@ -30,9 +30,13 @@ double td_budget_goodput_acked(double goodput_bps, double bytes, double seconds,
                                double budget);
 
 /* An update of `bytes` still unacknowledged `since_s` after its send: the link
- * delivered less than bytes / since_s, so a higher estimate comes down to that
- * (without it an overestimate locks itself in: updates too big for the link
- * never get acked in time to correct it). Unchanged when nothing is pending. */
+ * delivered less than bytes / since_s, so a higher estimate comes down to that,
+ * and a link not measured yet (goodput_bps not > 0) takes it as its first
+ * estimate. Without it a size too big for the link locks itself in: its
+ * updates are never acked in time to correct it (an overestimate; or the
+ * cautious first codec of an unmeasured link whose first acks come after
+ * their slot is reused: a 2 Mbit/s uplink then stays saturated for a whole
+ * run). Unchanged when nothing is pending. */
 double td_budget_goodput_unacked(double goodput_bps, uint64_t bytes, double since_s);
 
 #endif

@@ -45,6 +45,12 @@ START_TEST(an_unacked_update_caps_the_estimate) {
   /* nothing pending */
   ck_assert_double_eq(td_budget_goodput_unacked(1e6, 0, 4.0), 1e6);
   ck_assert_double_eq(td_budget_goodput_unacked(1e6, 1000, 0), 1e6);
+  /* a link never measured: the bound is its first estimate (else the first,
+   * cautious codec may saturate the link for good, its acks always late) */
+  ck_assert_double_eq_tol(td_budget_goodput_unacked(0, 107511, 1.0), 107511, 1e-6);
+  ck_assert_double_eq_tol(td_budget_goodput_unacked(NAN, 107511, 2.0), 53755.5, 1e-6);
+  ck_assert_double_eq(td_budget_goodput_unacked(0, 0, 2.0), 0);
+  ck_assert_double_eq(td_budget_goodput_unacked(0, 1000, 0), 0);
 }
 END_TEST
 
