@@ -115,14 +115,14 @@ static void sleep_for(td_run_t *run, double seconds) {
 /* slowdown = F emulates a device F times slower than this machine's core:
  * the work since (t0, cpu0) ends F times its cost after t0, its cost being
  * CPU seconds where the backend can tell (td_backend_cpu_seconds), else wall
- * seconds. Emulated nodes sharing this machine's cores also wait for each
- * other's CPU, which no separate device would see: that wait is absorbed by
- * the idle part of the F times (counted in wall time, it would be multiplied
- * by F; added to it, it would still stretch every contended step). */
+ * seconds (td_plan_slowdown_wait). Emulated nodes sharing this machine's
+ * cores also wait for each other's CPU, which no separate device would see:
+ * that wait falls inside the F times (counted in wall time, it would be
+ * multiplied by F; added to them, it would still stretch every contended
+ * step). */
 static void slow_down(const compute_t *c, double t0, double cpu0) {
   double wall = td_clock_mono_s() - t0, cpu = td_backend_cpu_seconds(c->be) - cpu0;
-  double cost = isfinite(cpu) && cpu >= 0 && cpu < wall ? cpu : wall;
-  sleep_for(c->run, c->run->slowdown * cost - wall);
+  sleep_for(c->run, td_plan_slowdown_wait(c->run->slowdown, wall, cpu));
 }
 
 /* Wait until the loop released `round` or a stop was requested; adds the time

@@ -110,6 +110,12 @@ double td_plan_ewma(double current, double sample, double rho) {
   return (1.0 - rho) * current + rho * sample;
 }
 
+double td_plan_slowdown_wait(double factor, double wall_s, double cpu_s) {
+  double cost = isfinite(cpu_s) && cpu_s >= 0 && cpu_s < wall_s ? cpu_s : wall_s;
+  double wait = factor * cost - wall_s;
+  return wait > 0 ? wait : 0;
+}
+
 double td_plan_staleness_weight(long staleness, unsigned max_staleness, double kappa) {
   if (staleness < 0)
     staleness = 0;

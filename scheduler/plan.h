@@ -29,6 +29,14 @@ bool td_plan_should_replan(const unsigned *old_split, const unsigned *new_split,
  * first sample (c <= 0) is taken as it is; non-finite samples are ignored. */
 double td_plan_ewma(double current, double sample, double rho);
 
+/* slowdown = F (an emulated device F times slower than this core): how long
+ * to stay idle after work that took wall_s seconds and cpu_s CPU seconds
+ * (NAN when the CPU time is unknown) so that it ends F times its cost after
+ * it began. The cost is cpu_s when known and below wall_s, else wall_s; so a
+ * wait for a core shared with other emulated nodes (wall_s > cpu_s) falls
+ * inside the F times instead of adding to them. Never negative. */
+double td_plan_slowdown_wait(double factor, double wall_s, double cpu_s);
+
 /* Weight of an update that is `staleness` rounds old: (1 + a)^-kappa, and 0
  * (drop) when a > max_staleness. Negative staleness counts as 0. */
 double td_plan_staleness_weight(long staleness, unsigned max_staleness, double kappa);

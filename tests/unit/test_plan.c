@@ -136,6 +136,24 @@ START_TEST(qsr_follows_the_learning_rate) {
 }
 END_TEST
 
+START_TEST(slowdown_ends_work_at_f_times_its_cpu_time) {
+  /* alone on a core (wall = CPU): idle (F - 1) x the work */
+  ck_assert_double_eq_tol(td_plan_slowdown_wait(4, 1.0, 1.0), 3.0, 1e-12);
+  /* waited 0.5 s for a core shared with other nodes: the wait falls inside
+   * the 4 x 1 s (the old rule idled 3 s after it: 4.5 s in all) */
+  ck_assert_double_eq_tol(td_plan_slowdown_wait(4, 1.5, 1.0), 2.5, 1e-12);
+  /* waited longer than F x the work: no idle at all */
+  ck_assert_double_eq(td_plan_slowdown_wait(4, 5.0, 1.0), 0);
+  /* CPU time unknown (a device, BLAS threads): wall time is the cost */
+  ck_assert_double_eq_tol(td_plan_slowdown_wait(4, 2.0, NAN), 6.0, 1e-12);
+  /* CPU time above wall (pool workers counted): wall time is the cost */
+  ck_assert_double_eq_tol(td_plan_slowdown_wait(3, 1.0, 1.8), 2.0, 1e-12);
+  /* F = 1: never idle */
+  ck_assert_double_eq(td_plan_slowdown_wait(1, 1.5, 1.0), 0);
+  ck_assert_double_eq(td_plan_slowdown_wait(1, 1.0, 1.0), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("plan");
   TCase *tc = tcase_create("core");
@@ -145,6 +163,7 @@ int main(void) {
   tcase_add_test(tc, replan_hysteresis_and_ewma);
   tcase_add_test(tc, staleness_weights_and_drops);
   tcase_add_test(tc, qsr_follows_the_learning_rate);
+  tcase_add_test(tc, slowdown_ends_work_at_f_times_its_cpu_time);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
