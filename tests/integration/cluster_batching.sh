@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # cluster_batching.sh: weighted dynamic batching on 4 real nodes, two of them
-# made 3x slower with the `slowdown` run key (ranks 2 and 3). With
+# made 6x slower with the `slowdown` run key (ranks 2 and 3). With
 # batching=weighted the plan follows the capacity each node measures and
 # reports with its updates: the slow ranks measure a clearly lower capacity
-# (about a third of a fast rank's on an idle machine; less apart when the four
-# nodes oversubscribe the cores, since slowdown's idle time absorbs a slow
-# node's wait for a core but a fast node's wait counts in full) and get the
-# matching share of the batch, the local batches of every round sum exactly
+# (a sixth of a fast rank's or less on an idle machine, a few rows cost more
+# per row; about a third when the four nodes oversubscribe the cores, since
+# slowdown's idle time absorbs a slow node's wait for a core but a fast node's
+# wait counts in full) and get a smaller share of the batch (never beyond
+# what the capacities say; a plan has a floor), the local batches of every round sum exactly
 # to the global batch on every node, the aggregation weights follow the samples
 # actually used (none beyond what its plan gave: nobody is clamped), and the
 # run still learns. With batching=equal every round
@@ -22,7 +23,7 @@ for n in a b c d; do wait_peers $n 3 15 || fail "$n does not see 3 alive peers";
 # run_with BATCHING: one run of 24 rounds; leaves its id in $run_id
 run_with() {
   local out
-  out=$(ctl a start --set batching="$1" --set slowdown=1,1,3,3 --set batch=64 --set lr=0.05 \
+  out=$(ctl a start --set batching="$1" --set slowdown=1,1,6,6 --set batch=64 --set lr=0.05 \
         --set local_steps=8 --set rounds=24 --set eval_every=24 --set seed=5) \
     || { fail "start $1: $out"; return 1; }
   run_id=$(sed -E 's/started run ([0-9a-f]+).*/\1/' <<<"$out")
@@ -56,10 +57,11 @@ cfast=$(awk -F'|' '$1 < 2 { s += $5; c++ } END { print s / c }' <<<"$W")
 cslow=$(awk -F'|' '$1 >= 2 { s += $5; c++ } END { print s / c }' <<<"$W")
 awk -v f="$cfast" -v s="$cslow" 'BEGIN { exit !(s > 0 && f / s >= 1.5) }' \
   && pass "weighted: slow ranks measure less capacity: fast $cfast, slow $cslow samples/s" \
-  || fail "weighted: slowdown 3 does not show in the capacity: fast $cfast slow $cslow"
-# the split follows the measured capacities (64 rows in whole numbers: within 25 %)
+  || fail "weighted: slowdown 6 does not show in the capacity: fast $cfast slow $cslow"
+# the split follows the measured capacities: apart, and not beyond them (the
+# slow ranks' batches may sit on the plan's floor, so closer is allowed)
 awk -v f="$fast" -v s="$slow" -v cf="$cfast" -v cs="$cslow" \
-    'BEGIN { r = (f / s) / (cf / cs); exit !(s > 0 && f / s >= 1.4 && r > 0.75 && r < 1.33) }' \
+    'BEGIN { exit !(s > 0 && f / s >= 1.4 && f / s < 1.25 * cf / cs) }' \
   && pass "weighted: fast ranks average batch $fast, slow ranks $slow (capacity ratio $cfast / $cslow)" \
   || fail "weighted: batches do not follow capacity: fast $fast slow $slow, capacities $cfast / $cslow"
 # aggregation weights follow samples: a peer's update records the samples it used
