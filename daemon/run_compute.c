@@ -316,12 +316,16 @@ static void open_probe_rows(compute_t *c) {
   free(idx);
 }
 
+/* Whether this node's rank is among the eval_nodes that evaluate every
+ * eval_every rounds (0: all). */
+static bool periodic_rank(const td_run_t *run) {
+  unsigned k = run->spec.eval_nodes;
+  return k == 0 || run->rank < k;
+}
+
 /* Whether this node evaluates after round `round` (every node after the last). */
 static bool evaluates(const td_run_t *run, uint64_t round) {
-  if (round == run->rounds)
-    return true;
-  unsigned k = run->spec.eval_nodes;
-  return round % run->spec.eval_every == 0 && (k == 0 || run->rank < k);
+  return round == run->rounds || (round % run->spec.eval_every == 0 && periodic_rank(run));
 }
 
 /* Periodic evaluations on a replica in a thread of their own (run_eval.c), so
@@ -333,8 +337,7 @@ static bool evaluates(const td_run_t *run, uint64_t round) {
 static void open_evaluator(compute_t *c, const td_trainer_opts_t *opts) {
   td_run_t *run = c->run;
   const td_runspec_t *sp = &run->spec;
-  bool periodic = sp->eval_every < run->rounds &&
-                  (sp->eval_nodes == 0 || run->rank < sp->eval_nodes);
+  bool periodic = sp->eval_every < run->rounds && periodic_rank(run);
   /* an image run without a test set evaluates its training rows, which the
    * trainer shuffles in place at every epoch: not while it trains */
   bool own_set = c->text || c->test != NULL;

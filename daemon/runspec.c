@@ -316,8 +316,8 @@ static const run_key_t td__run_keys[] = {
     {"batching", KEY_STR, F(batching), "weighted", 0, 0, check_batching,
      "weighted (local batch follows measured capacity) | equal"},
     {"slowdown", KEY_STR, F(slowdown), "1", 0, 0, check_slowdown,
-     "F or F0,F1,... by rank: make nodes F times slower (experiments): each step takes F "
-     "times its CPU time (its wall time on a GPU or with threads = 0)"},
+     "F or F0,F1,... by rank: make nodes F times slower (experiments): each step ends F "
+     "times its CPU time after it began (its wall time on a GPU or with threads = 0)"},
     {"overlap_fill", KEY_UINT, F(overlap_fill), "0", 0, 1000, NULL,
      "overlap: up to this many times H extra local steps while the last average is in flight"},
     {"overlap_pull", KEY_DOUBLE, F(overlap_pull), "0.4", 0, 1, NULL,

@@ -39,7 +39,8 @@ static const config_key_t keys[] = {
     {"metrics", "serve Prometheus metrics on HOST:PORT (GET /metrics); port 0 = ephemeral"
                 " (default off)"},
     {"max_model_mb", "most memory a run may take here (model, gradients, optimizer state, "
-                     "activations, and their replica for evaluations), in MiB; a run over it is refused (default 1/4 of RAM)"},
+                     "activations, and their replica for evaluations), in MiB; a run over it "
+                     "is refused (default 1/4 of RAM)"},
     {"max_batch", "largest run batch this node accepts (default 8192)"},
     {"max_rounds", "most rounds of a run this node accepts (default 1000000)"},
     {"data_root", "directory whose regular files runs may name as datasets (csv:, idx:, "
