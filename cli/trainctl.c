@@ -136,17 +136,19 @@ static void print_outliers(json_object *run) {
 }
 
 static void print_peers(json_object *peers) {
-  printf("%-16s  %-24s  %-7s  %7s  %12s  %12s  %-12s  %10s  %10s\n", "NODE", "ENDPOINT",
-         "STATE", "HEARD_S", "BYTES_SENT", "BYTES_RECV", "CODEC", "RATIO_SENT", "RATIO_RECV");
+  printf("%-16s  %-24s  %-7s  %7s  %7s  %12s  %12s  %-12s  %10s  %10s\n", "NODE", "ENDPOINT",
+         "STATE", "HEARD_S", "RTT_MS", "BYTES_SENT", "BYTES_RECV", "CODEC", "RATIO_SENT",
+         "RATIO_RECV");
   size_t n = json_object_array_length(peers);
   for (size_t i = 0; i < n; i++) {
     json_object *p = json_object_array_get_idx(peers, i);
-    char rs[32], rr[32];
+    char rs[32], rr[32], rtt[32];
     fmt_num(rs, sizeof rs, jnum(p, "ratio_sent"), 1);
     fmt_num(rr, sizeof rr, jnum(p, "ratio_recv"), 1);
-    printf("%-16s  %-24s  %-7s  %7.1f  %12.0f  %12.0f  %-12s  %9sx  %9sx\n", jstr(p, "node_id"),
-           jstr(p, "endpoint"), jstr(p, "state"), jnum(p, "last_heard_s"), jnum(p, "bytes_sent"),
-           jnum(p, "bytes_recv"), jstr(p, "codec"), rs, rr);
+    fmt_num(rtt, sizeof rtt, jnum(p, "path_rtt_ms"), 1);
+    printf("%-16s  %-24s  %-7s  %7.1f  %7s  %12.0f  %12.0f  %-12s  %9sx  %9sx\n",
+           jstr(p, "node_id"), jstr(p, "endpoint"), jstr(p, "state"), jnum(p, "last_heard_s"), rtt,
+           jnum(p, "bytes_sent"), jnum(p, "bytes_recv"), jstr(p, "codec"), rs, rr);
   }
   if (n == 0)
     printf("(no peers: trainctl join tcp://HOST:PORT)\n");

@@ -130,6 +130,7 @@ static void send_heartbeat(td__node_t *n, td__link_t *only) {
   env.heartbeat = &hb;
   env.run_id = s ? s->run_id : 0;
   if (only != NULL) {
+    td__link_echo_out(only, &hb.stamp_us, &hb.echo_us, &hb.echo_hold_us);
     td__link_send(n->net, only, &env);
     return;
   }
@@ -137,8 +138,10 @@ static void send_heartbeat(td__node_t *n, td__link_t *only) {
   for (size_t i = 0; i < td__transport_count(n->net); i++) {
     td__link_t *l = td__transport_at(n->net, i);
     td_member_t *m = td__link_peer(l) ? td_members_find(n->members, td__link_peer(l)) : NULL;
-    if (m != NULL && m->state != TD_PEER_LEFT)
+    if (m != NULL && m->state != TD_PEER_LEFT) {
+      td__link_echo_out(l, &hb.stamp_us, &hb.echo_us, &hb.echo_hold_us);
       td__link_send(n->net, l, &env);
+    }
   }
 }
 
@@ -171,9 +174,11 @@ void td__on_welcome(td__node_t *n, const Traind__Envelope *env, td__link_t *l, s
 }
 
 void td__on_heartbeat(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes) {
-  (void)l;
   (void)bytes;
   td__gossip_heard(n, env->sender, NULL);
+  if (l != NULL)
+    td__link_echo_in(l, env->heartbeat->stamp_us, env->heartbeat->echo_us,
+                     env->heartbeat->echo_hold_us);
   td_member_t *m = td_members_find(n->members, env->sender);
   if (isfinite(env->heartbeat->capacity) && env->heartbeat->capacity >= 0)
     m->capacity = env->heartbeat->capacity;

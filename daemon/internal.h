@@ -269,6 +269,7 @@ typedef struct {
   uint64_t update_wire_sent, update_dense_sent, update_wire_recv, update_dense_recv;
   const char *codec; /* of the last update sent; "-" before */
   double goodput_bps, ack_s, budget_bytes;
+  double path_rtt_s; /* from heartbeat echoes; 0 until measured */
   td_linkq_stats_t q;
 } td__link_stats_t;
 
@@ -325,6 +326,11 @@ double td__link_fit_budget(td__link_t *l, uint64_t round, double compute_s, doub
 bool td__link_update_acked(td__link_t *l, uint64_t round, uint64_t bytes, td_ledger_link_t *row,
                            char *codec, size_t codec_len);
 void td__link_chunk_acked(td__transport_t *t, td__link_t *l, uint64_t seq);
+/* Heartbeat echo (path RTT): the fields our next heartbeat to the link's peer
+ * carries (our clock, and the peer's last stamp with how long we held it),
+ * and what the peer's heartbeat carried (any values: checked here). */
+void td__link_echo_out(td__link_t *l, uint64_t *stamp_us, uint64_t *echo_us, uint64_t *hold_us);
+void td__link_echo_in(td__link_t *l, uint64_t stamp_us, uint64_t echo_us, uint64_t hold_us);
 void td__link_stats(td__link_t *l, td__link_stats_t *out);
 
 /* ---- receiving (dispatch.c) -------------------------------------------------------- */

@@ -134,9 +134,14 @@ int td_metrics_format(const td_metrics_stats_t *s, char **text, size_t *len) {
   for (size_t i = 0; i < s->n_links; i++)
     link_double(f, "traind_link_goodput_bytes_per_second", s->links[i].peer,
                 s->links[i].goodput_bytes_per_s);
-  family(f, "traind_link_rtt_seconds", "gauge", "Round-trip time to the peer (EWMA).");
+  family(f, "traind_link_rtt_seconds", "gauge",
+         "Round-trip time of update chunks to the peer (EWMA).");
   for (size_t i = 0; i < s->n_links; i++)
     link_double(f, "traind_link_rtt_seconds", s->links[i].peer, s->links[i].rtt_s);
+  family(f, "traind_link_path_rtt_seconds", "gauge",
+         "Path round-trip time to the peer (smallest heartbeat echo of the last 10-20 s).");
+  for (size_t i = 0; i < s->n_links; i++)
+    link_double(f, "traind_link_path_rtt_seconds", s->links[i].peer, s->links[i].path_rtt_s);
   family(f, "traind_link_staleness_rounds", "gauge",
          "Staleness of the last update received from the peer.");
   for (size_t i = 0; i < s->n_links; i++)

@@ -20,7 +20,8 @@ typedef struct {
   uint64_t peer;             /* node id */
   uint64_t bytes_sent, bytes_recv;
   double goodput_bytes_per_s; /* NaN when not measured yet */
-  double rtt_s;              /* NaN when not measured yet */
+  double rtt_s;              /* update chunks' RTT; NaN when not measured yet */
+  double path_rtt_s;         /* heartbeat echoes' (scheduler/pathrtt.h); NaN likewise */
   double staleness_rounds;   /* of the last update received from it; NaN if none */
   const char *codec;         /* the codec the link uses now; NULL if none */
 } td_metrics_link_t;

@@ -87,6 +87,7 @@ static void fill(td__node_t *n, snapshot_t *p) {
     p->links[k] = (td_metrics_link_t){
         .peer = peer, .bytes_sent = ls.bytes_sent, .bytes_recv = ls.bytes_recv,
         .goodput_bytes_per_s = positive(ls.goodput_bps), .rtt_s = positive(ls.q.rtt_s),
+        .path_rtt_s = positive(ls.path_rtt_s),
         .staleness_rounds = td__session_staleness(n, peer),
         .codec = strcmp(p->codecs[k], "-") != 0 ? p->codecs[k] : NULL};
     k++;

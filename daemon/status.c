@@ -40,6 +40,7 @@ static void add_link(json_object *p, td__link_t *l) {
   json_object_object_add(p, "ack_ms", td__status_real(positive(st.ack_s * 1e3)));
   json_object_object_add(p, "budget_bytes", td__status_real(positive(st.budget_bytes)));
   json_object_object_add(p, "rtt_ms", td__status_real(positive(st.q.rtt_s * 1e3)));
+  json_object_object_add(p, "path_rtt_ms", td__status_real(positive(st.path_rtt_s * 1e3)));
   json_object_object_add(p, "window_bytes", count(st.q.window));
   json_object_object_add(p, "in_flight_bytes", count(st.q.in_flight));
   json_object_object_add(p, "queued_bytes", count(st.q.queued_bytes[TD_PRIO_UPDATE]));

@@ -10,8 +10,18 @@
  * edge-triggered, so every wake-up drains the socket while ZMQ_EVENTS reports
  * input, and the heartbeat drains it once more as a safety net. Each link
  * also measures its goodput from update acknowledgements (ALGORITHMS.md 6.2)
- * for the codec budgets (scheduler/budget.h). Nothing received is trusted:
- * envelopes go through proto/wire.c, then to dispatch.c.
+ * for the codec budgets (scheduler/budget.h), and its path round-trip time
+ * from heartbeat echoes (scheduler/pathrtt.h; each heartbeat carries the
+ * sender's clock and echoes the peer's last stamp with how long it was held).
+ * Nothing received is trusted: envelopes go through proto/wire.c, then to
+ * dispatch.c.
+ *
+ * --link-delay-ms (an emulated WAN) holds every outgoing frame that long:
+ * update and bulk frames in their link queue, control frames in its control
+ * class, which the pump sends on the control connection as soon as they are
+ * due (they never wait on the window), so acks and heartbeats cross the
+ * emulated latency too. At shutdown the control frames still held go at once
+ * (a leave must not be lost to the delay).
  *
  * Security (access.c): by default every socket speaks CURVE. The ROUTER is a
  * CURVE server whose ZAP handler (zap.c) admits listed keys only; a link's
@@ -31,6 +41,7 @@
 #include "common/error.h"
 #include "daemon/log.h"
 #include "scheduler/budget.h"
+#include "scheduler/pathrtt.h"
 
 #define MAX_LINKS TD_MEMBERS_MAX
 /* libzmq refuses larger frames before allocating (our own limit is lower). */
@@ -57,6 +68,9 @@ struct td__link {
   char codec[32];
   double goodput_bps, ack_s, budget;
   pending_update_t pending[2]; /* updates awaiting their ack, by round % 2 */
+  td_pathrtt_t path;           /* path RTT from heartbeat echoes */
+  uint64_t echo_us;            /* the peer's last heartbeat stamp (0: none yet) */
+  double echo_heard_at;        /* when it came, mono seconds */
 };
 
 struct td__transport {
@@ -189,6 +203,14 @@ int td__link_send(td__transport_t *t, td__link_t *l, Traind__Envelope *env) {
   env->seq = ++t->seq;
   if (td_wire_pack(env, &buf, &len) != 0)
     return TD_EPROTO;
+  if (t->link_delay_s > 0 && !t->stopped) { /* held like the updates; the pump sends it */
+    if (td_linkq_push(l->q, TD_PRIO_CONTROL, buf, len, false, td_clock_mono_s()) == 0) {
+      l->send_drops++;
+      return TD_ENOMEM;
+    }
+    td__link_pump(t, l);
+    return 0;
+  }
   int rc = zmq_send(l->ctl_sock, buf, len, ZMQ_DONTWAIT);
   free(buf);
   if (rc < 0) {
@@ -287,12 +309,13 @@ void td__link_pump(td__transport_t *t, td__link_t *l) {
   while ((t->uplink_bps <= 0 || now >= t->uplink_free_s) && td_linkq_pop(l->q, now, &f)) {
     if (t->uplink_bps > 0)
       t->uplink_free_s = fmax(now, t->uplink_free_s) + (double)f.len * 8.0 / t->uplink_bps;
-    if (zmq_send(l->sock, f.frame, f.len, ZMQ_DONTWAIT) < 0) {
+    bool control = f.prio == TD_PRIO_CONTROL; /* held by --link-delay-ms */
+    if (zmq_send(control ? l->ctl_sock : l->sock, f.frame, f.len, ZMQ_DONTWAIT) < 0) {
       l->send_drops++; /* counted; its window share comes back at expiry */
     } else {
       l->bytes_sent += f.len;
       l->msgs_sent++;
-      if (t->node->session != NULL)
+      if (!control && t->node->session != NULL)
         td__session_note_sent(t->node->session, f.len);
     }
     free(f.frame);
@@ -311,6 +334,7 @@ void td__link_close_peer(td__transport_t *t, uint64_t peer) {
     return;
   zmq_close(l->sock);
   zmq_close(l->ctl_sock);
+  td_linkq_drop_class(l->q, TD_PRIO_CONTROL);
   td_linkq_drop_class(l->q, TD_PRIO_UPDATE);
   td_linkq_drop_class(l->q, TD_PRIO_BULK);
   /* the slot is reused by the next new link; until then its empty queue
@@ -372,6 +396,24 @@ bool td__link_update_acked(td__link_t *l, uint64_t round, uint64_t bytes, td_led
   return true;
 }
 
+/* Heartbeat stamps are monotonic microseconds: 0 means none. */
+static uint64_t mono_us(double s) { return s > 0 ? (uint64_t)(s * 1e6) : 0; }
+
+void td__link_echo_out(td__link_t *l, uint64_t *stamp_us, uint64_t *echo_us, uint64_t *hold_us) {
+  double now = td_clock_mono_s();
+  *stamp_us = mono_us(now);
+  *echo_us = l->echo_us;
+  *hold_us = l->echo_us != 0 ? mono_us(now - l->echo_heard_at) : 0;
+}
+
+void td__link_echo_in(td__link_t *l, uint64_t stamp_us, uint64_t echo_us, uint64_t hold_us) {
+  double now = td_clock_mono_s();
+  l->echo_us = stamp_us; /* the peer's own clock: echoed back as it is, never read */
+  l->echo_heard_at = now;
+  /* an echo of our stamp (under a minute old) is an RTT sample */
+  td_pathrtt_sample(&l->path, td_pathrtt_echo(mono_us(now), echo_us, hold_us, 60000000u), now);
+}
+
 void td__link_stats(td__link_t *l, td__link_stats_t *out) {
   *out = (td__link_stats_t){.bytes_sent = l->bytes_sent, .bytes_recv = l->bytes_recv,
                             .send_drops = l->send_drops,
@@ -381,7 +423,7 @@ void td__link_stats(td__link_t *l, td__link_stats_t *out) {
                             .update_dense_recv = l->update_dense_recv,
                             .codec = l->codec[0] ? l->codec : "-",
                             .goodput_bps = l->goodput_bps, .ack_s = l->ack_s,
-                            .budget_bytes = l->budget};
+                            .budget_bytes = l->budget, .path_rtt_s = td_pathrtt(&l->path)};
   td_linkq_stats(l->q, &out->q);
 }
 
@@ -601,9 +643,28 @@ int td__transport_open(td__transport_t **out, td__node_t *n, const char *listen,
   return 0;
 }
 
+/* Shutdown: the control frames --link-delay-ms still holds go now. */
+static void flush_control(td__transport_t *t) {
+  td_linkq_frame_t f;
+  double later = td_clock_mono_s() + t->link_delay_s + 1;
+  for (size_t i = 0; i < t->n_links; i++) {
+    td__link_t *l = &t->links[i];
+    while (l->ctl_sock != NULL && td_linkq_pop(l->q, later, &f)) {
+      bool control = f.prio == TD_PRIO_CONTROL;
+      if (control)
+        zmq_send(l->ctl_sock, f.frame, f.len, ZMQ_DONTWAIT);
+      free(f.frame);
+      if (!control)
+        break; /* the classes below control: not worth sending now */
+    }
+  }
+}
+
 void td__transport_stop(td__transport_t *t) {
   if (t == NULL || t->stopped)
     return;
+  if (t->link_delay_s > 0)
+    flush_control(t);
   t->stopped = true;
   td__zap_stop(t->zap);
   uv_close((uv_handle_t *)&t->router_poll, NULL);

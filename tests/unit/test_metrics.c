@@ -21,9 +21,10 @@
 
 static td_metrics_link_t links[2] = {
     {.peer = 0xfeed000000000001ull, .bytes_sent = 1000, .bytes_recv = 2000,
-     .goodput_bytes_per_s = 250000.0, .rtt_s = 0.0125, .staleness_rounds = 1, .codec = "topk:0.01"},
+     .goodput_bytes_per_s = 250000.0, .rtt_s = 0.0125, .path_rtt_s = 0.1015, .staleness_rounds = 1,
+     .codec = "topk:0.01"},
     {.peer = 0xfeed000000000002ull, .bytes_sent = 10, .bytes_recv = 20, .goodput_bytes_per_s = NAN,
-     .rtt_s = NAN, .staleness_rounds = NAN, .codec = "we\"ird\\"},
+     .rtt_s = NAN, .path_rtt_s = NAN, .staleness_rounds = NAN, .codec = "we\"ird\\"},
 };
 static td_metrics_drop_t drops[2] = {{"bad_envelope", 3}, {"stale_update", 7}};
 
@@ -68,6 +69,7 @@ START_TEST(format_families_and_values) {
   ck_assert(has_line(text, "traind_link_sent_bytes_total{peer=\"feed000000000001\"} 1000"));
   ck_assert(has_line(text, "traind_link_received_bytes_total{peer=\"feed000000000002\"} 20"));
   ck_assert(has_line(text, "traind_link_rtt_seconds{peer=\"feed000000000001\"} 0.0125"));
+  ck_assert(has_line(text, "traind_link_path_rtt_seconds{peer=\"feed000000000001\"} 0.1015"));
   ck_assert(has_line(text, "traind_dropped_messages_total{kind=\"stale_update\"} 7"));
   ck_assert(has_line(text, "traind_ledger_degraded 1"));
   ck_assert(has_line(text, "traind_ledger_fault_info{cause=\"disk full\"} 1"));
@@ -83,6 +85,7 @@ START_TEST(format_families_and_values) {
   ck_assert_ptr_null(strstr(text, "\ntraind_run_eval_accuracy "));
   ck_assert(has_line(text, "# TYPE traind_run_eval_accuracy gauge"));
   ck_assert_ptr_null(strstr(text, "traind_link_rtt_seconds{peer=\"feed000000000002\"}"));
+  ck_assert_ptr_null(strstr(text, "traind_link_path_rtt_seconds{peer=\"feed000000000002\"}"));
   ck_assert_ptr_null(strstr(text, "NaN"));
   /* every sample line belongs to a family declared before it */
   char *healthy;
