@@ -6,8 +6,8 @@
  * the memory the run would take (estimated from the model spec without
  * building it: parameters, gradients, activations, optimizer state, the
  * daemon's per-run copies and the evaluation replica) against max_model_mb,
- * the batch against max_batch, the BLAS threads against the cores of this machine, the rounds against
- * max_rounds, and the dataset. Datasets are accepted by name (fashion-mnist,
+ * the batch against max_batch, the BLAS threads against the cores of this
+ * machine, the rounds against max_rounds, and the dataset. Datasets are accepted by name (fashion-mnist,
  * text:fortunes), or as files under the data root the operator configured
  * (--data-root); without one, no path at all. A path is resolved with
  * realpath (relative paths against the root), must stay inside the root and

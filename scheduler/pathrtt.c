@@ -21,8 +21,7 @@ double td_pathrtt(const td_pathrtt_t *r) {
   return r->min_s > 0 ? r->min_s : 0;
 }
 
-double td_pathrtt_echo(unsigned long long now_us, unsigned long long echo_us,
-                       unsigned long long hold_us, unsigned long long max_age_us) {
+double td_pathrtt_echo(uint64_t now_us, uint64_t echo_us, uint64_t hold_us, uint64_t max_age_us) {
   if (echo_us == 0 || echo_us > now_us || now_us - echo_us > max_age_us ||
       hold_us >= now_us - echo_us)
     return 0;

@@ -14,6 +14,8 @@
 #ifndef TD_PATHRTT_H
 #define TD_PATHRTT_H
 
+#include <stdint.h>
+
 /* Window of the running minimum, seconds. */
 #define TD_PATHRTT_WINDOW_S 10.0
 
@@ -31,7 +33,6 @@ double td_pathrtt(const td_pathrtt_t *r);
  * out: our stamp it echoes (echo_us) not in the future and at most
  * max_age_us old, and the peer's hold (hold_us) shorter than the round trip.
  * Microseconds of the same monotonic clock as now_us; 0 is "none". */
-double td_pathrtt_echo(unsigned long long now_us, unsigned long long echo_us,
-                       unsigned long long hold_us, unsigned long long max_age_us);
+double td_pathrtt_echo(uint64_t now_us, uint64_t echo_us, uint64_t hold_us, uint64_t max_age_us);
 
 #endif

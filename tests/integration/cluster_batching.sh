@@ -62,8 +62,10 @@ awk -v f="$cfast" -v s="$cslow" 'BEGIN { exit !(s > 0 && f / s >= 1.5) }' \
 # slow ranks' batches may sit on the plan's floor, so closer is allowed)
 awk -v f="$fast" -v s="$slow" -v cf="$cfast" -v cs="$cslow" \
     'BEGIN { exit !(s > 0 && f / s >= 1.4 && f / s < 1.25 * cf / cs) }' \
-  && pass "weighted: fast ranks average batch $fast, slow ranks $slow (capacity ratio $cfast / $cslow)" \
-  || fail "weighted: batches do not follow capacity: fast $fast slow $slow, capacities $cfast / $cslow"
+  && pass "weighted: fast ranks average batch $fast, slow ranks $slow" \
+          "(capacity ratio $cfast / $cslow)" \
+  || fail "weighted: batches do not follow capacity: fast $fast slow $slow," \
+          "capacities $cfast / $cslow"
 # aggregation weights follow samples: a peer's update records the samples it used
 upd=$(sql a "SELECT count(*) FROM updates WHERE printf('%016x', run_id) = '$run_id'")
 [ "$upd" -eq 72 ] && pass "weighted: node a received 72 updates (3 peers x 24 rounds)" \

@@ -35,7 +35,8 @@ for n in a b; do
     || fail "$n's path RTT is '$rtt' ms, expected 150 ms plus loopback"
 done
 table=$(ctl a peers)
-rtt=$(awk 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "RTT_MS") c = i } NR == 2 { print $c }' <<<"$table")
+rtt=$(awk 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "RTT_MS") c = i }
+           NR == 2 { print $c }' <<<"$table")
 awk -v r="$rtt" 'BEGIN { exit !(r + 0 >= 145 && r + 0 < 400) }' \
   && pass "trainctl peers shows it (RTT_MS $rtt)" || fail "trainctl peers: no path RTT in $table"
 
@@ -45,7 +46,8 @@ for n in a b; do wait_run_state $n finished 120 || fail "$n did not finish"; don
 r=$(sql b "SELECT count(*) FROM rounds")
 [ "$r" = 4 ] && pass "b trained 4 rounds with a's frames held" || fail "b has $r rounds, 4 expected"
 acks=$(sql a "SELECT count(*) FROM links")
-[ "${acks:-0}" -ge 1 ] && pass "a's update acks came back through the delay ($acks goodput samples)" \
+[ "${acks:-0}" -ge 1 ] \
+  && pass "a's update acks came back through the delay ($acks goodput samples)" \
   || fail "a recorded no acked update"
 
 ctl a leave >/dev/null 2>&1 || true

@@ -6,6 +6,7 @@
  * or two. */
 #include <check.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "scheduler/pathrtt.h"
@@ -20,7 +21,7 @@ START_TEST(an_echo_is_the_round_trip_less_the_hold) {
   ck_assert_double_eq(td_pathrtt_echo(70000000, 1000000, 0, 60000000), 0);
   /* a hold as long as the trip or longer: a lie or a clock gone wrong */
   ck_assert_double_eq(td_pathrtt_echo(1501500, 1000000, 501500, 60000000), 0);
-  ck_assert_double_eq(td_pathrtt_echo(1501500, 1000000, ~0ull, 60000000), 0);
+  ck_assert_double_eq(td_pathrtt_echo(1501500, 1000000, UINT64_MAX, 60000000), 0);
 }
 END_TEST
 
