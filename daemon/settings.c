@@ -32,8 +32,8 @@ static const config_key_t keys[] = {
     {"threads", "compute threads for training: N runs the kernels on N threads, BLAS single-threaded inside them (default 0 = BLAS library default, kernels on one thread)"},
     {"heartbeat_ms", "heartbeat period; suspect after 3 missed, dead after 6 (default "
                      TD_STR(TD_NODE_DEFAULT_HEARTBEAT_MS) ")"},
-    {"link_delay_ms", "added one-way latency of every outgoing update chunk, held in user space"
-                      " (emulated WAN; default 0)"},
+    {"link_delay_ms", "added one-way latency of every outgoing frame (updates, snapshots, acks,"
+                      " heartbeats), held in user space (emulated WAN; default 0)"},
     {"uplink_kbit", "cap on this node's update and snapshot traffic in kbit/s, paced in user space"
                     " (emulated WAN without root; default 0 = no cap)"},
     {"metrics", "serve Prometheus metrics on HOST:PORT (GET /metrics); port 0 = ephemeral"
