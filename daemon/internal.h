@@ -418,6 +418,7 @@ struct td__session {
     double acc, bpb;
   } late_eval;
   uint64_t own_done;
+  bool own_fresh; /* overlap: the last own round waited for its predecessor's average */
   double own_loss, lr, capacity, round_started, deadline;
   td__peer_report_t peer_report[TD_MEMBERS_MAX][TD__RING];
   unsigned plan[TD_MEMBERS_MAX]; /* current batch plan by member index (0: none) */

@@ -69,6 +69,8 @@ typedef struct {
                            in samples and loss but not in compute_s */
   double fill_s;        /* ROUND_DONE: seconds of those fill steps */
   double lr;
+  bool fresh;           /* ROUND_DONE: overlap: computed from its predecessor's average (an
+                           exchange-bound round waited for it; scheduler/overlap.h) */
   float *blob;          /* CHECKPOINT: td_run_numel() floats, malloc'd, owned by the receiver */
   char backend[16];     /* READY: the compute backend's name (cpu, cuda) */
   char message[256];    /* FAILED: why; READY: the backend and why it was chosen */

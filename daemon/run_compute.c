@@ -79,6 +79,11 @@ typedef struct {
   fill_t fill;     /* overlap fill steps since the last ROUND_DONE */
   float *lead;     /* overlap: what params hold of the last posted round beyond the
                       anchor (scheduler/overlap.h); NULL in the other modes */
+  double posted_at[2];  /* when round r's delta was posted, in [r % 2] (mono seconds) */
+  double compute_s;     /* the last round's compute (slowdown included, fill not) */
+  uint64_t applied;     /* overlap: the last round whose average params hold */
+  bool fresh;           /* overlap: the next round waits for its predecessor's average
+                           (exchange-bound, scheduler/overlap.h) */
   td__run_eval_t *eval; /* periodic evaluations off the training path (run_eval.c), or
                            NULL: evaluated here, between rounds */
   char why[WHY_MAX];
@@ -569,7 +574,11 @@ static td__run_flow_t round_post_delta(compute_t *c, uint64_t round, const td_tr
                        .loss = st->loss, .compute_s = compute_s, .idle_s = c->idle,
                        .capacity = c->capacity, .batch = c->batch,
                        .steps = td_run_steps_of(run, round), .fill_steps = c->fill.steps,
-                       .fill_s = c->fill.seconds, .lr = st->lr};
+                       .fill_s = c->fill.seconds, .lr = st->lr,
+                       .fresh = c->lead != NULL && round > run->first_round &&
+                                c->applied + 1 == round};
+  c->posted_at[round % 2] = td_clock_mono_s();
+  c->compute_s = compute_s;
   c->idle = 0;
   c->fill = (fill_t){0};
   return td__run_post(run, &ev) ? TD__RUN_GO_ON : TD__RUN_STOPPED;
@@ -587,24 +596,48 @@ static td__run_flow_t after_round_sync(compute_t *c, uint64_t round) {
   return f;
 }
 
+/* overlap: wait for round r's average and measure its exchange (post to
+ * average); without fill, choose whether the next round waits for its own. */
+static td__run_flow_t wait_exchange(compute_t *c, uint64_t r) {
+  td__run_flow_t f = wait_release(c, r);
+  if (f == TD__RUN_GO_ON && c->run->spec.overlap_fill == 0)
+    c->fresh = td_overlap_sync_next(c->fresh, td_clock_mono_s() - c->posted_at[r % 2],
+                                    c->compute_s);
+  return f;
+}
+
 /* overlap: go on at once; swap the previous round's stale delta for its
  * average (filling the wait with steps when asked), then pull this round's
- * progress overlap_pull of the way back to the anchor. The last round waits
- * for its own average and ends on the consensus model. */
+ * progress overlap_pull of the way back to the anchor. An exchange-bound
+ * round (scheduler/overlap.h) instead waits for its own average and starts
+ * the next from the consensus, as sync does. The last round waits for its
+ * own average and ends on the consensus model. */
 static td__run_flow_t after_round_overlap(compute_t *c, uint64_t round) {
   td_run_t *run = c->run;
   td__run_flow_t f = TD__RUN_GO_ON;
   memcpy(run->start, c->params, run->numel * sizeof(float));
-  if (round > run->first_round) { /* a late joiner's seed already holds first_round - 1 */
+  /* a late joiner's seed already holds first_round - 1; an exchange-bound
+   * round applied its own average already */
+  if (round > run->first_round && c->applied < round - 1) {
     if (run->spec.overlap_fill > 0 && round < run->rounds)
       f = fill_until(c, round - 1, run->spec.overlap_fill * td_run_steps_of(run, round + 1));
     if (f == TD__RUN_GO_ON)
-      f = wait_release(c, round - 1);
+      f = wait_exchange(c, round - 1);
     if (f != TD__RUN_GO_ON)
       return f;
     apply_round(run, round - 1, c->params, c->lead);
+    c->applied = round - 1;
     if ((f = post_round_extras(c, round - 1, false)) != TD__RUN_GO_ON)
       return f;
+  }
+  if (c->fresh && round < run->rounds) {
+    if ((f = wait_exchange(c, round)) != TD__RUN_GO_ON)
+      return f;
+    apply_round(run, round, c->params, NULL); /* params = the new anchor */
+    memcpy(run->start, c->params, run->numel * sizeof(float));
+    memset(c->lead, 0, run->numel * sizeof(float));
+    c->applied = round;
+    return post_round_extras(c, round, false);
   }
   td_overlap_pull(c->params, run->start, c->lead, run->delta[round % 2], run->spec.overlap_pull,
                   run->numel);

@@ -310,7 +310,8 @@ static const run_key_t td__run_keys[] = {
     {"rounds", KEY_UINT, F(rounds), "0", 0, 100000000, NULL,
      "rounds of a peer run (0: from epochs)"},
     {"mode", KEY_STR, F(mode), "sync", 0, 0, check_mode,
-     "sync (barrier) | overlap (one-round-delayed update) | async:S (staleness <= S)"},
+     "sync (barrier) | overlap (one-round-delayed update; a round whose exchange takes 4x "
+     "its compute waits for it instead) | async:S (staleness <= S)"},
     {"codec", KEY_STR, F(codec), "none", 0, 0, check_codec,
      "none | fp16 | ternary[:base3] | topk:DENSITY | powersgd:RANK | qsgd:LEVELS | auto"},
     {"batching", KEY_STR, F(batching), "weighted", 0, 0, check_batching,

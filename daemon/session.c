@@ -219,6 +219,13 @@ static void on_round_done(td__session_t *s, const td_run_event_t *ev) {
   s->node->totals.wait_s += ev->idle_s;
   s->lr = ev->lr;
   s->capacity = ev->capacity;
+  if (ev->fresh != s->own_fresh) /* overlap's exchange-bound rounds: scheduler/overlap.h */
+    td_log_info("run %016" PRIx64 ": %s from round %" PRIu64, s->run_id,
+                ev->fresh ? "exchanges take several times the compute: rounds start from "
+                            "their predecessor's average (no delay)"
+                          : "rounds overlap their predecessor's exchange again",
+                ev->round);
+  s->own_fresh = ev->fresh;
   if (ev->round == s->round)
     s->deadline = o->done_at + s->spec.round_timeout;
   td__outbox_send(s->outbox, ev->round);

@@ -1,6 +1,9 @@
 /* overlap.c: overlap mode's delayed swap and anchor pull-back (overlap.h),
- * one pass over the vectors each. */
+ * one pass over the vectors each, and its choice of waiting for an
+ * exchange-bound round's own average. */
 #include "scheduler/overlap.h"
+
+#include <math.h>
 
 void td_overlap_swap(float *params, float *start, const float *step, const float *lead,
                      size_t n) {
@@ -20,4 +23,13 @@ void td_overlap_pull(float *params, float *start, float *lead, const float *own,
     start[i] -= back;
     lead[i] = own[i] - back;
   }
+}
+
+bool td_overlap_sync_next(bool now, double exchange_s, double compute_s) {
+  if (!(exchange_s > 0) || isinf(exchange_s) || isnan(compute_s))
+    return now;
+  if (!(compute_s > 0))
+    return true; /* nothing to hide the exchange behind */
+  double ratio = exchange_s / compute_s;
+  return now ? ratio >= TD_OVERLAP_SYNC_LEAVE : ratio >= TD_OVERLAP_SYNC_ENTER;
 }

@@ -30,11 +30,30 @@
  * where alpha = 0 diverges and 0.4 converges.
  * The round start moves with params in both calls, so the next delta stays
  * pure local progress (fill steps taken before the swap stay in it).
- * Pure arithmetic on float vectors: any thread. */
+ *
+ * Exchange-bound rounds. Overlapping hides a round's exchange (from posting
+ * its delta to its average arriving) behind the next round's compute, which
+ * saves at most that compute a round; when the exchange takes several times
+ * longer, the node mostly waits for it anyway and the one-round delay costs
+ * accuracy for almost no time. Then the node waits for its own round's
+ * average before computing the next one, as sync does (no delay, nothing to
+ * pull back; the round takes its compute longer, at most 1 / (ENTER + 1) of
+ * it). On the MLP over the WAN bench (5 ms of compute, ~85 ms exchanges)
+ * overlap + auto then ends where sync + auto does. The ratio is measured every
+ * round (the exchange just waited for against the compute of the round just
+ * taken) with some hysteresis; each node decides for itself: the anchors,
+ * hence the consensus, are the same either way.
+ * Pure arithmetic: any thread. */
 #ifndef TD_OVERLAP_H
 #define TD_OVERLAP_H
 
+#include <stdbool.h>
 #include <stddef.h>
+
+/* Wait for the own round's average from this exchange / compute ratio on... */
+#define TD_OVERLAP_SYNC_ENTER 4.0
+/* ...and overlap again below this one. */
+#define TD_OVERLAP_SYNC_LEAVE 3.0
 
 /* params += step - lead ; start += step - lead (n floats each). */
 void td_overlap_swap(float *params, float *start, const float *step, const float *lead, size_t n);
@@ -42,5 +61,12 @@ void td_overlap_swap(float *params, float *start, const float *step, const float
 /* params -= alpha * own ; start -= alpha * own ; lead = (1 - alpha) * own. */
 void td_overlap_pull(float *params, float *start, float *lead, const float *own, double alpha,
                      size_t n);
+
+/* Whether the next round waits for its predecessor's average (exchange-bound,
+ * above): `now` is the current choice, exchange_s the last exchange's seconds
+ * (post to average; overlapped, it includes the compute it hid behind),
+ * compute_s the last round's compute. A compute of 0 saves nothing to overlap
+ * with; an exchange that is not a positive number leaves the choice as it is. */
+bool td_overlap_sync_next(bool now, double exchange_s, double compute_s);
 
 #endif

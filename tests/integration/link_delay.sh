@@ -10,6 +10,12 @@
 # a heartbeat period (200 ms) more. A short run trains through the held
 # update acks (the ledger records them as goodput samples), and a's leave,
 # sent at shutdown while held, still reaches b.
+# Overlap mode on the same link (scheduler/overlap.h): with a tiny model a
+# round computes in milliseconds and its exchange takes the 150 ms hold, so
+# overlapping would hide almost nothing: both nodes start their rounds from
+# the predecessor's average instead (logged) and end on one model. With a
+# round that computes longer than the exchange (slowdown), they keep
+# overlapping.
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
 
 start_node a --link-delay-ms 150 || finish
@@ -49,6 +55,31 @@ acks=$(sql a "SELECT count(*) FROM links")
 [ "${acks:-0}" -ge 1 ] \
   && pass "a's update acks came back through the delay ($acks goodput samples)" \
   || fail "a recorded no acked update"
+
+# overlap_run NAME KEY=VAL...: an overlap run to the end; its id in $run_id
+overlap_run() {
+  local out
+  out=$(ctl a start --set mode=overlap --set codec=none --set eval_every=100 "$@") \
+    || { fail "start overlap: $out"; return 1; }
+  run_id=$(sed -E 's/started run ([0-9a-f]+).*/\1/' <<<"$out")
+  for n in a b; do wait_run_state $n finished 180 || fail "$n did not finish (overlap $*)"; done
+}
+fresh_from() { grep -h "run $run_id: exchanges take several times the compute" "$T/$1.log"; }
+overlap_run --set model=mlp:784-32-10 --set batch=32 --set local_steps=2 --set rounds=12
+for n in a b; do
+  line=$(fresh_from $n | head -n1)
+  [ -n "$line" ] && pass "$n: exchange-bound overlap rounds wait for their predecessor's average (${line##*(no delay) })" \
+    || fail "$n: an exchange of 150 ms against milliseconds of compute did not stop overlapping"
+done
+a1=$(json_field "$(ctl a status --json)" test_accuracy)
+b1=$(json_field "$(ctl b status --json)" test_accuracy)
+[ "$a1" = "$b1" ] && pass "both end on one model ($a1)" || fail "final accuracies differ: $a1 $b1"
+overlap_run --set model=mlp:784-32-10 --set batch=256 --set local_steps=8 --set rounds=5 \
+  --set slowdown=100
+for n in a b; do
+  [ -z "$(fresh_from $n)" ] && pass "$n: rounds that compute longer than their exchange keep overlapping" \
+    || fail "$n: a compute-bound overlap run stopped overlapping: $(fresh_from $n)"
+done
 
 ctl a leave >/dev/null 2>&1 || true
 left=0

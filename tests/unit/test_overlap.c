@@ -9,7 +9,9 @@
  *     recurrence z_r = z_{r-1} - lr a (z_{r-2} - mean c), computed by hand;
  *   - stability: at momentum 0.9, H = 8 and lr a = 1 the nodes' deviations
  *     grow without the pull-back (the reason for it) and stay bounded with
- *     alpha = 0.4, while the anchor reaches the optimum. */
+ *     alpha = 0.4, while the anchor reaches the optimum.
+ * And the choice of waiting for an exchange-bound round's own average: its
+ * thresholds, hysteresis and bad measures. */
 #include <check.h>
 #include <math.h>
 #include <string.h>
@@ -216,6 +218,31 @@ START_TEST(pull_back_keeps_the_nodes_together_at_momentum_0_9) {
 }
 END_TEST
 
+START_TEST(exchange_bound_rounds_wait_for_their_own_average) {
+  /* overlapping: stays below ENTER x the compute, waits from it on */
+  ck_assert(!td_overlap_sync_next(false, 0.49, 0.125));
+  ck_assert(td_overlap_sync_next(false, 0.5, 0.125));
+  ck_assert(td_overlap_sync_next(false, 0.085, 0.005)); /* the WAN bench's MLP: 17x */
+  ck_assert(!td_overlap_sync_next(false, 0.25, 0.236)); /* its cnn: the exchange hides */
+  /* waiting: goes on down to LEAVE x, overlaps again below (hysteresis) */
+  ck_assert(td_overlap_sync_next(true, 0.45, 0.125));
+  ck_assert(td_overlap_sync_next(true, 0.375, 0.125));
+  ck_assert(!td_overlap_sync_next(true, 0.37, 0.125));
+  /* no compute to hide behind: wait */
+  ck_assert(td_overlap_sync_next(false, 0.1, 0));
+  ck_assert(td_overlap_sync_next(false, 0.1, -1));
+  /* no usable exchange measure, or compute: the choice stays */
+  const double bad[] = {0, -1, NAN, INFINITY};
+  for (unsigned k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    ck_assert(!td_overlap_sync_next(false, bad[k], 0.1));
+    ck_assert(td_overlap_sync_next(true, bad[k], 0.1));
+  }
+  ck_assert(!td_overlap_sync_next(false, 1.0, NAN));
+  ck_assert(td_overlap_sync_next(true, 1.0, NAN));
+  ck_assert(!td_overlap_sync_next(false, 1.0, INFINITY));
+}
+END_TEST
+
 static Suite *overlap_suite(void) {
   Suite *s = suite_create("overlap");
   TCase *tc = tcase_create("core");
@@ -223,6 +250,7 @@ static Suite *overlap_suite(void) {
   tcase_add_test(tc, overlapped_run_matches_closed_form);
   tcase_add_test(tc, full_pull_is_local_sgd_with_a_stale_average);
   tcase_add_test(tc, pull_back_keeps_the_nodes_together_at_momentum_0_9);
+  tcase_add_test(tc, exchange_bound_rounds_wait_for_their_own_average);
   suite_add_tcase(s, tc);
   return s;
 }
