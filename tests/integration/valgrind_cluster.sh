@@ -4,9 +4,9 @@
 # what ASan misses (writes made inside libuv and libzmq into memory the daemon
 # already freed) and checks leaks at exit. The cluster goes through what a
 # careful user does: join, a short sync run with a lossy codec (ternary) that
-# a third node joins late, status / rounds, a run stopped with `trainctl stop`,
-# stop-then-start while updates are being encoded (slowdown=20), `leave`, and
-# SIGTERM during a run. Every traind must exit by itself with status 0 and a
+# a third node joins late, status / rounds, an overlap run stopped with
+# `trainctl stop`, stop-then-start while updates are being encoded
+# (slowdown=20), `leave`, and SIGTERM during a run. Every traind must exit by itself with status 0 and a
 # valgrind log of "0 errors" (definite and indirect leaks count as errors);
 # tests/valgrind.supp only hides libzmq / OpenBLAS / libuv internals.
 #
@@ -125,9 +125,10 @@ awk -v a="$acc" 'BEGIN { exit !(a > 0.5) }' && pass "ternary run learned (accura
   || fail "ternary run: accuracy '$acc'"
 [ "$(ctl b rounds | grep -c .)" -ge 100 ] && pass "trainctl rounds lists the run" || fail "rounds"
 
-# 3. a run stopped with trainctl stop
-start_run a "${SMALL[@]}" codec=topk:0.1 rounds=200 || finish
-wait_round b 2 120 || fail "topk run: no round 2 on b"
+# 3. an overlap run stopped with trainctl stop (its rounds overlap, or wait for
+# their own average where an exchange takes 4x the compute)
+start_run a "${SMALL[@]}" codec=topk:0.1 mode=overlap rounds=200 || finish
+wait_round b 6 120 || fail "topk run: no round 6 on b"
 ctl a stop >/dev/null || fail "stop"
 stopped=0
 for n in a b c; do wait_run_state $n stopped 120 && stopped=$((stopped + 1)) || fail "topk run: $n did not stop"; done
