@@ -6,9 +6,10 @@
 # careful user does: join, a short sync run with a lossy codec (ternary) that
 # a third node joins late, status / rounds, an overlap run stopped with
 # `trainctl stop`, stop-then-start while updates are being encoded
-# (slowdown=20), `leave`, and SIGTERM during a run. Every traind must exit by itself with status 0 and a
-# valgrind log of "0 errors" (definite and indirect leaks count as errors);
-# tests/valgrind.supp only hides libzmq / OpenBLAS / libuv internals.
+# (slowdown=20), `leave`, and SIGTERM during a run. Every traind must exit
+# by itself with status 0 and a valgrind log of "0 errors" (definite and
+# indirect leaks count as errors); tests/valgrind.supp only hides libzmq /
+# OpenBLAS / libuv internals.
 #
 # Slow (valgrind is 20-50 times slower than native), so it is not part of
 # `make check`: run it with `make check-valgrind` (.ci/run does). Skips (77)
