@@ -602,7 +602,7 @@ static td__run_flow_t wait_exchange(compute_t *c, uint64_t r) {
   td__run_flow_t f = wait_release(c, r);
   if (f == TD__RUN_GO_ON && c->run->spec.overlap_fill == 0)
     c->fresh = td_overlap_sync_next(c->fresh, td_clock_mono_s() - c->posted_at[r % 2],
-                                    c->compute_s);
+                                    c->compute_s, c->run->spec.overlap_wait);
   return f;
 }
 

@@ -310,8 +310,8 @@ static const run_key_t td__run_keys[] = {
     {"rounds", KEY_UINT, F(rounds), "0", 0, 100000000, NULL,
      "rounds of a peer run (0: from epochs)"},
     {"mode", KEY_STR, F(mode), "sync", 0, 0, check_mode,
-     "sync (barrier) | overlap (one-round-delayed update; a round whose exchange takes 4x "
-     "its compute waits for it instead) | async:S (staleness <= S)"},
+     "sync (barrier) | overlap (one-round-delayed update; see overlap_wait) | "
+     "async:S (staleness <= S)"},
     {"codec", KEY_STR, F(codec), "none", 0, 0, check_codec,
      "none | fp16 | ternary[:base3] | topk:DENSITY | powersgd:RANK | qsgd:LEVELS | auto"},
     {"batching", KEY_STR, F(batching), "weighted", 0, 0, check_batching,
@@ -323,6 +323,9 @@ static const run_key_t td__run_keys[] = {
      "overlap: up to this many times H extra local steps while the last average is in flight"},
     {"overlap_pull", KEY_DOUBLE, F(overlap_pull), "0.4", 0, 1, NULL,
      "overlap: after the delayed swap, pull the local model this fraction back to the anchor"},
+    {"overlap_wait", KEY_DOUBLE, F(overlap_wait), "4", 0, 1e6, NULL,
+     "overlap: a node whose exchanges take this many times its compute waits for each "
+     "round's average before the next round (no delay), until under 3/4 of it; 0 = never"},
     {"reconcile", KEY_STR, F(reconcile), "end", 0, 0, check_reconcile,
      "sync/overlap with a lossy codec: nodes average their anchors (fp16) so they end on one "
      "model: end (after the last round) | N (also every N rounds) | off"},

@@ -46,6 +46,8 @@ typedef struct {
   bool weighted_batching;               /* batching = weighted */
   unsigned overlap_fill;                /* overlap: up to this x H steps instead of waiting */
   double overlap_pull;                  /* overlap: anchor pull-back after the delayed swap */
+  double overlap_wait;                  /* overlap: exchange / compute ratio from which a round
+                                           waits for its own average (0: never) */
   char reconcile[TD_RUNSPEC_STR_MAX];   /* end | off | N */
   bool reconcile_on;                    /* from reconcile: anchors averaged after the last round */
   unsigned reconcile_every;             /* ... and every N rounds (0: only then) */

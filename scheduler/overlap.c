@@ -25,11 +25,13 @@ void td_overlap_pull(float *params, float *start, float *lead, const float *own,
   }
 }
 
-bool td_overlap_sync_next(bool now, double exchange_s, double compute_s) {
+bool td_overlap_sync_next(bool now, double exchange_s, double compute_s, double ratio) {
+  if (!(ratio > 0))
+    return false;
   if (!(exchange_s > 0) || isinf(exchange_s) || isnan(compute_s))
     return now;
   if (!(compute_s > 0))
     return true; /* nothing to hide the exchange behind */
-  double ratio = exchange_s / compute_s;
-  return now ? ratio >= TD_OVERLAP_SYNC_LEAVE : ratio >= TD_OVERLAP_SYNC_ENTER;
+  double r = exchange_s / compute_s;
+  return now ? r >= TD_OVERLAP_WAIT_LEAVE * ratio : r >= ratio;
 }

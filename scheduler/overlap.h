@@ -37,12 +37,14 @@
  * longer, the node mostly waits for it anyway and the one-round delay costs
  * accuracy for almost no time. Then the node waits for its own round's
  * average before computing the next one, as sync does (no delay, nothing to
- * pull back; the round takes its compute longer, at most 1 / (ENTER + 1) of
+ * pull back; the round takes its compute longer, at most 1 / (ratio + 1) of
  * it). On the MLP over the WAN bench (5 ms of compute, ~85 ms exchanges)
- * overlap + auto then ends where sync + auto does. The ratio is measured every
- * round (the exchange just waited for against the compute of the round just
- * taken) with some hysteresis; each node decides for itself: the anchors,
- * hence the consensus, are the same either way.
+ * overlap + auto then ends where sync + auto does. The ratio (the run key
+ * overlap_wait, default TD_OVERLAP_WAIT_DEFAULT) is checked every round (the
+ * exchange just waited for against the compute of the round just taken),
+ * with some hysteresis; each node decides for itself: the anchors, hence the
+ * consensus, are the same either way. The choice depends on timing, so a run
+ * that must repeat bit for bit sets overlap_wait = 0.
  * Pure arithmetic: any thread. */
 #ifndef TD_OVERLAP_H
 #define TD_OVERLAP_H
@@ -51,9 +53,9 @@
 #include <stddef.h>
 
 /* Wait for the own round's average from this exchange / compute ratio on... */
-#define TD_OVERLAP_SYNC_ENTER 4.0
-/* ...and overlap again below this one. */
-#define TD_OVERLAP_SYNC_LEAVE 3.0
+#define TD_OVERLAP_WAIT_DEFAULT 4.0
+/* ...and overlap again below this fraction of it. */
+#define TD_OVERLAP_WAIT_LEAVE 0.75
 
 /* params += step - lead ; start += step - lead (n floats each). */
 void td_overlap_swap(float *params, float *start, const float *step, const float *lead, size_t n);
@@ -65,8 +67,9 @@ void td_overlap_pull(float *params, float *start, float *lead, const float *own,
 /* Whether the next round waits for its predecessor's average (exchange-bound,
  * above): `now` is the current choice, exchange_s the last exchange's seconds
  * (post to average; overlapped, it includes the compute it hid behind),
- * compute_s the last round's compute. A compute of 0 saves nothing to overlap
- * with; an exchange that is not a positive number leaves the choice as it is. */
-bool td_overlap_sync_next(bool now, double exchange_s, double compute_s);
+ * compute_s the last round's compute, ratio the threshold (overlap_wait; not
+ * > 0: never wait). A compute of 0 saves nothing to overlap with; an exchange
+ * that is not a positive number leaves the choice as it is. */
+bool td_overlap_sync_next(bool now, double exchange_s, double compute_s, double ratio);
 
 #endif

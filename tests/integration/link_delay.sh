@@ -14,8 +14,8 @@
 # round computes in milliseconds and its exchange takes the 150 ms hold, so
 # overlapping would hide almost nothing: both nodes start their rounds from
 # the predecessor's average instead (logged) and end on one model. With a
-# round that computes longer than the exchange (slowdown), they keep
-# overlapping.
+# round that computes longer than the exchange (slowdown), or with
+# overlap_wait = 0, they keep overlapping.
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
 
 start_node a --link-delay-ms 150 || finish
@@ -74,6 +74,12 @@ done
 a1=$(json_field "$(ctl a status --json)" test_accuracy)
 b1=$(json_field "$(ctl b status --json)" test_accuracy)
 [ "$a1" = "$b1" ] && pass "both end on one model ($a1)" || fail "final accuracies differ: $a1 $b1"
+overlap_run --set model=mlp:784-32-10 --set batch=32 --set local_steps=2 --set rounds=8 \
+  --set overlap_wait=0
+for n in a b; do
+  [ -z "$(fresh_from $n)" ] && pass "$n: overlap_wait=0 keeps the same exchange-bound rounds overlapping" \
+    || fail "$n: overlap_wait=0 still waited: $(fresh_from $n)"
+done
 overlap_run --set model=mlp:784-32-10 --set batch=256 --set local_steps=8 --set rounds=5 \
   --set slowdown=100
 for n in a b; do

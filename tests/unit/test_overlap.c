@@ -219,27 +219,37 @@ START_TEST(pull_back_keeps_the_nodes_together_at_momentum_0_9) {
 END_TEST
 
 START_TEST(exchange_bound_rounds_wait_for_their_own_average) {
-  /* overlapping: stays below ENTER x the compute, waits from it on */
-  ck_assert(!td_overlap_sync_next(false, 0.49, 0.125));
-  ck_assert(td_overlap_sync_next(false, 0.5, 0.125));
-  ck_assert(td_overlap_sync_next(false, 0.085, 0.005)); /* the WAN bench's MLP: 17x */
-  ck_assert(!td_overlap_sync_next(false, 0.25, 0.236)); /* its cnn: the exchange hides */
-  /* waiting: goes on down to LEAVE x, overlaps again below (hysteresis) */
-  ck_assert(td_overlap_sync_next(true, 0.45, 0.125));
-  ck_assert(td_overlap_sync_next(true, 0.375, 0.125));
-  ck_assert(!td_overlap_sync_next(true, 0.37, 0.125));
+  const double W = TD_OVERLAP_WAIT_DEFAULT; /* 4: enter at 4x, leave under 3x */
+  /* overlapping: stays below W x the compute, waits from it on */
+  ck_assert(!td_overlap_sync_next(false, 0.49, 0.125, W));
+  ck_assert(td_overlap_sync_next(false, 0.5, 0.125, W));
+  ck_assert(td_overlap_sync_next(false, 0.085, 0.005, W)); /* the WAN bench's MLP: 17x */
+  ck_assert(!td_overlap_sync_next(false, 0.25, 0.236, W)); /* its cnn: the exchange hides */
+  /* waiting: goes on down to 3/4 W x, overlaps again below (hysteresis) */
+  ck_assert(td_overlap_sync_next(true, 0.45, 0.125, W));
+  ck_assert(td_overlap_sync_next(true, 0.375, 0.125, W));
+  ck_assert(!td_overlap_sync_next(true, 0.37, 0.125, W));
   /* no compute to hide behind: wait */
-  ck_assert(td_overlap_sync_next(false, 0.1, 0));
-  ck_assert(td_overlap_sync_next(false, 0.1, -1));
+  ck_assert(td_overlap_sync_next(false, 0.1, 0, W));
+  ck_assert(td_overlap_sync_next(false, 0.1, -1, W));
   /* no usable exchange measure, or compute: the choice stays */
   const double bad[] = {0, -1, NAN, INFINITY};
   for (unsigned k = 0; k < sizeof bad / sizeof bad[0]; k++) {
-    ck_assert(!td_overlap_sync_next(false, bad[k], 0.1));
-    ck_assert(td_overlap_sync_next(true, bad[k], 0.1));
+    ck_assert(!td_overlap_sync_next(false, bad[k], 0.1, W));
+    ck_assert(td_overlap_sync_next(true, bad[k], 0.1, W));
   }
-  ck_assert(!td_overlap_sync_next(false, 1.0, NAN));
-  ck_assert(td_overlap_sync_next(true, 1.0, NAN));
-  ck_assert(!td_overlap_sync_next(false, 1.0, INFINITY));
+  ck_assert(!td_overlap_sync_next(false, 1.0, NAN, W));
+  ck_assert(td_overlap_sync_next(true, 1.0, NAN, W));
+  ck_assert(!td_overlap_sync_next(false, 1.0, INFINITY, W));
+  /* overlap_wait = 0: never wait, whatever the measures */
+  ck_assert(!td_overlap_sync_next(false, 100, 0.001, 0));
+  ck_assert(!td_overlap_sync_next(true, 100, 0.001, 0));
+  ck_assert(!td_overlap_sync_next(true, 0.1, 0, 0));
+  /* another ratio: 8x enters, 6x stays, under 6x leaves */
+  ck_assert(!td_overlap_sync_next(false, 0.75, 0.125, 8));
+  ck_assert(td_overlap_sync_next(false, 1.0, 0.125, 8));
+  ck_assert(td_overlap_sync_next(true, 0.75, 0.125, 8));
+  ck_assert(!td_overlap_sync_next(true, 0.74, 0.125, 8));
 }
 END_TEST
 
