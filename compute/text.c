@@ -293,42 +293,12 @@ static int cmp_u32(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-int td_text_partition(td_text_t **out, const td_text_t *src, const td_partition_t *p,
-                      unsigned node, unsigned nodes, uint64_t seed, char *why, size_t why_len) {
-  if (out == NULL)
-    return td_why(why, why_len, TD_EINVAL, "no output pointer");
-  *out = NULL;
-  if (src == NULL || p == NULL || nodes == 0 || nodes > TD__TEXT_MAX_NODES || node >= nodes)
-    return td_why(why, why_len, TD_EINVAL, "bad text partition request (node %u of %u)", node,
-                  nodes);
-  switch (p->kind) {
-  case TD_PARTITION_ALL:
-    return td_text_from_bytes(out, src->data, src->bytes) == 0
-               ? 0
-               : td_why(why, why_len, TD_ENOMEM, "out of memory");
-  case TD_PARTITION_DIRICHLET:
-    return td_why(why, why_len, TD_ECONFIG,
-                  "partition dirichlet skews class proportions and text has no classes "
-                  "(accepted for text: all, iid, shard:K)");
-  case TD_PARTITION_IID: {
-    size_t begin = cut_at(src->bytes, node, nodes), end = cut_at(src->bytes, node + 1u, nodes);
-    if (end == begin)
-      return td_why(why, why_len, TD_ECONFIG,
-                    "partition iid gives node %u of %u no bytes of a %zu-byte text", node, nodes,
-                    src->bytes);
-    return td_text_from_bytes(out, src->data + begin, end - begin) == 0
-               ? 0
-               : td_why(why, why_len, TD_ENOMEM, "out of memory");
-  }
-  case TD_PARTITION_SHARD:
-    break;
-  }
-  uint64_t k = p->shards_per_node, shards = k * nodes;
-  if (k == 0 || shards > src->bytes)
-    return td_why(why, why_len, TD_ECONFIG,
-                  "partition shard:%u over %u nodes cuts %llu shards, more than the %zu bytes "
-                  "of text",
-                  p->shards_per_node, nodes, (unsigned long long)shards, src->bytes);
+/* Deal k near-equal contiguous shards of src to each of `nodes` nodes by a
+ * seeded permutation; node's shards are concatenated in text order. Requires
+ * 1 <= k * nodes <= src->bytes (every shard holds at least one byte). */
+static int deal_shards(td_text_t **out, const td_text_t *src, uint64_t k, unsigned node,
+                       unsigned nodes, uint64_t seed, char *why, size_t why_len) {
+  uint64_t shards = k * nodes;
   uint32_t *perm = malloc((size_t)shards * sizeof *perm);
   if (perm == NULL)
     return td_why(why, why_len, TD_ENOMEM, "out of memory");
@@ -361,4 +331,41 @@ int td_text_partition(td_text_t **out, const td_text_t *src, const td_partition_
   if (rc != 0)
     free(data);
   return rc;
+}
+
+int td_text_partition(td_text_t **out, const td_text_t *src, const td_partition_t *p,
+                      unsigned node, unsigned nodes, uint64_t seed, char *why, size_t why_len) {
+  if (out == NULL)
+    return td_why(why, why_len, TD_EINVAL, "no output pointer");
+  *out = NULL;
+  if (src == NULL || p == NULL || nodes == 0 || nodes > TD__TEXT_MAX_NODES || node >= nodes)
+    return td_why(why, why_len, TD_EINVAL, "bad text partition request (node %u of %u)", node,
+                  nodes);
+  switch (p->kind) {
+  case TD_PARTITION_ALL:
+    return td_text_from_bytes(out, src->data, src->bytes) == 0
+               ? 0
+               : td_why(why, why_len, TD_ENOMEM, "out of memory");
+  case TD_PARTITION_DIRICHLET:
+    return td_why(why, why_len, TD_ECONFIG,
+                  "partition dirichlet skews class proportions and text has no classes "
+                  "(accepted for text: all, iid, shard:K)");
+  case TD_PARTITION_IID: {
+    if (src->bytes < nodes)
+      return td_why(why, why_len, TD_ECONFIG,
+                    "partition iid gives node %u of %u no bytes of a %zu-byte text", node, nodes,
+                    src->bytes);
+    uint64_t k = src->bytes / ((uint64_t)nodes * TD_TEXT_IID_BLOCK);
+    return deal_shards(out, src, k > 0 ? k : 1, node, nodes, seed, why, why_len);
+  }
+  case TD_PARTITION_SHARD:
+    break;
+  }
+  uint64_t k = p->shards_per_node, shards = k * nodes;
+  if (k == 0 || shards > src->bytes)
+    return td_why(why, why_len, TD_ECONFIG,
+                  "partition shard:%u over %u nodes cuts %llu shards, more than the %zu bytes "
+                  "of text",
+                  p->shards_per_node, nodes, (unsigned long long)shards, src->bytes);
+  return deal_shards(out, src, k, node, nodes, seed, why, why_len);
 }

@@ -12,8 +12,12 @@
  *
  * Partitions (`partition` run key) over the training bytes:
  *   all         every node gets the whole training text
- *   iid         node k of N gets the k-th of N near-equal contiguous ranges
- *               (sizes differ by at most one byte)
+ *   iid         the text is cut into blocks of about TD_TEXT_IID_BLOCK bytes
+ *               (N*K near-equal blocks, K = bytes / (N * TD_TEXT_IID_BLOCK), at
+ *               least 1) and a seeded permutation deals K of them to each node,
+ *               as shard:K does: every node sees every part of a text that is
+ *               sorted by topic (the fortunes are, by file name), where N
+ *               contiguous ranges would give each node its own topics
  *   shard:K     the text is cut into N*K near-equal contiguous shards; a seeded
  *               permutation deals K of them to each node, which concatenates
  *               its shards in text order (the topic skew of FedAvg's split:
@@ -38,6 +42,8 @@
 /* The spec a text model uses when no dataset is named. */
 #define TD_TEXT_DEFAULT_SPEC "text:fortunes"
 #define TD_TEXT_VALID_PERCENT 10
+/* Block size of the iid text partition: a few fortunes, 32 windows of 128. */
+#define TD_TEXT_IID_BLOCK 4096u
 /* Hard cap on one text file or the fortunes concatenation: 1 GiB. */
 #define TD_TEXT_MAX_BYTES ((size_t)1 << 30)
 

@@ -171,22 +171,59 @@ static td_text_t *counting_text(size_t n) {
   return t;
 }
 
-START_TEST(iid_partitions_are_contiguous_near_equal_and_cover_the_text) {
-  td_text_t *src = counting_text(1000);
+/* iid: blocks of TD_TEXT_IID_BLOCK bytes dealt by the seed, so a text sorted
+ * by topic reaches every node from everywhere; disjoint, covering, equal. */
+START_TEST(iid_partitions_deal_scattered_blocks_and_cover_the_text) {
+  enum { NODES = 3, BLOCKS = 12 }; /* K = 4 blocks a node */
+  size_t bytes = (size_t)BLOCKS * TD_TEXT_IID_BLOCK;
+  uint8_t *b = malloc(bytes);
+  for (size_t i = 0; i < bytes; i++)
+    b[i] = (uint8_t)(i / TD_TEXT_IID_BLOCK); /* the byte names its block */
+  td_text_t *src = NULL;
+  ck_assert_int_eq(td_text_from_bytes(&src, b, bytes), 0);
+  free(b);
   td_partition_t p;
   char why[256] = "";
   ck_assert_int_eq(td_partition_parse(&p, "iid", why, sizeof why), 0);
-  size_t at = 0;
-  for (unsigned k = 0; k < 3; k++) {
+  int owner[BLOCKS];
+  for (int i = 0; i < BLOCKS; i++)
+    owner[i] = -1;
+  int outside = 0; /* blocks a contiguous cut would have given another node */
+  for (unsigned k = 0; k < NODES; k++) {
     td_text_t *part = NULL;
-    ck_assert_int_eq(td_text_partition(&part, src, &p, k, 3, 42, why, sizeof why), 0);
-    size_t n = td_text_bytes(part);
-    ck_assert(n == 333 || n == 334);
-    ck_assert_int_eq(memcmp(td_text_data(part), td_text_data(src) + at, n), 0);
-    at += n;
+    ck_assert_int_eq(td_text_partition(&part, src, &p, k, NODES, 42, why, sizeof why), 0);
+    ck_assert_uint_eq(td_text_bytes(part), 4 * TD_TEXT_IID_BLOCK);
+    const uint8_t *d = td_text_data(part);
+    for (size_t j = 0; j < td_text_bytes(part); j++)
+      ck_assert_uint_eq(d[j], d[j / TD_TEXT_IID_BLOCK * TD_TEXT_IID_BLOCK]); /* whole blocks */
+    for (int h = 0; h < 4; h++) {
+      uint8_t blk = d[(size_t)h * TD_TEXT_IID_BLOCK];
+      ck_assert_int_eq(owner[blk], -1); /* disjoint */
+      owner[blk] = (int)k;
+      if (blk / 4 != k)
+        outside++;
+      if (h > 0)
+        ck_assert(blk > d[(size_t)(h - 1) * TD_TEXT_IID_BLOCK]); /* in text order */
+    }
     td_text_close(&part);
   }
-  ck_assert_uint_eq(at, 1000);
+  for (int i = 0; i < BLOCKS; i++)
+    ck_assert_int_ge(owner[i], 0); /* covered */
+  ck_assert_msg(outside > 0, "the iid deal gave every node its own contiguous third");
+  td_text_close(&src);
+
+  /* a text shorter than N blocks: one near-equal block per node, covering it */
+  src = counting_text(1000);
+  size_t total = 0;
+  for (unsigned k = 0; k < NODES; k++) {
+    td_text_t *part = NULL;
+    ck_assert_int_eq(td_text_partition(&part, src, &p, k, NODES, 42, why, sizeof why), 0);
+    size_t n = td_text_bytes(part);
+    ck_assert(n == 333 || n == 334);
+    total += n;
+    td_text_close(&part);
+  }
+  ck_assert_uint_eq(total, 1000);
   td_text_close(&src);
 
   /* fewer bytes than nodes: a node would get nothing */
@@ -364,7 +401,7 @@ int main(void) {
   tcase_add_test(tc, fortunes_concatenates_the_plain_files_in_name_order);
   tcase_add_test(tc, debian_fortunes_package_is_about_2_6_mb);
   tcase_add_test(tc, windows_are_shifted_by_one_and_inside_the_text);
-  tcase_add_test(tc, iid_partitions_are_contiguous_near_equal_and_cover_the_text);
+  tcase_add_test(tc, iid_partitions_deal_scattered_blocks_and_cover_the_text);
   tcase_add_test(tc, shard_partitions_deal_k_contiguous_shards_per_node);
   tcase_add_test(tc, dirichlet_is_refused_for_text);
   tcase_add_test(tc, bad_text_files_give_one_line_errors_without_hanging);
