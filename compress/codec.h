@@ -82,8 +82,7 @@ const td_codec_spec_t *td_link_codec_spec(const td_link_codec_t *lc);
  * EF sends it along with the next delta, so nothing held back is lost. */
 int td_link_codec_set_spec(td_link_codec_t *lc, const td_codec_spec_t *spec);
 /* Upper bound of the message a spec produces for this layout (exact for
- * none and fp16; top-k's within a byte an entry of its worst index spread;
- * ternary adds at most its per-tensor scale). */
+ * none, fp16 and top-k; ternary adds at most its per-tensor scale). */
 size_t td_codec_message_size(const td_codec_spec_t *spec, const td_layout_t *layout);
 /* codec = auto: the least lossy spec whose message fits budget_bytes, from
  * none, fp16, ternary and top-k (largest density >= 0.0001 that fits). */

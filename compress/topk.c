@@ -16,32 +16,14 @@
 
 enum { CODING_VARINT = 0, CODING_BITMAP = 1, CODING_DENSE = 2 };
 
-/* Most bytes k varint gaps can take in a tensor of count entries. The k gaps
- * (index minus the previous index plus one) sum to at most count - k, and a
- * gap takes one byte plus one for each of 128, 128^2, 128^3, 128^4 it reaches,
- * so at most S / 128^t of them (S = count - k) pay the t-th extra byte. The
- * worst arrangement (as many gaps as fit just at a step, the rest packed)
- * comes within a few bytes of it; 5 bytes a gap overstated a 0.1 % top-k's
- * indices 2.5x and left codec = auto a third of its budget unused. */
-static size_t varint_gaps_bound(size_t count, size_t k) {
-  size_t bytes = k, spare = count - k;
-  for (uint64_t step = 128; step <= (1ull << 28); step *= 128) {
-    size_t reach = (size_t)(spare / step);
-    bytes += reach < k ? reach : k;
-  }
-  return bytes;
-}
-
 static size_t topk_bound(const td_codec_spec_t *s, size_t n, size_t m) {
   size_t count = n * m, dense = 5 + count * 4;
   if (s->density > 0 && s->density < 1) {
-    /* the encoder's smallest coding, bounded: k varint gaps or a bitmap, plus
-     * k values; or dense. codec=auto sizes by this. */
+    /* the encoder's smallest coding, bounded: k varint gaps (at most 5 bytes
+     * each) or a bitmap, plus k values; or dense. codec=auto sizes by this. */
     size_t k = (size_t)floor(s->density * (double)count);
     k = k ? k : 1;
-    k = k < count ? k : count;
-    size_t varint = 5 + varint_gaps_bound(count, k) + 4 * k;
-    size_t bitmap = 5 + (count + 7) / 8 + 4 * k;
+    size_t varint = 5 + k * 9, bitmap = 5 + (count + 7) / 8 + 4 * k;
     size_t sparse = varint < bitmap ? varint : bitmap;
     return sparse < dense ? sparse : dense;
   }
