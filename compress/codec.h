@@ -83,10 +83,11 @@ const td_codec_spec_t *td_link_codec_spec(const td_link_codec_t *lc);
 int td_link_codec_set_spec(td_link_codec_t *lc, const td_codec_spec_t *spec);
 /* Upper bound of the message a spec produces for this layout (exact for
  * none and fp16; ternary adds at most its per-tensor scale; top-k counts 5
- * bytes for every index, about 1.5x the real varint gaps at 0.1-2 %, so
- * codec = auto's top-k uses about 2/3 of its budget: a bound tight to the
- * real gaps, measured side by side on `make bench-wan`'s cnn, sent 2-5x the
- * bytes from the fast nodes and made rounds wait longer, no sooner to 0.90). */
+ * bytes for every index where the varint gaps take about 2 at 0.1-2 %, 9
+ * bytes an entry against about 6, so codec = auto's top-k uses about 2/3 of
+ * its budget: a bound tight to the real gaps, measured side by side on
+ * `make bench-wan`'s cnn, sent 2-5x the bytes from the fast nodes and made
+ * rounds wait longer, no sooner to 0.90). */
 size_t td_codec_message_size(const td_codec_spec_t *spec, const td_layout_t *layout);
 /* codec = auto: the least lossy spec whose message fits budget_bytes, from
  * none, fp16, ternary and top-k (largest density >= 0.0001 that fits). */
