@@ -17,7 +17,9 @@
  *               least 1) and a seeded permutation deals K of them to each node,
  *               as shard:K does: every node sees every part of a text that is
  *               sorted by topic (the fortunes are, by file name), where N
- *               contiguous ranges would give each node its own topics
+ *               contiguous ranges would give each node its own topics; a
+ *               window may run across the seam of two dealt blocks (about
+ *               context / 4096 of them, as it may across two fortune files)
  *   shard:K     the text is cut into N*K near-equal contiguous shards; a seeded
  *               permutation deals K of them to each node, which concatenates
  *               its shards in text order (the topic skew of FedAvg's split:
