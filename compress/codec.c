@@ -112,10 +112,11 @@ static void matrix_shape(const td_tensor_info_t *t, size_t *n, size_t *m) {
   *m = t->numel / t->shape[0];
 }
 
-/* The codec a tensor actually travels with: small and 1-D tensors go dense. */
+/* The codec a tensor actually travels with: small and 1-D tensors go dense,
+ * in fp32 under none and in fp16 under every lossy codec. */
 static td_codec_id_t codec_for(const td_codec_spec_t *spec, const td_tensor_info_t *t) {
   if (t->ndim < 2 || t->numel < TD_CODEC_MIN_NUMEL)
-    return spec->id == TD_CODEC_FP16 ? TD_CODEC_FP16 : TD_CODEC_NONE;
+    return spec->id == TD_CODEC_NONE ? TD_CODEC_NONE : TD_CODEC_FP16;
   return spec->id;
 }
 

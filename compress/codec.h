@@ -4,8 +4,12 @@
  * A message carries one record per tensor of the model's layout:
  *   u32 tensor_id | u8 codec | u8 codec_version | u16 flags | u32 numel |
  *   u32 payload_bytes | payload            (little-endian, 16-byte header)
- * 1-D tensors and tensors under TD_CODEC_MIN_NUMEL elements travel dense
- * (fp32, or fp16 when the codec is fp16), as in ALGORITHMS.md section 0.
+ * 1-D tensors and tensors under TD_CODEC_MIN_NUMEL elements travel dense, as
+ * in ALGORITHMS.md section 0: fp32 under none, fp16 under every lossy codec
+ * (under an error-feedback codec their rounding error stays in the link's
+ * residual). A gpt's biases and norm gains are 7k floats, 28 kB a message in
+ * fp32: with topk:0.005 that was half of every message, and on the 2 Mbit/s
+ * links of `make bench-wan` rounds waited 0.17 s for it (0.02 s in fp16).
  * Error-feedback residuals belong to the link (td_link_codec_t, one per peer),
  * not to the codec, so every link can carry its own codec later. The decoder
  * checks every size against the layout and the codec's bound before touching

@@ -243,9 +243,11 @@ START_TEST(topk_sends_exactly_the_largest) {
   }
   ck_assert_uint_eq(sent, k);
   ck_assert_float_ge(min_sent, max_unsent);
-  /* the small tensors travel dense */
+  /* the small tensors travel dense, in fp16 */
   const td_tensor_info_t *b = td_layout_tensor(l, 1);
-  ck_assert_int_eq(memcmp(y + b->offset, x + b->offset, b->numel * 4), 0);
+  for (size_t i = b->offset; i < b->offset + b->numel; i++)
+    ck_assert_msg(fabsf(y[i] - x[i]) <= ldexpf(fabsf(x[i]), -11) + 1e-7f, "bias %g sent as %g",
+                  x[i], y[i]);
   free(y);
   free(x);
   td_layout_free(&l);
@@ -381,7 +383,7 @@ END_TEST
  * OUT x C*K*K matrix (first dimension by the rest), so a weight of rank 2 in
  * that view is exact at rank 2 (as (OUT*C) x (K*K), say, it has rank 9 and
  * would not be); the bias and a norm weight (1-D) and a small matrix (under
- * TD_CODEC_MIN_NUMEL) travel dense, i.e. exactly. */
+ * TD_CODEC_MIN_NUMEL) travel dense, in fp16 (exact to half precision). */
 START_TEST(powersgd_sees_a_conv_weight_as_out_by_the_rest) {
   enum { O = 16, C = 8, K = 3, CKK = C * K * K };
   td_layout_t *l = NULL;
@@ -416,8 +418,8 @@ START_TEST(powersgd_sees_a_conv_weight_as_out_by_the_rest) {
       xm = fmaxf(xm, fabsf(x[i]));
       err = fmaxf(err, fabsf(y[i] - x[i]));
     }
-    ck_assert_msg(t == 0 ? err <= 1e-4f * xm : err == 0.0f, "%s: error %g of max %g", ti->name,
-                  err, xm);
+    ck_assert_msg(t == 0 ? err <= 1e-4f * xm : err <= ldexpf(xm, -11), "%s: error %g of max %g",
+                  ti->name, err, xm);
   }
   free(y);
   free(x);
