@@ -221,11 +221,12 @@ size_t td_codec_message_size(const td_codec_spec_t *spec, const td_layout_t *lay
   return total;
 }
 
-/* The ladder of ALGORITHMS.md 6.2: dense fp32, fp16, ternary, then top-k
- * with the largest density that fits (binary search: the size is monotone in
- * k), never below 0.01 % so every round makes progress. */
+/* The ladder of ALGORITHMS.md 6.2 less ternary (codec.h says why): dense
+ * fp32, fp16, then top-k with the largest density that fits (binary search:
+ * the size is monotone in k), never below 0.01 % so every round makes
+ * progress. */
 void td_codec_fit_budget(const td_layout_t *layout, double budget_bytes, td_codec_spec_t *out) {
-  static const td_codec_id_t ladder[] = {TD_CODEC_NONE, TD_CODEC_FP16, TD_CODEC_TERNARY};
+  static const td_codec_id_t ladder[] = {TD_CODEC_NONE, TD_CODEC_FP16};
   for (size_t i = 0; i < sizeof ladder / sizeof ladder[0]; i++) {
     *out = (td_codec_spec_t){.id = ladder[i], .clip = TD_CODEC_CLIP_SIGMA};
     if ((double)td_codec_message_size(out, layout) <= budget_bytes)

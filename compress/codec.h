@@ -94,7 +94,13 @@ int td_link_codec_set_spec(td_link_codec_t *lc, const td_codec_spec_t *spec);
  * rounds wait longer, no sooner to 0.90). */
 size_t td_codec_message_size(const td_codec_spec_t *spec, const td_layout_t *layout);
 /* codec = auto: the least lossy spec whose message fits budget_bytes, from
- * none, fp16, ternary and top-k (largest density >= 0.0001 that fits). */
+ * none, fp16 and top-k (largest density >= 0.0001 that fits). Not ternary:
+ * it keeps no residual, so its noise (about the update's own energy) stays
+ * in every receiver's model for good and piles up round after round; on
+ * `make bench-wan`'s gpt the fast nodes, ternary between them, ended their
+ * cosine schedule with the training loss rising from 2.30 to 2.50 while
+ * the slow nodes (top-k) went on falling, and top-k in its place reached
+ * 3.30 bits per byte in 151 s where ternary had not by the end (215 s). */
 void td_codec_fit_budget(const td_layout_t *layout, double budget_bytes, td_codec_spec_t *out);
 
 /* Decode a message into out (td_layout_numel floats, overwritten); every tensor

@@ -231,13 +231,15 @@ static void encode_done(uv_work_t *req, int status) {
 /* codec = auto: the link's byte budget is what its measured goodput carries
  * in the time the round computed (at least budget_ms), so the exchange hides
  * behind the next round's compute. Until the first ack measured the link,
- * ternary (16x) is the cautious start. */
+ * the cautious start is a sixteenth of the dense message (top-k, about 4 %). */
 static void fit_link_codec(td__session_t *s, td__link_t *l, td_link_codec_t *lc,
                            const td__own_round_t *own) {
-  td_codec_spec_t spec = {.id = TD_CODEC_TERNARY, .clip = TD_CODEC_CLIP_SIGMA};
+  const td_layout_t *layout = td_run_layout(s->run);
+  td_codec_spec_t spec, dense = {.id = TD_CODEC_NONE};
   double budget = td__link_fit_budget(l, own->round, own->compute_s, s->spec.budget_ms / 1000.0);
-  if (budget > 0)
-    td_codec_fit_budget(td_run_layout(s->run), budget, &spec);
+  if (!(budget > 0))
+    budget = (double)td_codec_message_size(&dense, layout) / 16;
+  td_codec_fit_budget(layout, budget, &spec);
   td_link_codec_set_spec(lc, &spec);
 }
 

@@ -99,7 +99,7 @@ rows=$(q a "SELECT count(*) FROM links WHERE printf('%016x', run_id) = '$run_id'
 [ "$rows" -ge 20 ] && pass "auto: $rows per-link goodput measurements in a's ledger" \
   || fail "auto: only $rows link measurements"
 bad=$(sql a "SELECT DISTINCT codec FROM links WHERE printf('%016x', run_id) = '$run_id'" \
-      | grep -vE '^(none|fp16|ternary|topk:[0-9.e-]+)$')
+      | grep -vE '^(none|fp16|topk:[0-9.e-]+)$')
 peers=$(q a "SELECT count(DISTINCT peer) FROM links WHERE printf('%016x', run_id) = '$run_id'")
 [ -z "$bad" ] && [ "$peers" -eq 2 ] \
   && pass "auto: both links measured; codecs chosen: $(sql a "SELECT group_concat(DISTINCT codec) FROM links WHERE printf('%016x', run_id) = '$run_id'")" \
