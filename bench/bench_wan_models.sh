@@ -159,9 +159,17 @@ report() {
     per_round=$(q "$m-4" 2 "SELECT total(bytes_sent) / count(*) FROM rounds WHERE $(w "$rs")")
     proj_mb=$(awk -v b="$per_round" -v s="$steps1" -v h="${hs:-1}" 'BEGIN { printf "%.0f", b * s / h / 1e6 }')
     echo "(s) projected MB to the target per node: $proj_mb (its measured $(awk -v b="$per_round" 'BEGIN { printf "%.2f", b / 1e6 }') MB per round x $steps1 / ${hs:-1} rounds)"
-    local mbb
-    mbb=$(q "$m-4" 2 "SELECT total(bytes_sent) / 1e6 FROM rounds WHERE $(w "$rb") AND ended <= (SELECT min(ended) FROM rounds WHERE $(w "$rb") AND $col $op $target)")
-    [ -n "$mbb" ] && awk -v s="$proj_mb" -v b="$mbb" 'b > 0 { printf "(b) sent %.1fx fewer bytes than (s) up to the target (node 2, a 2 Mbit/s uplink)\n", s / b }'
+    # (b)'s bytes up to its target time, per node; the node that sent most
+    local mbb most=0 who= t_b
+    t_b=$(q "$m-4" "$eb" "SELECT min(ended) FROM rounds WHERE $(w "$rb") AND $col $op $target")
+    if [ -n "$t_b" ]; then
+      for i in $(ls -d "$OUT/$m-4"/n[0-9]* 2>/dev/null | grep -o '[0-9]*$' | sort -n); do
+        mbb=$(q "$m-4" "$i" "SELECT total(bytes_sent) / 1e6 FROM rounds WHERE $(w "$rb") AND ended <= $t_b")
+        awk -v a="${mbb:-0}" -v b="$most" 'BEGIN { exit !(a > b) }' && most=$mbb who=$i
+      done
+      [ -n "$who" ] && awk -v s="$proj_mb" -v b="$most" -v n="$who" \
+        'BEGIN { printf "(b) sent %.1fx fewer bytes than (s) up to the target (the node that sent most, n%s: %.1f MB)\n", s / b, n, b }'
+    fi
   fi
   # where the time to the target goes: TTT = S / (N x rate x busy), S the
   # samples all nodes trained up to it, rate a node's samples per second of
