@@ -139,7 +139,7 @@ ctl d join "$(endpoint_of a)" >/dev/null && wait_peers d 3 15 \
 read -r FPUB FSEC <<<"$("$INTRUDER" --keygen)"
 ctl a allow "$FPUB" >/dev/null || fail "a does not admit the forger's key"
 forger() {
-  TD_PEER_PUBLIC=$FPUB TD_PEER_SECRET=$FSEC TD_INTRUDER_SENDER=$b_id TD_INTRUDER_WAIT_S=1.5 \
+  TD_PEER_PUBLIC=$FPUB TD_PEER_SECRET=$FSEC TD_INTRUDER_SENDER=$b_id TD_INTRUDER_WAIT_S=${TD_INTRUDER_WAIT_S:-1.5} \
     "$INTRUDER" "$(endpoint_of a)" "$(key_of a)" "$@"
 }
 forged0=$(json_field "$(ctl a status --json)" forged_senders)
