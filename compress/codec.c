@@ -150,6 +150,7 @@ struct td_link_codec {
   size_t bound;
   uint8_t *msg; /* bound bytes, reused by every encode */
   bool residual_dirty; /* an EF codec left mass in residual */
+  float residual_keep;  /* the next encode scales the residual by this first */
 };
 
 int td_link_codec_open(td_link_codec_t **out, const td_codec_spec_t *spec,
@@ -164,6 +165,7 @@ int td_link_codec_open(td_link_codec_t **out, const td_codec_spec_t *spec,
   lc->spec = *spec;
   lc->layout = layout;
   lc->residual = td_params_alloc(numel);
+  lc->residual_keep = 1.0f;
   lc->decoded = td_params_alloc(numel);
   lc->state = calloc(td_layout_count(layout) + 1, sizeof *lc->state);
   lc->bound = td_codec_message_bound(layout);
@@ -246,6 +248,10 @@ void td_codec_fit_budget(const td_layout_t *layout, double budget_bytes, td_code
 }
 const td_codec_spec_t *td_link_codec_spec(const td_link_codec_t *lc) { return &lc->spec; }
 
+void td_link_codec_decay_residual(td_link_codec_t *lc, float keep) {
+  lc->residual_keep = keep >= 0.0f && keep < 1.0f ? keep : 1.0f;
+}
+
 /* NaN and Inf are the floats whose exponent bits are all ones; an integer
  * OR-reduction vectorises where a float sum would be a serial chain. */
 TD_CODEC_CLONES
@@ -261,6 +267,12 @@ TD_CODEC_CLONES
 static void add_into(float *acc, const float *restrict a, const float *b, size_t n) {
   for (size_t i = 0; i < n; i++)
     acc[i] = a[i] + b[i];
+}
+
+TD_CODEC_CLONES
+static void add_scaled_into(float *acc, const float *restrict a, float keep, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    acc[i] = a[i] + keep * acc[i];
 }
 
 TD_CODEC_CLONES
@@ -281,9 +293,13 @@ int td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t 
   bool carry = !ef && lc->residual_dirty;
   const float *src = delta;
   if (ef || carry) { /* a = delta + residual, built in the residual buffer itself */
-    add_into(lc->residual, delta, lc->residual, numel);
+    if (lc->residual_keep != 1.0f)
+      add_scaled_into(lc->residual, delta, lc->residual_keep, numel);
+    else
+      add_into(lc->residual, delta, lc->residual, numel);
     src = lc->residual;
   }
+  lc->residual_keep = 1.0f;
   uint8_t *buf = lc->msg;
   size_t used = 0;
   for (size_t t = 0; t < td_layout_count(lc->layout); t++) {

@@ -73,7 +73,8 @@ void td_link_codec_close(td_link_codec_t **self_p);
 
 /* Encode delta (td_layout_numel floats) into a message. For EF codecs the
  * residual is added first and afterwards holds exactly what was not sent:
- * input + old_residual == decoded + new_residual (up to fp32 rounding).
+ * input + keep x old_residual == decoded + new_residual (up to fp32 rounding;
+ * keep is 1 unless td_link_codec_decay_residual set it for this encode).
  * TD_ENUMERIC if delta holds NaN/Inf: nothing is produced and the residual is
  * untouched. *msg is borrowed: valid until the next encode or close. */
 int td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t **msg,
@@ -81,6 +82,10 @@ int td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t 
 /* The residual buffer (td_layout_numel floats; zeros for unbiased codecs). */
 const float *td_link_codec_residual(const td_link_codec_t *lc);
 const td_codec_spec_t *td_link_codec_spec(const td_link_codec_t *lc);
+/* The next encode (only) scales the residual by keep (in [0, 1); anything
+ * else keeps it whole) before adding the delta: the daemon's ef_decay, when
+ * the learning rate fell since the link's last encode. */
+void td_link_codec_decay_residual(td_link_codec_t *lc, float keep);
 /* Switch the link to another codec (codec = auto re-plans every round). The
  * residual stays: an EF codec keeps accumulating into it, and a codec without
  * EF sends it along with the next delta, so nothing held back is lost. */

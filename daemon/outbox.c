@@ -32,6 +32,7 @@ struct td__outbox {
   char codec_text[32];
   td_link_codec_t *link_codecs[TD_MEMBERS_MAX]; /* by member index; NULL for us */
   bool reset[TD_MEMBERS_MAX]; /* reopen this link codec before the next encode */
+  double last_lr[TD_MEMBERS_MAX]; /* lr of the last round each link encoded (0: none) */
   bool in_flight;
   uint64_t sent, pending; /* rounds handed to the links; next round to encode (0: none) */
 };
@@ -96,6 +97,7 @@ void td__outbox_close(td__outbox_t **self_p) {
 
 int td__outbox_add_member(td__outbox_t *o, size_t i) {
   td__session_t *s = o->s;
+  o->last_lr[i] = 0;
   return td_link_codec_open(&o->link_codecs[i], &o->codec, td_run_layout(s->run), s->spec.seed,
                             td__session_codec_seed(s, s->members[i]));
 }
@@ -243,6 +245,27 @@ static void fit_link_codec(td__session_t *s, td__link_t *l, td_link_codec_t *lc,
   td_link_codec_set_spec(lc, &spec);
 }
 
+/* ef_decay: what an error-feedback link holds back was computed at the
+ * learning rate of the rounds that made it; it goes out at today's. Scaling
+ * it by lr_now / lr_then whenever the rate falls keeps it in proportion to
+ * what a step is worth now, as a residual kept in gradient units does (the
+ * convention of DGC and of PyTorch's PowerSGD hook, where the optimizer
+ * applies the compressed gradient at the current rate), and at the end of a
+ * schedule nothing old is applied. Under AdamW every coordinate moves about
+ * lr a step whatever its gradient, so a sparse top-k's residual fills with
+ * coordinates moved by noise: on `make bench-wan`'s gpt (topk:0.005) their
+ * flush made the last ~20 rounds lose ground (3.21 -> 3.26 bits per byte),
+ * decayed it ends at 3.17, falling to the end. SGD's steps scale with the
+ * gradient, so what it holds back is mostly signal: on the cnn (top-k
+ * 0.05-1.2 %) decaying it ended 0.1-0.5 point lower in 4 of 4 pairs. */
+static void decay_residual(td__outbox_t *o, size_t mi, td_link_codec_t *lc, double lr) {
+  if (!td_runspec_ef_decays(&o->s->spec))
+    return;
+  if (o->last_lr[mi] > 0 && lr < o->last_lr[mi])
+    td_link_codec_decay_residual(lc, (float)(lr / o->last_lr[mi]));
+  o->last_lr[mi] = lr;
+}
+
 static void encode_start(td__outbox_t *o, uint64_t round) {
   td__session_t *s = o->s;
   if (o->in_flight) {
@@ -275,6 +298,7 @@ static void encode_start(td__outbox_t *o, uint64_t round) {
       continue;
     if (s->spec.codec_auto)
       fit_link_codec(s, l, lc, own);
+    decay_residual(o, mi, lc, own->lr);
     encode_target_t *t = &job->targets[job->n_targets++];
     *t = (encode_target_t){.peer = peers[p], .codec = lc, .first_seq = td__link_reserve(l, most)};
     td_codec_format(td_link_codec_spec(lc), t->codec_text, sizeof t->codec_text);

@@ -206,6 +206,16 @@ static int check_reconcile_via(td_runspec_t *rs, const char *v, char *why, size_
   return td_why(why, n, TD_ECONFIG, "unknown reconcile_via '%s' (accepted: auto, mesh, hub)", v);
 }
 
+static int check_ef_decay(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  static const char *const names[] = {"auto", "lr", "off"};
+  for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strcmp(v, names[i]) == 0) {
+      rs->ef_decay_kind = i;
+      return 0;
+    }
+  return td_why(why, n, TD_ECONFIG, "unknown ef_decay '%s' (accepted: auto, lr, off)", v);
+}
+
 /* slowdown = F or F0,F1,... : each a finite number in [1, 1000] */
 static int check_slowdown(td_runspec_t *rs, const char *v, char *why, size_t n) {
   (void)rs;
@@ -351,6 +361,9 @@ static const run_key_t td__run_keys[] = {
      "element-wise clamp of the outer momentum buffer (0: off)"},
     {"staleness_kappa", KEY_DOUBLE, F(staleness_kappa), "0.5", 0, 100, NULL,
      "async: an update a rounds old weighs (1 + a)^-kappa"},
+    {"ef_decay", KEY_STR, F(ef_decay), "auto", 0, 0, check_ef_decay,
+     "error-feedback codecs: when the learning rate falls, scale what each link holds back "
+     "by the same ratio: lr | off | auto (lr with adamw, off with sgd)"},
     {"budget_ms", KEY_UINT, F(budget_ms), "200", 0, 3600000, NULL,
      "codec=auto: a link's bytes per round = goodput x max(round compute time, this)"},
     {"transfer", KEY_UINT, F(transfer), "0", 0, 100000000, NULL,
@@ -547,6 +560,12 @@ const char *td_runspec_dataset(const td_runspec_t *rs) {
   if (strcmp(rs->dataset, "auto") != 0)
     return rs->dataset;
   return token_model(rs->model) ? TD_TEXT_DEFAULT_SPEC : "fashion-mnist";
+}
+
+bool td_runspec_ef_decays(const td_runspec_t *rs) {
+  if (rs->ef_decay_kind == 0)
+    return rs->optimizer_kind == TD_OPTIM_ADAMW;
+  return rs->ef_decay_kind == 1;
 }
 
 bool td_runspec_is_text(const td_runspec_t *rs) {

@@ -6,7 +6,8 @@
 #    model (the run reconciles its anchors after the last round) and it learns
 #    far above chance;
 #  - a tiny GPT on the fortunes text (dataset left unset: a gpt model trains on
-#    text:fortunes) with codec = topk:0.05 and optimizer = adamw: held-out bits
+#    text:fortunes) with codec = topk:0.05 and optimizer = adamw (so each
+#    link's residual decays with the cosine: ef_decay = auto): held-out bits
 #    per byte fall well below the 8 of a uniform byte, every evaluation is in
 #    the ledger's eval_bpb (accuracy NULL) and the final figure is in
 #    `trainctl status --json` (test_bpb) and the status line;

@@ -1,7 +1,8 @@
 /* test_codec.c: every codec against its invariants.
  *
  * none round-trips exactly and fp16 within half precision; top-k and PowerSGD
- * conserve mass (input + old residual == decoded + new residual); ternary and
+ * conserve mass (input + old residual == decoded + new residual, the old
+ * residual scaled when the learning rate fell); ternary and
  * QSGD are unbiased within a Monte-Carlo bound; top-k sends exactly the k
  * largest magnitudes; PowerSGD is exact at full rank and on rank-deficient
  * input and never makes NaN; edge cases (1 element, all-zero, constant,
@@ -132,10 +133,18 @@ START_TEST(error_feedback_conserves_mass) {
     td_link_codec_t *lc = NULL;
     ck_assert_int_eq(td_link_codec_open(&lc, &s, l, 3, 4), 0);
     float *old = td_params_alloc(n), *y = td_params_alloc(n);
-    for (int round = 0; round < 3; round++) {
+    /* a decayed residual (the lr fell) counts keep x old; it applies to one
+     * encode only, and keep 0 drops what was held back */
+    static const float keeps[] = {1, 0.25f, 1, 0, 1};
+    for (int round = 0; round < 5; round++) {
       float *x = gaussian(n, 10 + (uint64_t)round, 0.1);
       padding_zero(l, x);
       memcpy(old, td_link_codec_residual(lc), n * sizeof *old);
+      for (size_t i = 0; i < n; i++)
+        old[i] *= keeps[round];
+      if (round == 1)
+        td_link_codec_decay_residual(lc, 7.0f); /* out of range: ignored, then replaced */
+      td_link_codec_decay_residual(lc, keeps[round]);
       const uint8_t *msg;
       size_t len;
       ck_assert_int_eq(td_link_codec_encode(lc, x, &msg, &len), 0);

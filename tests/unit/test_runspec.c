@@ -154,6 +154,27 @@ END_TEST
 
 /* DiLoCo (Douillard et al. 2023) in run keys: H inner AdamW steps per round,
  * then an outer Nesterov step on the averaged delta (the README's recipe). */
+/* ef_decay: auto decays the residual under adamw only; lr and off force it
+ * either way whatever the optimizer; anything else is refused by name. */
+START_TEST(ef_decay_follows_the_optimizer_or_the_operator) {
+  td_runspec_t rs;
+  char why[256];
+  td_runspec_defaults(&rs);
+  ck_assert_str_eq(rs.ef_decay, "auto");
+  ck_assert(!td_runspec_ef_decays(&rs)); /* sgd */
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "optimizer=adamw", why, sizeof why), 0);
+  ck_assert(td_runspec_ef_decays(&rs));
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "ef_decay=off", why, sizeof why), 0);
+  ck_assert(!td_runspec_ef_decays(&rs));
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "optimizer=sgd", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "ef_decay=lr", why, sizeof why), 0);
+  ck_assert(td_runspec_ef_decays(&rs));
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "ef_decay=half", why, sizeof why), TD_ECONFIG);
+  ck_assert_msg(strstr(why, "ef_decay") != NULL, "%s", why);
+  ck_assert(td_runspec_ef_decays(&rs)); /* the refused value changed nothing */
+}
+END_TEST
+
 START_TEST(diloco_recipe_is_expressible) {
   td_runspec_t rs;
   char why[512] = "";
@@ -318,6 +339,7 @@ int main(void) {
   tcase_add_test(tc, aggregate_keys_resolve_and_need_rounds);
   tcase_add_test(tc, optimizer_keys_default_parse_and_check);
   tcase_add_test(tc, diloco_recipe_is_expressible);
+  tcase_add_test(tc, ef_decay_follows_the_optimizer_or_the_operator);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
