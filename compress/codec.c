@@ -263,12 +263,7 @@ static bool all_finite(const float *x, size_t n) {
   return bad == 0;
 }
 
-TD_CODEC_CLONES
-static void add_into(float *acc, const float *restrict a, const float *b, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    acc[i] = a[i] + b[i];
-}
-
+/* acc = a + keep x acc; keep 1 is exact (1 x acc == acc, fused or not). */
 TD_CODEC_CLONES
 static void add_scaled_into(float *acc, const float *restrict a, float keep, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -293,10 +288,7 @@ int td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t 
   bool carry = !ef && lc->residual_dirty;
   const float *src = delta;
   if (ef || carry) { /* a = delta + residual, built in the residual buffer itself */
-    if (lc->residual_keep != 1.0f)
-      add_scaled_into(lc->residual, delta, lc->residual_keep, numel);
-    else
-      add_into(lc->residual, delta, lc->residual, numel);
+    add_scaled_into(lc->residual, delta, lc->residual_keep, numel);
     src = lc->residual;
   }
   lc->residual_keep = 1.0f;

@@ -196,24 +196,26 @@ void td_runspec_agg(const td_runspec_t *rs, td_agg_spec_t *out) {
 }
 
 /* reconcile_via = auto | mesh | hub (the order of td_recon_via_t) */
-static int check_reconcile_via(td_runspec_t *rs, const char *v, char *why, size_t n) {
-  static const char *const names[] = {"auto", "mesh", "hub"};
-  for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
+/* A key whose value is one of three names: *kind = its index, or TD_ECONFIG. */
+static int pick_name(const char *key, const char *const names[3], const char *v,
+                     unsigned *kind, char *why, size_t n) {
+  for (unsigned i = 0; i < 3; i++)
     if (strcmp(v, names[i]) == 0) {
-      rs->reconcile_via_kind = i;
+      *kind = i;
       return 0;
     }
-  return td_why(why, n, TD_ECONFIG, "unknown reconcile_via '%s' (accepted: auto, mesh, hub)", v);
+  return td_why(why, n, TD_ECONFIG, "unknown %s '%s' (accepted: %s, %s, %s)", key, v, names[0],
+                names[1], names[2]);
+}
+
+static int check_reconcile_via(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  static const char *const names[3] = {"auto", "mesh", "hub"}; /* td_recon_via_t */
+  return pick_name("reconcile_via", names, v, &rs->reconcile_via_kind, why, n);
 }
 
 static int check_ef_decay(td_runspec_t *rs, const char *v, char *why, size_t n) {
-  static const char *const names[] = {"auto", "lr", "off"};
-  for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
-    if (strcmp(v, names[i]) == 0) {
-      rs->ef_decay_kind = i;
-      return 0;
-    }
-  return td_why(why, n, TD_ECONFIG, "unknown ef_decay '%s' (accepted: auto, lr, off)", v);
+  static const char *const names[3] = {"auto", "lr", "off"}; /* td_ef_decay_t */
+  return pick_name("ef_decay", names, v, &rs->ef_decay_kind, why, n);
 }
 
 /* slowdown = F or F0,F1,... : each a finite number in [1, 1000] */
@@ -563,9 +565,9 @@ const char *td_runspec_dataset(const td_runspec_t *rs) {
 }
 
 bool td_runspec_ef_decays(const td_runspec_t *rs) {
-  if (rs->ef_decay_kind == 0)
+  if (rs->ef_decay_kind == TD_EF_DECAY_AUTO)
     return rs->optimizer_kind == TD_OPTIM_ADAMW;
-  return rs->ef_decay_kind == 1;
+  return rs->ef_decay_kind == TD_EF_DECAY_LR;
 }
 
 bool td_runspec_is_text(const td_runspec_t *rs) {

@@ -61,7 +61,7 @@ typedef struct {
   double staleness_kappa;               /* async weight (1 + a)^-kappa */
   unsigned budget_ms;                   /* codec=auto: least time budget of a round's exchange */
   char ef_decay[TD_RUNSPEC_STR_MAX];    /* auto | lr | off */
-  unsigned ef_decay_kind;               /* 0 auto, 1 lr, 2 off, from ef_decay */
+  unsigned ef_decay_kind;               /* td_ef_decay_t, from ef_decay */
   unsigned transfer;                    /* direct knowledge transfer every N rounds, 0 = off */
   double transfer_lambda, transfer_margin;
   unsigned rounds;                      /* 0 = derived from epochs */
@@ -106,6 +106,8 @@ const char *td_runspec_dataset(const td_runspec_t *rs);
 /* The trainer's optimizer options from optimizer, momentum, nesterov,
  * weight_decay, beta1, beta2, eps and clip. */
 void td_runspec_optim_opts(const td_runspec_t *rs, td_optim_opts_t *out);
+/* ef_decay, in the order of its names. */
+typedef enum { TD_EF_DECAY_AUTO, TD_EF_DECAY_LR, TD_EF_DECAY_OFF } td_ef_decay_t;
 /* Whether a link's error-feedback residual is scaled by lr_now / lr_then
  * when the learning rate falls (ef_decay; auto: with adamw). */
 bool td_runspec_ef_decays(const td_runspec_t *rs);
