@@ -52,6 +52,7 @@ struct td_linkq {
   double delivered_time_s;
   double goodput_bps, rtt_s, rtt_min_s;
   uint64_t bytes_sent, bytes_acked, frames_lost;
+  uint64_t bulk_credit; /* update bytes sent past a ready bulk head */
 };
 
 int td_linkq_open(td_linkq_t **out, const td_linkq_opts_t *opts) {
@@ -165,14 +166,40 @@ static bool admits(const td_linkq_t *q, td_prio_t p, const linkq_node_t *n) {
          q->in_flight + n->len <= q->window;
 }
 
+/* The order classes are tried in now: by priority, but a bulk head that has
+ * let its share of update bytes pass goes ahead of the updates. */
+static const td_prio_t *serve_order(const td_linkq_t *q) {
+  static const td_prio_t by_priority[TD_PRIO_COUNT] = {TD_PRIO_CONTROL, TD_PRIO_UPDATE,
+                                                       TD_PRIO_BULK};
+  static const td_prio_t bulk_due[TD_PRIO_COUNT] = {TD_PRIO_CONTROL, TD_PRIO_BULK,
+                                                    TD_PRIO_UPDATE};
+  const linkq_node_t *b = q->head[TD_PRIO_BULK];
+  return b != NULL && q->bulk_credit >= (uint64_t)TD_LINKQ_BULK_RATIO * b->len ? bulk_due
+                                                                               : by_priority;
+}
+
+/* Keeps the bulk share's count: update bytes sent while a ready bulk frame
+ * waited earn it credit, a bulk frame sent spends its share. */
+static void count_share(td_linkq_t *q, td_prio_t p, size_t len, double now) {
+  const linkq_node_t *b = q->head[TD_PRIO_BULK];
+  if (p == TD_PRIO_UPDATE && b != NULL && b->ready_s <= now)
+    q->bulk_credit += len;
+  else if (p == TD_PRIO_BULK) {
+    uint64_t spent = (uint64_t)TD_LINKQ_BULK_RATIO * len;
+    q->bulk_credit = b == NULL || q->bulk_credit < spent ? 0 : q->bulk_credit - spent;
+  }
+}
+
 bool td_linkq_pop(td_linkq_t *q, double now, td_linkq_frame_t *out) {
   if (q == NULL || out == NULL)
     return false;
-  for (int p = 0; p < TD_PRIO_COUNT; p++) {
+  const td_prio_t *order = serve_order(q);
+  for (int i = 0; i < TD_PRIO_COUNT; i++) {
+    td_prio_t p = order[i];
     linkq_node_t *n = q->head[p];
     if (n == NULL)
       continue;
-    if (!admits(q, (td_prio_t)p, n))
+    if (!admits(q, p, n))
       return false; /* lower classes would only take the window it waits for */
     if (n->ready_s > now)
       continue;
@@ -194,8 +221,8 @@ bool td_linkq_pop(td_linkq_t *q, double now, td_linkq_frame_t *out) {
     q->queued_bytes[p] -= n->len;
     q->queued_frames[p]--;
     q->bytes_sent += n->len;
-    *out = (td_linkq_frame_t){.frame = n->frame, .len = n->len, .prio = (td_prio_t)p,
-                              .seq = n->seq};
+    count_share(q, p, n->len, now);
+    *out = (td_linkq_frame_t){.frame = n->frame, .len = n->len, .prio = p, .seq = n->seq};
     free(n);
     return true;
   }
@@ -204,11 +231,14 @@ bool td_linkq_pop(td_linkq_t *q, double now, td_linkq_frame_t *out) {
 
 double td_linkq_next_ready(const td_linkq_t *q) {
   double next = INFINITY;
-  for (int p = 0; q != NULL && p < TD_PRIO_COUNT; p++) {
-    const linkq_node_t *n = q->head[p];
+  if (q == NULL)
+    return next;
+  const td_prio_t *order = serve_order(q);
+  for (int i = 0; i < TD_PRIO_COUNT; i++) {
+    const linkq_node_t *n = q->head[order[i]];
     if (n == NULL)
       continue;
-    if (!admits(q, (td_prio_t)p, n))
+    if (!admits(q, order[i], n))
       break;
     if (n->ready_s < next)
       next = n->ready_s;
@@ -305,6 +335,8 @@ size_t td_linkq_drop_class(td_linkq_t *q, td_prio_t prio) {
   }
   q->head[prio] = q->last[prio] = NULL;
   q->queued_bytes[prio] = q->queued_frames[prio] = 0;
+  if (prio == TD_PRIO_BULK)
+    q->bulk_credit = 0;
   return bytes;
 }
 

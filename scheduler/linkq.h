@@ -6,11 +6,17 @@
  * hand to the socket now. Pure bookkeeping: no sockets, no clocks; every time
  * is a double in seconds supplied by the caller (non-decreasing per link).
  *
- * Order. Classes are served strictly by priority (control, then updates, then
- * bulk), FIFO within a class. A frame becomes ready delay_s after its push
- * (user-space added latency); a class whose head is not ready yet is passed
- * over. So a control frame waits at most for the frame the socket is already
- * sending.
+ * Order. Classes are served by priority (control, then updates, then bulk),
+ * FIFO within a class, with one exception: bulk is never starved. While a
+ * ready bulk frame waits, the update bytes sent past it are counted, and once
+ * they reach TD_LINKQ_BULK_RATIO times its length it goes ahead of the
+ * updates (the count restarts from what is left over). So on a link that
+ * updates keep full, bulk (a snapshot for a late joiner or a knowledge
+ * transfer) still gets 1 / (1 + ratio) of the bytes, a quarter, and updates
+ * the rest; a link with room serves both as before. A frame becomes ready
+ * delay_s after its push (user-space added latency); a class whose head is
+ * not ready yet is passed over. So a control frame waits at most for the
+ * frame the socket is already sending.
  *
  * Window. Acked frames (update and bulk chunks) count as in flight from pop
  * until their ack or their expiry; control frames never wait on the window.
@@ -47,6 +53,9 @@
 typedef enum { TD_PRIO_CONTROL = 0, TD_PRIO_UPDATE = 1, TD_PRIO_BULK = 2, TD_PRIO_COUNT } td_prio_t;
 
 typedef struct td_linkq td_linkq_t;
+
+/* Update bytes a waiting bulk frame lets pass, per byte of its own. */
+#define TD_LINKQ_BULK_RATIO 3
 
 /* A zero window_min, window_max or rho takes its default (128 KiB, 4 MiB,
  * 0.2); window_target_s and delay_s are used as given (defaults: 0.05, 0). */

@@ -1,6 +1,8 @@
 /* test_linkq.c: the send side of a peer link. Control frames overtake queued
  * updates and bulk (waiting at most for the chunk already on the wire) and
- * updates overtake bulk; each class is FIFO with increasing sequence numbers;
+ * updates overtake bulk, except that a waiting bulk frame goes after its
+ * share of update bytes (a quarter of a full link); each class is FIFO with
+ * increasing sequence numbers;
  * the window stops acked frames and acks reopen it; goodput, RTT and the
  * window follow a simulated 1 MB/s, 50 ms link; hostile acks change nothing;
  * expiry frees the window of lost acks; delay_s holds frames back; dropping a
@@ -63,7 +65,8 @@ END_TEST
 
 /* Pops and transmits one frame at a time over a B bytes/s link, acks after a
  * fixed RTT, while updates arrive in bursts, bulk is always waiting and
- * control frames are pushed at random times. */
+ * control frames are pushed at random times. Bulk goes past queued updates
+ * only once TD_LINKQ_BULK_RATIO times its bytes of updates went past it. */
 START_TEST(control_overtakes_updates_and_updates_overtake_bulk) {
   td_linkq_t *q;
   td_linkq_frame_t f;
@@ -91,7 +94,8 @@ START_TEST(control_overtakes_updates_and_updates_overtake_bulk) {
   double now = 0, link_free = 0, next_updates = 0.3, next_ctrl = 0.01, ctrl_pushed_at = 0;
   double max_wait = 0;
   bool ctrl_pending = false;
-  size_t pops[TD_PRIO_COUNT] = {0};
+  size_t pops[TD_PRIO_COUNT] = {0}, bulk_ahead = 0;
+  uint64_t passed = 0; /* update bytes sent past the waiting bulk, less its share */
   while (now < 4.0) {
     while (acks_done < acks && ack_at[acks_done] <= now)
       ck_assert(td_linkq_ack(q, ack_seq[acks_done++], now));
@@ -118,8 +122,14 @@ START_TEST(control_overtakes_updates_and_updates_overtake_bulk) {
         max_wait = fmax(max_wait, now - ctrl_pushed_at);
       } else {
         ck_assert_uint_eq(st.queued_frames[TD_PRIO_CONTROL], 0); /* never behind a chunk */
+        if (f.prio == TD_PRIO_UPDATE)
+          passed += f.len;
+        if (f.prio == TD_PRIO_BULK && st.queued_frames[TD_PRIO_UPDATE] > 0) {
+          ck_assert_uint_ge(passed, TD_LINKQ_BULK_RATIO * f.len);
+          bulk_ahead++;
+        }
         if (f.prio == TD_PRIO_BULK)
-          ck_assert_uint_eq(st.queued_frames[TD_PRIO_UPDATE], 0);
+          passed = passed > TD_LINKQ_BULK_RATIO * f.len ? passed - TD_LINKQ_BULK_RATIO * f.len : 0;
         ck_assert_uint_lt(acks, MAX_ACKS);
         ack_seq[acks] = f.seq;
         ack_at[acks++] = now + f.len / bandwidth + rtt;
@@ -137,6 +147,7 @@ START_TEST(control_overtakes_updates_and_updates_overtake_bulk) {
   ck_assert_uint_gt(pops[TD_PRIO_CONTROL], 10);
   ck_assert_uint_ge(pops[TD_PRIO_UPDATE], 30); /* every burst went out */
   ck_assert_uint_gt(pops[TD_PRIO_BULK], 10);
+  ck_assert_uint_gt(bulk_ahead, 0); /* some bulk went during a burst */
   ck_assert_double_gt(max_wait, 0.5 * chunk_s); /* some did wait behind a chunk */
   td_linkq_close(&q);
 }
@@ -162,24 +173,80 @@ START_TEST(fifo_within_a_class_and_increasing_seqs) {
     ck_assert_uint_gt(seq[i], last);
     last = seq[i];
   }
-  /* all were queued before the first pop: controls, then updates, then bulk,
-   * each in push order */
-  uint32_t expect = 0;
+  /* all were queued before the first pop: the controls first, and each class
+   * in push order (how updates and bulk interleave: the next test) */
+  size_t next[TD_PRIO_COUNT] = {0}, controls = 0;
   for (int p = 0; p < TD_PRIO_COUNT; p++)
-    for (uint32_t i = 0; i < N; i++) {
-      if (prio[i] != p)
-        continue;
-      td_linkq_frame_t f;
-      ck_assert(td_linkq_pop(q, 1, &f));
-      ck_assert_int_eq(f.prio, p);
-      ck_assert_uint_eq(f.seq, seq[i]);
-      ck_assert_uint_eq(frame_tag(&f), i);
-      free(f.frame);
-      expect++;
-    }
-  ck_assert_uint_eq(expect, N);
+    while (next[p] < N && prio[next[p]] != p)
+      next[p]++;
+  for (uint32_t popped = 0; popped < N; popped++) {
+    td_linkq_frame_t f;
+    ck_assert(td_linkq_pop(q, 1, &f));
+    uint32_t i = frame_tag(&f);
+    ck_assert_uint_lt(i, N);
+    ck_assert_int_eq(f.prio, prio[i]);
+    ck_assert_uint_eq(i, next[f.prio]); /* the oldest of its class */
+    ck_assert_uint_eq(f.seq, seq[i]);
+    if (f.prio == TD_PRIO_CONTROL)
+      ck_assert_uint_eq(controls++, popped);
+    for (next[f.prio]++; next[f.prio] < N && prio[next[f.prio]] != (int)f.prio;)
+      next[f.prio]++;
+    free(f.frame);
+  }
   td_linkq_frame_t f;
   ck_assert(!td_linkq_pop(q, 1, &f));
+  td_linkq_close(&q);
+}
+END_TEST
+
+/* On a link that updates keep full, a waiting bulk frame goes after
+ * TD_LINKQ_BULK_RATIO times its bytes of updates, control still first;
+ * dropping the bulk class forgets what it had earned. */
+START_TEST(bulk_gets_its_share_of_a_full_link) {
+  td_linkq_t *q;
+  td_linkq_frame_t f;
+  ck_assert_int_eq(td_linkq_open(&q, NULL), 0);
+  for (uint32_t i = 0; i < 30; i++)
+    td_linkq_push(q, TD_PRIO_UPDATE, frame_new(1000, i), 1000, false, 0);
+  for (uint32_t i = 0; i < 4; i++)
+    td_linkq_push(q, TD_PRIO_BULK, frame_new(i < 2 ? 1000 : 2000, 100 + i), i < 2 ? 1000 : 2000,
+                  false, 0);
+  /* 1000-byte bulk after every 3 updates, 2000-byte bulk after 6 */
+  const char *want = "uuubuuubuuuuuubuuuuuubuuuuuuuuuuuu";
+  for (size_t k = 0; want[k]; k++) {
+    if (k == 14) /* a control frame pushed while bulk is due still goes first */
+      td_linkq_push(q, TD_PRIO_CONTROL, frame_new(CONTROL_LEN, 999), CONTROL_LEN, false, 0);
+    ck_assert(td_linkq_pop(q, 0, &f));
+    if (k == 14) {
+      ck_assert_int_eq(f.prio, TD_PRIO_CONTROL);
+      free(f.frame);
+      ck_assert(td_linkq_pop(q, 0, &f));
+    }
+    ck_assert_msg(f.prio == (want[k] == 'b' ? TD_PRIO_BULK : TD_PRIO_UPDATE),
+                  "pop %zu: class %d, want %c", k, (int)f.prio, want[k]);
+    free(f.frame);
+  }
+  ck_assert(!td_linkq_pop(q, 0, &f));
+
+  /* earned credit dies with the class */
+  for (uint32_t i = 0; i < 8; i++)
+    td_linkq_push(q, TD_PRIO_UPDATE, frame_new(1000, i), 1000, false, 0);
+  td_linkq_push(q, TD_PRIO_BULK, frame_new(1000, 100), 1000, false, 0);
+  for (int i = 0; i < 3; i++) {
+    ck_assert(td_linkq_pop(q, 0, &f));
+    ck_assert_int_eq(f.prio, TD_PRIO_UPDATE);
+    free(f.frame);
+  }
+  ck_assert_uint_eq(td_linkq_drop_class(q, TD_PRIO_BULK), 1000);
+  td_linkq_push(q, TD_PRIO_BULK, frame_new(1000, 101), 1000, false, 0);
+  for (int i = 0; i < 3; i++) {
+    ck_assert(td_linkq_pop(q, 0, &f));
+    ck_assert_int_eq(f.prio, TD_PRIO_UPDATE);
+    free(f.frame);
+  }
+  ck_assert(td_linkq_pop(q, 0, &f)); /* 2 updates still queued */
+  ck_assert_int_eq(f.prio, TD_PRIO_BULK);
+  free(f.frame);
   td_linkq_close(&q);
 }
 END_TEST
@@ -471,6 +538,7 @@ int main(void) {
   tcase_add_test(tc, open_checks_options);
   tcase_add_test(tc, control_overtakes_updates_and_updates_overtake_bulk);
   tcase_add_test(tc, fifo_within_a_class_and_increasing_seqs);
+  tcase_add_test(tc, bulk_gets_its_share_of_a_full_link);
   tcase_add_test(tc, window_stops_acked_frames_and_acks_reopen_it);
   tcase_add_test(tc, goodput_rtt_and_window_follow_the_link);
   tcase_add_test(tc, delivery_rate_is_sampled_the_bbr_way);
