@@ -195,7 +195,6 @@ void td_runspec_agg(const td_runspec_t *rs, td_agg_spec_t *out) {
   td_agg_resolve(out);
 }
 
-/* reconcile_via = auto | mesh | hub (the order of td_recon_via_t) */
 /* A key whose value is one of three names: *kind = its index, or TD_ECONFIG. */
 static int pick_name(const char *key, const char *const names[3], const char *v,
                      unsigned *kind, char *why, size_t n) {
@@ -208,13 +207,15 @@ static int pick_name(const char *key, const char *const names[3], const char *v,
                 names[1], names[2]);
 }
 
+/* reconcile_via = auto | mesh | hub (the order of td_recon_via_t) */
 static int check_reconcile_via(td_runspec_t *rs, const char *v, char *why, size_t n) {
-  static const char *const names[3] = {"auto", "mesh", "hub"}; /* td_recon_via_t */
+  static const char *const names[3] = {"auto", "mesh", "hub"};
   return pick_name("reconcile_via", names, v, &rs->reconcile_via_kind, why, n);
 }
 
+/* ef_decay = auto | lr | off (the order of td_ef_decay_t) */
 static int check_ef_decay(td_runspec_t *rs, const char *v, char *why, size_t n) {
-  static const char *const names[3] = {"auto", "lr", "off"}; /* td_ef_decay_t */
+  static const char *const names[3] = {"auto", "lr", "off"};
   return pick_name("ef_decay", names, v, &rs->ef_decay_kind, why, n);
 }
 
