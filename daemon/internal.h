@@ -243,9 +243,10 @@ void td__ledger_eval(td__ledgerq_t *q, uint64_t run_id, uint64_t round, double e
                      double eval_bpb);
 void td__ledger_update(td__ledgerq_t *q, const td_ledger_update_t *row, const char *codec);
 void td__ledger_link(td__ledgerq_t *q, const td_ledger_link_t *row, const char *codec);
-/* Takes `blob` (bytes) whatever happens. */
+/* Takes `blob` (bytes) whatever happens. Once it is written, the run keeps its `keep` newest
+ * checkpoints (0: all). */
 void td__ledger_checkpoint(td__ledgerq_t *q, uint64_t run_id, uint64_t round, void *blob,
-                           size_t bytes);
+                           size_t bytes, unsigned keep);
 void td__ledger_event(td__ledgerq_t *q, const char *kind, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Visit the known peers now, on this thread (start-up). */

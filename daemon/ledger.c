@@ -56,7 +56,7 @@ static const char *const migrations[] = {
 
 enum {
   ST_RUN_START, ST_RUN_END, ST_PEER, ST_ROUND, ST_UPDATE, ST_LINK, ST_EVENT, ST_CKPT_PUT,
-  ST_CKPT_GET, ST_ROUNDS, ST_EVAL, ST_COUNT_
+  ST_CKPT_PRUNE, ST_CKPT_GET, ST_ROUNDS, ST_EVAL, ST_COUNT_
 };
 static const char *const statements[ST_COUNT_] = {
     [ST_RUN_START] = "INSERT INTO runs (run_id, spec, started, state) VALUES (?1, ?2, ?3,"
@@ -75,6 +75,9 @@ static const char *const statements[ST_COUNT_] = {
                 " round, window_bytes, bytes_sent) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     [ST_EVENT] = "INSERT INTO events (at, kind, detail) VALUES (?1, ?2, ?3)",
     [ST_CKPT_PUT] = "INSERT OR REPLACE INTO checkpoints VALUES (?1, ?2, ?3)",
+    /* every checkpoint of the run older than its ?2 newest (none when it has fewer) */
+    [ST_CKPT_PRUNE] = "DELETE FROM checkpoints WHERE run_id = ?1 AND round <= (SELECT round FROM"
+                      " checkpoints WHERE run_id = ?1 ORDER BY round DESC LIMIT 1 OFFSET ?2)",
     [ST_CKPT_GET] = "SELECT round, blob FROM checkpoints WHERE run_id = ?1"
                     " ORDER BY round DESC LIMIT 1",
     [ST_ROUNDS] = "SELECT * FROM (SELECT run_id, round, started, ended, local_steps, batch,"
@@ -435,12 +438,18 @@ int td_ledger_event_add(td_ledger_t *l, double at, const char *kind, const char 
 }
 
 int td_ledger_checkpoint_put(td_ledger_t *l, uint64_t run_id, uint64_t round, const void *blob,
-                             size_t bytes) {
+                             size_t bytes, unsigned keep) {
   sqlite3_stmt *st = l->st[ST_CKPT_PUT];
   sqlite3_bind_int64(st, 1, (sqlite3_int64)run_id);
   sqlite3_bind_int64(st, 2, (sqlite3_int64)round);
   sqlite3_bind_blob64(st, 3, blob, bytes, SQLITE_STATIC);
-  return step_done(l, ST_CKPT_PUT);
+  int rc = step_done(l, ST_CKPT_PUT);
+  if (rc != 0 || keep == 0)
+    return rc;
+  st = l->st[ST_CKPT_PRUNE];
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)run_id);
+  sqlite3_bind_int64(st, 2, (sqlite3_int64)keep);
+  return step_done(l, ST_CKPT_PRUNE);
 }
 
 int td_ledger_checkpoint_latest(td_ledger_t *l, uint64_t run_id, uint64_t *round, void **blob,

@@ -103,8 +103,10 @@ int td_ledger_round_eval(td_ledger_t *l, uint64_t run_id, uint64_t round, double
 int td_ledger_update_add(td_ledger_t *l, const td_ledger_update_t *u);
 int td_ledger_link_add(td_ledger_t *l, const td_ledger_link_t *k);
 int td_ledger_event_add(td_ledger_t *l, double at, const char *kind, const char *detail);
+/* Store round's checkpoint of a run, then delete the run's checkpoints older than its `keep`
+ * newest (0: keep them all). */
 int td_ledger_checkpoint_put(td_ledger_t *l, uint64_t run_id, uint64_t round, const void *blob,
-                             size_t bytes);
+                             size_t bytes, unsigned keep);
 /* Latest checkpoint of a run: TD_ENOENT when there is none. Caller owns *blob. */
 int td_ledger_checkpoint_latest(td_ledger_t *l, uint64_t run_id, uint64_t *round, void **blob,
                                 size_t *bytes);

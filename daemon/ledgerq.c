@@ -63,7 +63,7 @@ typedef struct ledger_op {
     td_ledger_round_t round;
     td_ledger_update_t update;
     td_ledger_link_t link;
-    struct { uint64_t run_id, round; void *blob; size_t bytes; } ckpt;
+    struct { uint64_t run_id, round; void *blob; size_t bytes; unsigned keep; } ckpt;
   } u;
 } ledger_op_t;
 
@@ -210,7 +210,7 @@ static int apply_op(td_ledger_t *l, ledger_op_t *op) {
   case OP_EVENT: return td_ledger_event_add(l, op->at, op->name, text);
   case OP_CKPT:
     return td_ledger_checkpoint_put(l, op->u.ckpt.run_id, op->u.ckpt.round, op->u.ckpt.blob,
-                                    op->u.ckpt.bytes);
+                                    op->u.ckpt.bytes, op->u.ckpt.keep);
   case OP_LINK:
     op->u.link.codec = op->name;
     return td_ledger_link_add(l, &op->u.link);
@@ -521,7 +521,7 @@ void td__ledger_link(td__ledgerq_t *q, const td_ledger_link_t *row, const char *
 }
 
 void td__ledger_checkpoint(td__ledgerq_t *q, uint64_t run_id, uint64_t round, void *blob,
-                           size_t bytes) {
+                           size_t bytes, unsigned keep) {
   ledger_op_t *op = op_new(q, OP_CKPT);
   if (op == NULL) {
     free(blob);
@@ -531,6 +531,7 @@ void td__ledger_checkpoint(td__ledgerq_t *q, uint64_t run_id, uint64_t round, vo
   op->u.ckpt.round = round;
   op->u.ckpt.blob = blob;
   op->u.ckpt.bytes = bytes;
+  op->u.ckpt.keep = keep;
 }
 
 void td__ledger_event(td__ledgerq_t *q, const char *kind, const char *fmt, ...) {

@@ -383,6 +383,8 @@ static const run_key_t td__run_keys[] = {
      "node evaluates after the last round"},
     {"checkpoint_every", KEY_UINT, F(checkpoint_every), "0", 0, 100000000, NULL,
      "rounds between checkpoints in the ledger (0: off)"},
+    {"checkpoint_keep", KEY_UINT, F(checkpoint_keep), "3", 0, 100000000, NULL,
+     "checkpoints of a run the ledger keeps, the newest (0: every one)"},
     {"round_timeout", KEY_DOUBLE, F(round_timeout), "30", 0.1, 86400, NULL,
      "seconds a sync round waits for late peers"},
 };

@@ -68,6 +68,7 @@ typedef struct {
   unsigned eval_every;                  /* rounds between evaluations */
   unsigned eval_nodes;                  /* ranks below it evaluate every eval_every (0: all) */
   unsigned checkpoint_every;            /* rounds between checkpoints, 0 = off */
+  unsigned checkpoint_keep;             /* newest checkpoints kept per run, 0 = all */
   double round_timeout;                 /* seconds a sync round waits for peers */
   unsigned batch;
   double lr;

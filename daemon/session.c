@@ -258,7 +258,7 @@ static void on_run_events(td_run_t *run, void *user) {
     case TD_RUN_RECONCILE: td__reconcile_own(s, &ev); break;
     case TD_RUN_CHECKPOINT:
       td__ledger_checkpoint(n->ledger, s->run_id, ev.round, ev.blob,
-                            td_run_numel(run) * sizeof(float));
+                            td_run_numel(run) * sizeof(float), s->spec.checkpoint_keep);
       td__ledgerq_flush(n->ledger);
       break;
     case TD_RUN_EVAL:

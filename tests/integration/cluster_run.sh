@@ -3,7 +3,8 @@
 # Fashion-MNIST (iid, codec none, sync). Every node's final test accuracy is
 # >= 0.82 and within 1.5 points of the standalone baseline on the same number
 # of samples; the ledger holds one row per round per node and one row per
-# update received (with staleness); `trainctl rounds --csv` matches the ledger.
+# update received (with staleness); `trainctl rounds --csv` matches the ledger;
+# a checkpoint every 5 rounds leaves the 3 newest (checkpoint_keep's default).
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
 
 for n in a b c; do start_node $n || finish; done
@@ -13,7 +14,7 @@ for n in a b c; do wait_peers $n 2 15 || fail "$n does not see 2 alive peers"; d
 [ "$failures" -eq 0 ] && pass "full mesh of 3 nodes"
 
 RUN=(--set model=mlp:784-256-128-10 --set batch=64 --set lr=0.05 --set momentum=0.9
-     --set epochs=1 --set local_steps=8 --set eval_every=40 --set seed=3)
+     --set epochs=1 --set local_steps=8 --set eval_every=40 --set seed=3 --set checkpoint_every=5)
 out=$(ctl b start "${RUN[@]}") || fail "start: $out"
 run_id=$(sed -E 's/started run ([0-9a-f]+).*/\1/' <<<"$out")
 pass "started run $run_id from node b"
@@ -51,6 +52,14 @@ for n in a b c; do
   [ "$st_max" -eq 0 ] && pass "$n: sync rounds: staleness 0 everywhere" || fail "$n: staleness $st_max"
   state=$(sql $n "SELECT state FROM runs")
   [ "$state" = finished ] || fail "$n: run state in the ledger is $state"
+  # rounds/5 checkpoints taken, the 3 newest kept, each the whole model: 235,146 parameters,
+  # 235,152 floats with the padding that aligns each tensor to 64 bytes
+  ck=$(sql $n "SELECT count(*) || ' ' || min(round) || ' ' || max(round) || ' ' || min(length(blob))
+               || ' ' || max(length(blob)) FROM checkpoints")
+  top=$((rounds / 5 * 5))
+  [ "$ck" = "3 $((top - 10)) $top 940608 940608" ] \
+    && pass "$n: the 3 newest of $((rounds / 5)) checkpoints kept (rounds $((top - 10))..$top)" \
+    || fail "$n: checkpoints (count min max bytes): $ck, expected 3 $((top - 10)) $top 940608"
   # trainctl rounds --csv agrees with the ledger, row for row
   ctl $n rounds --csv | tail -n +2 | cut -d, -f2,7,10,11 >"$T/$n.csv"
   sql $n "SELECT round, samples, bytes_sent, bytes_recv FROM rounds ORDER BY round" | tr '|' , >"$T/$n.sql"

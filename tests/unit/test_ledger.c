@@ -173,6 +173,41 @@ START_TEST(links_capacity_and_migration_from_v1) {
 }
 END_TEST
 
+/* checkpoint_keep: each put leaves the run's `keep` newest and no other run's rows touched;
+ * keep 0 deletes nothing. */
+START_TEST(checkpoints_keep_the_newest) {
+  fresh_path();
+  td_ledger_t *l = NULL;
+  char why[256];
+  ck_assert_int_eq(td_ledger_open(&l, path, why, sizeof why), 0);
+  float x[16] = {0};
+  for (unsigned r = 1; r <= 4; r++)
+    ck_assert_int_eq(td_ledger_checkpoint_put(l, 2, r * 10, x, sizeof x, 0), 0);
+  for (unsigned r = 1; r <= 6; r++) {
+    x[0] = (float)r;
+    ck_assert_int_eq(td_ledger_checkpoint_put(l, 1, r * 10, x, sizeof x, 3), 0);
+    ck_assert_int_eq(pragma_int("SELECT count(*) FROM checkpoints WHERE run_id = 1"),
+                     r < 3 ? (int)r : 3);
+  }
+  ck_assert_int_eq(pragma_int("SELECT min(round) FROM checkpoints WHERE run_id = 1"), 40);
+  ck_assert_int_eq(pragma_int("SELECT max(round) FROM checkpoints WHERE run_id = 1"), 60);
+  ck_assert_int_eq(pragma_int("SELECT count(*) FROM checkpoints WHERE run_id = 2"), 4);
+  /* the same round again replaces it and keeps three */
+  ck_assert_int_eq(td_ledger_checkpoint_put(l, 1, 60, x, sizeof x, 3), 0);
+  ck_assert_int_eq(pragma_int("SELECT count(*) FROM checkpoints WHERE run_id = 1"), 3);
+  ck_assert_int_eq(td_ledger_checkpoint_put(l, 2, 50, x, sizeof x, 1), 0);
+  ck_assert_int_eq(pragma_int("SELECT count(*) FROM checkpoints WHERE run_id = 2"), 1);
+  uint64_t round;
+  void *blob;
+  size_t bytes;
+  ck_assert_int_eq(td_ledger_checkpoint_latest(l, 1, &round, &blob, &bytes), 0);
+  ck_assert_uint_eq(round, 60);
+  ck_assert_float_eq(((float *)blob)[0], 6.0f);
+  free(blob);
+  td_ledger_close(&l);
+}
+END_TEST
+
 START_TEST(wal_mode_and_checkpoints) {
   fresh_path();
   td_ledger_t *l = NULL;
@@ -185,8 +220,8 @@ START_TEST(wal_mode_and_checkpoints) {
   float a[100], b[100];
   for (int i = 0; i < 100; i++)
     a[i] = (float)i, b[i] = (float)-i;
-  ck_assert_int_eq(td_ledger_checkpoint_put(l, 1, 5, a, sizeof a), 0);
-  ck_assert_int_eq(td_ledger_checkpoint_put(l, 1, 9, b, sizeof b), 0);
+  ck_assert_int_eq(td_ledger_checkpoint_put(l, 1, 5, a, sizeof a, 0), 0);
+  ck_assert_int_eq(td_ledger_checkpoint_put(l, 1, 9, b, sizeof b, 0), 0);
   ck_assert_int_eq(td_ledger_checkpoint_latest(l, 1, &round, &blob, &bytes), 0);
   ck_assert_uint_eq(round, 9);
   ck_assert_uint_eq(bytes, sizeof b);
@@ -427,6 +462,7 @@ int main(void) {
   tcase_add_test(tc, rounds_and_updates_are_recorded);
   tcase_add_test(tc, links_capacity_and_migration_from_v1);
   tcase_add_test(tc, wal_mode_and_checkpoints);
+  tcase_add_test(tc, checkpoints_keep_the_newest);
   tcase_add_test(tc, newer_schema_and_bad_paths_are_refused);
   tcase_add_test(tc, write_faults_are_named_and_rolled_back);
   tcase_add_test(tc, corrupt_ledger_is_refused_at_open);

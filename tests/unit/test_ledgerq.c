@@ -150,7 +150,7 @@ START_TEST(over_the_bound_the_oldest_go_first) {
   for (uint64_t r = 1; r <= 3; r++) {
     void *blob = calloc(1, 4000);
     ck_assert_ptr_nonnull(blob);
-    td__ledger_checkpoint(q, 9, r * 10, blob, 4000);
+    td__ledger_checkpoint(q, 9, r * 10, blob, 4000, 0);
   }
   add_rounds(q, 1, 40);
   flush(q); /* fails: degraded, every row kept so far */
