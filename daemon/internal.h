@@ -88,16 +88,19 @@ void td__drop(td__node_t *n, td__drop_t kind, const char *what);
 
 #define TD_POLICY_DEFAULT_MAX_BATCH 8192
 #define TD_POLICY_DEFAULT_MAX_ROUNDS 1000000
+#define TD_POLICY_DEFAULT_MAX_CHECKPOINT_MB 2048
 
 typedef struct {
   unsigned max_model_mb; /* 0: a quarter of the machine's memory */
   unsigned max_batch;    /* 0: TD_POLICY_DEFAULT_MAX_BATCH */
   unsigned max_rounds;   /* 0: TD_POLICY_DEFAULT_MAX_ROUNDS */
+  unsigned max_checkpoint_mb; /* 0: TD_POLICY_DEFAULT_MAX_CHECKPOINT_MB */
   const char *data_root; /* NULL or "": named datasets only */
 } td__policy_opts_t;
 
 typedef struct {
   uint64_t max_bytes;
+  uint64_t max_checkpoint_bytes; /* a run's checkpoints held in the ledger at once */
   unsigned max_batch, max_threads, max_rounds;
   char data_root[4096]; /* realpath of --data-root; "" = none */
 } td__policy_t;

@@ -30,7 +30,8 @@ static void usage(FILE *out) {
           "usage: traind [--config FILE] [--data-dir DIR] [--listen tcp://HOST:PORT]\n"
           "              [--control PATH] [--log-level LEVEL] [--threads N] [--heartbeat-ms MS]\n"
           "              [--link-delay-ms MS] [--uplink-kbit KBIT] [--metrics HOST:PORT]\n"
-          "              [--max-model-mb MB] [--max-batch N] [--max-rounds N] [--data-root DIR]\n"
+          "              [--max-model-mb MB] [--max-batch N] [--max-rounds N]\n"
+          "              [--max-checkpoint-mb MB] [--data-root DIR]\n"
           "              [--insecure [--insecure-force]]\n"
           "       traind --standalone [RUN.ini] [--set key=value ...] [--json]\n"
           "\n"
@@ -62,6 +63,7 @@ int main(int argc, char **argv) {
       {"max-model-mb", required_argument, NULL, 'm'}, {"max-batch", required_argument, NULL, 'b'},
       {"max-rounds", required_argument, NULL, 'r'}, {"data-root", required_argument, NULL, 'R'},
       {"uplink-kbit", required_argument, NULL, 'U'},
+      {"max-checkpoint-mb", required_argument, NULL, 'K'},
       {"insecure", no_argument, NULL, 'I'}, {"insecure-force", no_argument, NULL, 'F'},
       {NULL, 0, NULL, 0},
   };
@@ -72,7 +74,8 @@ int main(int argc, char **argv) {
                    {'L', "log_level"}, {'t', "threads"}, {'H', "heartbeat_ms"},
                    {'D', "link_delay_ms"}, {'M', "metrics"}, {'m', "max_model_mb"},
                    {'b', "max_batch"}, {'r', "max_rounds"}, {'R', "data_root"},
-                   {'U', "uplink_kbit"}, {'I', "insecure"}, {'F', "insecure_force"}};
+                   {'U', "uplink_kbit"}, {'K', "max_checkpoint_mb"}, {'I', "insecure"},
+                   {'F', "insecure_force"}};
   enum { N_FLAGS = sizeof flag_keys / sizeof *flag_keys };
   const char *config_file = NULL;
   const char *flag_values[N_FLAGS] = {NULL};
@@ -94,7 +97,7 @@ int main(int argc, char **argv) {
     case 'V': printf("traind %s\n", PACKAGE_VERSION); free(sets); return 0;
     case 'c': config_file = optarg; break;
     case 'd': case 'l': case 'C': case 'L': case 't': case 'H': case 'D': case 'M':
-    case 'm': case 'b': case 'r': case 'R': case 'U': case 'I': case 'F':
+    case 'm': case 'b': case 'r': case 'R': case 'U': case 'K': case 'I': case 'F':
       for (size_t k = 0; k < N_FLAGS; k++)
         if (flag_keys[k].opt == c)
           flag_values[k] = optarg != NULL ? optarg : "true";
@@ -136,6 +139,7 @@ int main(int argc, char **argv) {
                            .metrics = cfg.metrics[0] ? cfg.metrics : NULL,
                            .max_model_mb = cfg.max_model_mb, .max_batch = cfg.max_batch,
                            .max_rounds = cfg.max_rounds,
+                           .max_checkpoint_mb = cfg.max_checkpoint_mb,
                            .data_root = cfg.data_root[0] ? cfg.data_root : NULL,
                            .insecure = cfg.insecure, .insecure_force = cfg.insecure_force};
     rc = td_node_main(&opts, why, sizeof why);

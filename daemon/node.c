@@ -125,7 +125,9 @@ static void close_walk(uv_handle_t *h, void *arg) {
 /* Open the parts, in the order they depend on each other. */
 static int node_open(td__node_t *n, const td_node_opts_t *opts, char *why, size_t why_len) {
   td__policy_opts_t policy = {.max_model_mb = opts->max_model_mb, .max_batch = opts->max_batch,
-                              .max_rounds = opts->max_rounds, .data_root = opts->data_root};
+                              .max_rounds = opts->max_rounds,
+                              .max_checkpoint_mb = opts->max_checkpoint_mb,
+                              .data_root = opts->data_root};
   const char *listen = opts->listen ? opts->listen : TD_NODE_DEFAULT_LISTEN;
   int rc = td__access_check_listen(listen, opts->insecure, opts->insecure_force, why, why_len);
   if (rc == 0)

@@ -28,6 +28,7 @@ typedef struct {
   unsigned max_model_mb;    /* memory a run may take; default a quarter of the machine's */
   unsigned max_batch;       /* default 8192 */
   unsigned max_rounds;      /* default 1000000 */
+  unsigned max_checkpoint_mb; /* a run's checkpoints in the ledger at once; default 2048 */
   const char *data_root;    /* file datasets only under here; NULL = named datasets only */
   bool insecure;            /* plain TCP, ids not authenticated (loopback only ...) */
   bool insecure_force;      /* ... unless this is set too */

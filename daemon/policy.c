@@ -7,7 +7,8 @@
  * building it: parameters, gradients, activations, optimizer state, the
  * daemon's per-run copies and the evaluation replica) against max_model_mb,
  * the batch against max_batch, the BLAS threads against the cores of this
- * machine, the rounds against max_rounds, and the dataset. Datasets are accepted by name (fashion-mnist,
+ * machine, the rounds against max_rounds, the ledger space the run's
+ * checkpoints would hold at once against max_checkpoint_mb, and the dataset. Datasets are accepted by name (fashion-mnist,
  * text:fortunes), or as files under the data root the operator configured
  * (--data-root); without one, no path at all. A path is resolved with
  * realpath (relative paths against the root), must stay inside the root and
@@ -49,6 +50,10 @@ int td__policy_init(td__policy_t *p, const td__policy_opts_t *o, char *why, size
     return td_why(why, why_len, TD_EIO, "cannot read this machine's memory size: set max_model_mb");
   p->max_batch = o->max_batch > 0 ? o->max_batch : TD_POLICY_DEFAULT_MAX_BATCH;
   p->max_rounds = o->max_rounds > 0 ? o->max_rounds : TD_POLICY_DEFAULT_MAX_ROUNDS;
+  p->max_checkpoint_bytes =
+      (uint64_t)(o->max_checkpoint_mb > 0 ? o->max_checkpoint_mb
+                                          : TD_POLICY_DEFAULT_MAX_CHECKPOINT_MB)
+      << 20;
   if (o->data_root != NULL && o->data_root[0] != '\0') {
     struct stat st;
     if (realpath(o->data_root, p->data_root) == NULL)
@@ -120,6 +125,27 @@ static int check_dataset(const td__policy_t *p, td_runspec_t *spec, char *why, s
   return 0;
 }
 
+/* The checkpoints a run would hold in the ledger at once: checkpoint_keep of them, or with
+ * checkpoint_keep = 0 every one its rounds take (rounds from epochs are held to max_rounds). */
+static int check_checkpoints(const td__policy_t *p, const td_runspec_t *spec, uint64_t params,
+                             char *why, size_t why_len) {
+  if (spec->checkpoint_every == 0)
+    return 0;
+  uint64_t rounds = spec->rounds > 0 ? spec->rounds : p->max_rounds;
+  uint64_t held = rounds / spec->checkpoint_every;
+  if (spec->checkpoint_keep > 0 && spec->checkpoint_keep < held)
+    held = spec->checkpoint_keep;
+  uint64_t each = params * sizeof(float);
+  if (held == 0 || each == 0 || held <= p->max_checkpoint_bytes / each)
+    return 0;
+  return td_why(why, why_len, TD_ERANGE,
+                "checkpoints: %" PRIu64 " of %.1f MiB each (checkpoint_keep %u, checkpoint_every "
+                "%u) would hold %.0f MiB in the ledger, over this node's limit of %" PRIu64
+                " MiB (--max-checkpoint-mb); keep fewer",
+                held, (double)each / (1u << 20), spec->checkpoint_keep, spec->checkpoint_every,
+                (double)held * (double)each / (1u << 20), p->max_checkpoint_bytes >> 20);
+}
+
 int td__policy_check(const td__policy_t *p, td_runspec_t *spec, size_t n_members, char *why,
                      size_t why_len) {
   if (spec->batch > p->max_batch)
@@ -147,5 +173,7 @@ int td__policy_check(const td__policy_t *p, td_runspec_t *spec, size_t n_members
                   " parameters), over this node's limit of %" PRIu64 " MiB (--max-model-mb)",
                   SPEC_QUOTE_MAX, spec->model, spec->batch, (bytes + (1u << 20) - 1) >> 20,
                   params, p->max_bytes >> 20);
+  if ((rc = check_checkpoints(p, spec, params, why, why_len)) != 0)
+    return rc;
   return check_dataset(p, spec, why, why_len);
 }

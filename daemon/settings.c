@@ -43,6 +43,9 @@ static const config_key_t keys[] = {
                      "is refused (default 1/4 of RAM)"},
     {"max_batch", "largest run batch this node accepts (default 8192)"},
     {"max_rounds", "most rounds of a run this node accepts (default 1000000)"},
+    {"max_checkpoint_mb", "most ledger space a run's checkpoints may hold at once, in MiB "
+                          "(checkpoint_keep of them, or every one with checkpoint_keep = 0); a "
+                          "run over it is refused (default 2048)"},
     {"data_root", "directory whose regular files runs may name as datasets (csv:, idx:, "
                   "text:PATH); default none: only fashion-mnist and text:fortunes"},
     {"insecure", "true: plain TCP between peers, no keys, ids not authenticated; refused "
@@ -106,6 +109,8 @@ int td_settings_set(td_settings_t *c, const char *key, const char *v, char *why,
     return set_uint(&c->max_batch, key, v, 1, 65536, why, n);
   if (strcmp(key, "max_rounds") == 0)
     return set_uint(&c->max_rounds, key, v, 1, 100000000, why, n);
+  if (strcmp(key, "max_checkpoint_mb") == 0)
+    return set_uint(&c->max_checkpoint_mb, key, v, 1, 1u << 30, why, n);
   if (strcmp(key, "data_root") == 0)
     return set_str(c->data_root, sizeof c->data_root, key, v, why, n);
   if (strcmp(key, "insecure") == 0 || strcmp(key, "insecure_force") == 0) {
@@ -127,7 +132,7 @@ int td_settings_set(td_settings_t *c, const char *key, const char *v, char *why,
   return td_why(why, n, TD_ECONFIG,
                 "unknown key '%s' (known: data_dir, listen, control, log_level, threads, "
                 "heartbeat_ms, link_delay_ms, uplink_kbit, metrics, max_model_mb, max_batch, max_rounds, "
-                "data_root, insecure, insecure_force)",
+                "max_checkpoint_mb, data_root, insecure, insecure_force)",
                 key);
 }
 

@@ -19,14 +19,15 @@ typedef struct {
   unsigned link_delay_ms;
   unsigned uplink_kbit; /* 0 = no user-space cap */
   char metrics[256]; /* HOST:PORT for GET /metrics; "" = off */
-  unsigned max_model_mb, max_batch, max_rounds; /* 0 = default (daemon/node.h) */
+  unsigned max_model_mb, max_batch, max_rounds, max_checkpoint_mb; /* 0 = default (node.h) */
   char data_root[512]; /* "" = named datasets only */
   bool insecure, insecure_force; /* plain TCP peers (loopback only unless forced) */
 } td_settings_t;
 
 void td_settings_defaults(td_settings_t *c);
 /* Set one key (data_dir, listen, control, log_level, threads, heartbeat_ms, link_delay_ms,
- * metrics, max_model_mb, max_batch, max_rounds, data_root, insecure, insecure_force).
+ * metrics, max_model_mb, max_batch, max_rounds, max_checkpoint_mb, data_root, insecure,
+ * insecure_force).
  * TD_ECONFIG + why on an unknown key or a bad value. */
 int td_settings_set(td_settings_t *c, const char *key, const char *value, char *why, size_t why_len);
 /* Apply an INI file; TD_ENOENT / TD_ECONFIG (with the line) + why. */

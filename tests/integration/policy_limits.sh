@@ -12,7 +12,10 @@
 #  - a node with a tighter limit refuses a real run: the others run it without
 #    waiting for it (no late peers) and the starter's status names the refusal;
 #    in an async run too, and the weighted batch plan counts only those running;
-#  - rounds derived from epochs are held to max_rounds like the rounds key.
+#  - rounds derived from epochs are held to max_rounds like the rounds key;
+#  - the checkpoints a run would hold in the ledger at once (checkpoint_keep
+#    of them, or every one with checkpoint_keep = 0) are held to
+#    max_checkpoint_mb: a peer cannot fill a node's disk with them.
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
 PEER="${top_builddir:-$(pwd)}/tests/integration/td_runstart_peer"
 
@@ -20,7 +23,8 @@ mkdir -p "$T/data"
 awk 'BEGIN { srand(2); for (i = 0; i < 200; i++) { c = i % 2; printf "%d,%.3f,%.3f\n", c, c * 2 + rand(), rand() } }' >"$T/data/tiny.csv"
 mkfifo "$T/data/fifo"
 ln -s /etc/passwd "$T/data/link"
-LIMITS=(--data-root "$T/data" --max-model-mb 256 --max-batch 1024 --max-rounds 1000)
+LIMITS=(--data-root "$T/data" --max-model-mb 256 --max-batch 1024 --max-rounds 1000
+        --max-checkpoint-mb 64)
 for n in a b c; do start_node $n "${LIMITS[@]}" || finish; done
 for n in b c; do ctl $n join "$(endpoint_of a)" >/dev/null || fail "$n join a"; done
 for n in a b c; do wait_peers $n 2 15 || fail "$n does not see 2 alive peers"; done
@@ -76,6 +80,16 @@ refused_everywhere "a FIFO in the root" "dataset = csv:$T/data/fifo" "fifo' is n
 refused_everywhere "a relative escape" "dataset = csv:../../../etc/passwd" "is outside the data root"
 refused_everywhere "a symlink out of the root" "dataset = csv:link" "'link' is outside the data root"
 refused_everywhere "idx outside" "dataset = idx:/etc/passwd,/etc/group" "outside the data root"
+# mlp:784-1024-10: 814,090 parameters, 3.1 MiB a checkpoint
+refused_everywhere "every checkpoint kept" \
+  "model = mlp:784-1024-10;rounds = 1000;checkpoint_every = 1;checkpoint_keep = 0" \
+  "checkpoints: 1000 of 3.1 MiB each .* would hold 310[0-9] MiB .* over this node's limit of 64 MiB"
+refused_everywhere "checkpoint_keep 100" \
+  "model = mlp:784-1024-10;rounds = 1000;checkpoint_every = 1;checkpoint_keep = 100" \
+  "checkpoints: 100 of 3.1 MiB each .* limit of 64 MiB \(--max-checkpoint-mb\)"
+refused_everywhere "every checkpoint of an epochs run" \
+  "model = mlp:784-1024-10;epochs = 1;checkpoint_every = 10;checkpoint_keep = 0" \
+  "checkpoints: 100 of 3.1 MiB each"
 
 if [ "$STRACE_OK" -eq 1 ]; then
   kill "$STRACE_PID" 2>/dev/null; wait "$STRACE_PID" 2>/dev/null
@@ -103,6 +117,9 @@ run own_model "$TRAINCTL" --socket "$T/a/ctl" start --set model=mlp:784-65536-65
 expect_error own_model "over this node's limit of 256 MiB"
 run own_data "$TRAINCTL" --socket "$T/a/ctl" start --set dataset=csv:/etc/shadow
 expect_error own_data "outside the data root"
+run own_ckpt "$TRAINCTL" --socket "$T/a/ctl" start --set model=mlp:784-1024-10 \
+  --set rounds=100 --set checkpoint_every=1 --set checkpoint_keep=30
+expect_error own_ckpt "checkpoints: 30 of 3.1 MiB each .* over this node's limit of 64 MiB"
 grep -q '"state":"idle"' <<<"$(ctl b status --json)" && pass "b never started a refused run" \
   || fail "b is not idle"
 
@@ -114,7 +131,8 @@ ctl c join "$(endpoint_of a)" >/dev/null || fail "c rejoins"
 for n in a b c; do wait_peers $n 2 15 || fail "$n does not see 2 alive peers after c's restart"; done
 cid=$(id_of c)
 ctl a start --set dataset=csv:$T/data/tiny.csv --set model=mlp:2-8-2 --set batch=64 \
-  --set rounds=8 --set local_steps=2 --set round_timeout=30 >/dev/null || fail "start the real run"
+  --set rounds=8 --set local_steps=2 --set round_timeout=30 --set checkpoint_every=1 \
+  --set checkpoint_keep=0 >/dev/null || fail "start the real run"
 for n in a b; do wait_run_state $n finished 120 || fail "$n did not finish without c"; done
 st=$(ctl a status --json)
 grep -q "node $cid refused: batch 64 is over this node's limit 32" <<<"$st" \
@@ -126,6 +144,9 @@ ctl a status | grep -q "^refused node $cid refused" && pass "trainctl status sho
   || fail "late peers: $(json_field "$st" late_peers)"
 [ "$(sql a "SELECT count(*) FROM rounds")" -eq 8 ] && pass "8 rounds in a's ledger" \
   || fail "a's rounds: $(sql a "SELECT count(*) FROM rounds")"
+[ "$(sql a "SELECT count(*) FROM checkpoints")" -eq 8 ] \
+  && pass "8 checkpoints of 8 rounds held (checkpoint_keep = 0, within the limit)" \
+  || fail "a's checkpoints: $(sql a "SELECT count(*) FROM checkpoints")"
 grep -q '"state":"idle"' <<<"$(ctl c status --json)" && pass "c stayed idle" || fail "c ran"
 # replan_keeps_initial_split_after_refusal: the weighted batch plan waited for
 # the refusing member's capacity and kept the 3-way split, so a and b trained
