@@ -8,10 +8,11 @@
  * daemon's per-run copies and the evaluation replica) against max_model_mb,
  * the batch against max_batch, the BLAS threads against the cores of this
  * machine, the rounds against max_rounds, the ledger space the run's
- * checkpoints would hold at once against max_checkpoint_mb, and the dataset. Datasets are accepted by name (fashion-mnist,
- * text:fortunes), or as files under the data root the operator configured
- * (--data-root); without one, no path at all. A path is resolved with
- * realpath (relative paths against the root), must stay inside the root and
+ * checkpoints would hold at once against max_checkpoint_mb, and the dataset.
+ * Datasets are accepted by name (fashion-mnist, text:fortunes), or as files
+ * under the data root the operator configured (--data-root); without one, no
+ * path at all. A path is resolved with realpath (relative paths against the
+ * root), must stay inside the root and
  * must be a regular file; the spec's dataset is rewritten to the resolved
  * paths so the loader opens what was checked. A refusal's reason names the
  * key, the asked value and the limit, never anything read from a file. */
