@@ -97,11 +97,16 @@ expect_error bad2 "bad2.ini:3: unknown \[lab\] key 'bandwidth'"
 # a rate trace (root only: rates are not emulated on loopback) and latency
 if [ "$(id -u)" -eq 0 ] && td_wan_can_run 2>/dev/null; then
   printf '0.5 1 up 1\n' >"$T/trace.txt"
-  printf '[lab]\nnodes = 2\nuplink_mbit = 20, 2\nlatency_ms = 20\nrate_trace = trace.txt\n[run]\nmodel = mlp:784-16-10\nrounds = 3\n' >"$T/trace.ini"
+  # (run keys with digits in their names, beta1 and beta2, reach the run)
+  printf '[lab]\nnodes = 2\nuplink_mbit = 20, 2\nlatency_ms = 20\nrate_trace = trace.txt\n[run]\nmodel = mlp:784-16-10\nrounds = 3\noptimizer = adamw\nlr = 0.001\nbeta2 = 0.99\n[variant b1]\nbeta1 = 0.8\n' >"$T/trace.ini"
   "$LAB" "$T/trace.ini" -o "$T/trace" >"$T/trace.out" 2>&1 &
   pid=$!; wait $pid; rc=$?
   [ $rc = 0 ] && grep -q 'trace: node 1 up -> 1 Mbit/s' "$T/trace.out" && grep -q 'latency 20 ms' "$T/trace.out" \
     && pass "rate trace applied during the run" || { fail "trace run: exit $rc"; tail -20 "$T/trace.out"; }
+  spec=$(sqlite3 "$T/trace/n1/traind.db" 'SELECT spec FROM runs' 2>/dev/null)
+  grep -qE '^beta1 = 0\.(8|7999)' <<<"$spec" && grep -qE '^beta2 = 0\.(99|98999)' <<<"$spec" \
+    && pass "beta1 / beta2 from the file reach the run's spec" \
+    || fail "beta1 / beta2 not in n1's run spec: $(grep beta <<<"$spec" | tr '\n' ' ')"
   left=$(leftovers $pid)
   [ -z "$left" ] || fail "trace run left: $left"
 fi
