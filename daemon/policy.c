@@ -126,25 +126,16 @@ static int check_dataset(const td__policy_t *p, td_runspec_t *spec, char *why, s
   return 0;
 }
 
-/* The checkpoints a run would hold in the ledger at once: checkpoint_keep of them, or with
- * checkpoint_keep = 0 every one its rounds take (rounds from epochs are held to max_rounds). */
+/* The checkpoints a run would hold in the ledger at once. A run sized by
+ * epochs that keeps every checkpoint (checkpoint_keep = 0) has no round count
+ * until its dataset is loaded: the run checks it then, before its first round
+ * (run_compute.c), as it checks those rounds against max_rounds. */
 static int check_checkpoints(const td__policy_t *p, const td_runspec_t *spec, uint64_t params,
                              char *why, size_t why_len) {
-  if (spec->checkpoint_every == 0)
+  if (spec->rounds == 0 && spec->checkpoint_keep == 0)
     return 0;
-  uint64_t rounds = spec->rounds > 0 ? spec->rounds : p->max_rounds;
-  uint64_t held = rounds / spec->checkpoint_every;
-  if (spec->checkpoint_keep > 0 && spec->checkpoint_keep < held)
-    held = spec->checkpoint_keep;
-  uint64_t each = params * sizeof(float);
-  if (held == 0 || each == 0 || held <= p->max_checkpoint_bytes / each)
-    return 0;
-  return td_why(why, why_len, TD_ERANGE,
-                "checkpoints: %" PRIu64 " of %.1f MiB each (checkpoint_keep %u, checkpoint_every "
-                "%u) would hold %.0f MiB in the ledger, over this node's limit of %" PRIu64
-                " MiB (--max-checkpoint-mb); keep fewer",
-                held, (double)each / (1u << 20), spec->checkpoint_keep, spec->checkpoint_every,
-                (double)held * (double)each / (1u << 20), p->max_checkpoint_bytes >> 20);
+  uint64_t rounds = spec->rounds > 0 ? spec->rounds : UINT64_MAX;
+  return td_runspec_check_checkpoints(spec, rounds, params, p->max_checkpoint_bytes, why, why_len);
 }
 
 int td__policy_check(const td__policy_t *p, td_runspec_t *spec, size_t n_members, char *why,

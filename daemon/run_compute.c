@@ -405,6 +405,11 @@ static td__run_flow_t set_up(compute_t *c) {
              sp->epochs, bound, run->max_rounds);
     return fail(c);
   }
+  /* a run that keeps every checkpoint: now that its rounds are known */
+  if (sp->rounds == 0 && sp->checkpoint_keep == 0 && run->max_checkpoint_bytes > 0 &&
+      td_runspec_check_checkpoints(sp, bound, run->numel, run->max_checkpoint_bytes, c->why,
+                                   sizeof c->why) != 0)
+    return fail(c);
   td_trainer_opts_t opts = {
       .model_spec = sp->model,
       .batch = run->local_batch,

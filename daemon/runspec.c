@@ -246,6 +246,25 @@ bool td_runspec_reconciles(const td_runspec_t *rs) {
                             codec.id != TD_CODEC_NONE);
 }
 
+int td_runspec_check_checkpoints(const td_runspec_t *rs, uint64_t rounds, uint64_t floats,
+                                 uint64_t max_bytes, char *why, size_t why_len) {
+  if (rs->checkpoint_every == 0)
+    return 0;
+  uint64_t held = rounds / rs->checkpoint_every;
+  if (rs->checkpoint_keep > 0 && rs->checkpoint_keep < held)
+    held = rs->checkpoint_keep;
+  uint64_t each = floats * sizeof(float);
+  if (held == 0 || each == 0 || held <= max_bytes / each)
+    return 0;
+  /* in doubles: held x each can pass 2^64 for allowed rounds and models */
+  return td_why(why, why_len, TD_ERANGE,
+                "checkpoints: %" PRIu64 " of %.1f MiB each (checkpoint_keep %u, checkpoint_every "
+                "%u) would hold %.0f MiB in the ledger, over this node's limit of %" PRIu64
+                " MiB (--max-checkpoint-mb); keep fewer",
+                held, (double)each / (1u << 20), rs->checkpoint_keep, rs->checkpoint_every,
+                (double)held * (double)each / (1u << 20), max_bytes >> 20);
+}
+
 double td_runspec_slowdown(const td_runspec_t *rs, unsigned rank) {
   const char *p = rs->slowdown;
   double f = 1;

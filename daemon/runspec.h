@@ -127,6 +127,12 @@ double td_runspec_slowdown(const td_runspec_t *rs, unsigned rank);
  * not off, sync or overlap (async has no shared anchor), a lossy codec (with
  * none every node applies the same exact averages). */
 bool td_runspec_reconciles(const td_runspec_t *rs);
+/* The ledger space the run's checkpoints would hold at once, with `rounds`
+ * rounds of a model of `floats` floats: checkpoint_keep of them, or every one
+ * its rounds take with checkpoint_keep = 0. TD_ERANGE + a one-line why when
+ * that is over max_bytes (the node's --max-checkpoint-mb), else 0. */
+int td_runspec_check_checkpoints(const td_runspec_t *rs, uint64_t rounds, uint64_t floats,
+                                 uint64_t max_bytes, char *why, size_t why_len);
 /* How the run combines a round's updates: `aggregate` and `norm_bound` with
  * auto resolved (scheduler/aggregate.h). */
 void td_runspec_agg(const td_runspec_t *rs, td_agg_spec_t *out);

@@ -390,6 +390,7 @@ int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
   s->own_done = first_round - 1;
   td_run_opts_t opts = {.spec = &spec, .rank = (unsigned)rank, .nodes = (unsigned)n_members,
                         .first_round = first_round, .max_rounds = n->policy.max_rounds,
+                        .max_checkpoint_bytes = n->policy.max_checkpoint_bytes,
                         .loop = &n->loop,
                         .on_events = on_run_events, .user = s};
   if ((rc = td_run_start(&s->run, &opts, why, why_len)) != 0 ||

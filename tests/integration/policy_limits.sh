@@ -15,7 +15,9 @@
 #  - rounds derived from epochs are held to max_rounds like the rounds key;
 #  - the checkpoints a run would hold in the ledger at once (checkpoint_keep
 #    of them, or every one with checkpoint_keep = 0) are held to
-#    max_checkpoint_mb: a peer cannot fill a node's disk with them.
+#    max_checkpoint_mb: a peer cannot fill a node's disk with them; a run
+#    sized by epochs that keeps every one is held to it once its dataset is
+#    loaded, by the rounds it really takes.
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
 PEER="${top_builddir:-$(pwd)}/tests/integration/td_runstart_peer"
 
@@ -87,9 +89,6 @@ refused_everywhere "every checkpoint kept" \
 refused_everywhere "checkpoint_keep 100" \
   "model = mlp:784-1024-10;rounds = 1000;checkpoint_every = 1;checkpoint_keep = 100" \
   "checkpoints: 100 of 3.1 MiB each .* limit of 64 MiB \(--max-checkpoint-mb\)"
-refused_everywhere "every checkpoint of an epochs run" \
-  "model = mlp:784-1024-10;epochs = 1;checkpoint_every = 10;checkpoint_keep = 0" \
-  "checkpoints: 100 of 3.1 MiB each"
 
 if [ "$STRACE_OK" -eq 1 ]; then
   kill "$STRACE_PID" 2>/dev/null; wait "$STRACE_PID" 2>/dev/null
@@ -179,4 +178,30 @@ for n in a b c; do # each refused: the others are told (the run_refused event sa
   [ "$(sql $n "SELECT count(*) FROM events WHERE kind = 'run_refused' AND detail LIKE '%epochs 6 make 1200 rounds%'")" -eq 1 ] \
     || fail "epochs: $n did not send its refusal"
 done
+
+# epochs_checkpoints_counted_at_max_rounds: a run sized by epochs that keeps
+# every checkpoint was counted as max_rounds / checkpoint_every of them, so
+# any such run of a model over 64 KiB was refused here whatever its length.
+# Now its rounds are counted once the dataset is loaded. mlp:2-2048-2048-2:
+# 4,206,594 parameters, 16.0 MiB a checkpoint; 200 rows.
+BIG=(--set dataset=csv:$T/data/tiny.csv --set model=mlp:2-2048-2048-2 --set local_steps=1
+     --set epochs=1 --set checkpoint_every=1 --set checkpoint_keep=0 --set round_timeout=30)
+ctl a start "${BIG[@]}" --set batch=8 >/dev/null || fail "start the 25-round epochs run"
+for n in a b c; do
+  wait_run_state $n failed 60 || fail "epochs checkpoints: $n did not refuse the run"
+done
+err=$(json_field "$(ctl c status --json)" error)
+grep -qE "checkpoints: 25 of 16.0 MiB each \(checkpoint_keep 0, checkpoint_every 1\) would hold 40[0-9] MiB .* limit of 64 MiB" <<<"$err" \
+  && pass "epochs, every checkpoint: 25 rounds' worth refused once counted: $err" \
+  || fail "epochs checkpoints: c's error is '$err'"
+[ "$(sql a "SELECT count(*) FROM checkpoints c JOIN runs r USING (run_id) WHERE r.spec LIKE '%2048-2048%'")" -eq 0 ] \
+  || fail "epochs checkpoints: the refused run wrote checkpoints"
+ctl a start "${BIG[@]}" --set batch=100 >/dev/null || fail "start the 2-round epochs run"
+for n in a b; do # (c refuses batch 100, over its 32)
+  wait_run_state $n finished 120 || fail "epochs checkpoints: $n did not finish the 2-round run"
+done
+held=$(sql b "SELECT count(*) || ' of ' || max(length(blob)) FROM checkpoints c JOIN runs r USING (run_id) WHERE r.spec LIKE '%2048-2048%'")
+[ "${held%% *}" -eq 2 ] \
+  && pass "epochs, every checkpoint: the 2-round run accepted, b holds its $held bytes" \
+  || fail "epochs checkpoints: b holds $held"
 finish

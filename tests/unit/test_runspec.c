@@ -327,6 +327,40 @@ START_TEST(canonical_text_round_trips) {
 }
 END_TEST
 
+/* The checkpoints a run holds at once against a byte limit: checkpoint_keep
+ * of them, or rounds / checkpoint_every with keep 0; the boundary exact. */
+START_TEST(checkpoint_space_is_held_to_the_limit) {
+  td_runspec_t rs;
+  char why[512] = "";
+  const uint64_t mib = 1u << 20, floats = mib / 4; /* 1 MiB a checkpoint */
+  td_runspec_defaults(&rs);
+  /* checkpoints off: nothing is held, whatever the rounds */
+  ck_assert_int_eq(td_runspec_check_checkpoints(&rs, UINT64_MAX, floats, mib, why, sizeof why), 0);
+  td_runspec_set_arg(&rs, "checkpoint_every=10", why, sizeof why);
+  td_runspec_set_arg(&rs, "checkpoint_keep=0", why, sizeof why);
+  /* 640 rounds / 10 = 64 checkpoints of 1 MiB: exactly 64 MiB passes, 63 does not */
+  ck_assert_int_eq(td_runspec_check_checkpoints(&rs, 640, floats, 64 * mib, why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_check_checkpoints(&rs, 640, floats, 63 * mib, why, sizeof why),
+                   TD_ERANGE);
+  ck_assert_msg(strstr(why, "checkpoints: 64 of 1.0 MiB each (checkpoint_keep 0, "
+                            "checkpoint_every 10) would hold 64 MiB") != NULL, "%s", why);
+  ck_assert_msg(strstr(why, "limit of 63 MiB (--max-checkpoint-mb)") != NULL, "%s", why);
+  /* rounds under one interval write none */
+  ck_assert_int_eq(td_runspec_check_checkpoints(&rs, 9, floats, 0, why, sizeof why), 0);
+  /* held x size past 2^64 is refused, not wrapped */
+  ck_assert_int_eq(td_runspec_check_checkpoints(&rs, UINT64_MAX, UINT64_MAX / 4, 64 * mib, why,
+                                                sizeof why),
+                   TD_ERANGE);
+  /* checkpoint_keep caps what is held, however long the run */
+  td_runspec_set_arg(&rs, "checkpoint_keep=3", why, sizeof why);
+  ck_assert_int_eq(td_runspec_check_checkpoints(&rs, UINT64_MAX, floats, 3 * mib, why, sizeof why),
+                   0);
+  ck_assert_int_eq(td_runspec_check_checkpoints(&rs, UINT64_MAX, floats, 2 * mib, why, sizeof why),
+                   TD_ERANGE);
+  ck_assert_msg(strstr(why, "checkpoints: 3 of") != NULL, "%s", why);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("runspec");
   TCase *tc = tcase_create("core");
@@ -340,6 +374,7 @@ int main(void) {
   tcase_add_test(tc, optimizer_keys_default_parse_and_check);
   tcase_add_test(tc, diloco_recipe_is_expressible);
   tcase_add_test(tc, ef_decay_follows_the_optimizer_or_the_operator);
+  tcase_add_test(tc, checkpoint_space_is_held_to_the_limit);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
