@@ -3,8 +3,10 @@
  * reads every frame for SECONDS, keeps the IPv4 TCP segments to or from one
  * of the given ports, and looks for MARKER in their payloads (and across the
  * boundary of consecutive segments of one direction, in case TCP split it).
- * Usage: td_sniff SECONDS MARKER PORT...
- * Prints `packets N payload_bytes B marker_hits K`; exits 77 when it cannot
+ * Usage: td_sniff [--until-hit] SECONDS MARKER PORT...
+ * With --until-hit it stops at the first sighting of MARKER (SECONDS is then
+ * only the longest it waits: a control capture must not depend on how soon a
+ * loaded machine gets the traffic going). Prints `packets N payload_bytes B marker_hits K`; exits 77 when it cannot
  * open the capture (no privilege), 2 on bad arguments. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -39,8 +41,13 @@ static int find(const uint8_t *hay, size_t n, const char *needle, size_t m) {
 }
 
 int main(int argc, char **argv) {
+  bool until_hit = argc > 1 && strcmp(argv[1], "--until-hit") == 0;
+  if (until_hit) {
+    argv++;
+    argc--;
+  }
   if (argc < 4) {
-    fprintf(stderr, "usage: td_sniff SECONDS MARKER PORT...\n");
+    fprintf(stderr, "usage: td_sniff [--until-hit] SECONDS MARKER PORT...\n");
     return 2;
   }
   double seconds = atof(argv[1]);
@@ -71,7 +78,7 @@ int main(int argc, char **argv) {
   long packets = 0, hits = 0;
   unsigned long long bytes = 0;
   double until = now_s() + seconds;
-  while (now_s() < until) {
+  while (now_s() < until && !(until_hit && hits > 0)) {
     struct sockaddr_ll from;
     socklen_t fl = sizeof from;
     ssize_t got = recvfrom(fd, frame, sizeof frame, 0, (struct sockaddr *)&from, &fl);
