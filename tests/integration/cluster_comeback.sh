@@ -69,15 +69,20 @@ for loop in 1 2 3 4 5; do
   done
   if [ -z "$first" ]; then fail "loop $loop: c is not back in the run: $st"; break; fi
   wait_round a $first 60 || fail "loop $loop: a did not close round $first"
-  # the round a had open when c's process started (both ledgers' clocks are this machine's)
+  # the round a had open when c's process started, and when a took c back
+  # (its member_back event; both ledgers' clocks are this machine's)
   t_up=$(sql c "SELECT max(at) FROM events WHERE kind = 'start'")
   r_up=$(sql a "SELECT min(round) FROM rounds WHERE $(w) AND ended > $t_up")
-  # 3 lead rounds from the round the admitter has open when it hears c, which
-  # is c's first heartbeat, tens of ms after its start: at most one round of
-  # the cluster's closes in between
-  [ "$((first - r_up))" -le 4 ] \
-    && pass "loop $loop: c back in the run at round $first; a had round $r_up open when c started ($((first - r_up)) rounds)" \
-    || fail "loop $loop: c back at round $first, a had round $r_up open when c started"
+  t_back=$(sql a "SELECT max(at) FROM events WHERE kind = 'member_back' AND detail LIKE '$c_id%'")
+  r_back=$(sql a "SELECT min(round) FROM rounds WHERE $(w) AND ended > ${t_back:-0}")
+  # 3 lead rounds from the round the admitter has open when it hears c (2 to
+  # 4 as a sees them: a, told by the admitter, itself or b, may have closed
+  # one more round, or be one round off the admitter). How many
+  # rounds pass between c's start and its first heartbeat depends on the
+  # machine's load (5 once on a busy 2-core CI machine): reported, not bounded.
+  [ -n "$t_back" ] && [ "$((first - r_back))" -le 4 ] && [ "$((first - r_back))" -ge 2 ] \
+    && pass "loop $loop: c back in the run at round $first; a had round $r_back open when it took c back ($((first - r_back)) rounds), $r_up when c started" \
+    || fail "loop $loop: c back at round $first, a had round ${r_back:-?} open when it took c back ($r_up when c started)"
   prev_first=$first
   wait_round c $((first + 2)) 60 || fail "loop $loop: c does not train after coming back"
 done
