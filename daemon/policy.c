@@ -12,9 +12,9 @@
  * Datasets are accepted by name (fashion-mnist, text:fortunes), or as files
  * under the data root the operator configured (--data-root); without one, no
  * path at all. A path is resolved with realpath (relative paths against the
- * root), must stay inside the root and
- * must be a regular file; the spec's dataset is rewritten to the resolved
- * paths so the loader opens what was checked. A refusal's reason names the
+ * root), must stay inside the root and must be a regular file; the spec's
+ * dataset is rewritten to the resolved paths so the loader opens what was
+ * checked. A refusal's reason names the
  * key, the asked value and the limit, never anything read from a file. */
 #include <errno.h>
 #include <inttypes.h>

@@ -6,8 +6,9 @@
  * Usage: td_sniff [--until-hit] SECONDS MARKER PORT...
  * With --until-hit it stops at the first sighting of MARKER (SECONDS is then
  * only the longest it waits: a control capture must not depend on how soon a
- * loaded machine gets the traffic going). Prints `packets N payload_bytes B marker_hits K`; exits 77 when it cannot
- * open the capture (no privilege), 2 on bad arguments. */
+ * loaded machine gets the traffic going). Prints
+ * `packets N payload_bytes B marker_hits K`; exits 77 when it cannot open the
+ * capture (no privilege), 2 on bad arguments. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <linux/if_ether.h>
