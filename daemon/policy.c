@@ -14,8 +14,8 @@
  * path at all. A path is resolved with realpath (relative paths against the
  * root), must stay inside the root and must be a regular file; the spec's
  * dataset is rewritten to the resolved paths so the loader opens what was
- * checked. A refusal's reason names the
- * key, the asked value and the limit, never anything read from a file. */
+ * checked. A refusal's reason names the key, the asked value and the limit,
+ * never anything read from a file. */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
