@@ -25,6 +25,16 @@ URL="http://127.0.0.1:$port/metrics"
 scrape() { curl -sf --max-time 10 -o "$T/$1.prom" "$URL"; }
 # value NAME SERIES: the value of one series (exact name and labels) in a scrape
 value() { awk -v s="$2" '$1 == s { print $2; found = 1 } END { if (!found) print "none" }' "$T/$1.prom"; }
+# scrape_until NAME SERIES VALUE: scrape until SERIES reads VALUE (a heartbeat
+# publishes the figures; on a loaded machine it may come late), up to 10 s
+scrape_until() {
+  local i
+  for i in $(seq 50); do
+    scrape "$1" && [ "$(value "$1" "$2")" = "$3" ] && return 0
+    sleep 0.2
+  done
+  return 1
+}
 
 promcheck() {
   if ! command -v promtool >/dev/null; then
@@ -51,8 +61,7 @@ for n in a b; do wait_peers $n 1 15 || fail "$n does not see its peer"; done
 b_id=$(cat "$T/b/node_id")
 SENT="traind_link_sent_bytes_total{peer=\"$b_id\"}"
 
-sleep 0.5 # a heartbeat publishes what membership knows now
-scrape idle || fail "scrape before the run"
+scrape_until idle 'traind_peers{state="alive"}' 1 || scrape idle || fail "scrape before the run"
 promcheck idle
 [ "$(value idle 'traind_peers{state="alive"}')" = 1 ] && pass "idle: 1 peer alive" \
   || fail "idle: peers alive $(value idle 'traind_peers{state="alive"}')"
@@ -83,8 +92,9 @@ mid_samples=$(value mid traind_samples_total)
 
 wait_run_state a finished 300 || fail "a did not finish"
 wait_run_state b finished 60 || fail "b did not finish"
-sleep 1 # a heartbeat publishes the last figures
-scrape end || fail "scrape after the run"
+# a heartbeat publishes the last figures
+scrape_until end "traind_run_running{run_id=\"$run_id\"}" 0 || scrape end \
+  || fail "scrape after the run"
 promcheck end
 end_rounds=$(value end traind_rounds_total)
 end_sent=$(value end "$SENT")
