@@ -77,9 +77,9 @@ for loop in 1 2 3 4 5; do
   r_back=$(sql a "SELECT min(round) FROM rounds WHERE $(w) AND ended > ${t_back:-0}")
   # 3 lead rounds from the round the admitter has open when it hears c (2 to
   # 4 as a sees them: a, told by the admitter, itself or b, may have closed
-  # one more round, or be one round off the admitter). How many
-  # rounds pass between c's start and its first heartbeat depends on the
-  # machine's load (5 once on a busy 2-core CI machine): reported, not bounded.
+  # one more round, or be one round off the admitter). How many rounds pass
+  # between c's start and its first heartbeat depends on the machine's load
+  # (5 once on a busy 2-core CI machine): reported, not bounded.
   [ -n "$t_back" ] && [ "$((first - r_back))" -le 4 ] && [ "$((first - r_back))" -ge 2 ] \
     && pass "loop $loop: c back in the run at round $first; a had round $r_back open when it took c back ($((first - r_back)) rounds), $r_up when c started" \
     || fail "loop $loop: c back at round $first, a had round ${r_back:-?} open when it took c back ($r_up when c started)"
