@@ -16,9 +16,8 @@
  * waits on or competes with a second set of BLAS threads. Outside the GEMMs
  * the split never changes what one output element sums, or in which order
  * (reductions such as bias gradients are split over their outputs, not their
- * terms), so those ops give the bits of one thread; a GEMM split by columns
- * and the reported loss (a double summed per chunk) may differ in the last
- * bits. threads <= 0 leaves OpenBLAS at its default and runs the rest on the
+ * terms), so those ops give the bits of one thread; a split GEMM and the
+ * reported loss (a double summed per chunk) may differ in the last bits. threads <= 0 leaves OpenBLAS at its default and runs the rest on the
  * caller's thread.
  * Nothing here allocates after open, and memory is plain host memory, so
  * upload and download are memcpy. */
@@ -119,13 +118,16 @@ static void gemm_part(void *arg, size_t begin, size_t end, int part) {
 
 /* A large GEMM is split into blocks of rows of C when it has many rows, in
  * multiples of 24: that keeps OpenBLAS's register tiles (12 rows of a
- * row-major C on AVX2) where the unsplit call has them, and so its bits (the
- * split result equals the one call exactly there, tests/unit/test_threads.c).
+ * row-major C on AVX2) where the unsplit call has them, and so, on AVX2, its
+ * bits. OpenBLAS picks its kernel by size, though: on AVX-512 (a Zen 4 runs
+ * as Cooper Lake in 0.3.21) a block may go to a small-matrix kernel that
+ * sums in another order than the whole, and the last bits differ.
  * With few rows it is split into blocks of 16 columns (a convolution's
  * output, its column gradients), or of 8 rows when it is narrow as well (a
  * convolution's weight gradient: few rows and columns, a long sum); those
- * splits move the tile grid and change the last bits of some sums (float
- * rounding only; the tests bound it). */
+ * splits move the tile grid and change the last bits of some sums. Either
+ * way it is float rounding only: tests/unit/test_threads.c holds every split
+ * to the a-priori rounding bound of the one call. */
 #define TD__GEMM_ROW_GRAIN 24
 #define TD__GEMM_COL_GRAIN 16
 #define TD__GEMM_NARROW_GRAIN 8
