@@ -17,7 +17,8 @@
  * the split never changes what one output element sums, or in which order
  * (reductions such as bias gradients are split over their outputs, not their
  * terms), so those ops give the bits of one thread; a split GEMM and the
- * reported loss (a double summed per chunk) may differ in the last bits. threads <= 0 leaves OpenBLAS at its default and runs the rest on the
+ * reported loss (a double summed per chunk) may differ in the last bits.
+ * threads <= 0 leaves OpenBLAS at its default and runs the rest on the
  * caller's thread.
  * Nothing here allocates after open, and memory is plain host memory, so
  * upload and download are memcpy. */

@@ -14,10 +14,11 @@
  * size, and on an AVX-512 CPU (a Zen 4, which OpenBLAS 0.3.21 runs as
  * Cooper Lake) its small-matrix kernels sum a block in another order than
  * the whole (171 rows on 3 threads differed; an empirical 1e-6 of the
- * largest element for column blocks gave 1.4e-6 there). Whole training steps of each family (mlp, cnn,
- * resnet, gpt, and a layer list with dropout, average pooling and a strided
- * conv): bit for bit where every GEMM splits by rows (a gpt of width 128 on
- * 128 positions, with AdamW), else, with SGD, gradients and parameters
+ * largest element for column blocks gave 1.4e-6 there). Whole training
+ * steps of each family (mlp, cnn, resnet, gpt, and a layer list with
+ * dropout, average pooling and a strided conv): bit for bit where every GEMM
+ * splits by rows into large blocks (a gpt of width 128 on 128 positions,
+ * with AdamW), else, with SGD, gradients and parameters
  * within 1e-4 of each tensor's largest value over three steps (the gradients
  * differ by about 1e-7, less than a 1-ulp change of the input makes; AdamW
  * is left out there because its first steps turn the sign of a gradient
