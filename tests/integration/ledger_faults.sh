@@ -51,8 +51,14 @@ for i in $(seq 100); do [ "$(status_field a state)" = degraded ] && break; sleep
   || fail "ledger not degraded on a full disk: $(ctl a status --json)"
 [ "$(status_field a cause)" = "disk full" ] && pass "cause: disk full ($(status_field a detail))" \
   || fail "cause is '$(status_field a cause)'"
-# stay degraded for a while: rows pile up in memory, the cause is not logged again
-for i in $(seq 600); do r=$(round_of a); [ "${r:-0}" -ge $((full_at + 15)) ] && break; sleep 0.1; done
+# stay degraded for a while: rows pile up in memory, the heartbeat retries the
+# write after its backoff (the first 0.5 s after the failure) and that fails
+# too, the cause is not logged again. Wait for both: 15 rounds alone can take
+# less than the first backoff on a fast machine (38 ms a round seen)
+for i in $(seq 600); do
+  r=$(round_of a); failed=$(status_field a failed_writes)
+  [ "${r:-0}" -ge $((full_at + 15)) ] && [ "${failed:-0}" -ge 2 ] && break; sleep 0.1
+done
 [ "${r:-0}" -ge $((full_at + 15)) ] || fail "the run stalled on a full disk (round $r)"
 line=$(ctl a status | grep '^ledger')
 case "$line" in
