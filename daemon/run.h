@@ -71,6 +71,9 @@ typedef struct {
   double lr;
   bool fresh;           /* ROUND_DONE: overlap: computed from its predecessor's average (an
                            exchange-bound round waited for it; scheduler/overlap.h) */
+  unsigned swap_step;   /* ROUND_DONE: overlap: the steps taken before the predecessor's
+                           average was swapped in (overlap_early); `steps` when it was not
+                           swapped in during the steps (at the round's end, or before it) */
   float *blob;          /* CHECKPOINT: td_run_numel() floats, malloc'd, owned by the receiver */
   char backend[16];     /* READY: the compute backend's name (cpu, cuda) */
   char message[256];    /* FAILED: why; READY: the backend and why it was chosen */

@@ -82,6 +82,9 @@ typedef struct {
   double posted_at[2];  /* when round r's delta was posted, in [r % 2] (mono seconds) */
   double compute_s;     /* the last round's compute (slowdown included, fill not) */
   uint64_t applied;     /* overlap: the last round whose average params hold */
+  uint64_t early;       /* overlap: the round whose steps swapped its predecessor's average in
+                           (overlap_early), 0 before any */
+  unsigned swap_step;   /* ...and after how many of them (the event's swap_step) */
   bool fresh;           /* overlap: the next round waits for its predecessor's average
                            (exchange-bound, scheduler/overlap.h) */
   td__run_eval_t *eval; /* periodic evaluations off the training path (run_eval.c), or
@@ -130,6 +133,14 @@ static void slow_down(const compute_t *c, double t0, double cpu0) {
   sleep_for(c->run, td_plan_slowdown_wait(c->run->slowdown, wall, cpu));
 }
 
+/* Whether the loop has released `round` (no wait). */
+static bool released(td_run_t *run, uint64_t round) {
+  pthread_mutex_lock(&run->mu);
+  bool done = run->released_round >= round;
+  pthread_mutex_unlock(&run->mu);
+  return done;
+}
+
 /* Wait until the loop released `round` or a stop was requested; adds the time
  * blocked to c->idle. */
 static td__run_flow_t wait_release(compute_t *c, uint64_t round) {
@@ -149,10 +160,7 @@ static td__run_flow_t fill_until(compute_t *c, uint64_t round, unsigned max_step
   td_run_t *run = c->run;
   unsigned ran = 0;
   while (c->fill.steps < max_steps) {
-    pthread_mutex_lock(&run->mu);
-    bool done = run->stop || run->released_round >= round;
-    pthread_mutex_unlock(&run->mu);
-    if (done)
+    if (td__run_stopping(run) || released(run, round))
       break; /* a stop is seen by the wait that follows */
     double t0 = td_clock_mono_s(), cpu0 = td_backend_cpu_seconds(c->be);
     td_train_stats_t st;
@@ -523,6 +531,82 @@ static td__run_flow_t round_begin(compute_t *c, uint64_t round) {
   return TD__RUN_GO_ON;
 }
 
+/* Whether round `round`'s steps watch for its predecessor's average, to swap
+ * it in at the first step boundary after it arrives (overlap_early): an
+ * overlapped round whose predecessor's average params do not hold yet. */
+static bool swaps_early(const compute_t *c, uint64_t round) {
+  const td_run_t *run = c->run;
+  return c->lead != NULL && run->spec.overlap_early && round > run->first_round &&
+         c->applied < round - 1;
+}
+
+/* overlap_early: round r's average, arrived during the next round's steps,
+ * swapped in now rather than at that round's end (after_round_overlap): the
+ * same swap (scheduler/overlap.h), which moves the round start with params,
+ * so the round's delta stays its local progress; the exchange it ends is
+ * measured as wait_exchange measures it. */
+static td__run_flow_t swap_in(compute_t *c, uint64_t r) {
+  td_run_t *run = c->run;
+  td__run_flow_t f = pull(c); /* the steps so far, on a device */
+  if (f != TD__RUN_GO_ON)
+    return f;
+  if (run->spec.overlap_fill == 0)
+    c->fresh = td_overlap_sync_next(c->fresh, td_clock_mono_s() - c->posted_at[r % 2],
+                                    c->compute_s, run->spec.overlap_wait);
+  apply_round(run, r, c->params, c->lead);
+  c->applied = r;
+  c->early = r + 1;
+  if ((f = post_round_extras(c, r, false)) != TD__RUN_GO_ON)
+    return f;
+  return push(c);
+}
+
+/* The round's n steps while its predecessor's average is awaited
+ * (swaps_early): one at a time until the average is there, then the swap and
+ * the rest in one call; `taken`: the round's steps before these. Each step is
+ * slowed down to its own end (so that the average is seen at the step it
+ * would reach on a device that slow), counted from the first: a late
+ * wake-up from one wait is not added to the next, and the swap, which is not
+ * a step, is not slowed down (it is not at the round's end either). The
+ * steps are those of one call of n. */
+static td__run_flow_t steps_swapping(compute_t *c, uint64_t round, unsigned long n,
+                                     unsigned taken, td_train_stats_t *st) {
+  double loss = 0, acc = 0;
+  double t0 = td_clock_mono_s(), cpu0 = td_backend_cpu_seconds(c->be);
+  *st = (td_train_stats_t){0};
+  for (unsigned long i = 0; i < n;) {
+    bool pending = c->applied < round - 1;
+    if (pending && released(c->run, round - 1)) {
+      double s0 = td_clock_mono_s(), scpu0 = td_backend_cpu_seconds(c->be);
+      td__run_flow_t f = swap_in(c, round - 1);
+      if (f != TD__RUN_GO_ON)
+        return f;
+      c->swap_step = taken + (unsigned)i;
+      t0 += td_clock_mono_s() - s0;
+      cpu0 += td_backend_cpu_seconds(c->be) - scpu0;
+      pending = false;
+    }
+    unsigned long k = pending ? 1 : n - i;
+    td_train_stats_t some;
+    if (td_trainer_steps(c->tr, k, &some, c->why, sizeof c->why) != 0)
+      return fail(c);
+    td_backend_synchronize(c->be);
+    slow_down(c, t0, cpu0);
+    loss += some.loss * (double)some.samples;
+    acc += some.accuracy * (double)some.samples;
+    st->steps += some.steps;
+    st->samples += some.samples;
+    st->seconds += some.seconds;
+    st->lr = some.lr;
+    i += k;
+  }
+  if (st->samples > 0) {
+    st->loss = loss / (double)st->samples;
+    st->accuracy = acc / (double)st->samples;
+  }
+  return TD__RUN_GO_ON;
+}
+
 /* The round's local steps, slowed down when asked; the last wait's fill steps
  * count as this round's progress too. The capacity (samples/s) is measured on
  * the backend the run trains on, once its queued work is done. A device pays
@@ -543,11 +627,18 @@ static td__run_flow_t round_steps(compute_t *c, uint64_t round, td_train_stats_t
     n--;
   }
   c->warm = true;
+  c->swap_step = (unsigned)td_run_steps_of(run, round);
   double t0 = td_clock_mono_s(), cpu0 = td_backend_cpu_seconds(c->be);
-  if (td_trainer_steps(c->tr, n, st, c->why, sizeof c->why) != 0)
-    return fail(c);
-  td_backend_synchronize(c->be);
-  slow_down(c, t0, cpu0);
+  if (swaps_early(c, round)) {
+    td__run_flow_t f = steps_swapping(c, round, n, (unsigned)first.steps, st);
+    if (f != TD__RUN_GO_ON)
+      return f;
+  } else {
+    if (td_trainer_steps(c->tr, n, st, c->why, sizeof c->why) != 0)
+      return fail(c);
+    td_backend_synchronize(c->be);
+    slow_down(c, t0, cpu0);
+  }
   *compute_s = td_clock_mono_s() - t0;
   if (*compute_s > 0)
     c->capacity = td_plan_ewma(c->capacity, (double)st->samples / *compute_s, CAPACITY_RHO);
@@ -581,7 +672,8 @@ static td__run_flow_t round_post_delta(compute_t *c, uint64_t round, const td_tr
                        .steps = td_run_steps_of(run, round), .fill_steps = c->fill.steps,
                        .fill_s = c->fill.seconds, .lr = st->lr,
                        .fresh = c->lead != NULL && round > run->first_round &&
-                                c->applied + 1 == round};
+                                c->applied + 1 == round && c->early != round,
+                       .swap_step = c->swap_step};
   c->posted_at[round % 2] = td_clock_mono_s();
   c->compute_s = compute_s;
   c->idle = 0;

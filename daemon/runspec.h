@@ -48,6 +48,8 @@ typedef struct {
   double overlap_pull;                  /* overlap: anchor pull-back after the delayed swap */
   double overlap_wait;                  /* overlap: exchange / compute ratio from which a round
                                            waits for its own average (0: never) */
+  bool overlap_early;                   /* overlap: swap an average in at the first step
+                                           boundary after it arrives, not at the round's end */
   char reconcile[TD_RUNSPEC_STR_MAX];   /* end | off | N */
   bool reconcile_on;                    /* from reconcile: anchors averaged after the last round */
   unsigned reconcile_every;             /* ... and every N rounds (0: only then) */

@@ -57,12 +57,15 @@ static void run_once(const char *mode, bool device, outcome_t *out) {
   td_runspec_t spec;
   td_runspec_defaults(&spec);
   char why[512] = "", key[600];
-  /* overlap_wait = 0: an overlap round's choice of waiting for its own average
-   * depends on timing, which differs between the device and the CPU */
+  /* overlap_wait = 0, overlap_early = false: an overlap round's choice of
+   * waiting for its own average, and the step at which an average arriving
+   * during a round is swapped in, depend on timing, which differs between the
+   * device and the CPU */
   const char *keys[] = {"model=mlp:3-8-3", "batch=8",        "local_steps=3",
                         "optimizer=adamw", "clip=0.5",       "lr=0.02",
                         "outer_lr=0.7",    "outer_momentum=0.9", "eval_every=2",
-                        "checkpoint_every=1", "threads=1",   "overlap_wait=0"};
+                        "checkpoint_every=1", "threads=1",   "overlap_wait=0",
+                        "overlap_early=false"};
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
     ck_assert_msg(td_runspec_set_arg(&spec, keys[i], why, sizeof why) == 0, "%s", why);
   snprintf(key, sizeof key, "dataset=csv:%s", csv_path);

@@ -54,11 +54,13 @@ static void run_once(const char *mode, bool plain, unsigned rank, unsigned nodes
   td_runspec_t spec;
   td_runspec_defaults(&spec);
   char why[512] = "", key[600];
-  /* overlap_wait = 0: whether an overlap round waits for its own average
-   * depends on timing, and the two runs must repeat each other bit for bit */
+  /* overlap_wait = 0, overlap_early = false: whether an overlap round waits
+   * for its own average, and at which step an average arriving during a round
+   * is swapped in, depend on timing, and the two runs must repeat each other
+   * bit for bit */
   const char *keys[] = {"model=mlp:3-16-3", "batch=8", "local_steps=3", "lr=0.05",
                         "outer_lr=0.7",     "outer_momentum=0.9", "eval_every=2",
-                        "threads=1",        "overlap_wait=0"};
+                        "threads=1",        "overlap_wait=0",     "overlap_early=false"};
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
     ck_assert_msg(td_runspec_set_arg(&spec, keys[i], why, sizeof why) == 0, "%s", why);
   snprintf(key, sizeof key, "dataset=csv:%s,%s", train_path, test_path);
