@@ -79,6 +79,7 @@ typedef struct {
   fill_t fill;     /* overlap fill steps since the last ROUND_DONE */
   float *lead;     /* overlap: what params hold of the last posted round beyond the
                       anchor (scheduler/overlap.h); NULL in the other modes */
+  float *saved;    /* overlap, evaluated here: params while the anchor is evaluated */
   double posted_at[2];  /* when round r's delta was posted, in [r % 2] (mono seconds) */
   double compute_s;     /* the last round's compute (slowdown included, fill not) */
   uint64_t applied;     /* overlap: the last round whose average params hold */
@@ -461,7 +462,9 @@ static td__run_flow_t set_up(compute_t *c) {
   if (sp->transfer > 0)
     open_probe_rows(c);
   c->batch = run->local_batch;
-  if (sp->mode_kind == TD_MODE_OVERLAP && (c->lead = calloc(run->numel, sizeof(float))) == NULL) {
+  if (sp->mode_kind == TD_MODE_OVERLAP &&
+      ((c->lead = calloc(run->numel, sizeof(float))) == NULL ||
+       (c->eval == NULL && (c->saved = malloc(run->numel * sizeof(float))) == NULL))) {
     snprintf(c->why, sizeof c->why, "out of memory for the overlap swap");
     return fail(c);
   }
@@ -795,6 +798,17 @@ static td__run_flow_t collect_eval(compute_t *c, bool wait) {
   return post_eval(c, r.round, r.loss, r.accuracy, r.bpb);
 }
 
+/* Whether the evaluation of `round` measures the anchor rather than params:
+ * in overlap mode before the last round, params hold this node's own
+ * progress not yet averaged (the delayed swap, scheduler/overlap.h) on top of
+ * the members' consensus, the anchor; what the cluster has trained is that
+ * consensus, as DiLoCo evaluates its global model, not a worker's. In sync
+ * mode params are the anchor after a round, in async there is no consensus,
+ * and after the last round params are the consensus in every mode. */
+static bool consensus(const compute_t *c, uint64_t round) {
+  return c->lead != NULL && round < c->run->rounds;
+}
+
 /* After the round: the transfer probe, and the evaluation every eval_every
  * rounds (on the nodes eval_nodes names) and after the last (FINISHED). A
  * periodic one goes to the evaluator when there is one; the last one is
@@ -812,16 +826,29 @@ static td__run_flow_t round_end(compute_t *c, uint64_t round) {
   if (c->eval != NULL && !last) {
     if ((f = collect_eval(c, true)) != TD__RUN_GO_ON) /* one at a time, none dropped */
       return f;
-    td__run_eval_submit(c->eval, round, c->params);
+    td__run_eval_submit(c->eval, round, consensus(c, round) ? run->anchor : c->params);
     return TD__RUN_GO_ON;
   }
   double loss = NAN, acc = NAN, bpb = NAN;
+  if (consensus(c, round)) { /* the anchor in the model for the evaluation, then back */
+    td_backend_synchronize(c->be); /* the last push is done with the host copy */
+    memcpy(c->saved, c->params, run->numel * sizeof(float));
+    memcpy(c->params, run->anchor, run->numel * sizeof(float));
+    if ((f = push(c)) != TD__RUN_GO_ON)
+      return f;
+  }
   int rc = c->text ? td_trainer_evaluate_text(c->tr, td_text_data(c->data.text_valid),
                                               td_text_bytes(c->data.text_valid), &bpb, c->why,
                                               sizeof c->why)
                    : td_trainer_evaluate(c->tr, c->eval_set, &loss, &acc, c->why, sizeof c->why);
   if (rc != 0)
     return fail(c);
+  if (consensus(c, round)) {
+    td_backend_synchronize(c->be);
+    memcpy(c->params, c->saved, run->numel * sizeof(float));
+    if ((f = push(c)) != TD__RUN_GO_ON)
+      return f;
+  }
   if (c->text)
     loss = bpb * log(2.0); /* mean cross-entropy in nats, like the classes' test loss */
   return post_eval(c, round, loss, acc, bpb);
@@ -863,6 +890,7 @@ void *td__run_compute_main(void *arg) {
     td__run_post(run, &ev); /* fails only when closing: nobody to tell */
   }
   free(c.lead);
+  free(c.saved);
   td_dataset_close(&c.val);
   td_trainer_close(&c.tr);
   td_shard_close(&c.data);

@@ -1,4 +1,4 @@
-/* test_run_overlap.c: overlap mode's early swap.
+/* test_run_overlap.c: overlap mode's early swap and what its evaluations measure.
  *
  * Each case runs a real single-node run (run.c and its compute thread, a CPU
  * backend, a CSV dataset) with this test acting as the loop thread: it
@@ -10,7 +10,13 @@
  *     between the next round's steps (the events say after which step), and
  *     the round start must move with it: every posted delta stays the round's
  *     local progress, under 1e-5, where a swap left in the delta would make it
- *     0.01. Without overlap_early no swap happens during the steps. */
+ *     0.01. Without overlap_early no swap happens during the steps.
+ *   - overlap_evaluates_the_anchor: every average is zero, so the anchor stays
+ *     the initial model while the local model trains (its deltas are
+ *     not small). The periodic evaluations measure the anchor, the members'
+ *     consensus: all equal, bit for bit, to the last one (after the last round
+ *     the model is the anchor). Evaluating the local model would make them
+ *     differ. Both with the evaluator thread and evaluated between rounds. */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -150,11 +156,34 @@ START_TEST(early_swap_keeps_deltas_local) {
 }
 END_TEST
 
+static void check_anchor_evaluated(bool plain, const char *early) {
+  trial_t t = {.step = 0, .lr = "0.05", .early = early, .plain = plain};
+  run_trial(&t);
+  ck_assert_uint_eq(t.evals, ROUNDS / 2);
+  /* the local model is the anchor plus (1 - overlap_pull) of its last round
+   * when evaluated: that round moved it */
+  ck_assert_msg(t.max_delta > 1e-3, "training did not move the model (%g)", t.max_delta);
+  for (int r = 2; r < ROUNDS; r += 2)
+    ck_assert_msg(t.eval_loss[r] == t.eval_loss[ROUNDS],
+                  "round %d evaluated %.17g, the anchor (the last) %.17g", r, t.eval_loss[r],
+                  t.eval_loss[ROUNDS]);
+}
+
+START_TEST(overlap_evaluates_the_anchor) {
+  with_data();
+  check_anchor_evaluated(false, "true");  /* the evaluator thread */
+  check_anchor_evaluated(true, "true");   /* between rounds, in the compute thread */
+  check_anchor_evaluated(true, "false");
+  without_data();
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("run_overlap");
   TCase *tc = tcase_create("overlap");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, early_swap_keeps_deltas_local);
+  tcase_add_test(tc, overlap_evaluates_the_anchor);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
