@@ -358,9 +358,9 @@ static const run_key_t td__run_keys[] = {
     {"overlap_wait", KEY_DOUBLE, F(overlap_wait), "4", 0, 1e6, NULL,
      "overlap: a node whose exchanges take this many times its compute waits for each "
      "round's average before the next round (no delay), until under 3/4 of it; 0 = never"},
-    {"overlap_early", KEY_BOOL, F(overlap_early), "true", 0, 0, NULL,
+    {"overlap_early", KEY_BOOL, F(overlap_early), "false", 0, 0, NULL,
      "overlap: swap the last round's average in at the first step after it arrives, not at "
-     "the end of the round (less delay; false for runs that must repeat bit for bit)"},
+     "the end of the round (less delay; timing decides the step)"},
     {"reconcile", KEY_STR, F(reconcile), "end", 0, 0, check_reconcile,
      "sync/overlap with a lossy codec: nodes average their anchors (fp16) so they end on one "
      "model: end (after the last round) | N (also every N rounds) | off"},
