@@ -21,25 +21,11 @@
 
 #include "compute/backend.h"
 #include "daemon/run.h"
+#include "tests/unit/run_csv.h"
 
 #define ROUNDS 10
 
 static char train_path[64], test_path[64];
-
-static void write_csv(char *path, size_t len, int rows, int salt) {
-  snprintf(path, len, "/tmp/td-test-run-eval-XXXXXX"); /* mkstemp's file-name template */
-  int fd = mkstemp(path);
-  ck_assert_int_ge(fd, 0);
-  FILE *f = fdopen(fd, "w");
-  ck_assert_ptr_nonnull(f);
-  for (int i = 0; i < rows; i++)
-    fprintf(f, "%d,%d.5,%d.25,%d\n", i % 3, (i + salt) % 3 * 2, (i + salt) % 5, i % 7);
-  fclose(f);
-}
-
-static int open_plain_cpu(td_backend_t **out, int threads, char *why, size_t why_len) {
-  return td_backend_open(out, "cpu", threads, why, why_len);
-}
 
 typedef struct {
   double loss[ROUNDS + 1], accuracy[ROUNDS + 1];
@@ -72,7 +58,7 @@ static void run_once(const char *mode, bool plain, unsigned rank, unsigned nodes
   snprintf(key, sizeof key, "rounds=%d", ROUNDS);
   ck_assert(td_runspec_set_arg(&spec, key, why, sizeof why) == 0);
   td_run_opts_t opts = {.spec = &spec, .rank = rank, .nodes = nodes, .loop = &loop,
-                        .open_backend = plain ? open_plain_cpu : NULL};
+                        .open_backend = plain ? run_csv_plain_cpu : NULL};
   td_run_t *run = NULL;
   ck_assert_msg(td_run_start(&run, &opts, why, sizeof why) == 0, "%s", why);
   size_t n = td_run_numel(run);
@@ -113,8 +99,8 @@ static void run_once(const char *mode, bool plain, unsigned rank, unsigned nodes
 }
 
 static void check_mode(const char *mode) {
-  write_csv(train_path, sizeof train_path, 240, 0);
-  write_csv(test_path, sizeof test_path, 60, 1);
+  run_csv_write(train_path, sizeof train_path, 240, 0);
+  run_csv_write(test_path, sizeof test_path, 60, 1);
   outcome_t bg = {0}, here = {0};
   run_once(mode, false, 0, 1, "0", &bg);
   run_once(mode, true, 0, 1, "0", &here);
@@ -140,8 +126,8 @@ START_TEST(overlap_evaluations_off_the_path_match) { check_mode("overlap"); }
 END_TEST
 
 START_TEST(eval_nodes_limits_the_periodic_evaluations) {
-  write_csv(train_path, sizeof train_path, 240, 0);
-  write_csv(test_path, sizeof test_path, 60, 1);
+  run_csv_write(train_path, sizeof train_path, 240, 0);
+  run_csv_write(test_path, sizeof test_path, 60, 1);
   outcome_t first = {0}, second = {0};
   run_once("sync", false, 0, 2, "1", &first);
   run_once("sync", false, 1, 2, "1", &second);

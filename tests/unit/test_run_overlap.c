@@ -27,26 +27,12 @@
 
 #include "compute/backend.h"
 #include "daemon/run.h"
+#include "tests/unit/run_csv.h"
 
 #define ROUNDS 8
 #define STEPS 6
 
 static char train_path[64], test_path[64];
-
-static void write_csv(char *path, size_t len, int rows, int salt) {
-  snprintf(path, len, "/tmp/td-test-run-overlap-XXXXXX"); /* mkstemp's file-name template */
-  int fd = mkstemp(path);
-  ck_assert_int_ge(fd, 0);
-  FILE *f = fdopen(fd, "w");
-  ck_assert_ptr_nonnull(f);
-  for (int i = 0; i < rows; i++)
-    fprintf(f, "%d,%d.5,%d.25,%d\n", i % 3, (i + salt) % 3 * 2, (i + salt) % 5, i % 7);
-  fclose(f);
-}
-
-static int open_plain_cpu(td_backend_t **out, int threads, char *why, size_t why_len) {
-  return td_backend_open(out, "cpu", threads, why, why_len);
-}
 
 typedef struct {
   double step;                /* every average: this on every parameter */
@@ -84,7 +70,7 @@ static void run_trial(trial_t *t) {
   snprintf(key, sizeof key, "local_steps=%d", STEPS);
   ck_assert(td_runspec_set_arg(&spec, key, why, sizeof why) == 0);
   td_run_opts_t opts = {.spec = &spec, .rank = 0, .nodes = 1, .loop = &loop,
-                        .open_backend = t->plain ? open_plain_cpu : NULL};
+                        .open_backend = t->plain ? run_csv_plain_cpu : NULL};
   td_run_t *run = NULL;
   ck_assert_msg(td_run_start(&run, &opts, why, sizeof why) == 0, "%s", why);
   size_t n = td_run_numel(run);
@@ -129,8 +115,8 @@ static void run_trial(trial_t *t) {
 }
 
 static void with_data(void) {
-  write_csv(train_path, sizeof train_path, 240, 0);
-  write_csv(test_path, sizeof test_path, 60, 1);
+  run_csv_write(train_path, sizeof train_path, 240, 0);
+  run_csv_write(test_path, sizeof test_path, 60, 1);
 }
 
 static void without_data(void) {
