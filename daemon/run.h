@@ -12,7 +12,8 @@
  *   overlap: continues at once; at the end of round r + 1 it waits for r's
  *            average (normally long there) and swaps its own stale delta for
  *            the outer step (CO2's one-round-delayed form), so compute never
- *            waits a round for the network;
+ *            waits a round for the network; with overlap_early the swap is
+ *            made at the first step of r + 1 after the average arrives;
  *   async:S: never waits for a round: peers' deltas are added into an inbox
  *            as they arrive (weighted by sample share and staleness) and folded
  *            in at the end of each round; it only waits when it would run more
