@@ -1,6 +1,7 @@
 /* run.h: one training run on this node: the compute thread and its hand-offs.
- * (run.c: lifecycle and mailbox; run_compute.c: the compute thread's rounds;
- * run_recon.c: reconciliation slots; run_internal.h: what they share.)
+ * (run.c: lifecycle and mailbox; run_compute.c: the compute thread's rounds,
+ * run_overlap.c: overlap mode's part of them, run_compute.h: what those two
+ * share; run_recon.c: reconciliation slots; run_internal.h: what they share.)
  *
  * The compute thread loads the dataset, takes partition `rank` of `nodes`,
  * and runs rounds of H local SGD steps (H from `local_steps`, or the QSR).

@@ -5,11 +5,11 @@
  * and then runs each round as a short sequence of phases: begin (fold in what
  * other threads handed over, pick the batch), local steps, post the delta,
  * then one function per mode for what follows a round (sync: wait for the
- * round's average and step the anchor; overlap: swap the previous round's
- * stale delta for its average and pull back toward the anchor; async: fold in
- * the peers' inbox), and end
- * (probe and evaluation). Every phase says whether to go on; a stop request
- * ends the run with STOPPED, an error with FAILED and its reason.
+ * round's average and step the anchor; overlap, in run_overlap.c: swap the
+ * previous round's stale delta for its average and pull back toward the
+ * anchor; async: fold in the peers' inbox), and end (probe and evaluation).
+ * Every phase says whether to go on; a stop request ends the run with
+ * STOPPED, an error with FAILED and its reason.
  * On a device backend the model lives on the device during the steps and the
  * host works on its pinned copy (c->params, td_model_host_params): the steps
  * end with td_model_pull() (the round's result comes across once, the host
@@ -31,9 +31,8 @@
 #include "compute/text.h"
 #include "compute/trainer.h"
 #include "daemon/clock.h"
+#include "daemon/run_compute.h"
 #include "daemon/run_internal.h"
-#include "scheduler/outer.h"
-#include "scheduler/overlap.h"
 #include "scheduler/plan.h"
 #include "scheduler/steps.h"
 
@@ -44,138 +43,6 @@
  * same first windows of the held-out text). */
 #define TRANSFER_PROBE_ROWS 1000
 #define TRANSFER_PROBE_WINDOWS 64
-#define WHY_MAX 512
-
-/* Overlap fill (overlap_fill = F > 0): up to F x H local steps taken while the
- * previous round's average is still in flight, so compute waits less for a
- * slow network. They belong to the next round (its delta, samples and loss)
- * and do not move the learning-rate schedule, which keeps following the
- * nominal H steps per round. Off by default: larger deltas make the delayed
- * swap noisier where the network is fast anyway, and under lossy codecs the
- * anchors drift apart faster (which `reconcile` undoes). */
-typedef struct {
-  uint64_t samples;
-  double loss_sum, seconds;
-  unsigned steps;
-} fill_t;
-
-/* The compute thread's state between phases. */
-typedef struct {
-  td_run_t *run;
-  td_backend_t *be;
-  char backend_why[sizeof ((td_run_event_t *)0)->message]; /* which backend and why (READY) */
-  td_shard_t data;                  /* the node's partition: rows, or bytes of text */
-  td_dataset_t *train, *test, *val; /* borrowed from data; val: knowledge transfer's probe
-                                       rows (owned), or NULL */
-  const td_dataset_t *eval_set;
-  bool text;                        /* a token model on text: evaluation in bits per byte */
-  size_t probe_bytes;               /* text: knowledge transfer's probe prefix, 0 = none */
-  td_trainer_t *tr;
-  float *params; /* the trainer's model */
-  unsigned batch;  /* rows per step now */
-  double capacity; /* samples/s, EWMA, measured on the run's backend */
-  bool warm;       /* the backend has taken a step (device: its one-time costs are paid) */
-  double idle;     /* seconds blocked since the last ROUND_DONE */
-  fill_t fill;     /* overlap fill steps since the last ROUND_DONE */
-  float *lead;     /* overlap: what params hold of the last posted round beyond the
-                      anchor (scheduler/overlap.h); NULL in the other modes */
-  float *saved;    /* overlap, evaluated here: params while the anchor is evaluated */
-  double posted_at[2];  /* when round r's delta was posted, in [r % 2] (mono seconds) */
-  double compute_s;     /* the last round's compute (slowdown included, fill not) */
-  uint64_t applied;     /* overlap: the last round whose average params hold */
-  uint64_t early;       /* overlap: the round whose steps swapped its predecessor's average in
-                           (overlap_early), 0 before any */
-  unsigned swap_step;   /* ...and after how many of them (the event's swap_step) */
-  bool fresh;           /* overlap: the next round waits for its predecessor's average
-                           (exchange-bound, scheduler/overlap.h) */
-  td__run_eval_t *eval; /* periodic evaluations off the training path (run_eval.c), or
-                           NULL: evaluated here, between rounds */
-  char why[WHY_MAX];
-} compute_t;
-
-static td__run_flow_t fail(compute_t *c) { return td__run_fail(c->run, c->why); }
-
-/* The host copy of the parameters from the device, after steps (no-op on the CPU). */
-static td__run_flow_t pull(compute_t *c) {
-  return td_model_pull(td_trainer_model(c->tr), c->why, sizeof c->why) == 0 ? TD__RUN_GO_ON
-                                                                              : fail(c);
-}
-
-/* The host copy to the device, after the host changed it (no-op on the CPU). */
-static td__run_flow_t push(compute_t *c) {
-  return td_model_push(td_trainer_model(c->tr), c->why, sizeof c->why) == 0 ? TD__RUN_GO_ON
-                                                                              : fail(c);
-}
-
-/* ---- waiting ------------------------------------------------------------------------- */
-
-/* Stay idle for `seconds` (slowdown's part of a step), without burning a
- * core another node needs. A stop ends the wait. */
-static void sleep_for(td_run_t *run, double seconds) {
-  if (!(seconds > 0))
-    return;
-  struct timespec until = td_clock_timespec(td_clock_mono_s() + seconds);
-  pthread_mutex_lock(&run->mu);
-  while (!run->stop && pthread_cond_timedwait(&run->cv, &run->mu, &until) == 0)
-    ;
-  pthread_mutex_unlock(&run->mu);
-}
-
-/* slowdown = F emulates a device F times slower than this machine's core:
- * the work since (t0, cpu0) ends F times its cost after t0, its cost being
- * CPU seconds where the backend can tell (td_backend_cpu_seconds), else wall
- * seconds (td_plan_slowdown_wait). Emulated nodes sharing this machine's
- * cores also wait for each other's CPU, which no separate device would see:
- * that wait falls inside the F times (counted in wall time, it would be
- * multiplied by F; added to them, it would still stretch every contended
- * step). */
-static void slow_down(const compute_t *c, double t0, double cpu0) {
-  double wall = td_clock_mono_s() - t0, cpu = td_backend_cpu_seconds(c->be) - cpu0;
-  sleep_for(c->run, td_plan_slowdown_wait(c->run->slowdown, wall, cpu));
-}
-
-/* Whether the loop has released `round` (no wait). */
-static bool released(td_run_t *run, uint64_t round) {
-  pthread_mutex_lock(&run->mu);
-  bool done = run->released_round >= round;
-  pthread_mutex_unlock(&run->mu);
-  return done;
-}
-
-/* Wait until the loop released `round` or a stop was requested; adds the time
- * blocked to c->idle. */
-static td__run_flow_t wait_release(compute_t *c, uint64_t round) {
-  td_run_t *run = c->run;
-  double t0 = td_clock_mono_s();
-  pthread_mutex_lock(&run->mu);
-  while (!run->stop && run->released_round < round)
-    pthread_cond_wait(&run->cv, &run->mu);
-  bool stopped = run->stop;
-  pthread_mutex_unlock(&run->mu);
-  c->idle += td_clock_mono_s() - t0;
-  return stopped ? TD__RUN_STOPPED : TD__RUN_GO_ON;
-}
-
-/* Overlap fill: single steps until `round` is released or max_steps are done. */
-static td__run_flow_t fill_until(compute_t *c, uint64_t round, unsigned max_steps) {
-  td_run_t *run = c->run;
-  unsigned ran = 0;
-  while (c->fill.steps < max_steps) {
-    if (td__run_stopping(run) || released(run, round))
-      break; /* a stop is seen by the wait that follows */
-    double t0 = td_clock_mono_s(), cpu0 = td_backend_cpu_seconds(c->be);
-    td_train_stats_t st;
-    if (td_trainer_fill_steps(c->tr, 1, &st, c->why, sizeof c->why) != 0)
-      return fail(c);
-    slow_down(c, t0, cpu0);
-    c->fill.samples += st.samples;
-    c->fill.loss_sum += st.loss * (double)st.samples;
-    c->fill.seconds += td_clock_mono_s() - t0;
-    c->fill.steps++;
-    ran++;
-  }
-  return ran > 0 ? pull(c) : TD__RUN_GO_ON; /* the swap that follows reads the host copy */
-}
 
 /* ---- what the loop and peers hand over ------------------------------------------------ */
 
@@ -225,74 +92,14 @@ static unsigned nodes_at(td_run_t *run, uint64_t round) {
   return k;
 }
 
-/* Outer step on round r's average: anchor += step and, in overlap mode
- * (lead != NULL), params += step - lead (swap what params still hold of round
- * r for the global step, keeping the progress made since; scheduler/overlap.h). */
-static void apply_round(td_run_t *run, uint64_t r, float *params, const float *lead) {
-  td_outer_opts_t o = {.lr = run->spec.outer_lr, .momentum = run->spec.outer_momentum,
-                       .nesterov = run->spec.outer_nesterov, .clip = run->spec.outer_clip};
-  float *avg = run->avg[r % 2];
-  td_outer_step(&o, avg, run->mom, avg, run->numel); /* avg becomes the step */
-  for (size_t i = 0; i < run->numel; i++)
-    run->anchor[i] += avg[i];
-  if (lead != NULL)
-    td_overlap_swap(params, run->start, avg, lead, run->numel);
-  else
-    memcpy(params, run->anchor, run->numel * sizeof(float));
-}
-
 /* ---- what the compute thread posts besides rounds ------------------------------------- */
-
-/* A copy of the model for the ledger, every checkpoint_every rounds. */
-static td__run_flow_t post_checkpoint(td_run_t *run, uint64_t round) {
-  if (run->spec.checkpoint_every == 0 || round % run->spec.checkpoint_every != 0)
-    return TD__RUN_GO_ON;
-  td_run_event_t ev = {.kind = TD_RUN_CHECKPOINT, .round = round};
-  const float *model = run->spec.mode_kind == TD_MODE_ASYNC ? run->start : run->anchor;
-  return td__run_post_copy(run, &ev, "the checkpoint", model, run->numel, NULL, 0);
-}
-
-/* Late join, serving side: a copy of the anchor (and the outer momentum) once
- * it holds `round`, for a node that joins from round + 1. */
-static td__run_flow_t post_anchor(td_run_t *run, uint64_t round) {
-  pthread_mutex_lock(&run->mu);
-  bool want = run->want_anchor == round;
-  pthread_mutex_unlock(&run->mu);
-  if (!want)
-    return TD__RUN_GO_ON;
-  td_run_event_t ev = {.kind = TD_RUN_ANCHOR, .round = round};
-  return td__run_post_copy(run, &ev, "the late-join anchor", run->anchor, run->numel, run->mom,
-                           run->numel);
-}
-
-/* Round r's reconciliation when it has one; `settle`: also wait until it
- * is applied (after the last round, so every node ends on the same model). */
-static td__run_flow_t reconcile(compute_t *c, uint64_t r, bool settle) {
-  if (!td_run_reconciles(c->run, r))
-    return TD__RUN_GO_ON;
-  td__run_flow_t f = td__run_post_reconcile(c->run, r, c->params, &c->idle);
-  if (f == TD__RUN_GO_ON && settle)
-    f = td__run_wait_reconciled(c->run, r, c->params);
-  return f;
-}
-
-/* After round r's outer step: the reconciliation, late-join anchor and
- * checkpoint that round r owes, in that order. */
-static td__run_flow_t post_round_extras(compute_t *c, uint64_t r, bool settle) {
-  td__run_flow_t f = reconcile(c, r, settle);
-  if (f == TD__RUN_GO_ON)
-    f = post_anchor(c->run, r);
-  if (f == TD__RUN_GO_ON)
-    f = post_checkpoint(c->run, r);
-  return f;
-}
 
 /* Loss on the fixed validation subset and a copy of the local model, so the
  * loop can compare with peers and serve the model to a lagging one. A probe
  * that cannot be evaluated is skipped: the next one will do. */
-static td__run_flow_t post_probe(compute_t *c, uint64_t round) {
+static td__run_flow_t post_probe(td__compute_t *c, uint64_t round) {
   double loss = NAN, acc = NAN, bpb = NAN;
-  char why[WHY_MAX];
+  char why[TD__COMPUTE_WHY_MAX];
   int rc = c->text ? td_trainer_evaluate_text(c->tr, td_text_data(c->data.text_valid),
                                               c->probe_bytes, &bpb, why, sizeof why)
                    : td_trainer_evaluate(c->tr, c->val, &loss, &acc, why, sizeof why);
@@ -313,7 +120,7 @@ static double trainer_lr_at(const void *tr, unsigned long step) {
 
 /* Knowledge transfer's probe rows: the first rows of the eval set. Without
  * memory for them the run goes on without probes. */
-static void open_probe_rows(compute_t *c) {
+static void open_probe_rows(td__compute_t *c) {
   if (c->text) {
     size_t window = (size_t)td_model_context(td_trainer_model(c->tr)) + 1;
     size_t want = TRANSFER_PROBE_WINDOWS * window, have = td_text_bytes(c->data.text_valid);
@@ -348,7 +155,7 @@ static bool evaluates(const td_run_t *run, uint64_t round) {
  * the training set. Otherwise (a device, whose one stream the replica would
  * share; a backend handed in by the caller; the training rows, which training
  * shuffles; not enough memory for the replica) they run here between rounds. */
-static void open_evaluator(compute_t *c, const td_trainer_opts_t *opts) {
+static void open_evaluator(td__compute_t *c, const td_trainer_opts_t *opts) {
   td_run_t *run = c->run;
   const td_runspec_t *sp = &run->spec;
   bool periodic = sp->eval_every < run->rounds && periodic_rank(run);
@@ -357,7 +164,7 @@ static void open_evaluator(compute_t *c, const td_trainer_opts_t *opts) {
   bool own_set = c->text || c->test != NULL;
   if (!periodic || !own_set || run->open_backend != NULL || td_backend_device_memory(c->be))
     return;
-  char why[WHY_MAX];
+  char why[TD__COMPUTE_WHY_MAX];
   td_backend_t *be = NULL;
   td_trainer_t *tr = NULL;
   int rc = td_backend_open(&be, "cpu", (int)sp->threads, why, sizeof why);
@@ -376,7 +183,7 @@ static void open_evaluator(compute_t *c, const td_trainer_opts_t *opts) {
 
 /* Backend, data, trainer and round plan; the model starts identical on every
  * node (same seed), the anchor with it. Posts READY. */
-static td__run_flow_t set_up(compute_t *c) {
+static td__run_flow_t set_up(td__compute_t *c) {
   td_run_t *run = c->run;
   const td_runspec_t *sp = &run->spec;
   /* auto says why it chose: status shows it (and a GPU that was passed over) */
@@ -385,7 +192,7 @@ static td__run_flow_t set_up(compute_t *c) {
                : td_backend_open_auto(&c->be, sp->backend, (int)sp->threads, c->why,
                                       sizeof c->why);
   if (rc != 0)
-    return fail(c);
+    return td__compute_fail(c);
   if (run->open_backend != NULL)
     snprintf(c->why, sizeof c->why, "%s (opened by the caller)", td_backend_describe(c->be));
   snprintf(c->backend_why, sizeof c->backend_why, "%.*s", (int)sizeof c->backend_why - 1, c->why);
@@ -393,7 +200,7 @@ static td__run_flow_t set_up(compute_t *c) {
   td_shard_opts_t shard = {.dataset = td_runspec_dataset(sp), .partition = sp->partition,
                            .rank = run->rank, .nodes = run->nodes, .seed = sp->seed};
   if (td_shard_open(&c->data, &shard, c->why, sizeof c->why) != 0)
-    return fail(c);
+    return td__compute_fail(c);
   c->train = c->data.train;
   c->test = c->data.test;
   c->text = c->data.text_train != NULL;
@@ -412,13 +219,13 @@ static td__run_flow_t set_up(compute_t *c) {
     snprintf(c->why, sizeof c->why,
              "epochs %u make %" PRIu64 " rounds, over this node's limit %" PRIu64 " (--max-rounds)",
              sp->epochs, bound, run->max_rounds);
-    return fail(c);
+    return td__compute_fail(c);
   }
   /* a run that keeps every checkpoint: now that its rounds are known */
   if (sp->rounds == 0 && sp->checkpoint_keep == 0 && run->max_checkpoint_bytes > 0 &&
       td_runspec_check_checkpoints(sp, bound, run->numel, run->max_checkpoint_bytes, c->why,
                                    sizeof c->why) != 0)
-    return fail(c);
+    return td__compute_fail(c);
   td_trainer_opts_t opts = {
       .model_spec = sp->model,
       .batch = run->local_batch,
@@ -437,20 +244,20 @@ static td__run_flow_t set_up(compute_t *c) {
               : td_trainer_open(&c->tr, c->be, c->train, &opts, c->why, sizeof c->why);
   if (rc != 0 ||
       (c->test != NULL && td_trainer_check_dataset(c->tr, c->test, c->why, sizeof c->why) != 0))
-    return fail(c);
+    return td__compute_fail(c);
   if (c->text && td_text_check_window(c->data.text_valid, td_model_context(run->probe),
                                       "held-out text", c->why, sizeof c->why) != 0)
-    return fail(c);
+    return td__compute_fail(c);
   plan.lr_ctx = c->tr;
   rc = td_steps_plan(&plan, &run->rounds, &run->steps_of);
   if (rc != 0) {
     snprintf(c->why, sizeof c->why, "cannot plan the rounds: %s", td_strerror(rc));
-    return fail(c);
+    return td__compute_fail(c);
   }
   td_model_t *model = td_trainer_model(c->tr);
   if (td_model_numel(model) != run->numel) {
     snprintf(c->why, sizeof c->why, "model size changed between planning and training");
-    return fail(c);
+    return td__compute_fail(c);
   }
   c->params = td_model_host_params(model); /* the model's own buffer on the CPU */
   memcpy(run->anchor, c->params, run->numel * sizeof(float));
@@ -466,7 +273,7 @@ static td__run_flow_t set_up(compute_t *c) {
       ((c->lead = calloc(run->numel, sizeof(float))) == NULL ||
        (c->eval == NULL && (c->saved = malloc(run->numel * sizeof(float))) == NULL))) {
     snprintf(c->why, sizeof c->why, "out of memory for the overlap swap");
-    return fail(c);
+    return td__compute_fail(c);
   }
   td_run_event_t ready = {.kind = TD_RUN_READY, .round = run->rounds};
   snprintf(ready.backend, sizeof ready.backend, "%s", td_backend_name(c->be));
@@ -476,7 +283,7 @@ static td__run_flow_t set_up(compute_t *c) {
 
 /* Late join, joining side: wait for the members' model, start from it, and
  * put the learning-rate schedule where the others are at the first round. */
-static td__run_flow_t wait_seed(compute_t *c) {
+static td__run_flow_t wait_seed(td__compute_t *c) {
   td_run_t *run = c->run;
   pthread_mutex_lock(&run->mu);
   while (!run->stop && run->seed == NULL)
@@ -492,14 +299,14 @@ static td__run_flow_t wait_seed(compute_t *c) {
     return TD__RUN_STOPPED;
   memcpy(c->params, run->anchor, run->numel * sizeof(float));
   memcpy(run->start, c->params, run->numel * sizeof(float));
-  td__run_flow_t f = push(c);
+  td__run_flow_t f = td__compute_push(c);
   if (f != TD__RUN_GO_ON)
     return f;
   /* the optimizer state is local and never travels: a joiner starts it from
    * zero on the members' model (compute/optim.h) */
   if (td_trainer_reset_optim(c->tr) != 0) {
     snprintf(c->why, sizeof c->why, "out of memory resetting the optimizer");
-    return fail(c);
+    return td__compute_fail(c);
   }
   unsigned long step = 0;
   for (uint64_t r = 1; r < run->first_round && r <= run->rounds; r++)
@@ -512,18 +319,18 @@ static td__run_flow_t wait_seed(compute_t *c) {
 
 /* Before the steps: async waits when it would run too far ahead; then what
  * other threads handed over is folded in, and the round's batch set. */
-static td__run_flow_t round_begin(compute_t *c, uint64_t round) {
+static td__run_flow_t round_begin(td__compute_t *c, uint64_t round) {
   td_run_t *run = c->run;
   if (td__run_stopping(run))
     return TD__RUN_STOPPED;
   unsigned ahead = run->spec.max_staleness + 1;
   if (run->spec.mode_kind == TD_MODE_ASYNC && round > ahead &&
-      wait_release(c, round - ahead) != TD__RUN_GO_ON)
+      td__compute_wait_release(c, round - ahead) != TD__RUN_GO_ON)
     return TD__RUN_STOPPED;
   td_backend_synchronize(c->be); /* the last push is done with the host copy */
   bool changed = apply_merge(run, c->tr, c->params);
   changed |= td__run_apply_reconciled(run, c->params) > 0;
-  td__run_flow_t f = changed ? push(c) : TD__RUN_GO_ON;
+  td__run_flow_t f = changed ? td__compute_push(c) : TD__RUN_GO_ON;
   if (f != TD__RUN_GO_ON)
     return f;
   c->batch = batch_for(run, round, c->batch);
@@ -531,82 +338,6 @@ static td__run_flow_t round_begin(compute_t *c, uint64_t round) {
   /* linear scaling below the even share: per-sample steps stay the same */
   double even = (double)run->spec.batch / nodes_at(run, round);
   td_trainer_set_lr_scale(c->tr, c->batch < even ? c->batch / even : 1);
-  return TD__RUN_GO_ON;
-}
-
-/* Whether round `round`'s steps watch for its predecessor's average, to swap
- * it in at the first step boundary after it arrives (overlap_early): an
- * overlapped round whose predecessor's average params do not hold yet. */
-static bool swaps_early(const compute_t *c, uint64_t round) {
-  const td_run_t *run = c->run;
-  return c->lead != NULL && run->spec.overlap_early && round > run->first_round &&
-         c->applied < round - 1;
-}
-
-/* overlap_early: round r's average, arrived during the next round's steps,
- * swapped in now rather than at that round's end (after_round_overlap): the
- * same swap (scheduler/overlap.h), which moves the round start with params,
- * so the round's delta stays its local progress; the exchange it ends is
- * measured as wait_exchange measures it. */
-static td__run_flow_t swap_in(compute_t *c, uint64_t r) {
-  td_run_t *run = c->run;
-  td__run_flow_t f = pull(c); /* the steps so far, on a device */
-  if (f != TD__RUN_GO_ON)
-    return f;
-  if (run->spec.overlap_fill == 0)
-    c->fresh = td_overlap_sync_next(c->fresh, td_clock_mono_s() - c->posted_at[r % 2],
-                                    c->compute_s, run->spec.overlap_wait);
-  apply_round(run, r, c->params, c->lead);
-  c->applied = r;
-  c->early = r + 1;
-  if ((f = post_round_extras(c, r, false)) != TD__RUN_GO_ON)
-    return f;
-  return push(c);
-}
-
-/* The round's n steps while its predecessor's average is awaited
- * (swaps_early): one at a time until the average is there, then the swap and
- * the rest in one call; `taken`: the round's steps before these. Each step is
- * slowed down to its own end (so that the average is seen at the step it
- * would reach on a device that slow), counted from the first: a late
- * wake-up from one wait is not added to the next, and the swap, which is not
- * a step, is not slowed down (it is not at the round's end either). The
- * steps are those of one call of n. */
-static td__run_flow_t steps_swapping(compute_t *c, uint64_t round, unsigned long n,
-                                     unsigned taken, td_train_stats_t *st) {
-  double loss = 0, acc = 0;
-  double t0 = td_clock_mono_s(), cpu0 = td_backend_cpu_seconds(c->be);
-  *st = (td_train_stats_t){0};
-  for (unsigned long i = 0; i < n;) {
-    bool pending = c->applied < round - 1;
-    if (pending && released(c->run, round - 1)) {
-      double s0 = td_clock_mono_s(), scpu0 = td_backend_cpu_seconds(c->be);
-      td__run_flow_t f = swap_in(c, round - 1);
-      if (f != TD__RUN_GO_ON)
-        return f;
-      c->swap_step = taken + (unsigned)i;
-      t0 += td_clock_mono_s() - s0;
-      cpu0 += td_backend_cpu_seconds(c->be) - scpu0;
-      pending = false;
-    }
-    unsigned long k = pending ? 1 : n - i;
-    td_train_stats_t some;
-    if (td_trainer_steps(c->tr, k, &some, c->why, sizeof c->why) != 0)
-      return fail(c);
-    td_backend_synchronize(c->be);
-    slow_down(c, t0, cpu0);
-    loss += some.loss * (double)some.samples;
-    acc += some.accuracy * (double)some.samples;
-    st->steps += some.steps;
-    st->samples += some.samples;
-    st->seconds += some.seconds;
-    st->lr = some.lr;
-    i += k;
-  }
-  if (st->samples > 0) {
-    st->loss = loss / (double)st->samples;
-    st->accuracy = acc / (double)st->samples;
-  }
   return TD__RUN_GO_ON;
 }
 
@@ -618,29 +349,29 @@ static td__run_flow_t steps_swapping(compute_t *c, uint64_t round, unsigned long
  * and left out of the measure: a GPU node reports its real rate from its first
  * round, and weighted batching gives it its share at once. The steps are the
  * same either way (one call of n steps or 1 + (n - 1)). */
-static td__run_flow_t round_steps(compute_t *c, uint64_t round, td_train_stats_t *st,
+static td__run_flow_t round_steps(td__compute_t *c, uint64_t round, td_train_stats_t *st,
                                   double *compute_s) {
   td_run_t *run = c->run;
   unsigned long n = td_run_steps_of(run, round);
   td_train_stats_t first = {0};
   if (!c->warm && n > 1 && td_backend_device_memory(c->be)) {
     if (td_trainer_steps(c->tr, 1, &first, c->why, sizeof c->why) != 0)
-      return fail(c);
+      return td__compute_fail(c);
     td_backend_synchronize(c->be);
     n--;
   }
   c->warm = true;
   c->swap_step = (unsigned)td_run_steps_of(run, round);
   double t0 = td_clock_mono_s(), cpu0 = td_backend_cpu_seconds(c->be);
-  if (swaps_early(c, round)) {
-    td__run_flow_t f = steps_swapping(c, round, n, (unsigned)first.steps, st);
+  if (td__compute_swaps_early(c, round)) {
+    td__run_flow_t f = td__compute_steps_swapping(c, round, n, (unsigned)first.steps, st);
     if (f != TD__RUN_GO_ON)
       return f;
   } else {
     if (td_trainer_steps(c->tr, n, st, c->why, sizeof c->why) != 0)
-      return fail(c);
+      return td__compute_fail(c);
     td_backend_synchronize(c->be);
-    slow_down(c, t0, cpu0);
+    td__compute_slow_down(c, t0, cpu0);
   }
   *compute_s = td_clock_mono_s() - t0;
   if (*compute_s > 0)
@@ -657,12 +388,12 @@ static td__run_flow_t round_steps(compute_t *c, uint64_t round, td_train_stats_t
                (double)(st->samples + c->fill.samples);
     st->samples += c->fill.samples;
   }
-  return pull(c); /* the round's result, for its delta */
+  return td__compute_pull(c); /* the round's result, for its delta */
 }
 
 /* The round's delta (from the anchor in sync, the round start otherwise) into
  * its slot, and ROUND_DONE. */
-static td__run_flow_t round_post_delta(compute_t *c, uint64_t round, const td_train_stats_t *st,
+static td__run_flow_t round_post_delta(td__compute_t *c, uint64_t round, const td_train_stats_t *st,
                                        double compute_s) {
   td_run_t *run = c->run;
   float *delta = run->delta[round % 2];
@@ -680,84 +411,13 @@ static td__run_flow_t round_post_delta(compute_t *c, uint64_t round, const td_tr
   c->posted_at[round % 2] = td_clock_mono_s();
   c->compute_s = compute_s;
   c->idle = 0;
-  c->fill = (fill_t){0};
+  c->fill = (td__compute_fill_t){0};
   return td__run_post(run, &ev) ? TD__RUN_GO_ON : TD__RUN_STOPPED;
-}
-
-/* sync: wait for the round's average, step the anchor and start from it. */
-static td__run_flow_t after_round_sync(compute_t *c, uint64_t round) {
-  td_run_t *run = c->run;
-  td__run_flow_t f = wait_release(c, round);
-  if (f != TD__RUN_GO_ON)
-    return f;
-  apply_round(run, round, c->params, NULL);
-  f = post_round_extras(c, round, round == run->rounds);
-  memcpy(run->start, c->params, run->numel * sizeof(float));
-  return f;
-}
-
-/* overlap: wait for round r's average and measure its exchange (post to
- * average); without fill, choose whether the next round waits for its own.
- * The first exchanges also hold the members' start-up skew (the RunStart's
- * trip, loading the data): a node that started first may wait in a round or
- * two after them, which on the WAN bench's MLP measured no worse (seed 11:
- * -0.27 / -0.49 / -0.35 point against -0.54 / -0.34 / -0.52 when the first
- * two exchanges were left out). */
-static td__run_flow_t wait_exchange(compute_t *c, uint64_t r) {
-  td__run_flow_t f = wait_release(c, r);
-  if (f == TD__RUN_GO_ON && c->run->spec.overlap_fill == 0)
-    c->fresh = td_overlap_sync_next(c->fresh, td_clock_mono_s() - c->posted_at[r % 2],
-                                    c->compute_s, c->run->spec.overlap_wait);
-  return f;
-}
-
-/* overlap: go on at once; swap the previous round's stale delta for its
- * average (filling the wait with steps when asked), then pull this round's
- * progress overlap_pull of the way back to the anchor. An exchange-bound
- * round (scheduler/overlap.h) instead waits for its own average and starts
- * the next from the consensus, as sync does. The last round waits for its
- * own average and ends on the consensus model. */
-static td__run_flow_t after_round_overlap(compute_t *c, uint64_t round) {
-  td_run_t *run = c->run;
-  td__run_flow_t f = TD__RUN_GO_ON;
-  memcpy(run->start, c->params, run->numel * sizeof(float));
-  /* a late joiner's seed already holds first_round - 1; an exchange-bound
-   * round applied its own average already */
-  if (round > run->first_round && c->applied < round - 1) {
-    if (run->spec.overlap_fill > 0 && round < run->rounds)
-      f = fill_until(c, round - 1, run->spec.overlap_fill * td_run_steps_of(run, round + 1));
-    if (f == TD__RUN_GO_ON)
-      f = wait_exchange(c, round - 1);
-    if (f != TD__RUN_GO_ON)
-      return f;
-    apply_round(run, round - 1, c->params, c->lead);
-    c->applied = round - 1;
-    if ((f = post_round_extras(c, round - 1, false)) != TD__RUN_GO_ON)
-      return f;
-  }
-  if (c->fresh && round < run->rounds) { /* measured, then ended as a sync round */
-    if ((f = wait_exchange(c, round)) != TD__RUN_GO_ON)
-      return f;
-    memset(c->lead, 0, run->numel * sizeof(float)); /* params become the new anchor */
-    c->applied = round;
-    return after_round_sync(c, round);
-  }
-  td_overlap_pull(c->params, run->start, c->lead, run->delta[round % 2], run->spec.overlap_pull,
-                  run->numel);
-  if (round == run->rounds) {
-    if ((f = wait_release(c, round)) != TD__RUN_GO_ON)
-      return f;
-    apply_round(run, round, c->params, c->lead);
-    if ((f = reconcile(c, round, true)) != TD__RUN_GO_ON)
-      return f;
-    memcpy(c->params, run->anchor, run->numel * sizeof(float));
-  }
-  return TD__RUN_GO_ON;
 }
 
 /* async: own progress counts with its sample share; the peers' deltas that
  * arrived in the inbox are added; the result is the next round's start. */
-static td__run_flow_t after_round_async(compute_t *c, uint64_t round,
+static td__run_flow_t after_round_async(td__compute_t *c, uint64_t round,
                                         const td_train_stats_t *st) {
   td_run_t *run = c->run;
   double share = (double)st->samples / ((double)run->spec.batch * td_run_steps_of(run, round));
@@ -770,11 +430,11 @@ static td__run_flow_t after_round_async(compute_t *c, uint64_t round,
   }
   pthread_mutex_unlock(&run->mu);
   memcpy(run->start, c->params, run->numel * sizeof(float));
-  return post_checkpoint(run, round);
+  return td__compute_post_checkpoint(run, round);
 }
 
 /* Post an evaluation of `round` (FINISHED after the last round). */
-static td__run_flow_t post_eval(compute_t *c, uint64_t round, double loss, double acc,
+static td__run_flow_t post_eval(td__compute_t *c, uint64_t round, double loss, double acc,
                                 double bpb) {
   td_run_event_t ev = {.kind = round == c->run->rounds ? TD_RUN_FINISHED : TD_RUN_EVAL,
                        .round = round, .loss = loss, .accuracy = acc, .bpb = bpb};
@@ -783,7 +443,7 @@ static td__run_flow_t post_eval(compute_t *c, uint64_t round, double loss, doubl
 
 /* The evaluator's finished result, if there is one, posted; `wait`: wait for
  * the one running first. An evaluation that failed fails the run, as here. */
-static td__run_flow_t collect_eval(compute_t *c, bool wait) {
+static td__run_flow_t collect_eval(td__compute_t *c, bool wait) {
   if (c->eval == NULL)
     return TD__RUN_GO_ON;
   if (wait)
@@ -793,7 +453,7 @@ static td__run_flow_t collect_eval(compute_t *c, bool wait) {
     return TD__RUN_GO_ON;
   if (r.rc != 0) {
     snprintf(c->why, sizeof c->why, "%s", r.why);
-    return fail(c);
+    return td__compute_fail(c);
   }
   return post_eval(c, r.round, r.loss, r.accuracy, r.bpb);
 }
@@ -805,7 +465,7 @@ static td__run_flow_t collect_eval(compute_t *c, bool wait) {
  * consensus, as DiLoCo evaluates its global model, not a worker's. In sync
  * mode params are the anchor after a round, in async there is no consensus,
  * and after the last round params are the consensus in every mode. */
-static bool consensus(const compute_t *c, uint64_t round) {
+static bool consensus(const td__compute_t *c, uint64_t round) {
   return c->lead != NULL && round < c->run->rounds;
 }
 
@@ -813,7 +473,7 @@ static bool consensus(const compute_t *c, uint64_t round) {
  * rounds (on the nodes eval_nodes names) and after the last (FINISHED). A
  * periodic one goes to the evaluator when there is one; the last one is
  * taken here, after the evaluator's, so FINISHED is the last event. */
-static td__run_flow_t round_end(compute_t *c, uint64_t round) {
+static td__run_flow_t round_end(td__compute_t *c, uint64_t round) {
   td_run_t *run = c->run;
   td__run_flow_t f = TD__RUN_GO_ON;
   bool probes = c->val != NULL || c->probe_bytes > 0;
@@ -834,7 +494,7 @@ static td__run_flow_t round_end(compute_t *c, uint64_t round) {
     td_backend_synchronize(c->be); /* the last push is done with the host copy */
     memcpy(c->saved, c->params, run->numel * sizeof(float));
     memcpy(c->params, run->anchor, run->numel * sizeof(float));
-    if ((f = push(c)) != TD__RUN_GO_ON)
+    if ((f = td__compute_push(c)) != TD__RUN_GO_ON)
       return f;
   }
   int rc = c->text ? td_trainer_evaluate_text(c->tr, td_text_data(c->data.text_valid),
@@ -842,11 +502,11 @@ static td__run_flow_t round_end(compute_t *c, uint64_t round) {
                                               sizeof c->why)
                    : td_trainer_evaluate(c->tr, c->eval_set, &loss, &acc, c->why, sizeof c->why);
   if (rc != 0)
-    return fail(c);
+    return td__compute_fail(c);
   if (consensus(c, round)) {
     td_backend_synchronize(c->be);
     memcpy(c->params, c->saved, run->numel * sizeof(float));
-    if ((f = push(c)) != TD__RUN_GO_ON)
+    if ((f = td__compute_push(c)) != TD__RUN_GO_ON)
       return f;
   }
   if (c->text)
@@ -854,7 +514,7 @@ static td__run_flow_t round_end(compute_t *c, uint64_t round) {
   return post_eval(c, round, loss, acc, bpb);
 }
 
-static td__run_flow_t run_round(compute_t *c, uint64_t round) {
+static td__run_flow_t run_round(td__compute_t *c, uint64_t round) {
   td_train_stats_t st = {0};
   double compute_s = 0;
   td__run_flow_t f = round_begin(c, round);
@@ -864,20 +524,20 @@ static td__run_flow_t run_round(compute_t *c, uint64_t round) {
     f = round_post_delta(c, round, &st, compute_s);
   if (f == TD__RUN_GO_ON) {
     switch (c->run->spec.mode_kind) {
-    case TD_MODE_SYNC: f = after_round_sync(c, round); break;
-    case TD_MODE_OVERLAP: f = after_round_overlap(c, round); break;
+    case TD_MODE_SYNC: f = td__compute_after_round_sync(c, round); break;
+    case TD_MODE_OVERLAP: f = td__compute_after_round_overlap(c, round); break;
     case TD_MODE_ASYNC: f = after_round_async(c, round, &st); break;
     }
   }
   if (f == TD__RUN_GO_ON)
-    f = push(c); /* the host copy changed: the evaluation and next steps use it */
+    f = td__compute_push(c); /* the host copy changed: the evaluation and next steps use it */
   if (f == TD__RUN_GO_ON)
     f = round_end(c, round);
   return f;
 }
 
 void *td__run_compute_main(void *arg) {
-  compute_t c = {.run = arg};
+  td__compute_t c = {.run = arg};
   td_run_t *run = c.run;
   td__run_flow_t f = set_up(&c);
   if (f == TD__RUN_GO_ON && run->first_round > 1)

@@ -1,7 +1,7 @@
 /* run_internal.h: what the files of a run share and nobody else sees: the run
  * object itself and the calls between run.c (lifecycle, the event mailbox and
- * the hand-offs other threads call), run_compute.c (the compute thread's
- * rounds) and run_recon.c (reconciliation slots).
+ * the hand-offs other threads call), run_compute.c and run_overlap.c (the
+ * compute thread's rounds) and run_recon.c (reconciliation slots).
  *
  * Threads: every field below `mu` in the struct is guarded by it; the buffers
  * above it follow the ownership rules of run.h (the compute thread owns the
