@@ -28,7 +28,7 @@
 #include <time.h>
 
 #include "compute/backend_impl.h"
-#include "compute/tpool.h"
+#include "compute/cpu/tpool.h"
 #include "common/error.h"
 
 #ifndef HAVE_CUDA

@@ -20,7 +20,7 @@
 #include <time.h>
 
 #include "common/error.h"
-#include "compute/text.h"
+#include "compute/data/text.h"
 
 struct td_trainer {
   td_backend_t *be;

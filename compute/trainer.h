@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "compute/backend.h"
-#include "compute/dataset.h"
+#include "compute/data/dataset.h"
 #include "compute/model.h"
 #include "compute/optim.h"
 

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
-#include "daemon/log.h"
+#include "daemon/base/log.h"
 #include "proto/control.h"
 
 /* A join waits this long for the welcome of the node it asked. */

@@ -15,7 +15,7 @@
 #include <stdio.h>
 
 #include "common/error.h"
-#include "daemon/log.h"
+#include "daemon/base/log.h"
 
 /* Drops logged one by one before only every LOG_EVERY-th is. */
 #define DROP_LOGS_IN_FULL 20

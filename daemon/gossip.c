@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "daemon/log.h"
+#include "daemon/base/log.h"
 
 static bool tcp_endpoint(const char *ep) { return ep != NULL && strncmp(ep, "tcp://", 6) == 0; }
 

@@ -28,12 +28,12 @@
 #include <uv.h>
 
 #include "compress/codec.h"
-#include "daemon/clock.h"
-#include "daemon/keys.h"
-#include "daemon/ledger.h"
-#include "daemon/members.h"
-#include "daemon/run.h"
-#include "daemon/runspec.h"
+#include "daemon/base/clock.h"
+#include "daemon/net/keys.h"
+#include "daemon/store/ledger.h"
+#include "daemon/base/members.h"
+#include "daemon/run/run.h"
+#include "daemon/run/runspec.h"
 #include "proto/wire.h"
 #include "scheduler/linkq.h"
 #include "scheduler/round.h"

@@ -13,10 +13,10 @@
 
 #include "common/error.h"
 #include "daemon/settings.h"
-#include "daemon/log.h"
+#include "daemon/base/log.h"
 #include "daemon/node.h"
-#include "daemon/runspec.h"
-#include "daemon/standalone.h"
+#include "daemon/run/runspec.h"
+#include "daemon/run/standalone.h"
 
 #ifdef HAVE_CONFIG_H
 #include "config.h"

@@ -18,7 +18,7 @@
 
 #include "common/error.h"
 #include "daemon/internal.h"
-#include "daemon/log.h"
+#include "daemon/base/log.h"
 #include "daemon/metrics.h"
 
 #ifdef HAVE_CONFIG_H

@@ -23,7 +23,7 @@
 
 #include "common/error.h"
 #include "daemon/internal.h"
-#include "daemon/log.h"
+#include "daemon/base/log.h"
 
 /* Failure detection: suspect after this many heartbeats of silence, dead after... */
 #define SUSPECT_AFTER_BEATS 3

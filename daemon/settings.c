@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
-#include "daemon/log.h"
+#include "daemon/base/log.h"
 #include "daemon/metrics.h"
 #include "daemon/node.h"
 

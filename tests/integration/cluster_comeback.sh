@@ -46,7 +46,7 @@ start_run() {
 # ---- kill -9 and restart, five times ------------------------------------------------
 # Rounds of real work (about 0.1 s here): the returning node has the 3 lead
 # rounds to start its session before the members send it their first update
-# (daemon/comeback.c says what happens when it takes longer).
+# (daemon/session/comeback.c says what happens when it takes longer).
 ROUNDS=300
 start_run --set rounds=$ROUNDS --set model=mlp:784-256-10 --set batch=64 --set local_steps=8 \
   --set eval_every=100 || finish

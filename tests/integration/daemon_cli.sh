@@ -79,7 +79,7 @@ ctl a status | grep -q '^backend cpu (auto: no usable GPU: ' \
   && pass "evaluated every 5 rounds" || fail "eval rows: $(sql a "SELECT round, eval_acc FROM rounds")"
 [ "$(sql a "PRAGMA journal_mode")" = wal ] && pass "ledger in WAL mode" || fail "journal mode"
 
-# a run whose data is not there is refused at start (daemon/policy.c) and says why
+# a run whose data is not there is refused at start (daemon/session/policy.c) and says why
 run missing "$TRAINCTL" --socket "$T/a/ctl" start --set dataset=csv:$T/missing.csv \
   --set model=mlp:2-8-2
 expect_error missing "missing.csv' is not a file under the data root"

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "daemon/keys.h"
+#include "daemon/net/keys.h"
 
 /* argv[1] == "--keygen": print a fresh pair and return 1 (the caller exits). */
 static inline int peer_keys_keygen(int argc, char **argv) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # policy_limits.sh: every node checks a run spec against its own limits
-# (daemon/policy.c) before allocating or opening anything, whoever asks.
+# (daemon/session/policy.c) before allocating or opening anything, whoever asks.
 #  - a member that starts runs without checking them (td_runstart_peer) sends
 #    RunStarts over each limit (model memory, batch, threads, rounds) and with
 #    datasets outside the data root (/etc/shadow, /dev/zero, a FIFO inside the

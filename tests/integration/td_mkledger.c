@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/ledger.h"
-#include "daemon/runspec.h"
+#include "daemon/store/ledger.h"
+#include "daemon/run/runspec.h"
 
 static int fail(const char *what) {
   fprintf(stderr, "td_mkledger: %s failed\n", what);

@@ -24,9 +24,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "compute/dataset.h"
+#include "compute/data/dataset.h"
 #include "common/error.h"
-#include "compute/partition.h"
+#include "compute/data/partition.h"
 #include "compute/rng.h"
 
 /* AddressSanitizer reserves terabytes of address space, so the address-space

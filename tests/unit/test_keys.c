@@ -15,7 +15,7 @@
 #include <zmq.h>
 
 #include "common/error.h"
-#include "daemon/keys.h"
+#include "daemon/net/keys.h"
 
 static char dir[64];
 

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
-#include "daemon/ledger.h"
+#include "daemon/store/ledger.h"
 #include "tests/unit/fault_io.h"
 
 static char dir[64], path[128];

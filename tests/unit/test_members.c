@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "common/error.h"
-#include "daemon/members.h"
+#include "daemon/base/members.h"
 
 typedef struct {
   int suspected, died;

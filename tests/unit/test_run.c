@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include "common/error.h"
-#include "daemon/run.h"
-#include "daemon/run_internal.h"
+#include "daemon/run/run.h"
+#include "daemon/run/run_internal.h"
 
 #define ROUNDS 200 /* more than three mailboxes' worth of ROUND_DONE */
 

@@ -24,7 +24,7 @@
 
 #include "common/error.h"
 #include "compute/backend_impl.h"
-#include "daemon/run.h"
+#include "daemon/run/run.h"
 
 #define ROUNDS 8
 

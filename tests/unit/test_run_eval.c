@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "compute/backend.h"
-#include "daemon/run.h"
+#include "daemon/run/run.h"
 #include "tests/unit/run_csv.h"
 
 #define ROUNDS 10

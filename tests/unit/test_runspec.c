@@ -10,7 +10,7 @@
 
 #include "common/error.h"
 #include "compute/optim.h"
-#include "daemon/runspec.h"
+#include "daemon/run/runspec.h"
 
 static char tmpdir[64];
 

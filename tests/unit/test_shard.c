@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
-#include "compute/shard.h"
+#include "compute/data/shard.h"
 
 static char tmpdir[64];
 

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
-#include "compute/text.h"
+#include "compute/data/text.h"
 
 static char tmpdir[64];
 

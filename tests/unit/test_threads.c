@@ -38,7 +38,7 @@
 #include "compute/model.h"
 #include "compute/optim.h"
 #include "compute/rng.h"
-#include "compute/tpool.h"
+#include "compute/cpu/tpool.h"
 
 /* ---- the pool ---- */
 

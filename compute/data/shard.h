@@ -1,0 +1,45 @@
+/* shard.h: the data one node trains on, from the run keys to memory.
+ *
+ * One sequence shared by peer runs (daemon/run.c) and the standalone trainer
+ * (daemon/standalone.c): resolve the `dataset` key, normalise labelled
+ * features with the statistics of the WHOLE training set (so every node of a
+ * run, and the standalone baseline, sees identically scaled inputs), then cut
+ * node `rank` of `nodes`'s partition under the `partition` key and the run
+ * seed. Text datasets (`text:`, compute/text.h) take the same path and come
+ * back as byte ranges instead of rows. Runs on the caller's thread; every file
+ * is opened without blocking (compute/file.h). */
+#ifndef TD_SHARD_H
+#define TD_SHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compute/data/dataset.h"
+#include "compute/data/text.h"
+
+typedef struct {
+  const char *dataset;   /* run key `dataset` */
+  const char *partition; /* run key `partition` */
+  unsigned rank, nodes;  /* this node's place: rank < nodes */
+  uint64_t seed;         /* run seed: the partition depends on it and nothing else */
+} td_shard_opts_t;
+
+/* What a node trains and evaluates on. Exactly one family is set: labelled
+ * (train, test) or text (text_train, text_valid). Owned by the shard until
+ * td_shard_close(); a caller may take a pointer over and set the field NULL. */
+typedef struct {
+  td_dataset_t *train;     /* the node's rows (all rows for `all` or one node) */
+  td_dataset_t *test;      /* the whole test set; NULL when the spec names none */
+  td_text_t *text_train;   /* the node's bytes of the training text */
+  td_text_t *text_valid;   /* the whole validation text (held out or VALID_PATH) */
+  size_t full_count;       /* rows, or bytes of text, of the whole training set */
+} td_shard_t;
+
+/* Load, normalise and partition. On failure nothing is held and why has one
+ * line: the loader's codes (TD_ENOENT, TD_EIO, TD_ECORRUPT, TD_ENOMEM), or
+ * TD_ECONFIG for a bad partition or one that leaves this node no data. */
+int td_shard_open(td_shard_t *out, const td_shard_opts_t *opts, char *why, size_t why_len);
+/* Close whatever the shard still holds; NULL-safe and idempotent. */
+void td_shard_close(td_shard_t *shard);
+
+#endif

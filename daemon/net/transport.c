@@ -1,0 +1,696 @@
+/* transport.c: the links to the peers, and the sockets under them.
+ *
+ * Threads: loop thread only. The ROUTER socket receives from every peer; one
+ * link per peer holds two DEALERs to it, so control traffic (hello,
+ * heartbeats, acks, run start/stop) never queues behind a multi-megabyte
+ * update in the same ZeroMQ pipe and TCP stream: on a 2 Mbit/s uplink one
+ * dense update takes seconds, long enough to get a healthy peer suspected.
+ * Update and bulk frames wait in the link's queue (scheduler/linkq.h) and are
+ * paced out by its window; the receiver acks every chunk. ZMQ_FD is
+ * edge-triggered, so every wake-up drains the socket while ZMQ_EVENTS reports
+ * input, and the heartbeat drains it once more as a safety net. Each link
+ * also measures its goodput from update acknowledgements (ALGORITHMS.md 6.2)
+ * for the codec budgets (scheduler/budget.h), and its path round-trip time
+ * from heartbeat echoes (scheduler/pathrtt.h; each heartbeat carries the
+ * sender's clock and echoes the peer's last stamp with how long it was held).
+ * Nothing received is trusted: envelopes go through proto/wire.c, then to
+ * dispatch.c.
+ *
+ * --link-delay-ms (an emulated WAN) holds every outgoing frame that long:
+ * update and bulk frames in their link queue, control frames in its control
+ * class, which the pump sends on the control connection as soon as they are
+ * due (they never wait on the window), so acks and heartbeats cross the
+ * emulated latency too. At shutdown the control frames still held go at once
+ * (a leave must not be lost to the delay).
+ *
+ * Security (access.c): by default every socket speaks CURVE. The ROUTER is a
+ * CURVE server whose ZAP handler (zap.c) admits listed keys only; a link's
+ * DEALERs are CURVE clients that authenticate the peer's own key, so a link
+ * to node X reaches X or nothing, wherever its endpoint points. A message's
+ * sender is the key libzmq authenticated on its connection (the User-Id the
+ * ZAP handler set), not the envelope's sender field, which is overwritten. */
+#include "daemon/internal.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "common/error.h"
+#include "daemon/base/log.h"
+#include "scheduler/budget.h"
+#include "scheduler/pathrtt.h"
+
+#define MAX_LINKS TD_MEMBERS_MAX
+/* libzmq refuses larger frames before allocating (our own limit is lower). */
+#define ZMQ_MAX_FRAME_BYTES (16 << 20)
+#define LINK_SNDHWM_FRAMES 4000
+#define ROUTER_RCVHWM_FRAMES 20000
+#define MONITOR_ENDPOINT "inproc://traind-router-monitor"
+
+typedef struct {
+  double sent_at; /* mono seconds; 0 when acked or never sent */
+  uint64_t round, bytes;
+  char codec[32];
+} pending_update_t;
+
+struct td__link {
+  uint64_t peer; /* 0 until the node behind `endpoint` introduced itself */
+  char endpoint[TD_ENDPOINT_MAX];
+  void *sock;     /* update chunks and bulk, paced by q */
+  void *ctl_sock; /* everything else */
+  td_linkq_t *q;
+  uint64_t bytes_sent, bytes_recv, msgs_sent, msgs_recv, send_drops;
+  /* updates only: bytes on the wire and the dense fp32 bytes they stand for */
+  uint64_t update_wire_sent, update_dense_sent, update_wire_recv, update_dense_recv;
+  char codec[32];
+  double goodput_bps, ack_s, budget;
+  pending_update_t pending[2]; /* updates awaiting their ack, by round % 2 */
+  td_pathrtt_t path;           /* path RTT from heartbeat echoes */
+  uint64_t echo_us;            /* the peer's last heartbeat stamp (0: none yet) */
+  double echo_heard_at;        /* when it came, mono seconds */
+};
+
+struct td__transport {
+  td__node_t *node;
+  void *zctx, *router, *monitor;
+  td__access_t *access;
+  td__zap_t *zap; /* NULL when insecure */
+  uv_poll_t router_poll, monitor_poll;
+  uv_timer_t pump_timer; /* next time a queued frame becomes sendable */
+  double link_delay_s;
+  /* --uplink-kbit: the queued frames of all links share this many bits per
+   * second, like a shaped uplink (0: no cap); uplink_free_s is when the
+   * emulated wire is free for the next frame. */
+  double uplink_bps, uplink_free_s;
+  size_t pump_turn; /* the link the pump timer serves first */
+  bool stopped;
+  uint64_t seq;
+  char endpoint[TD_ENDPOINT_MAX];
+  td__link_t links[MAX_LINKS];
+  size_t n_links;
+};
+
+const char *td__transport_endpoint(const td__transport_t *t) { return t->endpoint; }
+size_t td__transport_count(const td__transport_t *t) { return t->n_links; }
+td__link_t *td__transport_at(td__transport_t *t, size_t i) { return &t->links[i]; }
+uint64_t td__link_peer(const td__link_t *l) { return l->peer; }
+
+td__link_t *td__link_find(td__transport_t *t, uint64_t peer) {
+  if (peer == 0)
+    return NULL;
+  for (size_t i = 0; i < t->n_links; i++)
+    if (t->links[i].peer == peer)
+      return &t->links[i];
+  return NULL;
+}
+
+td__link_t *td__link_by_endpoint(td__transport_t *t, const char *endpoint) {
+  td__link_t *l = NULL;
+  for (size_t i = 0; i < t->n_links; i++)
+    if (strcmp(t->links[i].endpoint, endpoint) == 0)
+      l = &t->links[i];
+  return l;
+}
+
+static void *open_dealer(td__transport_t *t, const char *endpoint, const char *server_key) {
+  void *s = zmq_socket(t->zctx, ZMQ_DEALER);
+  if (s == NULL)
+    return NULL;
+  int linger = 0, hwm = LINK_SNDHWM_FRAMES;
+  zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
+  if (server_key[0] != '\0') {
+    const td_keypair_t *kp = td__access_keypair(t->access);
+    if (zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, server_key, TD_KEY_Z85_LEN + 1) != 0 ||
+        zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, kp->pub, TD_KEY_Z85_LEN + 1) != 0 ||
+        zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, kp->secret, TD_KEY_Z85_LEN + 1) != 0) {
+      td_log_warn("cannot set the CURVE keys of a link to %s: %s", endpoint,
+                  zmq_strerror(zmq_errno()));
+      zmq_close(s);
+      return NULL;
+    }
+  }
+  if (zmq_connect(s, endpoint) != 0) {
+    td_log_warn("cannot connect to %s: %s", endpoint, zmq_strerror(zmq_errno()));
+    zmq_close(s);
+    return NULL;
+  }
+  return s;
+}
+
+td__link_t *td__link_ensure(td__transport_t *t, uint64_t peer, const char *endpoint) {
+  if (peer == t->node->node_id)
+    return NULL;
+  bool secure = td__access_secure(t->access);
+  const char *key = td__access_key_of(t->access, peer);
+  if (secure && key == NULL)
+    return NULL; /* no link to a node whose key this node has not admitted */
+  td__link_t *l = td__link_find(t, peer);
+  if (l == NULL && endpoint != NULL && !secure) /* links opened by endpoint: insecure only */
+    for (size_t i = 0; i < t->n_links; i++)
+      if (t->links[i].peer == 0 && strcmp(t->links[i].endpoint, endpoint) == 0) {
+        l = &t->links[i];
+        l->peer = peer;
+      }
+  if (l != NULL) {
+    if (endpoint != NULL && endpoint[0] && strcmp(l->endpoint, endpoint) != 0) {
+      /* the peer restarted elsewhere: reconnect */
+      zmq_disconnect(l->sock, l->endpoint);
+      zmq_disconnect(l->ctl_sock, l->endpoint);
+      snprintf(l->endpoint, sizeof l->endpoint, "%s", endpoint);
+      zmq_connect(l->sock, l->endpoint);
+      zmq_connect(l->ctl_sock, l->endpoint);
+    }
+    return l;
+  }
+  size_t slot = t->n_links;
+  for (size_t i = 0; i < t->n_links; i++)
+    if (t->links[i].sock == NULL) /* closed when its key was revoked */
+      slot = i;
+  if (endpoint == NULL || endpoint[0] == '\0' || slot >= MAX_LINKS)
+    return NULL;
+  void *s = open_dealer(t, endpoint, key ? key : "");
+  void *c = s != NULL ? open_dealer(t, endpoint, key ? key : "") : NULL;
+  td_linkq_opts_t qo = {.delay_s = t->link_delay_s};
+  td_linkq_t *q = NULL;
+  if (c == NULL || td_linkq_open(&q, &qo) != 0) {
+    if (s)
+      zmq_close(s);
+    if (c)
+      zmq_close(c);
+    return NULL;
+  }
+  l = &t->links[slot];
+  if (slot == t->n_links)
+    t->n_links++;
+  else /* a revoked link's slot: its queue holds nothing for the new peer */
+    td_linkq_close(&l->q);
+  *l = (td__link_t){.peer = peer, .sock = s, .ctl_sock = c, .q = q};
+  snprintf(l->endpoint, sizeof l->endpoint, "%s", endpoint);
+  td_log_debug("link to %016" PRIx64 " at %s", peer, endpoint);
+  return l;
+}
+
+int td__link_send(td__transport_t *t, td__link_t *l, Traind__Envelope *env) {
+  uint8_t *buf;
+  size_t len;
+  if (l->ctl_sock == NULL)
+    return TD_EINVAL;
+  env->sender = t->node->node_id;
+  env->seq = ++t->seq;
+  if (td_wire_pack(env, &buf, &len) != 0)
+    return TD_EPROTO;
+  if (t->link_delay_s > 0 && !t->stopped) { /* held like the updates; the pump sends it */
+    if (td_linkq_push(l->q, TD_PRIO_CONTROL, buf, len, false, td_clock_mono_s()) == 0) {
+      l->send_drops++;
+      return TD_ENOMEM;
+    }
+    td__link_pump(t, l);
+    return 0;
+  }
+  int rc = zmq_send(l->ctl_sock, buf, len, ZMQ_DONTWAIT);
+  free(buf);
+  if (rc < 0) {
+    l->send_drops++;
+    return TD_EIO;
+  }
+  l->bytes_sent += len;
+  l->msgs_sent++;
+  return 0;
+}
+
+/* Acks: TD__ACK_UPDATE for a complete update (round, message bytes),
+ * TD__ACK_CHUNK for every chunk (its Envelope.seq), which opens the
+ * sender's window. */
+int td__link_send_ack(td__transport_t *t, uint64_t peer, uint64_t run_id, td__ack_kind_t kind,
+                      uint64_t seq, uint64_t bytes) {
+  td__link_t *l = td__link_find(t, peer);
+  if (l == NULL)
+    return TD_EINVAL;
+  Traind__Ack ack = TRAIND__ACK__INIT;
+  ack.ack_seq = seq;
+  ack.bytes = bytes;
+  ack.kind = (uint32_t)kind;
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_ACK;
+  env.ack = &ack;
+  env.run_id = run_id;
+  return td__link_send(t, l, &env);
+}
+
+void td__transport_broadcast(td__transport_t *t, Traind__Envelope *env) {
+  for (size_t i = 0; i < t->n_links; i++)
+    if (t->links[i].peer != 0 && td__node_reachable(t->node, t->links[i].peer))
+      td__link_send(t, &t->links[i], env);
+}
+
+double td__transport_uplink(td__transport_t *t) {
+  double sum = 0;
+  for (size_t i = 0; i < t->n_links; i++)
+    if (t->links[i].peer != 0 && td__node_reachable(t->node, t->links[i].peer) &&
+        t->links[i].goodput_bps > 0)
+      sum += t->links[i].goodput_bps;
+  return sum;
+}
+
+uint64_t td__link_reserve(td__link_t *l, size_t count) { return td_linkq_reserve(l->q, count); }
+
+void td__link_queue(td__link_t *l, td_prio_t prio, uint8_t *frame, size_t len, uint64_t seq) {
+  if (td_linkq_push_seq(l->q, prio, frame, len, true, td_clock_mono_s(), seq) == 0)
+    l->send_drops++; /* refused (out of memory) */
+}
+
+void td__link_drop_class(td__link_t *l, td_prio_t prio) { td_linkq_drop_class(l->q, prio); }
+
+void td__link_restart(td__transport_t *t, td__link_t *l) {
+  td_linkq_expire(l->q, td_clock_mono_s() + 1.0, 0); /* every frame in flight */
+  td_linkq_drop_class(l->q, TD_PRIO_UPDATE);
+  td_linkq_drop_class(l->q, TD_PRIO_BULK);
+  td__link_pump(t, l);
+}
+
+void td__transport_drop_run_traffic(td__transport_t *t) {
+  for (size_t i = 0; i < t->n_links; i++) {
+    td_linkq_drop_class(t->links[i].q, TD_PRIO_UPDATE);
+    td_linkq_drop_class(t->links[i].q, TD_PRIO_BULK);
+  }
+}
+
+static void on_pump_timer(uv_timer_t *timer) {
+  td__transport_t *t = timer->data;
+  /* Under an uplink cap one timer lets about one frame out: start at the
+   * next link each time so every link gets its turn on the shared wire. */
+  size_t first = t->n_links > 0 ? t->pump_turn++ % t->n_links : 0;
+  for (size_t i = 0; i < t->n_links; i++)
+    td__link_pump(t, &t->links[(first + i) % t->n_links]);
+}
+
+/* Arm the pump timer for the earliest frame that waits on time (delay). */
+static void arm_pump(td__transport_t *t) {
+  double next = INFINITY;
+  for (size_t i = 0; i < t->n_links; i++)
+    next = fmin(next, td_linkq_next_ready(t->links[i].q));
+  if (isfinite(next) && t->uplink_bps > 0)
+    next = fmax(next, t->uplink_free_s); /* nothing leaves before the wire is free */
+  if (isfinite(next) && !t->stopped) {
+    double ms = ceil((next - td_clock_mono_s()) * 1e3);
+    uv_timer_start(&t->pump_timer, on_pump_timer, ms > 1 ? (uint64_t)ms : 1, 0);
+  }
+}
+
+void td__link_pump(td__transport_t *t, td__link_t *l) {
+  td_linkq_frame_t f;
+  double now = td_clock_mono_s();
+  if (l->sock == NULL)
+    return;
+  while ((t->uplink_bps <= 0 || now >= t->uplink_free_s) && td_linkq_pop(l->q, now, &f)) {
+    if (t->uplink_bps > 0)
+      t->uplink_free_s = fmax(now, t->uplink_free_s) + (double)f.len * 8.0 / t->uplink_bps;
+    bool control = f.prio == TD_PRIO_CONTROL; /* held by --link-delay-ms */
+    if (zmq_send(control ? l->ctl_sock : l->sock, f.frame, f.len, ZMQ_DONTWAIT) < 0) {
+      l->send_drops++; /* counted; its window share comes back at expiry */
+    } else {
+      l->bytes_sent += f.len;
+      l->msgs_sent++;
+      if (!control && t->node->session != NULL)
+        td__session_note_sent(t->node->session, f.len);
+    }
+    free(f.frame);
+  }
+  arm_pump(t);
+}
+
+void td__link_chunk_acked(td__transport_t *t, td__link_t *l, uint64_t seq) {
+  if (td_linkq_ack(l->q, seq, td_clock_mono_s()))
+    td__link_pump(t, l);
+}
+
+void td__link_close_peer(td__transport_t *t, uint64_t peer) {
+  td__link_t *l = td__link_find(t, peer);
+  if (l == NULL)
+    return;
+  zmq_close(l->sock);
+  zmq_close(l->ctl_sock);
+  td_linkq_drop_class(l->q, TD_PRIO_CONTROL);
+  td_linkq_drop_class(l->q, TD_PRIO_UPDATE);
+  td_linkq_drop_class(l->q, TD_PRIO_BULK);
+  /* the slot is reused by the next new link; until then its empty queue
+   * keeps the loops over all links simple */
+  td_linkq_t *q = l->q;
+  *l = (td__link_t){.q = q};
+}
+
+void td__link_note_recv(td__link_t *l, uint64_t bytes) { l->bytes_recv += bytes; }
+
+void td__link_note_update_recv(td__link_t *l, uint64_t wire, uint64_t dense) {
+  l->update_wire_recv += wire;
+  l->update_dense_recv += dense;
+}
+
+void td__link_note_update_sent(td__link_t *l, uint64_t round, uint64_t wire, uint64_t dense,
+                               const char *codec) {
+  l->update_wire_sent += wire;
+  l->update_dense_sent += dense;
+  snprintf(l->codec, sizeof l->codec, "%s", codec);
+  pending_update_t *p = &l->pending[round % 2];
+  p->round = round;
+  p->bytes = wire;
+  p->sent_at = td_clock_mono_s();
+  snprintf(p->codec, sizeof p->codec, "%s", codec);
+}
+
+double td__link_fit_budget(td__link_t *l, uint64_t round, double compute_s, double min_s) {
+  /* the update two rounds back still unacknowledged (its slot is about to be
+   * reused) caps the estimate at what the link delivered since */
+  const pending_update_t *old = &l->pending[round % 2];
+  double since = old->sent_at > 0 ? td_clock_mono_s() - old->sent_at : 0;
+  l->goodput_bps = td_budget_goodput_unacked(l->goodput_bps, old->bytes, since);
+  if (!(l->goodput_bps > 0))
+    return 0;
+  l->budget = td_budget_link_bytes(l->goodput_bps, compute_s, min_s);
+  return l->budget;
+}
+
+bool td__link_update_acked(td__link_t *l, uint64_t round, uint64_t bytes, td_ledger_link_t *row,
+                           char *codec, size_t codec_len) {
+  pending_update_t *p = &l->pending[round % 2];
+  if (round != p->round || p->sent_at <= 0 || bytes != p->bytes)
+    return false; /* stale, duplicate or forged: nothing to learn */
+  double dt = td_clock_mono_s() - p->sent_at;
+  p->sent_at = 0;
+  if (!(dt > 0))
+    return false;
+  l->ack_s = dt;
+  l->goodput_bps = td_budget_goodput_acked(l->goodput_bps, (double)bytes, dt, l->budget);
+  td_linkq_stats_t qs;
+  td_linkq_stats(l->q, &qs);
+  *row = (td_ledger_link_t){.round = round, .peer = l->peer, .at = td_clock_wall_s(),
+                            .goodput_bps = l->goodput_bps,
+                            .rtt_ms = qs.rtt_s > 0 ? qs.rtt_s * 1e3 : NAN,
+                            .budget_bytes = l->budget, .window_bytes = qs.window,
+                            .bytes_sent = bytes};
+  snprintf(codec, codec_len, "%s", p->codec);
+  return true;
+}
+
+/* Heartbeat stamps are monotonic microseconds: 0 means none. */
+static uint64_t mono_us(double s) { return s > 0 ? (uint64_t)(s * 1e6) : 0; }
+
+void td__link_echo_out(td__link_t *l, uint64_t *stamp_us, uint64_t *echo_us, uint64_t *hold_us) {
+  double now = td_clock_mono_s();
+  *stamp_us = mono_us(now);
+  *echo_us = l->echo_us;
+  *hold_us = l->echo_us != 0 ? mono_us(now - l->echo_heard_at) : 0;
+}
+
+void td__link_echo_in(td__link_t *l, uint64_t stamp_us, uint64_t echo_us, uint64_t hold_us) {
+  double now = td_clock_mono_s();
+  l->echo_us = stamp_us; /* the peer's own clock: echoed back as it is, never read */
+  l->echo_heard_at = now;
+  /* an echo of our stamp (under a minute old) is an RTT sample */
+  td_pathrtt_sample(&l->path, td_pathrtt_echo(mono_us(now), echo_us, hold_us, 60000000u), now);
+}
+
+void td__link_stats(td__link_t *l, td__link_stats_t *out) {
+  *out = (td__link_stats_t){.bytes_sent = l->bytes_sent, .bytes_recv = l->bytes_recv,
+                            .send_drops = l->send_drops,
+                            .update_wire_sent = l->update_wire_sent,
+                            .update_dense_sent = l->update_dense_sent,
+                            .update_wire_recv = l->update_wire_recv,
+                            .update_dense_recv = l->update_dense_recv,
+                            .codec = l->codec[0] ? l->codec : "-",
+                            .goodput_bps = l->goodput_bps, .ack_s = l->ack_s,
+                            .budget_bytes = l->budget, .path_rtt_s = td_pathrtt(&l->path)};
+  td_linkq_stats(l->q, &out->q);
+}
+
+/* ---- receiving --------------------------------------------------------------------- */
+
+static void on_frame(td__transport_t *t, const void *data, size_t len, const char *user_id) {
+  td__node_t *n = t->node;
+  if (len > TD_WIRE_MAX_MESSAGE) {
+    td__drop(n, TD__DROP_OVERSIZED, "oversized message");
+    return;
+  }
+  Traind__Envelope *env = NULL;
+  td_wire_refusal_t refusal;
+  char why[256] = "";
+  if (td_wire_unpack_peer(&env, data, len, &refusal, why, sizeof why) != 0) {
+    td__drop(n, refusal == TD_WIRE_BAD_VERSION ? TD__DROP_VERSION : TD__DROP_MALFORMED, why);
+    return;
+  }
+  /* the sender is who the connection authenticated, whatever the field says */
+  uint64_t sender = td__access_sender(t->access, user_id, env->sender);
+  if (sender == 0) {
+    td__drop(n, TD__DROP_UNKNOWN_KEY, "message on a connection whose key is not admitted");
+    td_wire_free(&env);
+    return;
+  }
+  env->sender = sender;
+  td__dispatch(n, env, len);
+  td_wire_free(&env);
+}
+
+/* Drain the ROUTER while ZMQ_EVENTS reports input (ZMQ_FD is edge-triggered). */
+static void drain_router(td__transport_t *t) {
+  for (;;) {
+    int events = 0;
+    size_t sz = sizeof events;
+    if (zmq_getsockopt(t->router, ZMQ_EVENTS, &events, &sz) != 0 || !(events & ZMQ_POLLIN))
+      return;
+    zmq_msg_t id, msg;
+    zmq_msg_init(&id);
+    if (zmq_msg_recv(&id, t->router, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&id);
+      return;
+    }
+    bool more = zmq_msg_more(&id);
+    zmq_msg_close(&id);
+    if (!more) {
+      td__drop(t->node, TD__DROP_MALFORMED, "message without a routing frame");
+      continue;
+    }
+    zmq_msg_init(&msg);
+    if (zmq_msg_recv(&msg, t->router, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&msg);
+      continue;
+    }
+    bool extra = zmq_msg_more(&msg);
+    if (extra) { /* swallow the remaining frames of a multi-frame message */
+      while (extra) {
+        zmq_msg_t rest;
+        zmq_msg_init(&rest);
+        if (zmq_msg_recv(&rest, t->router, ZMQ_DONTWAIT) < 0) {
+          zmq_msg_close(&rest);
+          break;
+        }
+        extra = zmq_msg_more(&rest);
+        zmq_msg_close(&rest);
+      }
+      td__drop(t->node, TD__DROP_MALFORMED, "multi-frame message");
+    } else {
+      on_frame(t, zmq_msg_data(&msg), zmq_msg_size(&msg), zmq_msg_gets(&msg, "User-Id"));
+    }
+    zmq_msg_close(&msg);
+  }
+}
+
+static void on_router_readable(uv_poll_t *h, int status, int events) {
+  (void)status;
+  (void)events;
+  drain_router(h->data);
+}
+
+/* Socket monitor: count connections that fail the ZMTP handshake (random
+ * bytes, wrong protocol): libzmq drops them before any message exists. */
+static void drain_monitor(td__transport_t *t) {
+  if (t->monitor == NULL)
+    return;
+  for (;;) {
+    int ev = 0;
+    size_t sz = sizeof ev;
+    if (zmq_getsockopt(t->monitor, ZMQ_EVENTS, &ev, &sz) != 0 || !(ev & ZMQ_POLLIN))
+      return;
+    zmq_msg_t frame;
+    zmq_msg_init(&frame);
+    if (zmq_msg_recv(&frame, t->monitor, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&frame);
+      return;
+    }
+    uint16_t event = 0;
+    if (zmq_msg_size(&frame) >= 2)
+      memcpy(&event, zmq_msg_data(&frame), 2);
+    bool more = zmq_msg_more(&frame);
+    zmq_msg_close(&frame);
+    while (more) {
+      zmq_msg_init(&frame);
+      if (zmq_msg_recv(&frame, t->monitor, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&frame);
+        break;
+      }
+      more = zmq_msg_more(&frame);
+      zmq_msg_close(&frame);
+    }
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
+        event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+      td__drop(t->node, TD__DROP_HANDSHAKE, "connection failed the ZMTP handshake");
+  }
+}
+
+static void on_monitor_readable(uv_poll_t *h, int status, int events) {
+  (void)status;
+  (void)events;
+  drain_monitor(h->data);
+}
+
+void td__transport_tick(td__transport_t *t) {
+  td__zap_drain(t->zap);
+  drain_router(t);
+  drain_monitor(t);
+  for (size_t i = 0; i < t->n_links; i++) /* acks lost with a dead peer */
+    if (td_linkq_expire(t->links[i].q, td_clock_mono_s(), TD__LINK_EXPIRE_S) > 0)
+      td__link_pump(t, &t->links[i]);
+}
+
+/* ---- start-up and shutdown ----------------------------------------------------------- */
+
+/* tcp://HOST:0 binds an ephemeral port; the real endpoint is read back. */
+static int bind_router(td__transport_t *t, const char *listen, char *why, size_t why_len) {
+  char ep[TD_ENDPOINT_MAX];
+  size_t len = strlen(listen);
+  if (strncmp(listen, "tcp://", 6) != 0 || len >= sizeof ep - 1 ||
+      strrchr(listen, ':') == listen + 3)
+    return td_why(why, why_len, TD_ECONFIG, "--listen: expected tcp://HOST:PORT, got '%s'",
+                  listen);
+  snprintf(ep, sizeof ep, "%s", listen);
+  if (len >= 2 && strcmp(ep + len - 2, ":0") == 0)
+    strcpy(ep + len - 1, "*");
+  t->router = zmq_socket(t->zctx, ZMQ_ROUTER);
+  if (td__access_secure(t->access)) {
+    /* the ZAP handler must exist before the first handshake: without one,
+     * libzmq would let every CURVE client in */
+    int rc = td__zap_open(&t->zap, t->zctx, &t->node->loop, t->access, why, why_len);
+    if (rc != 0)
+      return rc;
+    int server = 1;
+    const td_keypair_t *kp = td__access_keypair(t->access);
+    if (zmq_setsockopt(t->router, ZMQ_CURVE_SERVER, &server, sizeof server) != 0 ||
+        zmq_setsockopt(t->router, ZMQ_CURVE_SECRETKEY, kp->secret, TD_KEY_Z85_LEN + 1) != 0 ||
+        zmq_setsockopt(t->router, ZMQ_ZAP_DOMAIN, "traind", 6) != 0)
+      return td_why(why, why_len, TD_EIO, "cannot make the peer socket a CURVE server: %s",
+                    zmq_strerror(zmq_errno()));
+  }
+  int64_t maxmsg = ZMQ_MAX_FRAME_BYTES;
+  int hwm = ROUTER_RCVHWM_FRAMES, linger = 0;
+  zmq_setsockopt(t->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+  zmq_setsockopt(t->router, ZMQ_RCVHWM, &hwm, sizeof hwm);
+  zmq_setsockopt(t->router, ZMQ_LINGER, &linger, sizeof linger);
+  if (zmq_bind(t->router, ep) != 0)
+    return td_why(why, why_len, TD_EIO, "cannot listen on %s: %s", listen,
+                  zmq_strerror(zmq_errno()));
+  size_t sz = sizeof t->endpoint;
+  zmq_getsockopt(t->router, ZMQ_LAST_ENDPOINT, t->endpoint, &sz);
+  /* a wildcard address is no use to peers: advertise loopback instead */
+  if (strncmp(t->endpoint, "tcp://0.0.0.0:", 14) == 0) {
+    char port[16];
+    snprintf(port, sizeof port, "%s", t->endpoint + 14);
+    snprintf(t->endpoint, sizeof t->endpoint, "tcp://127.0.0.1:%s", port);
+  }
+  if (zmq_socket_monitor(t->router, MONITOR_ENDPOINT,
+                         ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) == 0) {
+    t->monitor = zmq_socket(t->zctx, ZMQ_PAIR);
+    if (zmq_connect(t->monitor, MONITOR_ENDPOINT) != 0) {
+      zmq_close(t->monitor);
+      t->monitor = NULL;
+    }
+  }
+  return 0;
+}
+
+static void poll_socket(td__transport_t *t, void *sock, uv_poll_t *h, uv_poll_cb cb) {
+  int fd;
+  size_t sz = sizeof fd;
+  zmq_getsockopt(sock, ZMQ_FD, &fd, &sz);
+  uv_poll_init(&t->node->loop, h, fd);
+  h->data = t;
+  uv_poll_start(h, UV_READABLE, cb);
+}
+
+int td__transport_open(td__transport_t **out, td__node_t *n, const char *listen,
+                       double link_delay_s, double uplink_bps, char *why, size_t why_len) {
+  td__transport_t *t = calloc(1, sizeof *t);
+  if (t == NULL)
+    return td_why(why, why_len, TD_ENOMEM, "out of memory");
+  t->node = n;
+  t->access = n->access;
+  t->link_delay_s = link_delay_s;
+  t->uplink_bps = uplink_bps > 0 ? uplink_bps : 0;
+  t->zctx = zmq_ctx_new();
+  *out = t; /* closed by td__transport_close() whatever happens */
+  int rc = bind_router(t, listen, why, why_len);
+  if (rc != 0)
+    return rc;
+  poll_socket(t, t->router, &t->router_poll, on_router_readable);
+  if (t->monitor)
+    poll_socket(t, t->monitor, &t->monitor_poll, on_monitor_readable);
+  uv_timer_init(&n->loop, &t->pump_timer);
+  t->pump_timer.data = t;
+  return 0;
+}
+
+/* Shutdown: the control frames --link-delay-ms still holds go now. */
+static void flush_control(td__transport_t *t) {
+  td_linkq_frame_t f;
+  double later = td_clock_mono_s() + t->link_delay_s + 1;
+  for (size_t i = 0; i < t->n_links; i++) {
+    td__link_t *l = &t->links[i];
+    while (l->ctl_sock != NULL && td_linkq_pop(l->q, later, &f)) {
+      bool control = f.prio == TD_PRIO_CONTROL;
+      if (control)
+        zmq_send(l->ctl_sock, f.frame, f.len, ZMQ_DONTWAIT);
+      free(f.frame);
+      if (!control)
+        break; /* the classes below control: not worth sending now */
+    }
+  }
+}
+
+void td__transport_stop(td__transport_t *t) {
+  if (t == NULL || t->stopped)
+    return;
+  if (t->link_delay_s > 0)
+    flush_control(t);
+  t->stopped = true;
+  td__zap_stop(t->zap);
+  uv_close((uv_handle_t *)&t->router_poll, NULL);
+  if (t->monitor)
+    uv_close((uv_handle_t *)&t->monitor_poll, NULL);
+  uv_close((uv_handle_t *)&t->pump_timer, NULL);
+}
+
+void td__transport_close(td__transport_t **self_p) {
+  td__transport_t *t = *self_p;
+  if (t == NULL)
+    return;
+  *self_p = NULL;
+  for (size_t i = 0; i < t->n_links; i++) {
+    if (t->links[i].sock != NULL) {
+      zmq_close(t->links[i].sock);
+      zmq_close(t->links[i].ctl_sock);
+    }
+    td_linkq_close(&t->links[i].q);
+  }
+  if (t->monitor)
+    zmq_close(t->monitor);
+  if (t->router)
+    zmq_close(t->router);
+  td__zap_close(&t->zap);
+  if (t->zctx)
+    zmq_ctx_term(t->zctx);
+  free(t);
+}

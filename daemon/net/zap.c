@@ -1,0 +1,163 @@
+/* zap.c: the ZAP handler (RFC 27) that decides who may connect.
+ *
+ * Threads: loop thread. libzmq asks the socket bound to
+ * inproc://zeromq.zap.01 in the transport's context about every CURVE
+ * handshake on the ROUTER; the request carries the client's public key. This
+ * file answers from the node's allowlist (access.c): 200 with the key's Z85
+ * text as the User-Id, which libzmq then attaches to every message of that
+ * connection (transport.c reads it back with zmq_msg_gets), or 400 and the
+ * handshake fails. The REP socket is polled through ZMQ_FD on the libuv loop
+ * like the ROUTER, drained while ZMQ_EVENTS reports input (edge-triggered). */
+#include "daemon/internal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "common/error.h"
+#include "daemon/base/log.h"
+
+#define ZAP_ENDPOINT "inproc://zeromq.zap.01"
+/* version, request id, domain, address, identity, mechanism, credentials */
+#define ZAP_REQUEST_FRAMES 7
+#define ZAP_MAX_FRAMES 16
+#define REFUSAL_LOGS_IN_FULL 20
+
+struct td__zap {
+  td__access_t *access;
+  void *sock;
+  uv_poll_t poll;
+  bool polling;
+  uint64_t refusals;
+};
+
+static void send_reply(void *sock, const zmq_msg_t *request_id, const char *code,
+                       const char *text, const char *user_id) {
+  zmq_send(sock, "1.0", 3, ZMQ_SNDMORE);
+  if (request_id != NULL)
+    zmq_send(sock, zmq_msg_data((zmq_msg_t *)request_id), zmq_msg_size((zmq_msg_t *)request_id),
+             ZMQ_SNDMORE);
+  else
+    zmq_send(sock, "", 0, ZMQ_SNDMORE);
+  zmq_send(sock, code, strlen(code), ZMQ_SNDMORE);
+  zmq_send(sock, text, strlen(text), ZMQ_SNDMORE);
+  zmq_send(sock, user_id, strlen(user_id), ZMQ_SNDMORE);
+  zmq_send(sock, "", 0, 0);
+}
+
+/* One request (all its frames are there once the first is). */
+static bool handle_one(td__zap_t *z) {
+  zmq_msg_t f[ZAP_MAX_FRAMES];
+  size_t n = 0;
+  bool more = true;
+  while (more) {
+    zmq_msg_t tmp;
+    zmq_msg_init(&tmp);
+    if (zmq_msg_recv(&tmp, z->sock, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&tmp);
+      if (n == 0)
+        return false;
+      break;
+    }
+    more = zmq_msg_more(&tmp);
+    if (n < ZAP_MAX_FRAMES)
+      f[n++] = tmp;
+    else
+      zmq_msg_close(&tmp);
+  }
+  char peer_addr[64] = "?";
+  if (n >= 4)
+    snprintf(peer_addr, sizeof peer_addr, "%.*s", (int)zmq_msg_size(&f[3]),
+             (const char *)zmq_msg_data(&f[3]));
+  bool curve = n == ZAP_REQUEST_FRAMES && zmq_msg_size(&f[5]) == 5 &&
+               memcmp(zmq_msg_data(&f[5]), "CURVE", 5) == 0 &&
+               zmq_msg_size(&f[6]) == TD_KEY_BYTES && zmq_msg_size(&f[0]) == 3 &&
+               memcmp(zmq_msg_data(&f[0]), "1.0", 3) == 0;
+  if (!curve) {
+    send_reply(z->sock, n >= 2 ? &f[1] : NULL, "400", "CURVE only", "");
+  } else {
+    const uint8_t *key = zmq_msg_data(&f[6]);
+    char z85[TD_KEY_Z85_LEN + 1];
+    zmq_z85_encode(z85, key, TD_KEY_BYTES);
+    if (td__access_admits(z->access, key)) {
+      send_reply(z->sock, &f[1], "200", "OK", z85);
+    } else {
+      z->refusals++;
+      if (z->refusals <= REFUSAL_LOGS_IN_FULL || z->refusals % 1000 == 0)
+        td_log_warn("refused a connection from %s: key %s is not on the allowlist "
+                    "(refused so far: %" PRIu64 ")", peer_addr, z85, z->refusals);
+      send_reply(z->sock, &f[1], "400", "key not admitted", "");
+    }
+  }
+  for (size_t i = 0; i < n; i++)
+    zmq_msg_close(&f[i]);
+  return true;
+}
+
+void td__zap_drain(td__zap_t *z) {
+  if (z == NULL || z->sock == NULL)
+    return;
+  for (;;) {
+    int events = 0;
+    size_t sz = sizeof events;
+    if (zmq_getsockopt(z->sock, ZMQ_EVENTS, &events, &sz) != 0 || !(events & ZMQ_POLLIN))
+      return;
+    if (!handle_one(z))
+      return;
+  }
+}
+
+static void on_readable(uv_poll_t *h, int status, int events) {
+  (void)status;
+  (void)events;
+  td__zap_drain(h->data);
+}
+
+int td__zap_open(td__zap_t **out, void *zctx, uv_loop_t *loop, td__access_t *access, char *why,
+                 size_t why_len) {
+  *out = NULL;
+  td__zap_t *z = calloc(1, sizeof *z);
+  if (z == NULL)
+    return td_why(why, why_len, TD_ENOMEM, "out of memory");
+  z->access = access;
+  z->sock = zmq_socket(zctx, ZMQ_REP);
+  int linger = 0;
+  if (z->sock != NULL)
+    zmq_setsockopt(z->sock, ZMQ_LINGER, &linger, sizeof linger);
+  if (z->sock == NULL || zmq_bind(z->sock, ZAP_ENDPOINT) != 0) {
+    int rc = td_why(why, why_len, TD_EIO, "cannot start the ZAP handler on %s: %s",
+                    ZAP_ENDPOINT, zmq_strerror(zmq_errno()));
+    if (z->sock != NULL)
+      zmq_close(z->sock);
+    free(z);
+    return rc;
+  }
+  int fd;
+  size_t sz = sizeof fd;
+  zmq_getsockopt(z->sock, ZMQ_FD, &fd, &sz);
+  uv_poll_init(loop, &z->poll, fd);
+  z->poll.data = z;
+  uv_poll_start(&z->poll, UV_READABLE, on_readable);
+  z->polling = true;
+  *out = z;
+  return 0;
+}
+
+void td__zap_stop(td__zap_t *z) {
+  if (z == NULL || !z->polling)
+    return;
+  z->polling = false;
+  uv_close((uv_handle_t *)&z->poll, NULL);
+}
+
+void td__zap_close(td__zap_t **self_p) {
+  td__zap_t *z = *self_p;
+  if (z == NULL)
+    return;
+  *self_p = NULL;
+  if (z->sock != NULL)
+    zmq_close(z->sock);
+  free(z);
+}

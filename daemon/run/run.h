@@ -1,0 +1,185 @@
+/* run.h: one training run on this node: the compute thread and its hand-offs.
+ * (run.c: lifecycle and mailbox; run_compute.c: the compute thread's rounds,
+ * run_overlap.c: overlap mode's part of them, run_compute.h: what those two
+ * share; run_recon.c: reconciliation slots; run_internal.h: what they share.)
+ *
+ * The compute thread loads the dataset, takes partition `rank` of `nodes`,
+ * and runs rounds of H local SGD steps (H from `local_steps`, or the QSR).
+ * After round r it writes its delta (the round's local progress) into slot
+ * r % 2, posts TD_RUN_ROUND_DONE to the loop thread (a queue + uv_async_send),
+ * and then, by mode (ALGORITHMS.md section 5):
+ *   sync:    waits until the loop releases r, applies the outer step on the
+ *            round average and continues from the new anchor;
+ *   overlap: continues at once; at the end of round r + 1 it waits for r's
+ *            average (normally long there) and swaps its own stale delta for
+ *            the outer step (CO2's one-round-delayed form), so compute never
+ *            waits a round for the network; with overlap_early the swap is
+ *            made at the first step of r + 1 after the average arrives;
+ *   async:S: never waits for a round: peers' deltas are added into an inbox
+ *            as they arrive (weighted by sample share and staleness) and folded
+ *            in at the end of each round; it only waits when it would run more
+ *            than S + 1 rounds ahead of the slowest live peer.
+ * Ownership: the loop thread reads td_run_delta(r) until it has packed and
+ * aggregated round r, and writes td_run_avg(r) (the weighted mean of every
+ * delta of round r) before td_run_release(r); the compute thread touches
+ * neither slot until then. The compute thread never touches a socket; the
+ * loop thread never runs BLAS. */
+#ifndef TD_RUN_H
+#define TD_RUN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "compute/backend.h"
+#include "compute/params.h"
+#include "daemon/run/runspec.h"
+
+typedef enum {
+  TD_RUN_READY = 0,  /* dataset loaded; rounds and samples are known; backend names the
+                        compute backend, message says which one and why (auto's choice) */
+  TD_RUN_ROUND_DONE, /* local steps of `round` done; delta ready */
+  TD_RUN_EVAL,       /* anchor after `round` evaluated */
+  TD_RUN_CHECKPOINT, /* blob: a copy of the anchor after `round` (loop owns it) */
+  TD_RUN_ANCHOR,     /* late join: blob: the anchor holding `round` (then the outer
+                        momentum when the run has one), td_run_anchor_bytes(); loop owns it */
+  TD_RUN_RECONCILE,  /* the anchor holds `round`, a reconciliation round; blob: anchor -
+                        init, td_run_numel() floats, loop owns it */
+  TD_RUN_PROBE,      /* knowledge transfer: loss on the shared validation subset,
+                        blob: a copy of the local model (loop owns it) */
+  TD_RUN_FINISHED,   /* all rounds done; final evaluation in accuracy/loss (bpb for text) */
+  TD_RUN_FAILED,     /* message says why */
+  TD_RUN_STOPPED,    /* stopped on request */
+} td_run_event_kind_t;
+
+typedef struct {
+  td_run_event_kind_t kind;
+  uint64_t round;
+  uint64_t samples;     /* ROUND_DONE: samples used in the round */
+  double loss;          /* ROUND_DONE: mean training loss; EVAL/FINISHED: test loss */
+  double accuracy;      /* EVAL/FINISHED: test accuracy (NaN for a text run) */
+  double bpb;           /* EVAL/FINISHED of a text run: held-out bits per byte, also in
+                           loss; PROBE of a text run: the probe's bits per byte (NaN for
+                           a run on classes) */
+  double compute_s;     /* ROUND_DONE: seconds computing (slowdown included) */
+  double idle_s;        /* ROUND_DONE: seconds blocked between the previous round and this one */
+  double capacity;      /* ROUND_DONE: samples/s, EWMA over rounds */
+  unsigned batch;       /* ROUND_DONE: rows per step in the round */
+  unsigned steps;       /* ROUND_DONE: local steps in the round (H) */
+  unsigned fill_steps;  /* ROUND_DONE: overlap: extra steps taken while waiting, included
+                           in samples and loss but not in compute_s */
+  double fill_s;        /* ROUND_DONE: seconds of those fill steps */
+  double lr;
+  bool fresh;           /* ROUND_DONE: overlap: computed from its predecessor's average (an
+                           exchange-bound round waited for it; scheduler/overlap.h) */
+  unsigned swap_step;   /* ROUND_DONE: overlap: the steps taken before the predecessor's
+                           average was swapped in (overlap_early); `steps` when it was not
+                           swapped in during the steps (at the round's end, or before it) */
+  float *blob;          /* CHECKPOINT: td_run_numel() floats, malloc'd, owned by the receiver */
+  char backend[16];     /* READY: the compute backend's name (cpu, cuda) */
+  char message[256];    /* FAILED: why; READY: the backend and why it was chosen */
+} td_run_event_t;
+
+typedef struct td_run td_run_t;
+
+typedef struct {
+  const td_runspec_t *spec; /* copied */
+  unsigned rank, nodes;
+  /* Late join: > 1 when this node joins a running run at this round; the
+   * compute thread loads the data, then waits for td_run_seed(). */
+  uint64_t first_round;
+  /* This node's limit on the rounds of a run (0: none): a run whose rounds,
+   * derived from epochs once the dataset's size is known, exceed it fails
+   * before its plan is allocated. */
+  uint64_t max_rounds;
+  /* This node's limit on the ledger space a run's checkpoints hold at once
+   * (0: none), checked here for a run sized by epochs that keeps every one,
+   * whose rounds the node's policy could not count (daemon/policy.c). */
+  uint64_t max_checkpoint_bytes;
+  uv_loop_t *loop;
+  /* Called on the loop thread whenever events are queued; drain them with
+   * td_run_next_event(). */
+  void (*on_events)(td_run_t *run, void *user);
+  void *user;
+  /* Tests only: opens the compute backend in place of the spec's `backend`
+   * name (NULL: td_backend_open_auto on that name), e.g. the CPU posing as a
+   * device, so the device-resident path runs on a machine without a GPU. */
+  int (*open_backend)(td_backend_t **out, int threads, char *why, size_t why_len);
+} td_run_opts_t;
+
+/* Validate the spec against what this version supports, size the model, and
+ * start the compute thread. Caller owns *out; close with td_run_close() after a
+ * FINISHED, FAILED or STOPPED event (or after td_run_stop()). */
+int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t why_len);
+/* Stop, join the compute thread and free everything. NULL-safe. */
+void td_run_close(td_run_t **self_p);
+/* Stop and join the compute thread, keeping the buffers (td_run_delta(),
+ * td_run_layout()) for jobs that still read them until td_run_close(). Events
+ * already queued can still be read; a compute thread that finds the mailbox
+ * full from then on gives up instead of waiting. Two compute threads never
+ * overlap: BLAS state is process-wide. Loop thread. */
+void td_run_join(td_run_t *run);
+
+/* Pop the next queued event; false when none. Loop thread only. */
+bool td_run_next_event(td_run_t *run, td_run_event_t *ev);
+/* Flat buffers of td_run_numel() floats (see the ownership note above). */
+size_t td_run_numel(const td_run_t *run);
+/* The model's tensor layout (borrowed for the run's lifetime). */
+const td_layout_t *td_run_layout(const td_run_t *run);
+const float *td_run_delta(const td_run_t *run, uint64_t round);
+/* Where the loop writes round's average (sync and overlap). */
+float *td_run_avg(td_run_t *run, uint64_t round);
+/* sync/overlap: round's average is final. async: every live peer has sent
+ * rounds up to `round` (UINT64_MAX when no peer is left). */
+void td_run_release(td_run_t *run, uint64_t round);
+/* async: add weight * delta (a peer's update) into the inbox (any thread). */
+void td_run_async_add(td_run_t *run, const float *delta, double weight);
+/* Knowledge transfer: merge params = (1 - lambda) params + lambda x (x is
+ * copied) before the next round's steps. Any thread. */
+void td_run_merge(td_run_t *run, const float *x, double lambda);
+/* Rows per step from round `from_round` on (weighted batching); ignored when
+ * outside [1, global batch]. */
+void td_run_set_batch(td_run_t *run, uint64_t from_round, unsigned batch);
+/* Late join. The consensus state is the anchor and, with outer momentum, its
+ * buffer: td_run_anchor_bytes() bytes. A member asks for it with
+ * td_run_want_anchor(run, R - 1) (a TD_RUN_ANCHOR event once the anchor holds
+ * round R - 1); the joiner starts from it with td_run_seed() (copied; TD_EINVAL
+ * for a wrong size), and every node counts `nodes` sharers of the batch from
+ * round R on with td_run_set_nodes(). Any thread. */
+size_t td_run_anchor_bytes(const td_run_t *run);
+int td_run_seed(td_run_t *run, const float *x, size_t bytes);
+void td_run_want_anchor(td_run_t *run, uint64_t round);
+void td_run_set_nodes(td_run_t *run, uint64_t from_round, unsigned nodes);
+/* Anchor reconciliation (scheduler/recon.h): whether the nodes average their
+ * anchors after `round` (every `reconcile` rounds and the last, sync and
+ * overlap with a lossy codec). The compute thread posts TD_RUN_RECONCILE when
+ * its anchor holds such a round and goes on; td_run_reconciled() hands it the
+ * members' mean of anchor - init (copied), and it moves its anchor by mean -
+ * own before its next round. After the last round it waits for it, so every
+ * node ends on the same model. Any thread. */
+bool td_run_reconciles(const td_run_t *run, uint64_t round);
+void td_run_reconciled(td_run_t *run, uint64_t round, const float *mean);
+/* Ask the compute thread to stop at the next step; it posts TD_RUN_STOPPED.
+ * Events are never dropped: when the loop falls behind, the compute thread
+ * waits for room in its mailbox (until td_run_join() or td_run_close()). */
+void td_run_stop(td_run_t *run);
+/* Whether td_run_stop() was called (the thread may still be winding down). */
+bool td_run_stopping(td_run_t *run);
+
+uint64_t td_run_rounds(const td_run_t *run);     /* known after READY */
+unsigned td_run_local_batch(const td_run_t *run); /* the initial (even) split */
+/* Local steps of round r (1-based): local_steps, or the QSR value; the same on
+ * every node because it depends only on the shared schedule. Valid after READY. */
+unsigned td_run_steps_of(const td_run_t *run, uint64_t round);
+
+/* Rounds of a fixed-H run: ceil(epochs * ceil(train_rows / batch) / local_steps),
+ * or the `rounds` key when it is set; the same on every node
+ * (td_steps_round_count() of scheduler/steps.h on the spec's numbers). */
+uint64_t td_run_round_count(const td_runspec_t *spec, size_t train_rows);
+/* Local batch of node `rank` of `nodes`: the global batch split evenly, the
+ * remainder going to the lowest ranks, so the local batches sum to `batch`
+ * (td_steps_split_batch()). */
+unsigned td_run_split_batch(unsigned batch, unsigned rank, unsigned nodes);
+
+#endif

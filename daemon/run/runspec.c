@@ -1,0 +1,676 @@
+/* runspec.c: the run-key table and everything derived from it.
+ *
+ * Each row of td__run_keys names a key, its type and field, its default (as
+ * text, parsed by the same code as user input), its accepted range and an
+ * optional checker for structured strings (model, partition, schedule...).
+ * Defaults, parsing, help and canonical formatting all walk this one table. */
+#include "daemon/run/runspec.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compress/codec.h"
+#include "compute/backend.h"
+#include "common/error.h"
+#include "compute/model.h"
+#include "compute/optim.h"
+#include "compute/data/partition.h"
+#include "compute/data/text.h"
+
+typedef enum { KEY_STR, KEY_UINT, KEY_U64, KEY_DOUBLE, KEY_BOOL } key_type_t;
+
+typedef int (*key_check_fn)(td_runspec_t *rs, const char *value, char *why, size_t why_len);
+
+typedef struct {
+  const char *name;
+  key_type_t type;
+  size_t offset;
+  const char *default_value;
+  double min, max; /* numeric keys */
+  key_check_fn check;
+  const char *help;
+} run_key_t;
+
+static int check_model(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  (void)rs;
+  return td_model_check_spec(v, why, n);
+}
+
+static int check_partition(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  td_partition_t p;
+  (void)rs;
+  return td_partition_parse(&p, v, why, n);
+}
+
+static int check_schedule(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  td_lr_schedule_t s;
+  (void)rs;
+  return td_lr_schedule_parse(&s, v, 0.1, 0, 1, 1, why, n);
+}
+
+static int check_backend(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  (void)rs;
+  return td_backend_check_name(v, why, n);
+}
+
+static int check_dataset(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  (void)rs;
+  if (strcmp(v, "auto") == 0 || strcmp(v, "fashion-mnist") == 0 ||
+      (strncmp(v, "idx:", 4) == 0 && v[4] != '\0') ||
+      (strncmp(v, "csv:", 4) == 0 && v[4] != '\0') ||
+      (strncmp(v, "text:", 5) == 0 && v[5] != '\0'))
+    return 0;
+  return td_why(why, n, TD_ECONFIG,
+                "unknown dataset '%s' (accepted: auto, fashion-mnist, idx:TRAIN_IMAGES,TRAIN_LABELS"
+                "[,TEST_IMAGES,TEST_LABELS], csv:TRAIN[,TEST], text:fortunes, "
+                "text:PATH[,VALID_PATH])",
+                v);
+}
+
+static int check_optimizer(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  td_optim_kind_t kind;
+  int rc = td_optim_kind_parse(&kind, v, why, n);
+  if (rc == 0)
+    rs->optimizer_kind = (unsigned)kind;
+  return rc;
+}
+
+/* Strict unsigned integer in [lo, hi] spanning the whole of [s, end). */
+static bool parse_uint_span(const char *s, const char *end, unsigned long lo, unsigned long hi,
+                            unsigned long *out) {
+  if (s == end || *s < '0' || *s > '9')
+    return false;
+  char *stop;
+  errno = 0;
+  unsigned long v = strtoul(s, &stop, 10);
+  if (stop != end || errno != 0 || v < lo || v > hi)
+    return false;
+  *out = v;
+  return true;
+}
+
+static int check_mode(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  unsigned long s = 0;
+  if (strcmp(v, "sync") == 0) {
+    rs->mode_kind = TD_MODE_SYNC;
+  } else if (strcmp(v, "overlap") == 0) {
+    rs->mode_kind = TD_MODE_OVERLAP;
+  } else if (strncmp(v, "async:", 6) == 0 && parse_uint_span(v + 6, v + strlen(v), 0, 1000, &s)) {
+    rs->mode_kind = TD_MODE_ASYNC;
+    rs->max_staleness = (unsigned)s;
+  } else {
+    return td_why(why, n, TD_ECONFIG,
+                  "unknown mode '%s' (accepted: sync, overlap, async:S with S in [0, 1000])", v);
+  }
+  return 0;
+}
+
+static int check_codec(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  td_codec_spec_t spec;
+  if (strcmp(v, "auto") == 0) {
+    rs->codec_auto = true;
+    return 0;
+  }
+  int rc = td_codec_parse(&spec, v, why, n);
+  if (rc == 0)
+    rs->codec_auto = false;
+  else
+    td_why(why, n, TD_ECONFIG, "unknown codec '%s' (accepted: auto, none, fp16, ternary[:base3],"
+                               " topk:DENSITY, powersgd:RANK, qsgd:LEVELS)", v);
+  return rc;
+}
+
+/* local_steps = H | qsr:ALPHA:HBASE */
+static int check_local_steps(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  unsigned long h = 0;
+  if (parse_uint_span(v, v + strlen(v), 1, 1000000, &h)) {
+    rs->local_steps = (unsigned)h;
+    rs->qsr_alpha = 0;
+    return 0;
+  }
+  if (strncmp(v, "qsr:", 4) == 0) {
+    char *end;
+    errno = 0;
+    double alpha = strtod(v + 4, &end);
+    if (end != v + 4 && *end == ':' && errno == 0 && isfinite(alpha) && alpha > 0 &&
+        parse_uint_span(end + 1, v + strlen(v), 1, 1000000, &h)) {
+      rs->local_steps = (unsigned)h;
+      rs->qsr_alpha = alpha;
+      return 0;
+    }
+  }
+  return td_why(why, n, TD_ECONFIG,
+                "bad local_steps '%s' (accepted: H in [1, 1000000], or qsr:ALPHA:HBASE with "
+                "ALPHA > 0)", v);
+}
+
+static int check_batching(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  if (strcmp(v, "weighted") == 0 || strcmp(v, "equal") == 0) {
+    rs->weighted_batching = v[0] == 'w';
+    return 0;
+  }
+  return td_why(why, n, TD_ECONFIG, "unknown batching '%s' (accepted: weighted, equal)", v);
+}
+
+/* reconcile = end | off | N (rounds, >= 1) */
+static int check_reconcile(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  char *end;
+  errno = 0;
+  unsigned long every = strtoul(v, &end, 10);
+  if (strcmp(v, "end") == 0 || strcmp(v, "off") == 0) {
+    rs->reconcile_on = v[0] == 'e';
+    rs->reconcile_every = 0;
+    return 0;
+  }
+  if (end != v && *end == '\0' && errno == 0 && v[0] != '-' && every >= 1 &&
+      every <= 100000000) {
+    rs->reconcile_on = true;
+    rs->reconcile_every = (unsigned)every;
+    return 0;
+  }
+  return td_why(why, n, TD_ECONFIG,
+                "bad reconcile '%s' (accepted: end, off, or every N rounds, N in [1, 1e8])", v);
+}
+
+/* aggregate = mean | clip:C | trimmed:B | median (norm_bound kept) */
+static int check_aggregate(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  td_agg_spec_t agg = rs->agg;
+  int rc = td_agg_parse(&agg, v, why, n);
+  if (rc == 0)
+    rs->agg = agg;
+  return rc;
+}
+
+/* norm_bound = auto | off | R */
+static int check_norm_bound(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  return td_agg_parse_norm_bound(&rs->agg.norm_bound, v, why, n);
+}
+
+void td_runspec_agg(const td_runspec_t *rs, td_agg_spec_t *out) {
+  *out = rs->agg;
+  td_agg_resolve(out);
+}
+
+/* A key whose value is one of three names: *kind = its index, or TD_ECONFIG. */
+static int pick_name(const char *key, const char *const names[3], const char *v,
+                     unsigned *kind, char *why, size_t n) {
+  for (unsigned i = 0; i < 3; i++)
+    if (strcmp(v, names[i]) == 0) {
+      *kind = i;
+      return 0;
+    }
+  return td_why(why, n, TD_ECONFIG, "unknown %s '%s' (accepted: %s, %s, %s)", key, v, names[0],
+                names[1], names[2]);
+}
+
+/* reconcile_via = auto | mesh | hub (the order of td_recon_via_t) */
+static int check_reconcile_via(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  static const char *const names[3] = {"auto", "mesh", "hub"};
+  return pick_name("reconcile_via", names, v, &rs->reconcile_via_kind, why, n);
+}
+
+/* ef_decay = auto | lr | off (the order of td_ef_decay_t) */
+static int check_ef_decay(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  static const char *const names[3] = {"auto", "lr", "off"};
+  return pick_name("ef_decay", names, v, &rs->ef_decay_kind, why, n);
+}
+
+/* slowdown = F or F0,F1,... : each a finite number in [1, 1000] */
+static int check_slowdown(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  (void)rs;
+  const char *p = v;
+  for (unsigned i = 0;; i++) {
+    char *end;
+    errno = 0;
+    double f = strtod(p, &end);
+    if (end == p || errno != 0 || !isfinite(f) || f < 1 || f > 1000 ||
+        i >= TD_RUNSPEC_MAX_SLOWDOWNS || (*end != ',' && *end != '\0'))
+      return td_why(why, n, TD_ECONFIG,
+                    "bad slowdown '%s' (accepted: F or F0,F1,... per rank, each in [1, 1000],"
+                    " at most %d)", v, TD_RUNSPEC_MAX_SLOWDOWNS);
+    if (*end == '\0')
+      return 0;
+    p = end + 1;
+  }
+}
+
+bool td_runspec_reconciles(const td_runspec_t *rs) {
+  if (!rs->reconcile_on || rs->mode_kind == TD_MODE_ASYNC)
+    return false;
+  td_codec_spec_t codec;
+  return rs->codec_auto || (td_codec_parse(&codec, rs->codec, NULL, 0) == 0 &&
+                            codec.id != TD_CODEC_NONE);
+}
+
+int td_runspec_check_checkpoints(const td_runspec_t *rs, uint64_t rounds, uint64_t floats,
+                                 uint64_t max_bytes, char *why, size_t why_len) {
+  if (rs->checkpoint_every == 0)
+    return 0;
+  uint64_t held = rounds / rs->checkpoint_every;
+  if (rs->checkpoint_keep > 0 && rs->checkpoint_keep < held)
+    held = rs->checkpoint_keep;
+  uint64_t each = floats * sizeof(float);
+  if (held == 0 || each == 0 || held <= max_bytes / each)
+    return 0;
+  /* in doubles: held x each can pass 2^64 for allowed rounds and models */
+  return td_why(why, why_len, TD_ERANGE,
+                "checkpoints: %" PRIu64 " of %.1f MiB each (checkpoint_keep %u, checkpoint_every "
+                "%u) would hold %.0f MiB in the ledger, over this node's limit of %" PRIu64
+                " MiB (--max-checkpoint-mb); keep fewer",
+                held, (double)each / (1u << 20), rs->checkpoint_keep, rs->checkpoint_every,
+                (double)held * (double)each / (1u << 20), max_bytes >> 20);
+}
+
+double td_runspec_slowdown(const td_runspec_t *rs, unsigned rank) {
+  const char *p = rs->slowdown;
+  double f = 1;
+  unsigned i = 0;
+  for (;; i++) {
+    char *end;
+    f = strtod(p, &end);
+    if (end == p)
+      return 1;
+    if (i == rank || (i == 0 && *end == '\0'))
+      return f >= 1 && isfinite(f) ? f : 1;
+    if (*end != ',')
+      return 1;
+    p = end + 1;
+  }
+}
+
+/* node = K/N with 0 <= K < N <= 4096 */
+static int check_node(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  char *end;
+  errno = 0;
+  unsigned long k = strtoul(v, &end, 10);
+  if (end == v || *end != '/' || v[0] == '-')
+    goto bad;
+  const char *ns = end + 1;
+  unsigned long count = strtoul(ns, &end, 10);
+  if (end == ns || *end != '\0' || ns[0] == '-' || errno != 0 || count == 0 || count > 4096 ||
+      k >= count)
+    goto bad;
+  rs->node_rank = (unsigned)k;
+  rs->node_count = (unsigned)count;
+  return 0;
+bad:
+  return td_why(why, n, TD_ECONFIG, "bad node '%s' (expected K/N with 0 <= K < N <= 4096)", v);
+}
+
+#define F(field) offsetof(td_runspec_t, field)
+static const run_key_t td__run_keys[] = {
+    {"model", KEY_STR, F(model), "mlp:784-256-128-10", 0, 0, check_model,
+     "model spec: mlp:IN-H1-...-OUT | cnn | resnet | gpt:L-W-H-T | layers:..."},
+    {"dataset", KEY_STR, F(dataset), "auto", 0, 0, check_dataset,
+     "auto (text:fortunes for a gpt model, else fashion-mnist) | fashion-mnist"
+     " | idx:TRAIN_IMAGES,TRAIN_LABELS[,TEST_IMAGES,TEST_LABELS] | csv:TRAIN[,TEST]"
+     " | text:fortunes | text:PATH[,VALID_PATH] (bytes as tokens; 10% held out without "
+     "VALID_PATH)"},
+    {"partition", KEY_STR, F(partition), "iid", 0, 0, check_partition,
+     "all | iid | dirichlet:ALPHA | shard:K"},
+    {"node", KEY_STR, F(node), "0/1", 0, 0, check_node,
+     "K/N: train on partition K of N (standalone baselines)"},
+    {"batch", KEY_UINT, F(batch), "64", 1, TD_MODEL_MAX_BATCH, NULL, "global batch per step"},
+    {"lr", KEY_DOUBLE, F(lr), "0.05", 1e-12, 1e30, NULL, "base learning rate"},
+    {"optimizer", KEY_STR, F(optimizer), "sgd", 0, 0, check_optimizer,
+     "sgd | adamw: the local (inner) optimizer; its state never leaves the node"},
+    {"momentum", KEY_DOUBLE, F(momentum), "0.9", 0, 0.999999, NULL, "SGD momentum in [0, 1)"},
+    {"nesterov", KEY_BOOL, F(nesterov), "false", 0, 0, NULL, "Nesterov momentum (sgd)"},
+    {"weight_decay", KEY_DOUBLE, F(weight_decay), "0", 0, 1, NULL,
+     "weight decay: sgd adds wd*w to the gradient (L2); adamw decays w by lr*wd (decoupled)"},
+    {"beta1", KEY_DOUBLE, F(beta1), "0.9", 0, 0.999999, NULL, "adamw: first-moment decay"},
+    {"beta2", KEY_DOUBLE, F(beta2), "0.95", 0, 0.999999, NULL,
+     "adamw: second-moment decay (0.95 as for GPT-style models and DiLoCo; 0.999 is "
+     "PyTorch's default)"},
+    {"eps", KEY_DOUBLE, F(eps), "1e-8", 1e-30, 1, NULL, "adamw: added to sqrt(v_hat)"},
+    {"clip", KEY_DOUBLE, F(clip), "0", 0, 1e30, NULL,
+     "clip each step's gradient to this global L2 norm (0: off)"},
+    {"lr_schedule", KEY_STR, F(lr_schedule), "cosine", 0, 0, check_schedule,
+     "constant | cosine | step:EPOCHS[:GAMMA]"},
+    {"warmup_steps", KEY_UINT, F(warmup_steps), "0", 0, 100000000, NULL,
+     "linear learning-rate warm-up, in steps"},
+    {"epochs", KEY_UINT, F(epochs), "1", 1, 100000, NULL, "passes over the local partition"},
+    {"seed", KEY_U64, F(seed), "1", 0, 0, NULL, "seed for init, shuffling and partitions"},
+    {"threads", KEY_UINT, F(threads), "0", 0, 1024, NULL, "compute threads (0 = BLAS default, kernels on one thread)"},
+    {"backend", KEY_STR, F(backend), "cpu", 0, 0, check_backend, "auto | cpu | cuda[:INDEX]"},
+    {"local_steps", KEY_STR, F(local_steps_text), "8", 0, 0, check_local_steps,
+     "H local steps per round, or qsr:ALPHA:HBASE (H = max(HBASE, (ALPHA/lr)^2))"},
+    {"rounds", KEY_UINT, F(rounds), "0", 0, 100000000, NULL,
+     "rounds of a peer run (0: from epochs)"},
+    {"mode", KEY_STR, F(mode), "sync", 0, 0, check_mode,
+     "sync (barrier) | overlap (one-round-delayed update; see overlap_wait) | "
+     "async:S (staleness <= S)"},
+    {"codec", KEY_STR, F(codec), "none", 0, 0, check_codec,
+     "none | fp16 | ternary[:base3] | topk:DENSITY | powersgd:RANK | qsgd:LEVELS | auto"},
+    {"batching", KEY_STR, F(batching), "weighted", 0, 0, check_batching,
+     "weighted (local batch follows measured capacity) | equal"},
+    {"slowdown", KEY_STR, F(slowdown), "1", 0, 0, check_slowdown,
+     "F or F0,F1,... by rank: make nodes F times slower (experiments): each step ends F "
+     "times its CPU time after it began (its wall time on a GPU or with threads = 0)"},
+    {"overlap_fill", KEY_UINT, F(overlap_fill), "0", 0, 1000, NULL,
+     "overlap: up to this many times H extra local steps while the last average is in flight"},
+    {"overlap_pull", KEY_DOUBLE, F(overlap_pull), "0.4", 0, 1, NULL,
+     "overlap: after the delayed swap, pull the local model this fraction back to the anchor"},
+    {"overlap_wait", KEY_DOUBLE, F(overlap_wait), "4", 0, 1e6, NULL,
+     "overlap: a node whose exchanges take this many times its compute waits for each "
+     "round's average before the next round (no delay), until under 3/4 of it; 0 = never"},
+    {"overlap_early", KEY_BOOL, F(overlap_early), "false", 0, 0, NULL,
+     "overlap: swap the last round's average in at the first step after it arrives, not at "
+     "the end of the round (less delay; timing decides the step)"},
+    {"reconcile", KEY_STR, F(reconcile), "end", 0, 0, check_reconcile,
+     "sync/overlap with a lossy codec: nodes average their anchors (fp16) so they end on one "
+     "model: end (after the last round) | N (also every N rounds) | off"},
+    {"reconcile_via", KEY_STR, F(reconcile_via), "auto", 0, 0, check_reconcile_via,
+     "how anchors travel: mesh (each to every member) | hub (each to the best uplink, which "
+     "sends the mean back) | auto (hub when the measured uplinks make it faster)"},
+    {"aggregate", KEY_STR, F(aggregate), "mean", 0, 0, check_aggregate,
+     "sync/overlap: how a round's updates are combined (the same on every node): mean "
+     "(sample-weighted) | clip:C (updates longer than C x the round's median norm are scaled "
+     "down to it) | trimmed:B (per coordinate, the B largest and smallest values dropped, "
+     "less the updates the norm bound rejected) | "
+     "median (per coordinate); samples are always bounded by the member's batch plan"},
+    {"norm_bound", KEY_STR, F(norm_bound), "auto", 0, 0, check_norm_bound,
+     "reject outright an update longer than R x the round's median norm: R | off | auto "
+     "(5 with trimmed and median, off with mean and clip)"},
+    {"outer_lr", KEY_DOUBLE, F(outer_lr), "1", 1e-6, 100, NULL,
+     "outer learning rate on the round average (1 = plain averaging)"},
+    {"outer_momentum", KEY_DOUBLE, F(outer_momentum), "0", 0, 0.999999, NULL,
+     "outer momentum in [0, 1)"},
+    {"outer_nesterov", KEY_BOOL, F(outer_nesterov), "false", 0, 0, NULL,
+     "Nesterov outer momentum"},
+    {"outer_clip", KEY_DOUBLE, F(outer_clip), "0", 0, 1e30, NULL,
+     "element-wise clamp of the outer momentum buffer (0: off)"},
+    {"staleness_kappa", KEY_DOUBLE, F(staleness_kappa), "0.5", 0, 100, NULL,
+     "async: an update a rounds old weighs (1 + a)^-kappa"},
+    {"ef_decay", KEY_STR, F(ef_decay), "auto", 0, 0, check_ef_decay,
+     "error-feedback codecs: when the learning rate falls, scale what each link holds back "
+     "by the same ratio: lr | off | auto (lr with adamw, off with sgd)"},
+    {"budget_ms", KEY_UINT, F(budget_ms), "200", 0, 3600000, NULL,
+     "codec=auto: a link's bytes per round = goodput x max(round compute time, this)"},
+    {"transfer", KEY_UINT, F(transfer), "0", 0, 100000000, NULL,
+     "direct knowledge transfer: every N rounds peers compare validation loss; 0 = off"},
+    {"transfer_lambda", KEY_DOUBLE, F(transfer_lambda), "0.5", 1e-6, 1, NULL,
+     "a lagging node merges x = (1 - lambda) x + lambda x_best"},
+    {"transfer_margin", KEY_DOUBLE, F(transfer_margin), "0.02", 0, 100, NULL,
+     "a node lags when its loss exceeds the best by this fraction"},
+    {"eval_every", KEY_UINT, F(eval_every), "10", 1, 100000000, NULL,
+     "rounds between test evaluations (peer runs); on the CPU they run on a copy of the model "
+     "in a thread of their own while training goes on"},
+    {"eval_nodes", KEY_UINT, F(eval_nodes), "0", 0, TD_MAX_NODES, NULL,
+     "how many nodes (the lowest ranks) evaluate every eval_every rounds; 0: every node. Every "
+     "node evaluates after the last round"},
+    {"checkpoint_every", KEY_UINT, F(checkpoint_every), "0", 0, 100000000, NULL,
+     "rounds between checkpoints in the ledger (0: off)"},
+    {"checkpoint_keep", KEY_UINT, F(checkpoint_keep), "3", 0, 100000000, NULL,
+     "checkpoints of a run the ledger keeps, the newest (0: every one)"},
+    {"round_timeout", KEY_DOUBLE, F(round_timeout), "30", 0.1, 86400, NULL,
+     "seconds a sync round waits for late peers"},
+};
+#undef F
+#define N_KEYS (sizeof td__run_keys / sizeof td__run_keys[0])
+
+static const run_key_t *find_key(const char *name) {
+  for (size_t i = 0; i < N_KEYS; i++)
+    if (strcmp(td__run_keys[i].name, name) == 0)
+      return &td__run_keys[i];
+  return NULL;
+}
+
+static int parse_value(td_runspec_t *rs, const run_key_t *k, const char *value, char *why,
+                       size_t n) {
+  char *field = (char *)rs + k->offset;
+  char *end;
+  if (value[0] == '\0')
+    return td_why(why, n, TD_ECONFIG, "%s: empty value", k->name);
+  switch (k->type) {
+  case KEY_STR: {
+    if (strlen(value) >= TD_RUNSPEC_STR_MAX)
+      return td_why(why, n, TD_ECONFIG, "%s: value longer than %d bytes", k->name,
+                    TD_RUNSPEC_STR_MAX - 1);
+    if (k->check) {
+      char sub[512] = "";
+      int rc = k->check(rs, value, sub, sizeof sub);
+      if (rc != 0)
+        return td_why(why, n, TD_ECONFIG, "%s: %s", k->name, sub);
+    }
+    memmove(field, value, strlen(value) + 1);
+    return 0;
+  }
+  case KEY_UINT:
+  case KEY_U64: {
+    errno = 0;
+    if (value[0] == '-' || value[0] == '+')
+      goto bad_int;
+    unsigned long long v = strtoull(value, &end, 10);
+    if (end == value || *end != '\0' || errno != 0)
+      goto bad_int;
+    if (k->type == KEY_UINT) {
+      if ((double)v < k->min || (double)v > k->max)
+        return td_why(why, n, TD_ECONFIG, "%s: %llu is out of range [%.0f, %.0f]", k->name, v,
+                      k->min, k->max);
+      *(unsigned *)(void *)field = (unsigned)v;
+    } else {
+      *(uint64_t *)(void *)field = (uint64_t)v;
+    }
+    return 0;
+  bad_int:
+    return td_why(why, n, TD_ECONFIG, "%s: '%s' is not a non-negative integer", k->name, value);
+  }
+  case KEY_DOUBLE: {
+    errno = 0;
+    double v = strtod(value, &end);
+    if (end == value || *end != '\0' || errno == ERANGE || !isfinite(v))
+      return td_why(why, n, TD_ECONFIG, "%s: '%s' is not a finite number", k->name, value);
+    if (v < k->min || v > k->max)
+      return td_why(why, n, TD_ECONFIG, "%s: %g is out of range [%g, %g]", k->name, v, k->min,
+                    k->max);
+    *(double *)(void *)field = v;
+    return 0;
+  }
+  case KEY_BOOL:
+    if (!strcmp(value, "true") || !strcmp(value, "1") || !strcmp(value, "yes") ||
+        !strcmp(value, "on")) {
+      *(bool *)(void *)field = true;
+      return 0;
+    }
+    if (!strcmp(value, "false") || !strcmp(value, "0") || !strcmp(value, "no") ||
+        !strcmp(value, "off")) {
+      *(bool *)(void *)field = false;
+      return 0;
+    }
+    return td_why(why, n, TD_ECONFIG, "%s: '%s' is not a boolean (true/false)", k->name, value);
+  }
+  return td_why(why, n, TD_ECONFIG, "%s: unsupported key type", k->name);
+}
+
+void td_runspec_defaults(td_runspec_t *rs) {
+  memset(rs, 0, sizeof *rs);
+  for (size_t i = 0; i < N_KEYS; i++) {
+    int rc = parse_value(rs, &td__run_keys[i], td__run_keys[i].default_value, NULL, 0);
+    (void)rc; /* defaults are constants checked by test_runspec */
+  }
+}
+
+int td_runspec_set(td_runspec_t *rs, const char *key, const char *value, char *why,
+                   size_t why_len) {
+  const run_key_t *k = find_key(key);
+  if (k == NULL) {
+    char names[512] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < N_KEYS && used < sizeof names; i++)
+      used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "",
+                               td__run_keys[i].name);
+    return td_why(why, why_len, TD_ECONFIG, "unknown key '%s' (known: %s)", key, names);
+  }
+  return parse_value(rs, k, value, why, why_len);
+}
+
+int td_runspec_set_arg(td_runspec_t *rs, const char *arg, char *why, size_t why_len) {
+  const char *eq = strchr(arg, '=');
+  if (eq == NULL || eq == arg)
+    return td_why(why, why_len, TD_ECONFIG, "expected key=value, got '%s'", arg);
+  char key[64];
+  size_t klen = (size_t)(eq - arg);
+  while (klen > 0 && arg[klen - 1] == ' ')
+    klen--;
+  if (klen >= sizeof key)
+    return td_why(why, why_len, TD_ECONFIG, "key too long in '%s'", arg);
+  memcpy(key, arg, klen);
+  key[klen] = '\0';
+  const char *value = eq + 1;
+  while (*value == ' ')
+    value++;
+  return td_runspec_set(rs, key, value, why, why_len);
+}
+
+typedef struct {
+  td_runspec_t *rs;
+  char *why;
+  size_t why_len;
+  int rc;
+} ini_ctx_t;
+
+static int on_ini_pair(void *user, const char *section, const char *name, const char *value) {
+  ini_ctx_t *ctx = user;
+  if (ctx->rc != 0)
+    return 0;
+  if (section[0] != '\0' && strcmp(section, "run") != 0) {
+    ctx->rc = td_why(ctx->why, ctx->why_len, TD_ECONFIG,
+                     "unknown section [%s] (run keys go at top level or in [run])", section);
+    return 0;
+  }
+  ctx->rc = td_runspec_set(ctx->rs, name, value, ctx->why, ctx->why_len);
+  return ctx->rc == 0;
+}
+
+/* The result of ini_parse_file / ini_parse_string turned into a reason. */
+static int ini_result(int line, const ini_ctx_t *ctx, const char *sub, const char *path,
+                      char *why, size_t why_len) {
+  if (line == 0)
+    return 0;
+  if (line < 0)
+    return td_why(why, why_len, TD_EIO, "cannot read %s", path);
+  if (ctx->rc != 0)
+    return td_why(why, why_len, TD_ECONFIG, "%s:%d: %s", path, line, sub);
+  return td_why(why, why_len, TD_ECONFIG, "%s:%d: syntax error (expected key = value)", path,
+                line);
+}
+
+int td_runspec_load_ini(td_runspec_t *rs, const char *path, char *why, size_t why_len) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return td_why(why, why_len, errno == ENOENT ? TD_ENOENT : TD_EIO, "cannot open %s: %s",
+                  path, strerror(errno));
+  char sub[768] = "";
+  ini_ctx_t ctx = {.rs = rs, .why = sub, .why_len = sizeof sub, .rc = 0};
+  int line = ini_parse_file(f, on_ini_pair, &ctx);
+  fclose(f);
+  return ini_result(line, &ctx, sub, path, why, why_len);
+}
+
+int td_runspec_load_ini_text(td_runspec_t *rs, const char *text, const char *origin, char *why,
+                             size_t why_len) {
+  char sub[768] = "";
+  ini_ctx_t ctx = {.rs = rs, .why = sub, .why_len = sizeof sub, .rc = 0};
+  int line = ini_parse_string(text, on_ini_pair, &ctx);
+  return ini_result(line, &ctx, sub, origin, why, why_len);
+}
+
+/* Token models (gpt) read text; every other model reads features. */
+static bool token_model(const char *model) { return strncmp(model, "gpt:", 4) == 0; }
+
+const char *td_runspec_dataset(const td_runspec_t *rs) {
+  if (strcmp(rs->dataset, "auto") != 0)
+    return rs->dataset;
+  return token_model(rs->model) ? TD_TEXT_DEFAULT_SPEC : "fashion-mnist";
+}
+
+bool td_runspec_ef_decays(const td_runspec_t *rs) {
+  if (rs->ef_decay_kind == TD_EF_DECAY_AUTO)
+    return rs->optimizer_kind == TD_OPTIM_ADAMW;
+  return rs->ef_decay_kind == TD_EF_DECAY_LR;
+}
+
+bool td_runspec_is_text(const td_runspec_t *rs) {
+  return strncmp(td_runspec_dataset(rs), "text:", 5) == 0;
+}
+
+void td_runspec_optim_opts(const td_runspec_t *rs, td_optim_opts_t *out) {
+  *out = (td_optim_opts_t){.kind = (td_optim_kind_t)rs->optimizer_kind,
+                           .weight_decay = rs->weight_decay,
+                           .clip = rs->clip,
+                           .momentum = rs->momentum,
+                           .nesterov = rs->nesterov,
+                           .beta1 = rs->beta1,
+                           .beta2 = rs->beta2,
+                           .eps = rs->eps};
+}
+
+int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len) {
+  bool text = td_runspec_is_text(rs);
+  if (token_model(rs->model) && !text)
+    return td_why(why, why_len, TD_ECONFIG,
+                  "model %s reads byte tokens but dataset %s has image or CSV features "
+                  "(use text:PATH, text:fortunes or leave dataset unset)",
+                  rs->model, rs->dataset);
+  if (!token_model(rs->model) && text)
+    return td_why(why, why_len, TD_ECONFIG,
+                  "model %s reads float features but dataset %s is text "
+                  "(use a gpt:L-W-H-T model)",
+                  rs->model, td_runspec_dataset(rs));
+  if (rs->nesterov && rs->optimizer_kind != TD_OPTIM_SGD)
+    return td_why(why, why_len, TD_ECONFIG, "nesterov: applies to optimizer = sgd, not %s",
+                  rs->optimizer);
+  if (rs->nesterov && rs->momentum <= 0)
+    return td_why(why, why_len, TD_ECONFIG, "nesterov: needs momentum > 0");
+  if (rs->outer_nesterov && rs->outer_momentum <= 0)
+    return td_why(why, why_len, TD_ECONFIG, "outer_nesterov: needs outer_momentum > 0");
+  td_agg_spec_t agg;
+  td_runspec_agg(rs, &agg);
+  if (rs->mode_kind == TD_MODE_ASYNC && (agg.kind != TD_AGG_MEAN || agg.norm_bound > 0))
+    return td_why(why, why_len, TD_ECONFIG,
+                  "%s = %s: needs rounds (mode sync or overlap); async adds each update as "
+                  "it arrives", agg.kind != TD_AGG_MEAN ? "aggregate" : "norm_bound",
+                  agg.kind != TD_AGG_MEAN ? rs->aggregate : rs->norm_bound);
+  return 0;
+}
+
+size_t td_runspec_format(const td_runspec_t *rs, char *buf, size_t len) {
+  size_t used = 0;
+  for (size_t i = 0; i < N_KEYS; i++) {
+    const run_key_t *k = &td__run_keys[i];
+    const char *field = (const char *)rs + k->offset;
+    char *dst = buf ? buf + (used < len ? used : len) : NULL;
+    size_t room = used < len ? len - used : 0;
+    int w = 0;
+    switch (k->type) {
+    case KEY_STR: w = snprintf(dst, room, "%s = %s\n", k->name, field); break;
+    case KEY_UINT:
+      w = snprintf(dst, room, "%s = %u\n", k->name, *(const unsigned *)(const void *)field);
+      break;
+    case KEY_U64:
+      w = snprintf(dst, room, "%s = %" PRIu64 "\n", k->name,
+                   *(const uint64_t *)(const void *)field);
+      break;
+    case KEY_DOUBLE:
+      w = snprintf(dst, room, "%s = %.17g\n", k->name, *(const double *)(const void *)field);
+      break;
+    case KEY_BOOL:
+      w = snprintf(dst, room, "%s = %s\n", k->name,
+                   *(const bool *)(const void *)field ? "true" : "false");
+      break;
+    }
+    used += (size_t)(w > 0 ? w : 0);
+  }
+  return used;
+}
+
+void td_runspec_print_help(FILE *out) {
+  for (size_t i = 0; i < N_KEYS; i++)
+    fprintf(out, "  %-16s %-20s %s\n", td__run_keys[i].name, td__run_keys[i].default_value,
+            td__run_keys[i].help);
+}

@@ -1,0 +1,281 @@
+/* join.c: late join: taking a node into a running run, and joining one.
+ *
+ * Threads: loop thread. A node that joins the cluster while a run is going
+ * (trainctl join) is admitted by the run member with the lowest id among
+ * those reachable: it picks round R = its open round + TD__JOIN_LEAD_ROUNDS
+ * (no member has begun R yet: members are at most one round apart, and R - 1
+ * is still ahead of every compute thread) and sends RunStart{members +
+ * joiner, join_round R} to the members and to the joiner. From R on every
+ * member expects the joiner's update, sends it its own and counts it in the
+ * batch split. The admitter asks its compute thread for the anchor once it
+ * holds round R - 1; the joiner fetches it (transfer.c: bulk, chunked,
+ * resumable) and starts from it at R, its learning-rate schedule moved to
+ * where the others are. A member that fell out of the run (comeback.c) is
+ * taken back the same way, keeping its place in the member list. RunStart
+ * without a join round and RunStop are handled here too: they start and stop
+ * whole runs. */
+#include "daemon/internal.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "daemon/base/log.h"
+
+/* Joiners asking for the seed before the compute thread posted it. */
+#define MAX_WAITING 4
+
+struct td__join {
+  td__session_t *s;
+  /* serving side: the anchor holding round `want`, posted by the compute
+   * thread, and the requests that came before it */
+  uint64_t want, blob_round, admitted;
+  float *blob;
+  struct { uint64_t peer, offset; } waiting[MAX_WAITING];
+  size_t n_waiting;
+};
+
+int td__join_open(td__join_t **out, td__session_t *s) {
+  td__join_t *j = calloc(1, sizeof *j);
+  if (j == NULL)
+    return TD_ENOMEM;
+  j->s = s;
+  *out = j;
+  return 0;
+}
+
+void td__join_close(td__join_t **self_p) {
+  td__join_t *j = *self_p;
+  if (j == NULL)
+    return;
+  *self_p = NULL;
+  free(j->blob);
+  free(j);
+}
+
+void td__join_stats(const td__join_t *j, td__run_stats_t *out) {
+  out->joins_admitted = j ? j->admitted : 0;
+}
+
+static void serve_seed(td__session_t *s, td__link_t *l, uint64_t offset) {
+  Traind__SnapshotChunk tmpl = TRAIND__SNAPSHOT_CHUNK__INIT;
+  tmpl.round = s->join->blob_round;
+  td__xfer_serve(s, l, s->join->blob, td_run_anchor_bytes(s->run), offset, &tmpl, true);
+}
+
+void td__join_request(td__session_t *s, td__link_t *l, uint64_t peer,
+                      const Traind__SnapshotRequest *rq) {
+  td__join_t *j = s->join;
+  if (rq->offset >= td_run_anchor_bytes(s->run) || rq->round == 0 ||
+      (rq->round != j->blob_round && rq->round != j->want)) {
+    td__drop(s->node, TD__DROP_WRONG_RUN, "join snapshot request for a round we do not hold");
+  } else if (j->blob != NULL && rq->round == j->blob_round) {
+    serve_seed(s, l, rq->offset);
+  } else {
+    size_t i = 0;
+    while (i < j->n_waiting && j->waiting[i].peer != peer)
+      i++;
+    if (i < MAX_WAITING) {
+      j->waiting[i].peer = peer;
+      j->waiting[i].offset = rq->offset;
+      if (i == j->n_waiting)
+        j->n_waiting++;
+    }
+  }
+}
+
+/* The compute thread posted the anchor a joiner starts from: serve waiters. */
+void td__join_anchor(td__session_t *s, td_run_event_t *ev) {
+  td__join_t *j = s->join;
+  free(j->blob);
+  j->blob = ev->blob;
+  ev->blob = NULL;
+  j->blob_round = ev->round;
+  for (size_t i = 0; i < j->n_waiting; i++) {
+    td__link_t *l = td__link_find(s->node->net, j->waiting[i].peer);
+    if (l != NULL)
+      serve_seed(s, l, j->waiting[i].offset);
+  }
+  j->n_waiting = 0;
+}
+
+/* Take `id` into the run from round `from`: a new member at the end of the
+ * list, or a member that comes back (comeback.c) in its old place, so its
+ * rank and data partition stay its own; its link codec starts over, like its
+ * decoder on the other end. */
+static void add_member(td__session_t *s, uint64_t id, uint64_t from) {
+  size_t i = td__session_member(s, id);
+  bool back = i != TD_MEMBERS_MAX;
+  if (back) {
+    if (id == s->node->node_id)
+      return;
+    td__outbox_reset_member(s->outbox, i);
+    td__link_t *l = td__link_find(s->node->net, id);
+    if (l != NULL)
+      td__link_restart(s->node->net, l);
+    s->away[i] = false;
+    s->staleness[i] = -1;
+  } else {
+    if (s->n_members >= TD_MEMBERS_MAX || s->n_members >= TD_ROUND_MAX_PEERS)
+      return;
+    i = s->n_members;
+    s->members[i] = id;
+    if (td__outbox_add_member(s->outbox, i) != 0) {
+      td_log_warn("out of memory for the link codec of %016" PRIx64 ": not admitted", id);
+      return;
+    }
+    s->n_members++;
+  }
+  s->since[i] = from;
+  s->since_at[i] = td_clock_mono_s();
+  memset(s->peer_report[i], 0, sizeof s->peer_report[i]);
+  if (back && s->round < from) /* it holds no update of a round before `from`: do not wait */
+    td__rounds_forget_peer(s, id);
+  /* from R on the batch is split evenly again, until the joiner has measured */
+  unsigned k = (unsigned)s->n_members;
+  for (size_t m = 0; m < s->n_members; m++)
+    s->plan[m] = td_run_split_batch(s->spec.batch, (unsigned)m, k);
+  td_run_set_nodes(s->run, from, k);
+  td_run_set_batch(s->run, from, s->plan[s->rank]);
+  td__ledger_event(s->node->ledger, back ? "member_back" : "member_added",
+                   "%016" PRIx64 " %s run %016" PRIx64 " at round %" PRIu64, id,
+                   back ? "is back in" : "joins", s->run_id, from);
+  td_log_info("peer %016" PRIx64 " %s the run at round %" PRIu64 " (%u nodes)", id,
+              back ? "is back in" : "joins", from, k);
+}
+
+/* RunStart with join_round: as a member, take the joiner in; as the joiner,
+ * start the run from join_round. */
+static void on_admission(td__node_t *n, const Traind__Envelope *env) {
+  const Traind__RunStart *rs = env->run_start;
+  size_t k = rs->n_members, at = k;
+  for (size_t i = 0; i < k && i < TD_MEMBERS_MAX; i++)
+    if (rs->members[i] == rs->joiner)
+      at = i;
+  /* a new joiner comes last; a member that comes back keeps its place */
+  if (k < 2 || k > TD_MEMBERS_MAX || rs->joiner == 0 || at == k) {
+    td__drop(n, TD__DROP_MALFORMED, "run admission with a bad member list");
+    return;
+  }
+  if (rs->joiner == n->node_id) {
+    if (n->session != NULL) {
+      if (n->session->run_id != env->run_id)
+        td__drop(n, TD__DROP_WRONG_RUN, "admission into a run while running another");
+      return; /* or a repeat of the admission we acted on */
+    }
+    char why[512] = "";
+    if (td__session_start(n, env->run_id, rs->spec, rs->members, k, rs->join_round, env->sender,
+                          why, sizeof why) != 0)
+      td__session_refuse(n, env->run_id, rs->members, k, why);
+    return;
+  }
+  td__session_t *s = td__session_of(n, env->run_id);
+  if (s == NULL) {
+    td__drop(n, TD__DROP_WRONG_RUN, "admission into a run this node is not running");
+    return;
+  }
+  size_t mi = td__session_member(s, rs->joiner);
+  if (mi != TD_MEMBERS_MAX && s->since[mi] >= rs->join_round && s->since[mi] != UINT64_MAX &&
+      !s->away[mi])
+    return; /* already in, or a repeat of the admission */
+  /* the list must be ours (plus the joiner when it is new), or the members
+   * would disagree */
+  bool same = k == s->n_members + (mi == TD_MEMBERS_MAX) && (mi != TD_MEMBERS_MAX || at == k - 1);
+  for (size_t i = 0; same && i < s->n_members; i++)
+    same = rs->members[i] == s->members[i];
+  if (!same || rs->join_round <= s->round) {
+    td_log_warn("admission of %016" PRIx64 " at round %" PRIu64 " does not fit this node's run "
+                "(round %" PRIu64 ", %zu members): ignored", rs->joiner, rs->join_round,
+                s->round, s->n_members);
+    td__drop(n, TD__DROP_WRONG_RUN, NULL);
+    return;
+  }
+  add_member(s, rs->joiner, rs->join_round);
+}
+
+void td__on_run_start(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes) {
+  (void)l;
+  (void)bytes;
+  const Traind__RunStart *rs = env->run_start;
+  if (rs->join_round > 0) {
+    on_admission(n, env);
+    return;
+  }
+  if (td__session_of(n, env->run_id) != NULL)
+    return; /* already running it */
+  char why[512] = "";
+  if (td__session_start(n, env->run_id, rs->spec, rs->members, rs->n_members, 1, 0, why,
+                        sizeof why) != 0)
+    td__session_refuse(n, env->run_id, rs->members, rs->n_members, why);
+}
+
+void td__on_run_stop(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes) {
+  (void)l;
+  (void)bytes;
+  td__session_t *s = td__session_of(n, env->run_id);
+  if (s == NULL) {
+    td__drop(n, TD__DROP_WRONG_RUN, "stop for a run this node is not running");
+    return;
+  }
+  td_log_info("run %016" PRIx64 " stopped by %016" PRIx64, s->run_id, env->sender);
+  td_run_stop(s->run);
+}
+
+/* Heartbeat (and comeback.c, when a member falls out): admit one idle, alive
+ * node: a member that fell out of the run first, else one not in it yet. */
+void td__join_tick(td__session_t *s) {
+  td__node_t *n = s->node;
+  td__join_t *j = s->join;
+  if (!s->ready || s->spec.mode_kind == TD_MODE_ASYNC || s->round <= s->first_round ||
+      s->round + TD__JOIN_LEAD_ROUNDS + 1 > s->rounds ||
+      (j->want != 0 && j->blob_round != j->want))
+    return;
+  for (size_t i = 0; i < s->n_members; i++) /* the lowest id among those in the run admits */
+    if (s->members[i] < n->node_id && td__session_takes_part(s, i, 0))
+      return;
+  uint64_t joiner = 0;
+  for (size_t i = 0; i < s->n_members && joiner == 0; i++) { /* members that come back first */
+    td_member_t *m = s->away[i] ? td_members_find(n->members, s->members[i]) : NULL;
+    if (m != NULL && m->state == TD_PEER_ALIVE && m->reported && m->run_id == 0)
+      joiner = m->node_id;
+  }
+  bool full = s->n_members >= TD_MEMBERS_MAX || s->n_members >= TD_ROUND_MAX_PEERS;
+  for (size_t i = 0; !full && i < td__transport_count(n->net) && joiner == 0; i++) {
+    uint64_t peer = td__link_peer(td__transport_at(n->net, i));
+    td_member_t *m = peer ? td_members_find(n->members, peer) : NULL;
+    if (m != NULL && m->state == TD_PEER_ALIVE && m->reported && m->run_id == 0 &&
+        td__session_member(s, m->node_id) == TD_MEMBERS_MAX)
+      joiner = m->node_id;
+  }
+  if (joiner == 0)
+    return;
+  uint64_t R = s->round + TD__JOIN_LEAD_ROUNDS;
+  uint64_t members[TD_MEMBERS_MAX];
+  size_t k = s->n_members;
+  memcpy(members, s->members, k * sizeof *members);
+  if (td__session_member(s, joiner) == TD_MEMBERS_MAX)
+    members[k++] = joiner;
+  Traind__RunStart rs = TRAIND__RUN_START__INIT;
+  rs.spec = s->spec_text;
+  rs.members = members;
+  rs.n_members = k;
+  rs.join_round = R;
+  rs.joiner = joiner;
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_RUN_START;
+  env.run_start = &rs;
+  env.run_id = s->run_id;
+  for (size_t i = 0; i < rs.n_members; i++) {
+    td__link_t *l = members[i] != n->node_id ? td__link_find(n->net, members[i]) : NULL;
+    if (l != NULL)
+      td__link_send(n->net, l, &env);
+  }
+  add_member(s, joiner, R);
+  j->admitted++;
+  free(j->blob);
+  j->blob = NULL;
+  j->blob_round = 0;
+  j->want = R - 1;
+  td_run_want_anchor(s->run, R - 1);
+}

@@ -1,0 +1,615 @@
+/* rounds.c: collecting the members' updates of a round, and closing it.
+ *
+ * Threads: the loop thread moves bytes: update chunks from peers go into the
+ * session's collector (scheduler/round.h; async: one inbox per peer), and a
+ * complete message is handed to the libuv work pool, which decodes it
+ * (decode_work) and, in async mode, adds it into the compute thread's inbox;
+ * the loop then marks the update complete. A sync or overlap round closes
+ * when our own update is done and sent and every expected peer's update is
+ * complete, or at its deadline without the late ones: the loop bounds each
+ * update's sample weight by what the batch plan gave its sender (a member
+ * claiming more is cut to its share, counted and recorded), the pool
+ * combines the updates by the run's `aggregate` rule into the run's average
+ * (scheduler/aggregate.h: the same result on every node, whatever the
+ * arrival order), then the loop counts what the rule refused per member
+ * (a member refused TD__SUSPECT_ROUNDS rounds in a row is logged, recorded
+ * as a member_suspect event and shown by status), writes the round's ledger
+ * row, revises the batch plan (weighted dynamic batching, ALGORITHMS.md 6.1)
+ * and releases the compute thread. So a large update never stalls
+ * heartbeats. Each job holds a reference on the session and touches only
+ * what it was handed, so results do not depend on which thread ran it. */
+#include "daemon/internal.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "daemon/base/log.h"
+#include "scheduler/plan.h"
+
+/* Weighted batching: no node below this fraction of the even share. */
+#define MIN_SHARE_DIVISOR 4
+/* ...and never below this many rows. */
+#define MIN_BATCH_ROWS 2
+/* A new plan is applied only when some share moves by more than this. */
+#define REPLAN_FRACTION 0.1
+/* A peer's reported capacity or uplink is believed up to this (samples/s, bytes/s). */
+#define MAX_REPORTED_RATE 1e12
+
+void td__rounds_begin(td__session_t *s, uint64_t round) {
+  uint64_t peers[TD_MEMBERS_MAX];
+  size_t np = td__session_peers(s, round, peers);
+  s->round = round;
+  td_round_begin(s->collector, round, peers, np);
+  s->round_started = td_clock_wall_s();
+  if (s->own_done >= round) /* overlap: own update already done */
+    s->deadline = s->own[round % TD__RING].done_at + s->spec.round_timeout;
+}
+
+static void round_row(td__session_t *s, uint64_t round, double eval_acc, double started,
+                    uint64_t bytes_sent, uint64_t bytes_recv) {
+  td__own_round_t *o = &s->own[round % TD__RING];
+  double eval_bpb = NAN;
+  if (o->round == round)
+    eval_bpb = o->eval_bpb; /* overlap: evaluated before the round closed here */
+  if (isnan(eval_acc) && o->round == round)
+    eval_acc = o->eval_acc; /* overlap: evaluated before the round closed here */
+  if (s->late_eval.round == round) { /* evaluated after the ring moved on, before the row */
+    eval_acc = s->late_eval.acc;
+    eval_bpb = s->late_eval.bpb;
+  }
+  td_ledger_round_t row = {
+      .run_id = s->run_id, .round = round, .started = started,
+      .ended = td_clock_wall_s(), .local_steps = o->steps + o->fill_steps, .batch = o->batch,
+      .samples = o->samples, .loss = o->loss, .eval_acc = eval_acc, .eval_bpb = eval_bpb,
+      .bytes_sent = bytes_sent, .bytes_recv = bytes_recv, .lr = o->lr,
+      .compute_s = o->compute_s + o->fill_s, .wait_s = o->idle_s, .capacity = o->capacity};
+  if (o->round == round) {
+    o->row = row;
+    o->row_written = true;
+  }
+  td__ledger_round(s->node->ledger, &row);
+}
+
+/* The accuracy (bits per byte for text) belongs to the row of `round`: in
+ * overlap mode the compute thread evaluates round r before the loop closes
+ * it, so it waits in the ring and round_row() writes it with the row. */
+void td__rounds_eval(td__session_t *s, uint64_t round, double accuracy, double bpb) {
+  td__own_round_t *o = &s->own[round % TD__RING];
+  if (o->round != round) {
+    /* evaluated off the training path and finished rounds later: the row is
+     * most likely written (then this sets it); if not, round_row() takes it */
+    s->late_eval.round = round;
+    s->late_eval.acc = accuracy;
+    s->late_eval.bpb = bpb;
+    td__ledger_eval(s->node->ledger, s->run_id, round, accuracy, bpb);
+    return;
+  }
+  o->eval_acc = accuracy;
+  o->eval_bpb = bpb;
+  if (o->row_written) {
+    td_ledger_round_t row = o->row;
+    row.eval_acc = accuracy;
+    row.eval_bpb = bpb;
+    td__ledger_round(s->node->ledger, &row);
+  }
+}
+
+/* Capacity member i reported with `round`, else its newest report. */
+static double reported_capacity(const td__session_t *s, size_t i, uint64_t round) {
+  const td__peer_report_t *r = s->peer_report[i];
+  double c = r[round % TD__RING].round == round ? r[round % TD__RING].capacity : 0;
+  for (unsigned j = 0; c <= 0 && j < TD__RING; j++)
+    if (r[j].capacity > c)
+      c = r[j].capacity;
+  return c;
+}
+
+/* Split the global batch over the live members in proportion to the
+ * capacities they reported with `round`. Every node holds the same reports
+ * once the round closed, so every node computes the same plan; only our own
+ * share is applied, from round `from` on. */
+static void replan(td__session_t *s, uint64_t round, uint64_t from) {
+  if (!s->spec.weighted_batching || s->n_members < 2)
+    return;
+  double caps[TD_MEMBERS_MAX];
+  size_t idx[TD_MEMBERS_MAX], k = 0, me = 0;
+  for (size_t i = 0; i < s->n_members; i++) {
+    uint64_t id = s->members[i];
+    double c;
+    if (id == s->node->node_id) {
+      c = s->own[round % TD__RING].capacity;
+      me = k;
+    } else if (td__session_takes_part(s, i, 0)) { /* not one that refused or is away; a
+                                                     joiner counts (every node's plan agrees) */
+      c = reported_capacity(s, i, round);
+    } else {
+      continue;
+    }
+    if (!(c > 0))
+      return; /* someone has not measured yet: keep the current plan */
+    caps[k] = c;
+    idx[k++] = i;
+  }
+  unsigned split[TD_MEMBERS_MAX], old[TD_MEMBERS_MAX];
+  unsigned b_min = s->spec.batch / (MIN_SHARE_DIVISOR * (unsigned)k);
+  if (td_plan_split_batch(caps, k, s->spec.batch, b_min > MIN_BATCH_ROWS ? b_min : MIN_BATCH_ROWS,
+                          NULL, split) != 0 &&
+      td_plan_split_batch(caps, k, s->spec.batch, 1, NULL, split) != 0)
+    return;
+  bool have_old = true;
+  for (size_t j = 0; j < k; j++)
+    if ((old[j] = s->plan[idx[j]]) == 0)
+      have_old = false;
+  if (have_old && !td_plan_should_replan(old, split, k, REPLAN_FRACTION))
+    return;
+  memset(s->plan, 0, sizeof s->plan);
+  for (size_t j = 0; j < k; j++)
+    s->plan[idx[j]] = split[j];
+  s->plans_applied++;
+  td_run_set_batch(s->run, from, split[me]);
+  td_log_debug("round %" PRIu64 ": batch plan from round %" PRIu64 ": own %u of %u "
+               "(%.0f samples/s)", round, from, split[me], s->spec.batch, caps[me]);
+}
+
+/* One round's aggregation, on the pool. */
+typedef struct {
+  uv_work_t req;
+  td__session_t *s; /* one reference */
+  uint64_t round, bytes_sent, bytes_recv;
+  double started;
+  td_agg_spec_t spec;
+  td_agg_input_t in[TD_AGG_MAX_INPUTS]; /* the round's deltas, noted on the loop thread */
+  bool clamped[TD_MEMBERS_MAX];         /* its samples were cut to the plan (by member) */
+  size_t n, numel;
+  td_agg_result_t res;
+  float *avg;
+} aggregate_job_t;
+
+static void aggregate_work(uv_work_t *req) {
+  aggregate_job_t *job = req->data;
+  td_agg_apply(&job->spec, job->in, job->n, job->numel, job->avg, &job->res);
+}
+
+/* Samples member i may claim for round r: its batch in the plans that were in
+ * force for r (sync: the current one; overlap: the one before; a late join
+ * or a new plan may have changed it since) times the round's local steps and
+ * overlap fill steps. Every node holds the same plans, so every node clamps
+ * the same way. */
+static uint64_t planned_samples(const td__session_t *s, size_t i, uint64_t r) {
+  unsigned batch = s->plan[i];
+  for (uint64_t back = 1; back <= 2 && back < r; back++) {
+    unsigned k = (unsigned)((r - back) % TD__RING);
+    if (s->plan_hist_round[k] == r - back && s->plan_hist[k][i] > batch)
+      batch = s->plan_hist[k][i];
+  }
+  if (batch == 0) /* not in the plan (it was unreachable when planned): the global batch */
+    batch = s->spec.batch;
+  uint64_t steps = td_run_steps_of(s->run, r), next = td_run_steps_of(s->run, r + 1);
+  steps = (steps ? steps : 1) + (uint64_t)s->spec.overlap_fill * (next > steps ? next : steps);
+  return (uint64_t)batch * steps;
+}
+
+static void note_outlier(td__session_t *s, size_t i, uint64_t r, bool refused, bool used) {
+  td__outlier_t *o = &s->outlier[i];
+  if (!refused) {
+    if (used)
+      o->streak = 0;
+    return;
+  }
+  if (++o->streak == TD__SUSPECT_ROUNDS && !o->suspect) {
+    o->suspect = true;
+    td_log_warn("member %016" PRIx64 ": updates refused %d rounds in a row (round %" PRIu64
+                "; %" PRIu64 " rejected, %" PRIu64 " clipped, %" PRIu64 " samples clamped)",
+                s->members[i], TD__SUSPECT_ROUNDS, r, o->rejected, o->clipped, o->clamped);
+    td__ledger_event(s->node->ledger, "member_suspect",
+                     "%016" PRIx64 " round %" PRIu64 ": refused %d rounds in a row: %" PRIu64
+                     " rejected, %" PRIu64 " clipped, %" PRIu64 " samples clamped",
+                     s->members[i], r, TD__SUSPECT_ROUNDS, o->rejected, o->clipped, o->clamped);
+  }
+}
+
+/* The verdicts of round r's aggregation: counted per member, each refused
+ * update an event, and a member refused TD__SUSPECT_ROUNDS rounds in a row
+ * reported. */
+static void note_verdicts(td__session_t *s, const aggregate_job_t *job) {
+  bool seen[TD_MEMBERS_MAX] = {false};
+  uint64_t r = job->round;
+  double m = job->res.median_norm;
+  for (size_t j = 0; j < job->n; j++) {
+    const td_agg_input_t *in = &job->in[j];
+    size_t i = td__session_member(s, in->id);
+    if (i >= TD_MEMBERS_MAX)
+      continue;
+    seen[i] = true;
+    td__outlier_t *o = &s->outlier[i];
+    bool refused = job->clamped[i] || in->verdict != TD_AGG_USED;
+    if (in->verdict == TD_AGG_REJECTED && !isfinite(in->norm)) { /* only our own can be */
+      o->rejected++;
+      td__ledger_event(s->node->ledger, "update_outlier",
+                       "%016" PRIx64 " round %" PRIu64 ": rejected: not finite", in->id, r);
+    } else if (in->verdict == TD_AGG_REJECTED) {
+      o->rejected++;
+      td__ledger_event(s->node->ledger, "update_outlier",
+                       "%016" PRIx64 " round %" PRIu64 ": rejected: norm %.3g > %g x median %.3g",
+                       in->id, r, in->norm, job->spec.norm_bound, m);
+    } else if (in->verdict == TD_AGG_CLIPPED) {
+      o->clipped++;
+      td__ledger_event(s->node->ledger, "update_outlier",
+                       "%016" PRIx64 " round %" PRIu64 ": clipped: norm %.3g > %g x median %.3g",
+                       in->id, r, in->norm, job->spec.clip, m);
+    }
+    note_outlier(s, i, r, refused, in->verdict != TD_AGG_REJECTED);
+  }
+  /* a member whose update did not decode this round has no input above */
+  for (size_t i = 0; i < s->n_members; i++)
+    if (!seen[i] && s->refused_round[i] == r)
+      note_outlier(s, i, r, true, false);
+}
+
+static void aggregate_done(uv_work_t *req, int status) {
+  aggregate_job_t *job = req->data;
+  td__session_t *s = job->s;
+  uint64_t r = job->round;
+  (void)status;
+  s->closing = false;
+  if (s->node->session == s) {
+    note_verdicts(s, job);
+    round_row(s, r, NAN, job->started, job->bytes_sent, job->bytes_recv);
+    td_log_debug("round %" PRIu64 "/%" PRIu64 " closed with %zu of %zu updates, loss %.4f", r,
+                 s->rounds, job->res.used, job->n, s->own[r % TD__RING].loss);
+    /* sync: the compute thread waits on this round, so the plan is used from
+     * the next one; overlap: it is already computing r + 1 */
+    replan(s, r, r + (s->spec.mode_kind == TD_MODE_SYNC ? 1 : 2));
+    s->rounds_done++;
+    s->node->totals.rounds++;
+    td__rounds_begin(s, r + 1);
+    td_run_release(s->run, r);
+    td__ledgerq_flush(s->node->ledger);
+    td__monitor_publish(s->node->monitor);
+    td__rounds_try_close(s);
+  }
+  free(job);
+  td__session_unref(&s);
+}
+
+/* The round's inputs: our delta and every complete peer update, each weight
+ * bounded by the member's plan (counted and recorded when cut). */
+static void gather(td__session_t *s, aggregate_job_t *job) {
+  uint64_t r = job->round, own_samples = s->own[r % TD__RING].samples;
+  job->n = td_round_collect(s->collector, job->in, TD_AGG_MAX_INPUTS - 1);
+  if (own_samples > 0)
+    job->in[job->n++] = (td_agg_input_t){.id = s->node->node_id,
+                                         .delta = td_run_delta(s->run, r),
+                                         .weight = (double)own_samples};
+  for (size_t j = 0; j < job->n; j++) {
+    size_t i = td__session_member(s, job->in[j].id);
+    if (i >= TD_MEMBERS_MAX)
+      continue;
+    uint64_t bound = planned_samples(s, i, r);
+    if (job->in[j].weight > (double)bound) {
+      td__ledger_event(s->node->ledger, "samples_clamped",
+                       "%016" PRIx64 " round %" PRIu64 ": claimed %.0f samples, plan gives %"
+                       PRIu64, job->in[j].id, r, job->in[j].weight, bound);
+      job->in[j].weight = (double)bound;
+      job->clamped[i] = true;
+      s->outlier[i].clamped++;
+    }
+  }
+  unsigned k = (unsigned)(r % TD__RING);
+  memcpy(s->plan_hist[k], s->plan, sizeof s->plan);
+  s->plan_hist_round[k] = r;
+}
+
+static void close_round(td__session_t *s) {
+  aggregate_job_t *job = calloc(1, sizeof *job);
+  if (job == NULL) { /* the round waits for the next tick */
+    td_log_error("out of memory to close round %" PRIu64, s->round);
+    return;
+  }
+  uint64_t r = s->round;
+  job->s = s;
+  job->round = r;
+  job->started = s->round_started;
+  job->bytes_sent = s->bytes_sent_round;
+  job->bytes_recv = s->bytes_recv_round;
+  job->avg = td_run_avg(s->run, r);
+  job->numel = td_run_numel(s->run);
+  td_runspec_agg(&s->spec, &job->spec);
+  s->bytes_sent_round = s->bytes_recv_round = 0; /* what comes now is the next round's */
+  gather(s, job);
+  job->req.data = job;
+  td__session_ref(s);
+  s->closing = true;
+  if (uv_queue_work(&s->node->loop, &job->req, aggregate_work, aggregate_done) != 0) {
+    aggregate_work(&job->req); /* cannot happen in practice; never lose a round */
+    aggregate_done(&job->req, 0);
+  }
+}
+
+void td__rounds_try_close(td__session_t *s) {
+  if (s->spec.mode_kind == TD_MODE_ASYNC)
+    return;
+  while (s->node->session == s && !s->closing && s->own_done >= s->round &&
+         td__outbox_sent(s->outbox, s->round) && s->round <= s->rounds &&
+         td_round_complete(s->collector))
+    close_round(s);
+}
+
+static void async_release(td__session_t *s) {
+  uint64_t slowest = UINT64_MAX;
+  for (size_t i = 0; i < s->n_members; i++) /* one that refused or is away sends nothing */
+    if (td__session_takes_part(s, i, 0) && s->peer_round[i] < slowest)
+      slowest = s->peer_round[i];
+  td_run_release(s->run, slowest);
+}
+
+void td__rounds_own_done(td__session_t *s, uint64_t round) {
+  if (s->spec.mode_kind == TD_MODE_ASYNC) {
+    s->round_started = td_clock_wall_s();
+    round_row(s, round, NAN, s->round_started, s->bytes_sent_round, s->bytes_recv_round);
+    s->bytes_sent_round = s->bytes_recv_round = 0;
+    s->rounds_done++;
+    s->node->totals.rounds++;
+    replan(s, round, round + 1);
+    async_release(s);
+    td__ledgerq_flush(s->node->ledger);
+    td__monitor_publish(s->node->monitor);
+  }
+  td__rounds_try_close(s);
+}
+
+void td__rounds_forget_peer(td__session_t *s, uint64_t peer) {
+  td_round_forget_peer(s->collector, peer);
+  if (s->spec.mode_kind == TD_MODE_ASYNC) /* a compute thread held back by it goes on */
+    async_release(s);
+  td__rounds_try_close(s);
+}
+
+/* Deadline: peers that have not delivered are recorded late and not waited for. */
+void td__rounds_tick(td__session_t *s) {
+  if (s->spec.mode_kind == TD_MODE_ASYNC)
+    return;
+  if (s->own_done >= s->round && td_clock_mono_s() >= s->deadline) {
+    uint64_t missing[TD_MEMBERS_MAX];
+    size_t k = td_round_missing(s->collector, missing, TD_MEMBERS_MAX);
+    for (size_t i = 0; i < k; i++) {
+      td_log_warn("round %" PRIu64 ": peer %016" PRIx64 " is late (deadline %.1f s)", s->round,
+                  missing[i], s->spec.round_timeout);
+      td__ledger_event(s->node->ledger, "late", "round %" PRIu64 " peer %016" PRIx64, s->round,
+                       missing[i]);
+      td_round_forget_peer(s->collector, missing[i]);
+      s->late_peers++;
+    }
+  }
+  td__rounds_try_close(s);
+}
+
+static void record_update(td__session_t *s, uint64_t peer, uint64_t peer_round,
+                          int64_t staleness, uint64_t bytes, const char *codec) {
+  td_ledger_update_t row = {
+      .run_id = s->run_id,
+      .round = s->spec.mode_kind == TD_MODE_ASYNC ? s->own_done : s->round,
+      .peer = peer, .peer_round = peer_round, .staleness = staleness > 0 ? staleness : 0,
+      .bytes = bytes, .ratio = (double)td_run_numel(s->run) * sizeof(float) / (double)bytes,
+      .arrived = td_clock_wall_s()};
+  size_t i = td__session_member(s, peer);
+  if (i < TD_MEMBERS_MAX)
+    s->staleness[i] = row.staleness;
+  td__ledger_update(s->node->ledger, &row, codec);
+}
+
+/* One peer update, decoded on the pool. */
+typedef struct {
+  uv_work_t req;
+  td__session_t *s; /* one reference */
+  uint64_t peer, round, ticket, bytes;
+  int64_t staleness;
+  size_t member;
+  const td_layout_t *layout;
+  size_t numel;
+  uint8_t *msg; /* owned */
+  size_t len;
+  td_run_t *run;
+  double weight; /* async: > 0: add weight * update into the compute thread's inbox */
+  float *data;
+  unsigned codec;
+  int rc;
+  char why[256];
+} decode_job_t;
+
+/* Work pool: the job's own message and output, the (borrowed) layout. */
+static void decode_work(uv_work_t *req) {
+  decode_job_t *job = req->data;
+  if ((job->data = td_params_alloc(job->numel)) == NULL) {
+    job->rc = td_why(job->why, sizeof job->why, TD_ENOMEM, "out of memory for a decoded update");
+    return;
+  }
+  job->rc = td_codec_decode_message(job->layout, job->msg, job->len, job->data, &job->codec,
+                                    job->why, sizeof job->why);
+  if (job->rc == 0 && job->weight > 0)
+    td_run_async_add(job->run, job->data, job->weight);
+}
+
+static void update_rejected(td__session_t *s, uint64_t peer, uint64_t round, const char *why) {
+  char what[320];
+  size_t i = td__session_member(s, peer);
+  if (i < TD_MEMBERS_MAX) {
+    s->refused_round[i] = round; /* sync/overlap: in its streak when the round closes */
+    s->outlier[i].rejected++;
+  }
+  snprintf(what, sizeof what, "update from %016" PRIx64 " rejected: %s", peer, why);
+  td__drop(s->node, TD__DROP_REJECTED, what);
+  td__ledger_event(s->node->ledger, "update_rejected", "peer %016" PRIx64 " round %" PRIu64 ": %s",
+                   peer, round, why);
+}
+
+static void decode_done(uv_work_t *req, int status) {
+  decode_job_t *job = req->data;
+  td__session_t *s = job->s;
+  (void)status;
+  free(job->msg);
+  if (s->node->session == s && s->spec.mode_kind == TD_MODE_ASYNC) {
+    if (job->rc != 0) {
+      update_rejected(s, job->peer, job->round, job->why);
+    } else {
+      s->updates_received++;
+      record_update(s, job->peer, job->round, job->staleness, job->bytes,
+                    td_codec_name(job->codec));
+    }
+    if (job->round > s->peer_round[job->member])
+      s->peer_round[job->member] = job->round;
+    async_release(s);
+  } else if (s->node->session == s) {
+    td_chunk_result_t res;
+    td_update_info_t info;
+    td_round_put_decoded(s->collector, job->round, job->peer, job->ticket, &job->data,
+                         job->codec, job->rc == 0, &res, &info);
+    if (res == TD_CHUNK_REJECTED) {
+      update_rejected(s, job->peer, job->round, job->why);
+    } else if (res == TD_CHUNK_COMPLETED) {
+      s->updates_received++;
+      record_update(s, job->peer, info.round, (int64_t)s->round - (int64_t)info.round,
+                    info.bytes, td_codec_name(info.codec));
+    } /* LATE: its round closed without it while it decoded */
+    td__rounds_try_close(s);
+  }
+  td_params_free(&job->data);
+  free(job);
+  td__session_unref(&s);
+}
+
+/* async: a peer's update of round j arrives while we are at own_done; it
+ * weighs its sample share of a global round times (1 + a)^-kappa with
+ * a = own_done - j, and is dropped (and counted) when a > S. */
+static double async_weight(td__session_t *s, const td_update_info_t *info, int64_t *staleness) {
+  *staleness = (int64_t)s->own_done - (int64_t)info->round;
+  double w = td_plan_staleness_weight(*staleness, s->spec.max_staleness, s->spec.staleness_kappa);
+  if (w <= 0)
+    return 0;
+  unsigned steps = td_run_steps_of(s->run, info->round);
+  double share = (double)info->samples / ((double)s->spec.batch * (steps ? steps : 1));
+  return w * (share < 1 ? share : 1);
+}
+
+/* Every chunk of an update is in: decode it on the pool. */
+static void assembled(td__session_t *s, size_t mi, td_round_t *collector,
+                      const td_update_info_t *info) {
+  bool async = s->spec.mode_kind == TD_MODE_ASYNC;
+  decode_job_t *job = calloc(1, sizeof *job);
+  int rc = job == NULL ? TD_ENOMEM
+                       : td_round_take_message(collector, info->round, info->peer, &job->msg,
+                                               &job->len, &job->ticket);
+  if (rc == 0) {
+    job->s = s;
+    job->peer = info->peer;
+    job->round = info->round;
+    job->bytes = info->bytes;
+    job->member = mi;
+    job->layout = td_run_layout(s->run);
+    job->numel = td_round_numel(collector);
+    job->run = s->run;
+    if (async)
+      job->weight = async_weight(s, info, &job->staleness);
+  }
+  if (async) { /* the inbox moves on to the peer's next round at once */
+    uint64_t peer = info->peer;
+    td_round_begin(collector, info->round + 1, &peer, 1);
+    if (rc == 0 && !(job->weight > 0)) {
+      s->stale_dropped++;
+      td__drop(s->node, TD__DROP_LATE, "async update older than the staleness bound");
+      record_update(s, info->peer, info->round, job->staleness, info->bytes,
+                    td__outbox_codec(s->outbox));
+      if (info->round > s->peer_round[mi])
+        s->peer_round[mi] = info->round;
+      async_release(s);
+      free(job->msg);
+      free(job);
+      return;
+    }
+  }
+  job->req.data = job;
+  if (rc == 0) {
+    td__session_ref(s);
+    if (uv_queue_work(&s->node->loop, &job->req, decode_work, decode_done) == 0)
+      return;
+    decode_work(&job->req); /* cannot happen in practice: decode here rather than lose it */
+    decode_done(&job->req, 0);
+    return;
+  }
+  td_log_error("cannot decode the round %" PRIu64 " update of %016" PRIx64 ": %s", info->round,
+               info->peer, td_strerror(rc));
+  if (job != NULL)
+    free(job->msg);
+  free(job);
+}
+
+static double finite_rate(double v) { return isfinite(v) && v > 0 && v < MAX_REPORTED_RATE ? v : 0; }
+
+void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes) {
+  const Traind__UpdateChunk *up = env->update;
+  td__session_t *s = td__session_of(n, env->run_id);
+  /* every chunk frees the sender's window, whatever becomes of it: one left
+   * unacked (a stopped run's, say) held the window shut until it expired */
+  td__link_send_ack(n->net, env->sender, env->run_id, TD__ACK_CHUNK, env->seq, up->payload.len);
+  if (s == NULL) {
+    td__drop(n, TD__DROP_WRONG_RUN, "update for a run this node is not running");
+    return;
+  }
+  size_t mi = td__session_member(s, env->sender);
+  if (mi == TD_MEMBERS_MAX) {
+    td__drop(n, TD__DROP_NOT_MEMBER, "update from a node outside the run");
+    return;
+  }
+  td__peer_report_t *rep = &s->peer_report[mi][up->round % TD__RING];
+  *rep = (td__peer_report_t){.round = up->round, .capacity = finite_rate(up->capacity),
+                             .uplink = finite_rate(up->uplink)};
+  bool async = s->spec.mode_kind == TD_MODE_ASYNC;
+  td_round_t *collector = async ? s->peer_inbox[mi] : s->collector;
+  if (collector == NULL)
+    return;
+  if (async && up->round >= td_round_current(collector) + TD_ROUND_SLOTS) {
+    uint64_t peer = env->sender; /* the peer skipped ahead: follow it */
+    td_round_begin(collector, up->round, &peer, 1);
+  }
+  td_chunk_result_t res;
+  td_update_info_t info;
+  char why[256] = "";
+  if (td_round_add_chunk(collector, env->sender, up->round, up->samples, up->chunk, up->chunks,
+                         up->total_bytes, up->payload.data, up->payload.len, up->loss, &res,
+                         &info, why, sizeof why) != 0) {
+    td__drop(n, TD__DROP_MALFORMED, "update chunk inconsistent with the model");
+    return;
+  }
+  if (l != NULL)
+    td__link_note_recv(l, bytes);
+  switch (res) {
+  case TD_CHUNK_ACCEPTED: s->bytes_recv_round += bytes; break;
+  case TD_CHUNK_DUPLICATE: td__drop(n, TD__DROP_DUPLICATE, NULL); break;
+  case TD_CHUNK_AHEAD: td__drop(n, TD__DROP_AHEAD, "update beyond the round window"); break;
+  case TD_CHUNK_LATE:
+    if (up->chunk == 0) { /* count and record only the first chunk of a late update */
+      td__drop(n, TD__DROP_LATE, NULL);
+      record_update(s, env->sender, up->round, (int64_t)s->round - (int64_t)up->round,
+                    up->total_bytes, td__outbox_codec(s->outbox));
+    }
+    break;
+  case TD_CHUNK_REJECTED: /* only when decoding in place, which this collector does not */
+    s->bytes_recv_round += bytes;
+    update_rejected(s, env->sender, up->round, why);
+    break;
+  case TD_CHUNK_COMPLETED: /* likewise */
+    break;
+  case TD_CHUNK_ASSEMBLED:
+    s->bytes_recv_round += bytes;
+    if (l != NULL)
+      td__link_note_update_recv(l, info.bytes, td_run_numel(s->run) * sizeof(float));
+    /* the network's part is done: the ack measures the link, not our decoder */
+    td__link_send_ack(n->net, env->sender, s->run_id, TD__ACK_UPDATE, info.round, info.bytes);
+    assembled(s, mi, collector, &info);
+    break;
+  }
+}
