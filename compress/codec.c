@@ -21,17 +21,6 @@ static const td_codec_iface_t *const registry[TD_CODEC_COUNT] = {
 
 const char *td_codec_name(unsigned id) { return id < TD_CODEC_COUNT ? registry[id]->name : NULL; }
 
-float *td__codec_scratch(td_codec_tensor_state_t *st, size_t n) {
-  if (st->scratch_floats < n) {
-    float *p = realloc(st->scratch, n * sizeof *p);
-    if (p == NULL)
-      return NULL;
-    st->scratch = p;
-    st->scratch_floats = n;
-  }
-  return st->scratch;
-}
-
 int td_codec_parse(td_codec_spec_t *out, const char *text, char *why, size_t why_len) {
   memset(out, 0, sizeof *out);
   out->clip = TD_CODEC_CLIP_SIGMA;

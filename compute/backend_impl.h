@@ -96,10 +96,7 @@ typedef struct {
   int (*download_async)(td_backend_t *be, void *dst, const void *src, size_t bytes);
 } td_backend_iface_t;
 
-/* The CPU backend's thread pool (compute/tpool.h), or NULL: one thread, or a
- * backend other than the CPU's (whose be borrows a CPU kernel as fallback). */
 struct td_tpool;
-struct td_tpool *td__cpu_tpool(const td_backend_t *be);
 
 /* The CPU layer kernels (compute/layer_*.c), the reference implementations
  * that fill the version-3 slots of the CPU table. */
@@ -161,6 +158,7 @@ struct td_backend {
   int error;          /* first device error (a TD_E* code), kept by the implementation */
   char error_why[256];
   char describe[160]; /* filled by open; backend.c defaults it to the name */
+  struct td_tpool *cpu_pool; /* the CPU backend's thread pool, set by its open (or NULL) */
   /* td__backend_open_cpu_as_device() only: the blocks td_backend_alloc()
    * handed out, against which transfers and the ops that read parameters or
    * a batch check their device-side pointers */
@@ -171,6 +169,14 @@ struct td_backend {
   } *blocks;
   size_t n_blocks, cap_blocks;
 };
+
+/* The CPU backend's thread pool (compute/cpu/tpool.h), or NULL: one thread, or
+ * a backend other than the CPU's (whose be borrows a CPU kernel as fallback).
+ * The pool hangs on the backend, so the kernels of compute/cpu/ reach it
+ * without calling back into the file that registers them. */
+static inline struct td_tpool *td__cpu_tpool(const td_backend_t *be) {
+  return be != NULL ? be->cpu_pool : NULL;
+}
 
 /* For tests: the CPU backend that reports device memory
  * (td_backend_device_memory() true), so a caller takes its device-resident

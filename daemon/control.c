@@ -129,7 +129,7 @@ void td__control_welcome(td__control_t *ctl, uint64_t peer) {
   uv_timer_stop(&c->join_timer);
   json_object *o = json_object_new_object();
   json_object_object_add(o, "joined", json_object_new_string(c->join_endpoint));
-  json_object_object_add(o, "seed_node", td__status_id(peer));
+  json_object_object_add(o, "seed_node", td__json_id(peer));
   json_object_object_add(o, "peers", td__status_peers(ctl->n));
   respond_json(c, o);
 }
@@ -278,7 +278,7 @@ static void cmd_start(conn_t *c, const Traind__ControlRequest *req) {
   td__transport_broadcast(n->net, &env);
   free(text);
   json_object *o = json_object_new_object();
-  json_object_object_add(o, "run_id", td__status_id(run_id));
+  json_object_object_add(o, "run_id", td__json_id(run_id));
   json_object_object_add(o, "nodes", json_object_new_int((int)nm));
   respond_json(c, o);
 }
@@ -299,14 +299,14 @@ static void cmd_stop(conn_t *c) {
   td__transport_broadcast(n->net, &env);
   td_run_stop(s->run);
   json_object *o = json_object_new_object();
-  json_object_object_add(o, "stopping", td__status_id(s->run_id));
+  json_object_object_add(o, "stopping", td__json_id(s->run_id));
   respond_json(c, o);
 }
 
 static json_object *key_json(const char *z85, uint64_t node_id, bool admin) {
   json_object *o = json_object_new_object();
   json_object_object_add(o, "key", json_object_new_string(z85));
-  json_object_object_add(o, "node_id", td__status_id(node_id));
+  json_object_object_add(o, "node_id", td__json_id(node_id));
   json_object_object_add(o, "admin", json_object_new_boolean(admin));
   return o;
 }
@@ -315,7 +315,7 @@ static void cmd_key(conn_t *c) {
   td__node_t *n = c->ctl->n;
   json_object *o = json_object_new_object();
   json_object_object_add(o, "key", json_object_new_string(td__access_keypair(n->access)->pub));
-  json_object_object_add(o, "node_id", td__status_id(n->node_id));
+  json_object_object_add(o, "node_id", td__json_id(n->node_id));
   json_object_object_add(o, "security", json_object_new_string(
                                             td__access_secure(n->access) ? "curve" : "insecure"));
   json_object *list = json_object_new_array();
@@ -415,7 +415,7 @@ static void handle_request(conn_t *c, const uint8_t *frame, size_t len) {
   case TRAIND__CONTROL_REQUEST__COMMAND__STOP: cmd_stop(c); break;
   case TRAIND__CONTROL_REQUEST__COMMAND__PEERS: {
     json_object *o = json_object_new_object();
-    json_object_object_add(o, "node_id", td__status_id(n->node_id));
+    json_object_object_add(o, "node_id", td__json_id(n->node_id));
     json_object_object_add(o, "endpoint", json_object_new_string(td__transport_endpoint(n->net)));
     json_object_object_add(o, "peers", td__status_peers(n));
     respond_json(c, o);
@@ -424,9 +424,9 @@ static void handle_request(conn_t *c, const uint8_t *frame, size_t len) {
   case TRAIND__CONTROL_REQUEST__COMMAND__ROUNDS: cmd_rounds(c, req); break;
   case TRAIND__CONTROL_REQUEST__COMMAND__LEAVE: {
     json_object *o = json_object_new_object();
-    json_object_object_add(o, "left", td__status_id(n->node_id));
+    json_object_object_add(o, "left", td__json_id(n->node_id));
     respond_json(c, o);
-    td__node_shutdown(n, "trainctl leave");
+    n->shutdown(n, "trainctl leave");
     break;
   }
   default: respond(c, TD_EINVAL, "unknown command", NULL); break;

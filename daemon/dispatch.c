@@ -6,7 +6,7 @@
  * counted as a drop instead), and whether the message counts as proof that
  * its sender is alive. Update chunks, acks and snapshot chunks count: on a
  * slow uplink a member's heartbeats queue behind them, and must not get it
- * declared dead. Drops are counted here too, by kind. The sender is already
+ * declared dead. Refused messages are counted by kind (net/drops.c). The sender is already
  * the authenticated one (transport.c, access.c); starting or stopping a run
  * here, or being taken into one, needs that sender's key to be an admin. */
 #include "daemon/internal.h"
@@ -16,10 +16,6 @@
 
 #include "common/error.h"
 #include "daemon/base/log.h"
-
-/* Drops logged one by one before only every LOG_EVERY-th is. */
-#define DROP_LOGS_IN_FULL 20
-#define DROP_LOG_EVERY 1000
 
 typedef void (*handler_fn)(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
                            size_t bytes);
@@ -48,25 +44,6 @@ static const route_t routes[] = {
     [TRAIND__ENVELOPE__BODY_SNAPSHOT_CHUNK] = {td__on_snapshot_chunk, false, true, NULL},
 };
 
-static const char *const drop_names[] = {
-#define TD__DROP_NAME(u, l) #l,
-    TD__DROPS(TD__DROP_NAME)
-#undef TD__DROP_NAME
-};
-
-const char *td__drop_name(td__drop_t kind) {
-  return kind < TD__DROP_COUNT ? drop_names[kind] : "unknown";
-}
-
-void td__drop(td__node_t *n, td__drop_t kind, const char *what) {
-  n->drops[kind]++;
-  if (what == NULL)
-    return;
-  n->drop_logs++;
-  if (n->drop_logs <= DROP_LOGS_IN_FULL || n->drop_logs % DROP_LOG_EVERY == 0)
-    td_log_warn("dropped a peer message: %s (drops so far: %u)", what, n->drop_logs);
-}
-
 /* Run starts and stops are for admin keys; an admission of another node
  * into our run is for a member of that run. */
 static bool permitted(td__node_t *n, const Traind__Envelope *env) {
@@ -90,9 +67,9 @@ static bool permitted(td__node_t *n, const Traind__Envelope *env) {
     return true;
   /* counted here, logged on its own budget: a flood of failed handshakes
    * must not hide who tried to start or stop a run */
-  td__drop(n, TD__DROP_FORBIDDEN, NULL);
-  uint64_t k = n->drops[TD__DROP_FORBIDDEN];
-  if (k <= DROP_LOGS_IN_FULL || k % DROP_LOG_EVERY == 0)
+  td__drop(&n->drops, TD__DROP_FORBIDDEN, NULL);
+  uint64_t k = n->drops.count[TD__DROP_FORBIDDEN];
+  if (td__drop_should_log(k))
     td_log_warn("refused %s (node %016" PRIx64 "; trainctl allow --admin KEY grants it; "
                 "refused so far: %" PRIu64 ")", what, env->sender, k);
   return false;
@@ -100,7 +77,7 @@ static bool permitted(td__node_t *n, const Traind__Envelope *env) {
 
 void td__dispatch(td__node_t *n, const Traind__Envelope *env, size_t bytes) {
   if (env->sender == 0 || env->sender == n->node_id) {
-    td__drop(n, TD__DROP_MALFORMED, "message with a bad sender id");
+    td__drop(&n->drops, TD__DROP_MALFORMED, "message with a bad sender id");
     return;
   }
   td__link_t *l = td__link_find(n->net, env->sender);
@@ -110,7 +87,7 @@ void td__dispatch(td__node_t *n, const Traind__Envelope *env, size_t bytes) {
     return; /* wire.c refuses messages without a body */
   bool member = td_members_find(n->members, env->sender) != NULL;
   if (r->member_only && !member) {
-    td__drop(n, TD__DROP_NOT_MEMBER, r->stranger);
+    td__drop(&n->drops, TD__DROP_NOT_MEMBER, r->stranger);
     return;
   }
   if (!permitted(n, env))

@@ -149,7 +149,7 @@ void td__on_hello(td__node_t *n, const Traind__Envelope *env, td__link_t *l, siz
   (void)l;
   (void)bytes;
   if (!tcp_endpoint(env->hello->endpoint)) {
-    td__drop(n, TD__DROP_MALFORMED, "hello without a tcp:// endpoint");
+    td__drop(&n->drops, TD__DROP_MALFORMED, "hello without a tcp:// endpoint");
     return;
   }
   td__gossip_heard(n, env->sender, env->hello->endpoint);
@@ -166,7 +166,8 @@ void td__on_welcome(td__node_t *n, const Traind__Envelope *env, td__link_t *l, s
       ep = env->welcome->peers[i]->endpoint;
   td__gossip_heard(n, env->sender, ep);
   learn_peers(n, env->welcome->peers, env->welcome->n_peers);
-  td__control_welcome(n->control, env->sender);
+  if (n->welcomed != NULL)
+    n->welcomed(n->control, env->sender);
   /* say at once what we run: a restarted member of a run is taken back on it
    * (comeback.c) without waiting a heartbeat period */
   if ((l = td__link_find(n->net, env->sender)) != NULL)

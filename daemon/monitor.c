@@ -94,7 +94,7 @@ static void fill(td__node_t *n, snapshot_t *p) {
   }
   st->n_links = k;
   for (int d = 0; d < TD__DROP_COUNT; d++)
-    p->drops[d] = (td_metrics_drop_t){td__drop_name((td__drop_t)d), n->drops[d]};
+    p->drops[d] = (td_metrics_drop_t){td__drop_name((td__drop_t)d), n->drops.count[d]};
   td__ledgerq_stats_t lq;
   td__ledgerq_stats(n->ledger, &lq);
   snprintf(p->ledger_cause, sizeof p->ledger_cause, "%s", lq.cause);

@@ -38,11 +38,6 @@ void td_node_default_data_dir(char *buf, size_t len) {
     snprintf(buf, len, "%s/.local/share/traind", home && home[0] ? home : ".");
 }
 
-bool td__node_reachable(td__node_t *n, uint64_t peer) {
-  td_member_t *m = td_members_find(n->members, peer);
-  return m != NULL && !m->self && (m->state == TD_PEER_ALIVE || m->state == TD_PEER_SUSPECT);
-}
-
 /* The node id is derived from the node's public key (access.c), so it
  * survives restarts with the key and cannot be claimed without it. It is
  * also written to DATA_DIR/node_id for scripts. */
@@ -92,7 +87,7 @@ static void on_heartbeat(uv_timer_t *t) {
       td__rounds_tick(s);
   }
   td__ledgerq_flush(n->ledger);
-  td__monitor_publish(n->monitor);
+  td__node_figures_changed(n);
 }
 
 void td__node_shutdown(td__node_t *n, const char *why) {
@@ -122,6 +117,14 @@ static void close_walk(uv_handle_t *h, void *arg) {
     uv_close(h, NULL);
 }
 
+/* The transport's upcall: a received envelope goes to dispatch.c. */
+static void on_received(void *user, const Traind__Envelope *env, size_t bytes) {
+  td__dispatch(user, env, bytes);
+}
+
+/* The node's figures listener: the monitor takes a fresh snapshot. */
+static void publish_figures(void *monitor) { td__monitor_publish(monitor); }
+
 /* Open the parts, in the order they depend on each other. */
 static int node_open(td__node_t *n, const td_node_opts_t *opts, char *why, size_t why_len) {
   td__policy_opts_t policy = {.max_model_mb = opts->max_model_mb, .max_batch = opts->max_batch,
@@ -142,17 +145,27 @@ static int node_open(td__node_t *n, const td_node_opts_t *opts, char *why, size_
   snprintf(dbpath, sizeof dbpath, "%s/traind.db", n->data_dir);
   if ((rc = td__ledgerq_open(&n->ledger, &n->loop, dbpath, why, why_len)) != 0)
     return rc;
-  if ((rc = td__transport_open(&n->net, n, listen,
-                               opts->link_delay_ms / 1000.0,
-                               opts->uplink_kbit * 1000.0, why, why_len)) != 0)
+  td__transport_opts_t net = {.loop = &n->loop, .node_id = n->node_id, .access = n->access,
+                              .drops = &n->drops, .listen = listen,
+                              .link_delay_s = opts->link_delay_ms / 1000.0,
+                              .uplink_bps = opts->uplink_kbit * 1000.0,
+                              .events = {.received = on_received, .user = n}};
+  if ((rc = td__transport_open(&n->net, &net, why, why_len)) != 0)
     return rc;
   if ((rc = td_members_open(&n->members, n->node_id, td__transport_endpoint(n->net),
                             SUSPECT_AFTER_BEATS * n->heartbeat_s,
                             DEAD_AFTER_BEATS * n->heartbeat_s)) != 0)
     return td_why(why, why_len, rc, "cannot open the membership table: %s", td_strerror(rc));
+  td__transport_set_members(n->net, n->members);
   if ((rc = td__control_open(&n->control, n, why, why_len)) != 0)
     return rc;
-  return opts->metrics ? td__monitor_open(&n->monitor, n, opts->metrics, why, why_len) : 0;
+  n->welcomed = td__control_welcome;
+  if (opts->metrics == NULL)
+    return 0;
+  if ((rc = td__monitor_open(&n->monitor, n, opts->metrics, why, why_len)) != 0)
+    return rc;
+  n->figures_changed = (td__listener_t){.fn = publish_figures, .user = n->monitor};
+  return 0;
 }
 
 int td_node_main(const td_node_opts_t *opts, char *why, size_t why_len) {
@@ -173,6 +186,7 @@ int td_node_main(const td_node_opts_t *opts, char *why, size_t why_len) {
   else
     snprintf(n->control_path, sizeof n->control_path, "%s/control.sock", n->data_dir);
   uv_loop_init(&n->loop);
+  n->shutdown = td__node_shutdown;
   int rc = node_open(n, opts, why, why_len);
   if (rc == 0) {
     uv_timer_init(&n->loop, &n->heartbeat_timer);

@@ -12,13 +12,13 @@
 #include <math.h>
 #include <stdio.h>
 
-json_object *td__status_id(uint64_t id) {
+json_object *td__json_id(uint64_t id) {
   char b[24];
   snprintf(b, sizeof b, "%016" PRIx64, id);
   return json_object_new_string(b);
 }
 
-json_object *td__status_real(double v) { return isfinite(v) ? json_object_new_double(v) : NULL; }
+json_object *td__json_real(double v) { return isfinite(v) ? json_object_new_double(v) : NULL; }
 
 static json_object *count(uint64_t v) { return json_object_new_int64((int64_t)v); }
 
@@ -36,20 +36,20 @@ static void add_link(json_object *p, td__link_t *l) {
   json_object_object_add(p, "bytes_recv", count(st.bytes_recv));
   json_object_object_add(p, "send_drops", count(st.send_drops));
   json_object_object_add(p, "codec", json_object_new_string(st.codec));
-  json_object_object_add(p, "goodput_bps", td__status_real(positive(st.goodput_bps)));
-  json_object_object_add(p, "ack_ms", td__status_real(positive(st.ack_s * 1e3)));
-  json_object_object_add(p, "budget_bytes", td__status_real(positive(st.budget_bytes)));
-  json_object_object_add(p, "rtt_ms", td__status_real(positive(st.q.rtt_s * 1e3)));
-  json_object_object_add(p, "path_rtt_ms", td__status_real(positive(st.path_rtt_s * 1e3)));
+  json_object_object_add(p, "goodput_bps", td__json_real(positive(st.goodput_bps)));
+  json_object_object_add(p, "ack_ms", td__json_real(positive(st.ack_s * 1e3)));
+  json_object_object_add(p, "budget_bytes", td__json_real(positive(st.budget_bytes)));
+  json_object_object_add(p, "rtt_ms", td__json_real(positive(st.q.rtt_s * 1e3)));
+  json_object_object_add(p, "path_rtt_ms", td__json_real(positive(st.path_rtt_s * 1e3)));
   json_object_object_add(p, "window_bytes", count(st.q.window));
   json_object_object_add(p, "in_flight_bytes", count(st.q.in_flight));
   json_object_object_add(p, "queued_bytes", count(st.q.queued_bytes[TD_PRIO_UPDATE]));
   json_object_object_add(p, "update_bytes_sent", count(st.update_wire_sent));
   json_object_object_add(p, "update_bytes_recv", count(st.update_wire_recv));
   json_object_object_add(p, "ratio_sent",
-                         td__status_real(ratio(st.update_dense_sent, st.update_wire_sent)));
+                         td__json_real(ratio(st.update_dense_sent, st.update_wire_sent)));
   json_object_object_add(p, "ratio_recv",
-                         td__status_real(ratio(st.update_dense_recv, st.update_wire_recv)));
+                         td__json_real(ratio(st.update_dense_recv, st.update_wire_recv)));
 }
 
 json_object *td__status_peers(td__node_t *n) {
@@ -60,12 +60,12 @@ json_object *td__status_peers(td__node_t *n) {
     if (m->self)
       continue;
     json_object *p = json_object_new_object();
-    json_object_object_add(p, "node_id", td__status_id(m->node_id));
+    json_object_object_add(p, "node_id", td__json_id(m->node_id));
     json_object_object_add(p, "endpoint", json_object_new_string(m->endpoint));
     json_object_object_add(p, "state", json_object_new_string(td_peer_state_name(m->state)));
     json_object_object_add(p, "last_heard_s", json_object_new_double(now - m->last_heard));
     json_object_object_add(p, "round", count(m->round));
-    json_object_object_add(p, "capacity", td__status_real(positive(m->capacity)));
+    json_object_object_add(p, "capacity", td__json_real(positive(m->capacity)));
     add_link(p, td__link_find(n->net, m->node_id));
     json_object_array_add(arr, p);
   }
@@ -74,21 +74,21 @@ json_object *td__status_peers(td__node_t *n) {
 
 static json_object *run_json(const td__run_stats_t *st) {
   json_object *run = json_object_new_object();
-  json_object_object_add(run, "run_id", st->run_id ? td__status_id(st->run_id) : NULL);
+  json_object_object_add(run, "run_id", st->run_id ? td__json_id(st->run_id) : NULL);
   json_object_object_add(run, "state", json_object_new_string(td__run_state_name(st->state)));
   json_object_object_add(run, "round", count(st->rounds_done));
   json_object_object_add(run, "rounds", count(st->rounds));
   json_object_object_add(run, "rank", json_object_new_int((int)st->rank));
   json_object_object_add(run, "codec", json_object_new_string(st->codec[0] ? st->codec : "none"));
   json_object_object_add(run, "nodes", json_object_new_int((int)st->nodes));
-  json_object_object_add(run, "loss", td__status_real(st->run_id ? st->loss : NAN));
-  json_object_object_add(run, "eval_accuracy", td__status_real(st->eval_accuracy));
-  json_object_object_add(run, "test_accuracy", td__status_real(st->test_accuracy));
+  json_object_object_add(run, "loss", td__json_real(st->run_id ? st->loss : NAN));
+  json_object_object_add(run, "eval_accuracy", td__json_real(st->eval_accuracy));
+  json_object_object_add(run, "test_accuracy", td__json_real(st->test_accuracy));
   /* the final model's test loss: equal on nodes that ended on one model */
-  json_object_object_add(run, "test_loss", td__status_real(st->test_loss));
+  json_object_object_add(run, "test_loss", td__json_real(st->test_loss));
   /* a text run's metric: held-out bits per byte (the accuracies stay null) */
-  json_object_object_add(run, "eval_bpb", td__status_real(st->eval_bpb));
-  json_object_object_add(run, "test_bpb", td__status_real(st->test_bpb));
+  json_object_object_add(run, "eval_bpb", td__json_real(st->eval_bpb));
+  json_object_object_add(run, "test_bpb", td__json_real(st->test_bpb));
   json_object_object_add(run, "updates_received", count(st->updates_received));
   json_object_object_add(run, "late_peers", count(st->late_peers));
   json_object_object_add(run, "transfers", count(st->transfers));
@@ -99,7 +99,7 @@ static json_object *run_json(const td__run_stats_t *st) {
   json_object_object_add(run, "first_round", count(st->first_round));
   json_object_object_add(run, "joins_admitted", count(st->joins_admitted));
   json_object_object_add(run, "snapshots_served", count(st->snapshots_served));
-  json_object_object_add(run, "capacity", td__status_real(positive(st->capacity)));
+  json_object_object_add(run, "capacity", td__json_real(positive(st->capacity)));
   /* the compute backend and why (auto: the GPU it found, or why it fell back) */
   json_object_object_add(run, "backend",
                          st->backend[0] ? json_object_new_string(st->backend) : NULL);
@@ -117,7 +117,7 @@ static json_object *run_json(const td__run_stats_t *st) {
   for (size_t i = 0; i < st->n_outliers; i++) {
     const td__outlier_t *ol = &st->outliers[i];
     json_object *m = json_object_new_object();
-    json_object_object_add(m, "node_id", td__status_id(st->outlier_id[i]));
+    json_object_object_add(m, "node_id", td__json_id(st->outlier_id[i]));
     json_object_object_add(m, "rejected", count(ol->rejected));
     json_object_object_add(m, "clipped", count(ol->clipped));
     json_object_object_add(m, "clamped", count(ol->clamped));
@@ -139,7 +139,7 @@ static json_object *ledger_json(td__node_t *n) {
   json_object_object_add(o, "detail", st.degraded ? json_object_new_string(st.detail) : NULL);
   json_object_object_add(o, "causes", st.degraded ? json_object_new_string(st.causes) : NULL);
   json_object_object_add(o, "degraded_s",
-                         td__status_real(st.degraded ? td_clock_wall_s() - st.since : NAN));
+                         td__json_real(st.degraded ? td_clock_wall_s() - st.since : NAN));
   json_object_object_add(o, "failed_writes", count(st.failed_writes));
   json_object_object_add(o, "failures_total", count(st.failures_total));
   json_object_object_add(o, "pending_rows", count(st.pending_rows));
@@ -152,7 +152,7 @@ static json_object *ledger_json(td__node_t *n) {
 
 json_object *td__status_json(td__node_t *n) {
   json_object *o = json_object_new_object();
-  json_object_object_add(o, "node_id", td__status_id(n->node_id));
+  json_object_object_add(o, "node_id", td__json_id(n->node_id));
   json_object_object_add(o, "endpoint", json_object_new_string(td__transport_endpoint(n->net)));
   json_object_object_add(o, "data_dir", json_object_new_string(n->data_dir));
   td__access_stats_t as;
@@ -172,7 +172,7 @@ json_object *td__status_json(td__node_t *n) {
   json_object_object_add(o, "run", run_json(&st));
   json_object *d = json_object_new_object();
   for (int k = 0; k < TD__DROP_COUNT; k++)
-    json_object_object_add(d, td__drop_name((td__drop_t)k), count(n->drops[k]));
+    json_object_object_add(d, td__drop_name((td__drop_t)k), count(n->drops.count[k]));
   json_object_object_add(o, "drops", d);
   json_object_object_add(o, "ledger", ledger_json(n));
   return o;

@@ -52,18 +52,14 @@ static int cpu_open(td_backend_t *be, int threads, char *why, size_t why_len) {
   if (rc != 0)
     return td_why(why, why_len, rc, "cannot start %d compute threads: %s", threads,
                   td_strerror(rc));
-  be->context = pool;
+  be->context = be->cpu_pool = pool;
   return 0;
 }
 
 static void cpu_close(td_backend_t *be) {
   td_tpool_t *pool = be->context;
   td_tpool_close(&pool);
-  be->context = NULL;
-}
-
-td_tpool_t *td__cpu_tpool(const td_backend_t *be) {
-  return be != NULL && be->iface == &td__backend_cpu ? be->context : NULL;
+  be->context = be->cpu_pool = NULL;
 }
 
 static void *cpu_alloc(td_backend_t *be, size_t bytes) {

@@ -45,6 +45,14 @@ td_member_t *td_members_find(td_members_t *m, uint64_t node_id) {
   return NULL;
 }
 
+bool td_members_reachable(const td_members_t *m, uint64_t node_id) {
+  for (size_t i = 0; m != NULL && i < m->count; i++)
+    if (m->peers[i].node_id == node_id)
+      return !m->peers[i].self &&
+             (m->peers[i].state == TD_PEER_ALIVE || m->peers[i].state == TD_PEER_SUSPECT);
+  return false;
+}
+
 static td_member_t *add(td_members_t *m, uint64_t node_id, const char *endpoint, double now) {
   if (m->count >= TD_MEMBERS_MAX)
     return NULL;

@@ -69,6 +69,8 @@ size_t td_members_count(const td_members_t *m);
 /* Borrowed until the next call that changes the table. */
 const td_member_t *td_members_at(const td_members_t *m, size_t i);
 td_member_t *td_members_find(td_members_t *m, uint64_t node_id);
+/* The member is alive or suspect, and not us (false when unknown; m may be NULL). */
+bool td_members_reachable(const td_members_t *m, uint64_t node_id);
 /* Node ids of alive (and suspect, when include_suspect) members, self
  * included, sorted ascending. Returns how many were written (<= cap). */
 size_t td_members_live(const td_members_t *m, bool include_suspect, uint64_t *ids, size_t cap);

@@ -11,7 +11,7 @@
  * socket). `trainctl allow/revoke` change the list and write it back; a
  * revoked key's messages are dropped from then on and its link closed.
  * Insecure mode (--insecure) keeps none of this: plain TCP, trusted ids. */
-#include "daemon/internal.h"
+#include "daemon/net/net.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -13,8 +13,9 @@
  * for the codec budgets (scheduler/budget.h), and its path round-trip time
  * from heartbeat echoes (scheduler/pathrtt.h; each heartbeat carries the
  * sender's clock and echoes the peer's last stamp with how long it was held).
- * Nothing received is trusted: envelopes go through proto/wire.c, then to
- * dispatch.c.
+ * Nothing received is trusted: envelopes go through proto/wire.c, then up
+ * through the `received` callback given at open (the node's dispatch.c);
+ * the transport never calls a part above it by name.
  *
  * --link-delay-ms (an emulated WAN) holds every outgoing frame that long:
  * update and bulk frames in their link queue, control frames in its control
@@ -29,7 +30,7 @@
  * to node X reaches X or nothing, wherever its endpoint points. A message's
  * sender is the key libzmq authenticated on its connection (the User-Id the
  * ZAP handler set), not the envelope's sender field, which is overwritten. */
-#include "daemon/internal.h"
+#include "daemon/net/net.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -39,6 +40,7 @@
 #include <zmq.h>
 
 #include "common/error.h"
+#include "daemon/base/clock.h"
 #include "daemon/base/log.h"
 #include "scheduler/budget.h"
 #include "scheduler/pathrtt.h"
@@ -74,7 +76,12 @@ struct td__link {
 };
 
 struct td__transport {
-  td__node_t *node;
+  uv_loop_t *loop;
+  uint64_t node_id;
+  td_members_t *members; /* borrowed: who is reachable (NULL until set) */
+  td__drops_t *drops;    /* borrowed */
+  td__transport_events_t events;
+  uint64_t run_bytes_sent; /* every frame but control, since open */
   void *zctx, *router, *monitor;
   td__access_t *access;
   td__zap_t *zap; /* NULL when insecure */
@@ -142,7 +149,7 @@ static void *open_dealer(td__transport_t *t, const char *endpoint, const char *s
 }
 
 td__link_t *td__link_ensure(td__transport_t *t, uint64_t peer, const char *endpoint) {
-  if (peer == t->node->node_id)
+  if (peer == t->node_id)
     return NULL;
   bool secure = td__access_secure(t->access);
   const char *key = td__access_key_of(t->access, peer);
@@ -199,7 +206,7 @@ int td__link_send(td__transport_t *t, td__link_t *l, Traind__Envelope *env) {
   size_t len;
   if (l->ctl_sock == NULL)
     return TD_EINVAL;
-  env->sender = t->node->node_id;
+  env->sender = t->node_id;
   env->seq = ++t->seq;
   if (td_wire_pack(env, &buf, &len) != 0)
     return TD_EPROTO;
@@ -243,14 +250,14 @@ int td__link_send_ack(td__transport_t *t, uint64_t peer, uint64_t run_id, td__ac
 
 void td__transport_broadcast(td__transport_t *t, Traind__Envelope *env) {
   for (size_t i = 0; i < t->n_links; i++)
-    if (t->links[i].peer != 0 && td__node_reachable(t->node, t->links[i].peer))
+    if (t->links[i].peer != 0 && td_members_reachable(t->members, t->links[i].peer))
       td__link_send(t, &t->links[i], env);
 }
 
 double td__transport_uplink(td__transport_t *t) {
   double sum = 0;
   for (size_t i = 0; i < t->n_links; i++)
-    if (t->links[i].peer != 0 && td__node_reachable(t->node, t->links[i].peer) &&
+    if (t->links[i].peer != 0 && td_members_reachable(t->members, t->links[i].peer) &&
         t->links[i].goodput_bps > 0)
       sum += t->links[i].goodput_bps;
   return sum;
@@ -315,8 +322,8 @@ void td__link_pump(td__transport_t *t, td__link_t *l) {
     } else {
       l->bytes_sent += f.len;
       l->msgs_sent++;
-      if (!control && t->node->session != NULL)
-        td__session_note_sent(t->node->session, f.len);
+      if (!control)
+        t->run_bytes_sent += f.len;
     }
     free(f.frame);
   }
@@ -430,27 +437,26 @@ void td__link_stats(td__link_t *l, td__link_stats_t *out) {
 /* ---- receiving --------------------------------------------------------------------- */
 
 static void on_frame(td__transport_t *t, const void *data, size_t len, const char *user_id) {
-  td__node_t *n = t->node;
   if (len > TD_WIRE_MAX_MESSAGE) {
-    td__drop(n, TD__DROP_OVERSIZED, "oversized message");
+    td__drop(t->drops, TD__DROP_OVERSIZED, "oversized message");
     return;
   }
   Traind__Envelope *env = NULL;
   td_wire_refusal_t refusal;
   char why[256] = "";
   if (td_wire_unpack_peer(&env, data, len, &refusal, why, sizeof why) != 0) {
-    td__drop(n, refusal == TD_WIRE_BAD_VERSION ? TD__DROP_VERSION : TD__DROP_MALFORMED, why);
+    td__drop(t->drops, refusal == TD_WIRE_BAD_VERSION ? TD__DROP_VERSION : TD__DROP_MALFORMED, why);
     return;
   }
   /* the sender is who the connection authenticated, whatever the field says */
   uint64_t sender = td__access_sender(t->access, user_id, env->sender);
   if (sender == 0) {
-    td__drop(n, TD__DROP_UNKNOWN_KEY, "message on a connection whose key is not admitted");
+    td__drop(t->drops, TD__DROP_UNKNOWN_KEY, "message on a connection whose key is not admitted");
     td_wire_free(&env);
     return;
   }
   env->sender = sender;
-  td__dispatch(n, env, len);
+  t->events.received(t->events.user, env, len);
   td_wire_free(&env);
 }
 
@@ -470,7 +476,7 @@ static void drain_router(td__transport_t *t) {
     bool more = zmq_msg_more(&id);
     zmq_msg_close(&id);
     if (!more) {
-      td__drop(t->node, TD__DROP_MALFORMED, "message without a routing frame");
+      td__drop(t->drops, TD__DROP_MALFORMED, "message without a routing frame");
       continue;
     }
     zmq_msg_init(&msg);
@@ -490,7 +496,7 @@ static void drain_router(td__transport_t *t) {
         extra = zmq_msg_more(&rest);
         zmq_msg_close(&rest);
       }
-      td__drop(t->node, TD__DROP_MALFORMED, "multi-frame message");
+      td__drop(t->drops, TD__DROP_MALFORMED, "multi-frame message");
     } else {
       on_frame(t, zmq_msg_data(&msg), zmq_msg_size(&msg), zmq_msg_gets(&msg, "User-Id"));
     }
@@ -536,7 +542,7 @@ static void drain_monitor(td__transport_t *t) {
     }
     if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
         event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
-      td__drop(t->node, TD__DROP_HANDSHAKE, "connection failed the ZMTP handshake");
+      td__drop(t->drops, TD__DROP_HANDSHAKE, "connection failed the ZMTP handshake");
   }
 }
 
@@ -572,7 +578,7 @@ static int bind_router(td__transport_t *t, const char *listen, char *why, size_t
   if (td__access_secure(t->access)) {
     /* the ZAP handler must exist before the first handshake: without one,
      * libzmq would let every CURVE client in */
-    int rc = td__zap_open(&t->zap, t->zctx, &t->node->loop, t->access, why, why_len);
+    int rc = td__zap_open(&t->zap, t->zctx, t->loop, t->access, why, why_len);
     if (rc != 0)
       return rc;
     int server = 1;
@@ -616,20 +622,30 @@ static void poll_socket(td__transport_t *t, void *sock, uv_poll_t *h, uv_poll_cb
   int fd;
   size_t sz = sizeof fd;
   zmq_getsockopt(sock, ZMQ_FD, &fd, &sz);
-  uv_poll_init(&t->node->loop, h, fd);
+  uv_poll_init(t->loop, h, fd);
   h->data = t;
   uv_poll_start(h, UV_READABLE, cb);
 }
 
-int td__transport_open(td__transport_t **out, td__node_t *n, const char *listen,
-                       double link_delay_s, double uplink_bps, char *why, size_t why_len) {
+void td__transport_set_members(td__transport_t *t, td_members_t *members) {
+  t->members = members;
+}
+
+uint64_t td__transport_run_bytes_sent(const td__transport_t *t) { return t->run_bytes_sent; }
+
+int td__transport_open(td__transport_t **out, const td__transport_opts_t *opts, char *why,
+                       size_t why_len) {
   td__transport_t *t = calloc(1, sizeof *t);
   if (t == NULL)
     return td_why(why, why_len, TD_ENOMEM, "out of memory");
-  t->node = n;
-  t->access = n->access;
-  t->link_delay_s = link_delay_s;
-  t->uplink_bps = uplink_bps > 0 ? uplink_bps : 0;
+  t->loop = opts->loop;
+  t->node_id = opts->node_id;
+  t->access = opts->access;
+  t->drops = opts->drops;
+  t->events = opts->events;
+  t->link_delay_s = opts->link_delay_s;
+  t->uplink_bps = opts->uplink_bps > 0 ? opts->uplink_bps : 0;
+  const char *listen = opts->listen;
   t->zctx = zmq_ctx_new();
   *out = t; /* closed by td__transport_close() whatever happens */
   int rc = bind_router(t, listen, why, why_len);
@@ -638,7 +654,7 @@ int td__transport_open(td__transport_t **out, td__node_t *n, const char *listen,
   poll_socket(t, t->router, &t->router_poll, on_router_readable);
   if (t->monitor)
     poll_socket(t, t->monitor, &t->monitor_poll, on_monitor_readable);
-  uv_timer_init(&n->loop, &t->pump_timer);
+  uv_timer_init(t->loop, &t->pump_timer);
   t->pump_timer.data = t;
   return 0;
 }

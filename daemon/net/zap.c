@@ -8,7 +8,7 @@
  * connection (transport.c reads it back with zmq_msg_gets), or 400 and the
  * handshake fails. The REP socket is polled through ZMQ_FD on the libuv loop
  * like the ROUTER, drained while ZMQ_EVENTS reports input (edge-triggered). */
-#include "daemon/internal.h"
+#include "daemon/net/net.h"
 
 #include <inttypes.h>
 #include <stdio.h>

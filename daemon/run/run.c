@@ -1,16 +1,15 @@
 /* run.c: a training run's lifecycle and its hand-offs between threads.
  *
  * Owns starting a run (validate, size the model, allocate its buffers, start
- * the compute thread of run_compute.c) and closing it; the event mailbox from
- * the compute thread to the loop thread (a bounded ring under run->mu plus
- * uv_async_send; wake-ups coalesce and the loop drains the ring); and the
- * calls other threads make into a running run: releasing rounds, peer
+ * the compute thread of run_compute.c) and closing it, and the calls other
+ * threads make into a running run: releasing rounds, peer
  * updates (async), merges, batch plans, late-join seeds, stop. Each of those
  * changes state under run->mu and broadcasts run->cv, which is how the
  * compute thread, waiting there, hears of it.
- * Threads: td_run_start, td_run_join, td_run_close and td_run_next_event on the
- * loop thread;
- * td__run_post on the compute thread; the rest on any thread. */
+ * The event mailbox from the compute thread back to the loop thread is in
+ * run_mailbox.c, below the compute thread's files that post to it.
+ * Threads: td_run_start, td_run_join and td_run_close on the loop thread; the
+ * rest on any thread. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,75 +28,6 @@ uint64_t td_run_round_count(const td_runspec_t *spec, size_t train_rows) {
 
 unsigned td_run_split_batch(unsigned batch, unsigned rank, unsigned nodes) {
   return td_steps_split_batch(batch, rank, nodes);
-}
-
-unsigned td_run_steps_of(const td_run_t *run, uint64_t round) {
-  if (run->steps_of == NULL || round == 0 || round > run->rounds)
-    return run->spec.local_steps;
-  return run->steps_of[round - 1];
-}
-
-/* ---- the mailbox: compute thread -> loop thread ------------------------------------ */
-
-bool td__run_post(td_run_t *run, td_run_event_t *ev) {
-  pthread_mutex_lock(&run->mu);
-  while (!run->closing && run->mailbox_count == TD_RUN_MAILBOX)
-    pthread_cond_wait(&run->cv, &run->mu); /* td_run_next_event() makes room */
-  bool ok = run->mailbox_count < TD_RUN_MAILBOX;
-  if (ok) {
-    run->mailbox[(run->mailbox_head + run->mailbox_count) % TD_RUN_MAILBOX] = *ev;
-    run->mailbox_count++;
-  }
-  pthread_mutex_unlock(&run->mu);
-  if (!ok) {
-    free(ev->blob);
-    ev->blob = NULL;
-    return false;
-  }
-  uv_async_send(&run->async);
-  return true;
-}
-
-td__run_flow_t td__run_fail(td_run_t *run, const char *why) {
-  td_run_event_t ev = {.kind = TD_RUN_FAILED};
-  snprintf(ev.message, sizeof ev.message, "%s", why);
-  td__run_post(run, &ev); /* when closing, nobody is left to tell */
-  return TD__RUN_FAILED;
-}
-
-td__run_flow_t td__run_post_copy(td_run_t *run, td_run_event_t *ev, const char *what,
-                                 const float *src, size_t n, const float *src2, size_t n2) {
-  size_t total = n + (src2 != NULL ? n2 : 0);
-  if ((ev->blob = malloc(total * sizeof(float))) == NULL) {
-    char why[sizeof ev->message];
-    snprintf(why, sizeof why, "out of memory for %s of round %" PRIu64 " (%zu floats)", what,
-             ev->round, total);
-    return td__run_fail(run, why);
-  }
-  memcpy(ev->blob, src, n * sizeof(float));
-  if (src2 != NULL)
-    memcpy(ev->blob + n, src2, n2 * sizeof(float));
-  return td__run_post(run, ev) ? TD__RUN_GO_ON : TD__RUN_STOPPED;
-}
-
-bool td_run_next_event(td_run_t *run, td_run_event_t *ev) {
-  pthread_mutex_lock(&run->mu);
-  bool any = run->mailbox_count > 0;
-  if (any) {
-    *ev = run->mailbox[run->mailbox_head];
-    run->mailbox_head = (run->mailbox_head + 1) % TD_RUN_MAILBOX;
-    run->mailbox_count--;
-    pthread_cond_broadcast(&run->cv); /* a compute thread may wait for room */
-  }
-  pthread_mutex_unlock(&run->mu);
-  return any;
-}
-
-bool td__run_stopping(td_run_t *run) {
-  pthread_mutex_lock(&run->mu);
-  bool s = run->stop;
-  pthread_mutex_unlock(&run->mu);
-  return s;
 }
 
 /* ---- start and close ----------------------------------------------------------------- */

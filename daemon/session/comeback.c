@@ -32,7 +32,7 @@
  * R reaches it: one that comes earlier is dropped as for a run it does not
  * run, and round R then waits for its deadline. The 3 lead rounds leave it
  * that long; runs whose rounds last a few milliseconds can lose the race. */
-#include "daemon/internal.h"
+#include "daemon/session/shared.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -78,19 +78,6 @@ void td__comeback_start(td__node_t *n) {
     n->rejoin.run_id = it.runs[0].run_id;
     n->rejoin.last_round = it.runs[0].last_round;
   }
-}
-
-void td__comeback_rejoined(td__node_t *n, uint64_t run_id, uint64_t round) {
-  if (n->rejoin.run_id != run_id)
-    return;
-  uint64_t last = n->rejoin.last_round;
-  td_log_info("back in run %016" PRIx64 " at round %" PRIu64 " (last round here %" PRIu64 ")",
-              run_id, round, last);
-  td__ledger_event(n->ledger, "run_rejoined",
-                   "run %016" PRIx64 " back at round %" PRIu64 " after round %" PRIu64
-                   ": rounds %" PRIu64 "..%" PRIu64 " missed",
-                   run_id, round, last, last + 1, round - 1);
-  n->rejoin.run_id = 0;
 }
 
 /* This node is the one left behind only when more than half of the run's

@@ -14,7 +14,7 @@
  * taken back the same way, keeping its place in the member list. RunStart
  * without a join round and RunStop are handled here too: they start and stop
  * whole runs. */
-#include "daemon/internal.h"
+#include "daemon/session/shared.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -69,7 +69,7 @@ void td__join_request(td__session_t *s, td__link_t *l, uint64_t peer,
   td__join_t *j = s->join;
   if (rq->offset >= td_run_anchor_bytes(s->run) || rq->round == 0 ||
       (rq->round != j->blob_round && rq->round != j->want)) {
-    td__drop(s->node, TD__DROP_WRONG_RUN, "join snapshot request for a round we do not hold");
+    td__drop(&s->node->drops, TD__DROP_WRONG_RUN, "join snapshot request for a round we do not hold");
   } else if (j->blob != NULL && rq->round == j->blob_round) {
     serve_seed(s, l, rq->offset);
   } else {
@@ -155,13 +155,13 @@ static void on_admission(td__node_t *n, const Traind__Envelope *env) {
       at = i;
   /* a new joiner comes last; a member that comes back keeps its place */
   if (k < 2 || k > TD_MEMBERS_MAX || rs->joiner == 0 || at == k) {
-    td__drop(n, TD__DROP_MALFORMED, "run admission with a bad member list");
+    td__drop(&n->drops, TD__DROP_MALFORMED, "run admission with a bad member list");
     return;
   }
   if (rs->joiner == n->node_id) {
     if (n->session != NULL) {
       if (n->session->run_id != env->run_id)
-        td__drop(n, TD__DROP_WRONG_RUN, "admission into a run while running another");
+        td__drop(&n->drops, TD__DROP_WRONG_RUN, "admission into a run while running another");
       return; /* or a repeat of the admission we acted on */
     }
     char why[512] = "";
@@ -172,7 +172,7 @@ static void on_admission(td__node_t *n, const Traind__Envelope *env) {
   }
   td__session_t *s = td__session_of(n, env->run_id);
   if (s == NULL) {
-    td__drop(n, TD__DROP_WRONG_RUN, "admission into a run this node is not running");
+    td__drop(&n->drops, TD__DROP_WRONG_RUN, "admission into a run this node is not running");
     return;
   }
   size_t mi = td__session_member(s, rs->joiner);
@@ -188,7 +188,7 @@ static void on_admission(td__node_t *n, const Traind__Envelope *env) {
     td_log_warn("admission of %016" PRIx64 " at round %" PRIu64 " does not fit this node's run "
                 "(round %" PRIu64 ", %zu members): ignored", rs->joiner, rs->join_round,
                 s->round, s->n_members);
-    td__drop(n, TD__DROP_WRONG_RUN, NULL);
+    td__drop(&n->drops, TD__DROP_WRONG_RUN, NULL);
     return;
   }
   add_member(s, rs->joiner, rs->join_round);
@@ -215,7 +215,7 @@ void td__on_run_stop(td__node_t *n, const Traind__Envelope *env, td__link_t *l, 
   (void)bytes;
   td__session_t *s = td__session_of(n, env->run_id);
   if (s == NULL) {
-    td__drop(n, TD__DROP_WRONG_RUN, "stop for a run this node is not running");
+    td__drop(&n->drops, TD__DROP_WRONG_RUN, "stop for a run this node is not running");
     return;
   }
   td_log_info("run %016" PRIx64 " stopped by %016" PRIx64, s->run_id, env->sender);

@@ -15,7 +15,7 @@
  * the samples count to td__test_poison() (tests/integration/td_poison.c),
  * which may corrupt them: a poisoned member for the robust-aggregation
  * tests. traind itself is built without it and holds no trace of it. */
-#include "daemon/internal.h"
+#include "daemon/session/shared.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -28,6 +28,7 @@
 
 struct td__outbox {
   td__session_t *s; /* borrowed: the outbox is part of it */
+  void (*sent_cb)(td__session_t *s); /* told when an update is on its way (rounds.c's) */
   td_codec_spec_t codec;
   char codec_text[32];
   td_link_codec_t *link_codecs[TD_MEMBERS_MAX]; /* by member index; NULL for us */
@@ -69,11 +70,13 @@ typedef struct {
 void td__test_poison(float *delta, size_t numel, uint64_t *samples);
 #endif
 
-int td__outbox_open(td__outbox_t **out, td__session_t *s, const td_codec_spec_t *codec) {
+int td__outbox_open(td__outbox_t **out, td__session_t *s, const td_codec_spec_t *codec,
+                    void (*sent)(td__session_t *s)) {
   td__outbox_t *o = calloc(1, sizeof *o);
   if (o == NULL)
     return TD_ENOMEM;
   o->s = s;
+  o->sent_cb = sent;
   o->codec = *codec;
   td_codec_format(codec, o->codec_text, sizeof o->codec_text);
   *out = o;
@@ -193,11 +196,11 @@ static void encode_done(uv_work_t *req, int status) {
     encode_target_t *t = &job->targets[i];
     td__link_t *l = td__link_find(n->net, t->peer);
     if (t->rc == TD_ENUMERIC) {
-      td__drop(n, TD__DROP_NONFINITE_LOCAL, "own update holds NaN or Inf; not sent");
+      td__drop(&n->drops, TD__DROP_NONFINITE_LOCAL, "own update holds NaN or Inf; not sent");
     } else if (t->rc != 0) {
       td_log_error("cannot encode the round %" PRIu64 " update for %016" PRIx64 ": %s",
                    job->round, t->peer, td_strerror(t->rc));
-    } else if (live && l != NULL && td__node_reachable(n, t->peer)) {
+    } else if (live && l != NULL && td_members_reachable(n->members, t->peer)) {
       for (uint32_t c = 0; c < t->chunks; c++) { /* the link queue takes the buffers */
         td__link_queue(l, TD_PRIO_UPDATE, t->bufs[c], t->lens[c], t->first_seq + c);
         t->bufs[c] = NULL;
@@ -224,7 +227,7 @@ static void encode_done(uv_work_t *req, int status) {
       o->pending = 0;
       encode_start(o, next);
     }
-    td__rounds_try_close(s);
+    o->sent_cb(s);
   }
   free(job);
   td__session_unref(&s); /* may free the run: nothing of it is used past here */

@@ -28,7 +28,7 @@
 #include "common/error.h"
 #include "compute/model.h"
 #include "compute/optim.h"
-#include "daemon/internal.h"
+#include "daemon/session/shared.h"
 
 /* Share of the machine's memory a run may take when max_model_mb is not set. */
 #define DEFAULT_MEMORY_DIVISOR 4

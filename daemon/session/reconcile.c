@@ -11,7 +11,7 @@
  * member waiting on a hub asks every member once the hub's expected time has
  * passed); after round_timeout the mean goes out with the messages that
  * came. The compute thread moves its anchor by mean - own. */
-#include "daemon/internal.h"
+#include "daemon/session/shared.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -87,7 +87,7 @@ static unsigned send_mean(td__reconcile_t *r, const td_recon_taken_t *t) {
   tmpl.mean_of = t->used;
   tmpl.mean_expected = t->expected;
   for (size_t i = 0; i < s->n_members; i++) {
-    td__link_t *l = (t->want_mean >> i & 1) && td__node_reachable(s->node, s->members[i])
+    td__link_t *l = (t->want_mean >> i & 1) && td_members_reachable(s->node->members, s->members[i])
                         ? td__link_find(s->node->net, s->members[i])
                         : NULL;
     if (l != NULL) {
@@ -186,7 +186,7 @@ void td__reconcile_request(td__session_t *s, td__link_t *l, const Traind__Snapsh
   size_t len;
   if (s->recon == NULL || !td_recon_own_message(s->recon->recon, rq->round, &msg, &len) ||
       rq->offset >= len) {
-    td__drop(s->node, TD__DROP_WRONG_RUN, "reconciliation request for a round we do not hold");
+    td__drop(&s->node->drops, TD__DROP_WRONG_RUN, "reconciliation request for a round we do not hold");
     return;
   }
   serve(s, l, msg, len, rq->round, rq->offset);
@@ -197,7 +197,7 @@ void td__reconcile_chunk(td__session_t *s, const Traind__Envelope *env) {
   td__reconcile_t *r = s->recon;
   size_t mi = td__session_member(s, env->sender);
   if (r == NULL || mi == TD_MEMBERS_MAX) {
-    td__drop(s->node, TD__DROP_WRONG_RUN, "reconciliation chunk outside our run");
+    td__drop(&s->node->drops, TD__DROP_WRONG_RUN, "reconciliation chunk outside our run");
     return;
   }
   td_recon_result_t res;
@@ -211,15 +211,15 @@ void td__reconcile_chunk(td__session_t *s, const Traind__Envelope *env) {
                                 ch->payload.data, ch->payload.len, ch->to_hub, now, &res, why,
                                 sizeof why);
   if (rc == TD_EPROTO) {
-    td__drop(s->node, TD__DROP_MALFORMED, why);
+    td__drop(&s->node->drops, TD__DROP_MALFORMED, why);
     return;
   }
   if (rc != 0 || res == TD_RECON_REJECTED)
-    td__drop(s->node, TD__DROP_REJECTED, rc != 0 ? td_strerror(rc) : why);
+    td__drop(&s->node->drops, TD__DROP_REJECTED, rc != 0 ? td_strerror(rc) : why);
   else if (res == TD_RECON_DUPLICATE || res == TD_RECON_LATE)
-    td__drop(s->node, TD__DROP_DUPLICATE, NULL);
+    td__drop(&s->node->drops, TD__DROP_DUPLICATE, NULL);
   else if (res == TD_RECON_AHEAD)
-    td__drop(s->node, TD__DROP_AHEAD, NULL);
+    td__drop(&s->node->drops, TD__DROP_AHEAD, NULL);
   deliver(r);
 }
 
@@ -232,7 +232,7 @@ void td__reconcile_tick(td__session_t *s) {
   size_t k = td_recon_stalled(r->recon, td_clock_mono_s(), TD__RECON_STALL_S, st,
                               MAX_STALLS_PER_TICK);
   for (size_t i = 0; i < k; i++) {
-    if (st[i].member >= s->n_members || !td__node_reachable(s->node, s->members[st[i].member]))
+    if (st[i].member >= s->n_members || !td_members_reachable(s->node->members, s->members[st[i].member]))
       continue;
     td__link_t *l = td__link_find(s->node->net, s->members[st[i].member]);
     if (l != NULL)

@@ -18,7 +18,7 @@
  * and releases the compute thread. So a large update never stalls
  * heartbeats. Each job holds a reference on the session and touches only
  * what it was handed, so results do not depend on which thread ran it. */
-#include "daemon/internal.h"
+#include "daemon/session/shared.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -269,7 +269,7 @@ static void aggregate_done(uv_work_t *req, int status) {
     td__rounds_begin(s, r + 1);
     td_run_release(s->run, r);
     td__ledgerq_flush(s->node->ledger);
-    td__monitor_publish(s->node->monitor);
+    td__node_figures_changed(s->node);
     td__rounds_try_close(s);
   }
   free(job);
@@ -304,6 +304,15 @@ static void gather(td__session_t *s, aggregate_job_t *job) {
   s->plan_hist_round[k] = r;
 }
 
+/* The run bytes the transport sent since the last call: the round's share
+ * (the transport counts them once; the round takes the difference). */
+static uint64_t take_bytes_sent(td__session_t *s) {
+  uint64_t now = td__transport_run_bytes_sent(s->node->net);
+  uint64_t sent = now - s->bytes_sent_mark;
+  s->bytes_sent_mark = now;
+  return sent;
+}
+
 static void close_round(td__session_t *s) {
   aggregate_job_t *job = calloc(1, sizeof *job);
   if (job == NULL) { /* the round waits for the next tick */
@@ -314,12 +323,12 @@ static void close_round(td__session_t *s) {
   job->s = s;
   job->round = r;
   job->started = s->round_started;
-  job->bytes_sent = s->bytes_sent_round;
+  job->bytes_sent = take_bytes_sent(s);
   job->bytes_recv = s->bytes_recv_round;
   job->avg = td_run_avg(s->run, r);
   job->numel = td_run_numel(s->run);
   td_runspec_agg(&s->spec, &job->spec);
-  s->bytes_sent_round = s->bytes_recv_round = 0; /* what comes now is the next round's */
+  s->bytes_recv_round = 0; /* what comes now is the next round's */
   gather(s, job);
   job->req.data = job;
   td__session_ref(s);
@@ -350,14 +359,14 @@ static void async_release(td__session_t *s) {
 void td__rounds_own_done(td__session_t *s, uint64_t round) {
   if (s->spec.mode_kind == TD_MODE_ASYNC) {
     s->round_started = td_clock_wall_s();
-    round_row(s, round, NAN, s->round_started, s->bytes_sent_round, s->bytes_recv_round);
-    s->bytes_sent_round = s->bytes_recv_round = 0;
+    round_row(s, round, NAN, s->round_started, take_bytes_sent(s), s->bytes_recv_round);
+    s->bytes_recv_round = 0;
     s->rounds_done++;
     s->node->totals.rounds++;
     replan(s, round, round + 1);
     async_release(s);
     td__ledgerq_flush(s->node->ledger);
-    td__monitor_publish(s->node->monitor);
+    td__node_figures_changed(s->node);
   }
   td__rounds_try_close(s);
 }
@@ -442,7 +451,7 @@ static void update_rejected(td__session_t *s, uint64_t peer, uint64_t round, con
     s->outlier[i].rejected++;
   }
   snprintf(what, sizeof what, "update from %016" PRIx64 " rejected: %s", peer, why);
-  td__drop(s->node, TD__DROP_REJECTED, what);
+  td__drop(&s->node->drops, TD__DROP_REJECTED, what);
   td__ledger_event(s->node->ledger, "update_rejected", "peer %016" PRIx64 " round %" PRIu64 ": %s",
                    peer, round, why);
 }
@@ -520,7 +529,7 @@ static void assembled(td__session_t *s, size_t mi, td_round_t *collector,
     td_round_begin(collector, info->round + 1, &peer, 1);
     if (rc == 0 && !(job->weight > 0)) {
       s->stale_dropped++;
-      td__drop(s->node, TD__DROP_LATE, "async update older than the staleness bound");
+      td__drop(&s->node->drops, TD__DROP_LATE, "async update older than the staleness bound");
       record_update(s, info->peer, info->round, job->staleness, info->bytes,
                     td__outbox_codec(s->outbox));
       if (info->round > s->peer_round[mi])
@@ -556,12 +565,12 @@ void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, si
    * unacked (a stopped run's, say) held the window shut until it expired */
   td__link_send_ack(n->net, env->sender, env->run_id, TD__ACK_CHUNK, env->seq, up->payload.len);
   if (s == NULL) {
-    td__drop(n, TD__DROP_WRONG_RUN, "update for a run this node is not running");
+    td__drop(&n->drops, TD__DROP_WRONG_RUN, "update for a run this node is not running");
     return;
   }
   size_t mi = td__session_member(s, env->sender);
   if (mi == TD_MEMBERS_MAX) {
-    td__drop(n, TD__DROP_NOT_MEMBER, "update from a node outside the run");
+    td__drop(&n->drops, TD__DROP_NOT_MEMBER, "update from a node outside the run");
     return;
   }
   td__peer_report_t *rep = &s->peer_report[mi][up->round % TD__RING];
@@ -581,18 +590,18 @@ void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, si
   if (td_round_add_chunk(collector, env->sender, up->round, up->samples, up->chunk, up->chunks,
                          up->total_bytes, up->payload.data, up->payload.len, up->loss, &res,
                          &info, why, sizeof why) != 0) {
-    td__drop(n, TD__DROP_MALFORMED, "update chunk inconsistent with the model");
+    td__drop(&n->drops, TD__DROP_MALFORMED, "update chunk inconsistent with the model");
     return;
   }
   if (l != NULL)
     td__link_note_recv(l, bytes);
   switch (res) {
   case TD_CHUNK_ACCEPTED: s->bytes_recv_round += bytes; break;
-  case TD_CHUNK_DUPLICATE: td__drop(n, TD__DROP_DUPLICATE, NULL); break;
-  case TD_CHUNK_AHEAD: td__drop(n, TD__DROP_AHEAD, "update beyond the round window"); break;
+  case TD_CHUNK_DUPLICATE: td__drop(&n->drops, TD__DROP_DUPLICATE, NULL); break;
+  case TD_CHUNK_AHEAD: td__drop(&n->drops, TD__DROP_AHEAD, "update beyond the round window"); break;
   case TD_CHUNK_LATE:
     if (up->chunk == 0) { /* count and record only the first chunk of a late update */
-      td__drop(n, TD__DROP_LATE, NULL);
+      td__drop(&n->drops, TD__DROP_LATE, NULL);
       record_update(s, env->sender, up->round, (int64_t)s->round - (int64_t)up->round,
                     up->total_bytes, td__outbox_codec(s->outbox));
     }

@@ -15,7 +15,7 @@
  * still reads. A new run
  * gets a new session: nothing is reset by hand. The compute thread's events
  * arrive here and go to the part they concern. */
-#include "daemon/internal.h"
+#include "daemon/session/shared.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -25,63 +25,6 @@
 
 #include "common/error.h"
 #include "daemon/base/log.h"
-
-/* Mixed into the link codec seed: the 64-bit golden ratio (Fibonacci hashing). */
-#define CODEC_SEED_MIX 0x9e3779b97f4a7c15ull
-
-const char *td__run_state_name(td__run_state_t s) {
-  switch (s) {
-  case TD__RUN_IDLE: return "idle";
-  case TD__RUN_RUNNING: return "running";
-  case TD__RUN_FINISHED: return "finished";
-  case TD__RUN_FAILED: return "failed";
-  case TD__RUN_STOPPED: return "stopped";
-  }
-  return "unknown";
-}
-
-size_t td__session_member(const td__session_t *s, uint64_t peer) {
-  for (size_t i = 0; i < s->n_members; i++)
-    if (s->members[i] == peer)
-      return i;
-  return TD_MEMBERS_MAX;
-}
-
-bool td__session_takes_part(td__session_t *s, size_t i, uint64_t round) {
-  return i < s->n_members && s->members[i] != s->node->node_id && !s->away[i] &&
-         s->since[i] != UINT64_MAX && (round == 0 || s->since[i] <= round) &&
-         td__node_reachable(s->node, s->members[i]);
-}
-
-size_t td__session_peers(td__session_t *s, uint64_t round, uint64_t *out) {
-  size_t k = 0;
-  for (size_t i = 0; i < s->n_members; i++)
-    if (td__session_takes_part(s, i, round))
-      out[k++] = s->members[i];
-  return k;
-}
-
-uint64_t td__session_codec_seed(const td__session_t *s, uint64_t peer) {
-  return peer ^ (s->node->node_id * CODEC_SEED_MIX);
-}
-
-void td__session_note_sent(td__session_t *s, uint64_t bytes) { s->bytes_sent_round += bytes; }
-
-double td__session_staleness(td__node_t *n, uint64_t peer) {
-  if (n->session == NULL)
-    return NAN;
-  size_t i = td__session_member(n->session, peer);
-  return i < TD_MEMBERS_MAX && n->session->staleness[i] >= 0 ? (double)n->session->staleness[i]
-                                                             : NAN;
-}
-
-td__session_t *td__session_of(td__node_t *n, uint64_t run_id) {
-  return n->session != NULL && n->session->run_id == run_id ? n->session : NULL;
-}
-
-uint64_t td__session_last_id(td__node_t *n) {
-  return n->session != NULL ? n->session->run_id : n->last_run ? n->last_run->run_id : 0;
-}
 
 static void session_stats(const td__session_t *s, td__run_stats_t *out) {
   *out = (td__run_stats_t){.run_id = s->run_id, .state = s->state, .rounds_done = s->rounds_done,
@@ -125,6 +68,7 @@ void td__session_stats(td__node_t *n, td__run_stats_t *out) {
   }
 }
 
+/* The session's destructor (core.c calls it with the last reference). */
 static void session_free(td__session_t *s) {
   td__outbox_close(&s->outbox);
   td__xfer_close(&s->xfer);
@@ -138,16 +82,6 @@ static void session_free(td__session_t *s) {
   free(s);
 }
 
-void td__session_ref(td__session_t *s) { s->refs++; }
-
-void td__session_unref(td__session_t **s_p) {
-  td__session_t *s = *s_p;
-  if (s == NULL)
-    return;
-  *s_p = NULL;
-  if (--s->refs == 0)
-    session_free(s);
-}
 
 void td__session_finish(td__node_t *n, td__run_state_t state, double test_accuracy,
                         const char *error) {
@@ -325,7 +259,7 @@ static int open_parts(td__session_t *s, const td_codec_spec_t *codec, char *why,
           (rc = td_round_open(&s->peer_inbox[i], layout)) == 0)
         td_round_defer_decode(s->peer_inbox[i]);
   }
-  if (rc == 0 && (rc = td__outbox_open(&s->outbox, s, codec)) != 0)
+  if (rc == 0 && (rc = td__outbox_open(&s->outbox, s, codec, td__rounds_try_close)) != 0)
     what = "the link codecs";
   if (rc == 0 && (rc = td__xfer_open(&s->xfer, s)) != 0)
     what = "the transfer state";
@@ -371,7 +305,9 @@ int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
   }
   first_round = first_round > 1 ? first_round : 1;
   s->refs = 1;
+  s->destroy = session_free;
   s->node = n;
+  s->bytes_sent_mark = td__transport_run_bytes_sent(n->net);
   s->state = TD__RUN_RUNNING;
   s->run_id = run_id;
   s->spec = spec;
@@ -410,7 +346,7 @@ int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
     td__xfer_fetch_seed(s->xfer, sponsor, first_round - 1, td_run_anchor_bytes(s->run));
   td__ledger_run_start(n->ledger, run_id, spec_text);
   if (first_round > 1)
-    td__comeback_rejoined(n, run_id, first_round);
+    td__session_rejoined(n, run_id, first_round);
   td__ledger_event(n->ledger, "run_start",
                    "run %016" PRIx64 " rank %zu of %zu, from round %" PRIu64, run_id, rank,
                    n_members, first_round);
@@ -446,7 +382,7 @@ void td__on_run_refused(td__node_t *n, const Traind__Envelope *env, td__link_t *
   td__session_t *s = td__session_of(n, env->run_id);
   size_t i = s != NULL ? td__session_member(s, env->sender) : TD_MEMBERS_MAX;
   if (i == TD_MEMBERS_MAX || env->sender == n->node_id) {
-    td__drop(n, TD__DROP_WRONG_RUN, "refusal of a run this node is not running with the sender");
+    td__drop(&n->drops, TD__DROP_WRONG_RUN, "refusal of a run this node is not running with the sender");
     return;
   }
   if (s->since[i] == UINT64_MAX)

@@ -13,7 +13,7 @@
  * more than transfer_margin fetches that node's model and the compute thread
  * merges it before its next round. Requests for a late-join seed and for
  * reconciliation messages are answered by join.c and reconcile.c. */
-#include "daemon/internal.h"
+#include "daemon/session/shared.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -167,7 +167,7 @@ static void decide_transfer(td__xfer_t *x) {
       best = i;
   }
   if (best == TD_MEMBERS_MAX || s->members[best] == s->node->node_id ||
-      !td__node_reachable(s->node, s->members[best]) ||
+      !td_members_reachable(s->node->members, s->members[best]) ||
       !(x->probe_loss > (1 + s->spec.transfer_margin) * x->reports[best].loss))
     return;
   td_log_info("round %" PRIu64 ": validation loss %.4f lags %016" PRIx64 "'s %.4f: fetching its "
@@ -208,7 +208,7 @@ void td__xfer_tick(td__session_t *s) {
   if (!x->active ||
       td_clock_mono_s() - x->last <= (x->join ? TD__JOIN_STALL_S : TD__XFER_STALL_S))
     return;
-  if (td__node_reachable(s->node, x->peer)) {
+  if (td_members_reachable(s->node->members, x->peer)) {
     resume(x); /* from what arrived */
   } else if (x->join) {
     td_log_error("run %016" PRIx64 ": the member serving the model to join from is gone; "
@@ -226,35 +226,19 @@ void td__on_eval_report(td__node_t *n, const Traind__Envelope *env, td__link_t *
   td__session_t *s = td__session_of(n, env->run_id);
   size_t mi = s != NULL ? td__session_member(s, env->sender) : TD_MEMBERS_MAX;
   if (mi == TD_MEMBERS_MAX || !isfinite(env->eval_report->loss) || env->eval_report->loss < 0) {
-    td__drop(n, TD__DROP_WRONG_RUN, "eval report outside the run or not finite");
+    td__drop(&n->drops, TD__DROP_WRONG_RUN, "eval report outside the run or not finite");
     return;
   }
   s->xfer->reports[mi] = (report_t){.round = env->eval_report->round,
                                     .loss = env->eval_report->loss, .have = true};
 }
 
-/* A peer asks for our probed model, a late-join seed (join.c) or a
- * reconciliation message (reconcile.c). */
-void td__on_snapshot_request(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
-                             size_t bytes) {
-  (void)bytes;
-  const Traind__SnapshotRequest *rq = env->snapshot_request;
-  td__session_t *s = td__session_of(n, env->run_id);
-  bool member = s != NULL && td__session_member(s, env->sender) != TD_MEMBERS_MAX;
-  if (rq->reconcile) {
-    if (l == NULL || !member)
-      td__drop(n, TD__DROP_WRONG_RUN, "reconciliation request for a round we do not hold");
-    else
-      td__reconcile_request(s, l, rq);
-    return;
-  }
-  if (l != NULL && member && rq->join) {
-    td__join_request(s, l, env->sender, rq);
-    return;
-  }
+/* A peer asks for our probed model (snapshots.c routed it here). */
+void td__xfer_on_request(td__session_t *s, bool member, const Traind__SnapshotRequest *rq,
+                         td__link_t *l, td__drops_t *drops) {
   uint64_t total = s != NULL ? td_run_numel(s->run) * sizeof(float) : 0;
   if (l == NULL || !member || s->xfer->probe_blob == NULL || rq->offset >= total) {
-    td__drop(n, TD__DROP_WRONG_RUN, "snapshot request we cannot serve");
+    td__drop(drops, TD__DROP_WRONG_RUN, "snapshot request we cannot serve");
     return;
   }
   serve_model(s, l, s->xfer->probe_blob, total, s->xfer->probe_round, rq->offset);
@@ -270,7 +254,7 @@ static void incoming_done(td__xfer_t *x, uint64_t round) {
     bad += !isfinite(model[i]);
   if (x->join) {
     if (bad) { /* ask again: the serving node's copy cannot hold NaN */
-      td__drop(n, TD__DROP_REJECTED, "join snapshot holds NaN/Inf; fetching it again");
+      td__drop(&n->drops, TD__DROP_REJECTED, "join snapshot holds NaN/Inf; fetching it again");
       x->received = 0;
       resume(x);
       return;
@@ -282,7 +266,7 @@ static void incoming_done(td__xfer_t *x, uint64_t round) {
     td_log_info("joined run %016" PRIx64 " at round %" PRIu64 " with the model of %016" PRIx64
                 " (%" PRIu64 " KiB)", s->run_id, s->first_round, x->peer, x->total / 1024);
   } else if (bad) {
-    td__drop(n, TD__DROP_REJECTED, "transferred model holds NaN/Inf; not merged");
+    td__drop(&n->drops, TD__DROP_REJECTED, "transferred model holds NaN/Inf; not merged");
   } else {
     td_run_merge(s->run, model, s->spec.transfer_lambda);
     x->transfers++;
@@ -295,26 +279,13 @@ static void incoming_done(td__xfer_t *x, uint64_t round) {
   incoming_reset(x);
 }
 
-void td__on_snapshot_chunk(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
-                           size_t bytes) {
-  (void)l;
-  (void)bytes;
-  const Traind__SnapshotChunk *ch = env->snapshot_chunk;
-  /* frees the sender's window, whatever becomes of the chunk */
-  td__link_send_ack(n->net, env->sender, env->run_id, TD__ACK_CHUNK, env->seq, ch->payload.len);
-  td__session_t *s = td__session_of(n, env->run_id);
-  if (ch->reconcile) {
-    if (s == NULL)
-      td__drop(n, TD__DROP_WRONG_RUN, "reconciliation chunk outside our run");
-    else
-      td__reconcile_chunk(s, env);
-    return;
-  }
+void td__xfer_on_chunk(td__session_t *s, uint64_t sender, const Traind__SnapshotChunk *ch,
+                       td__drops_t *drops) {
   td__xfer_t *x = s != NULL ? s->xfer : NULL;
-  if (x == NULL || !x->active || env->sender != x->peer || ch->total_bytes != x->total ||
+  if (x == NULL || !x->active || sender != x->peer || ch->total_bytes != x->total ||
       ch->offset != x->received || ch->payload.len == 0 ||
       ch->payload.len > x->total - x->received) {
-    td__drop(n, TD__DROP_DUPLICATE, NULL); /* stale or out of order: the resume asks again */
+    td__drop(drops, TD__DROP_DUPLICATE, NULL); /* stale or out of order: the resume asks again */
     return;
   }
   memcpy(x->buf + ch->offset, ch->payload.data, ch->payload.len);

@@ -22,7 +22,7 @@
  * SQLite refuses for itself (a constraint) is left out, counted and logged,
  * and the rest of its batch is written. When a batch succeeds again the
  * episode is logged and recorded as a `ledger_degraded` event. */
-#include "daemon/internal.h"
+#include "daemon/store/ledgerq.h"
 
 #include <inttypes.h>
 #include <json-c/json.h>
@@ -34,6 +34,8 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "daemon/base/clock.h"
+#include "daemon/base/json.h"
 #include "daemon/base/log.h"
 
 typedef enum {
@@ -579,20 +581,20 @@ static void round_to_json(const td_ledger_round_t *r, void *user) {
   if (index < rq->from || index - rq->from >= rq->limit)
     return;
   json_object *o = json_object_new_object();
-  json_object_object_add(o, "run_id", td__status_id(r->run_id));
+  json_object_object_add(o, "run_id", td__json_id(r->run_id));
   json_object_object_add(o, "round", json_object_new_int64((int64_t)r->round));
   json_object_object_add(o, "started", json_object_new_double(r->started));
   json_object_object_add(o, "ended", json_object_new_double(r->ended));
   json_object_object_add(o, "local_steps", json_object_new_int64(r->local_steps));
   json_object_object_add(o, "batch", json_object_new_int64(r->batch));
   json_object_object_add(o, "samples", json_object_new_int64((int64_t)r->samples));
-  json_object_object_add(o, "loss", td__status_real(r->loss));
-  json_object_object_add(o, "eval_acc", td__status_real(r->eval_acc));
-  json_object_object_add(o, "eval_bpb", td__status_real(r->eval_bpb));
+  json_object_object_add(o, "loss", td__json_real(r->loss));
+  json_object_object_add(o, "eval_acc", td__json_real(r->eval_acc));
+  json_object_object_add(o, "eval_bpb", td__json_real(r->eval_bpb));
   json_object_object_add(o, "bytes_sent", json_object_new_int64((int64_t)r->bytes_sent));
   json_object_object_add(o, "bytes_recv", json_object_new_int64((int64_t)r->bytes_recv));
-  json_object_object_add(o, "compute_s", td__status_real(r->compute_s));
-  json_object_object_add(o, "wait_s", td__status_real(r->wait_s));
+  json_object_object_add(o, "compute_s", td__json_real(r->compute_s));
+  json_object_object_add(o, "wait_s", td__json_real(r->wait_s));
   json_object_array_add(rq->arr, o);
 }
 

@@ -1,0 +1,389 @@
+/* shared.h: what the parts of one run on the loop thread share, and the node
+ * state they run in.
+ *
+ * daemon/session/ holds a run's life on the loop thread: session.c (start to
+ * finish), core.c (the members, the running session, its reference count),
+ * rounds.c (collecting and closing rounds), outbox.c (encoding our updates),
+ * transfer.c (resumable blob transfer and knowledge transfer), join.c (late
+ * join), reconcile.c (anchor reconciliation), snapshots.c (which of those
+ * three a snapshot message is for), comeback.c (members that fall out of a
+ * run and come back into it) and policy.c (this node's limits over run
+ * specs). The session's core (members, rounds, the own-round ring) is shared
+ * by these parts; their own state (the outbox, the transfer, the join, the
+ * reconciliation) is opaque and reached only through the calls declared
+ * here. They use the layers below (run/, net/, store/, base/) and never the
+ * node's own files above them (daemon/internal.h): the monitor hears of
+ * closed rounds through the node's listener. Everything here runs on the
+ * loop thread unless it says otherwise. */
+#ifndef TD_DAEMON_SESSION_SHARED_H
+#define TD_DAEMON_SESSION_SHARED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "compress/codec.h"
+#include "daemon/base/clock.h"
+#include "daemon/base/members.h"
+#include "daemon/net/keys.h"
+#include "daemon/net/net.h"
+#include "daemon/run/run.h"
+#include "daemon/run/runspec.h"
+#include "daemon/store/ledger.h"
+#include "daemon/store/ledgerq.h"
+#include "proto/wire.h"
+#include "scheduler/round.h"
+
+/* Own rounds (and peers' reports) kept, indexed by round % TD__RING. */
+#define TD__RING 4
+/* Timeouts, seconds (monotonic). */
+#define TD__RECON_STALL_S 3.0  /* a reconciliation message that stops growing is asked again */
+#define TD__JOIN_STALL_S 3.0   /* a late-join seed that stops growing is asked again */
+#define TD__XFER_STALL_S 10.0  /* a knowledge-transfer model that stops growing */
+/* Late join: the admitter starts the joiner at its open round + this. */
+#define TD__JOIN_LEAD_ROUNDS 3
+/* Coming back (comeback.c): a member whose heartbeats put it more than this
+ * many rounds behind the run has fallen out of it (members of a sync or
+ * overlap run are at most two rounds apart, a joiner three ahead). */
+#define TD__BEHIND_ROUNDS 4
+/* ...judged only from heartbeats this many periods after it was (re)admitted,
+ * so one sent before it heard of the run does not count. */
+#define TD__AWAY_GRACE_BEATS 2
+typedef struct td__node td__node_t;
+typedef struct td__session td__session_t;
+typedef struct td__outbox td__outbox_t;
+typedef struct td__xfer td__xfer_t;
+typedef struct td__join td__join_t;
+typedef struct td__reconcile td__reconcile_t;
+typedef struct td__control td__control_t;
+typedef struct td__monitor td__monitor_t;
+
+/* ---- this node's limits over run specs (policy.c) -------------------------------- */
+
+#define TD_POLICY_DEFAULT_MAX_BATCH 8192
+#define TD_POLICY_DEFAULT_MAX_ROUNDS 1000000
+#define TD_POLICY_DEFAULT_MAX_CHECKPOINT_MB 2048
+
+typedef struct {
+  unsigned max_model_mb; /* 0: a quarter of the machine's memory */
+  unsigned max_batch;    /* 0: TD_POLICY_DEFAULT_MAX_BATCH */
+  unsigned max_rounds;   /* 0: TD_POLICY_DEFAULT_MAX_ROUNDS */
+  unsigned max_checkpoint_mb; /* 0: TD_POLICY_DEFAULT_MAX_CHECKPOINT_MB */
+  const char *data_root; /* NULL or "": named datasets only */
+} td__policy_opts_t;
+
+typedef struct {
+  uint64_t max_bytes;
+  uint64_t max_checkpoint_bytes; /* a run's checkpoints held in the ledger at once */
+  unsigned max_batch, max_threads, max_rounds;
+  char data_root[4096]; /* realpath of --data-root; "" = none */
+} td__policy_t;
+
+/* Limits from the options and this machine (cores, memory); TD_ENOENT or
+ * TD_ECONFIG + why for a data root that is not a directory. */
+int td__policy_init(td__policy_t *p, const td__policy_opts_t *o, char *why, size_t why_len);
+/* Check a run spec for a run of n_members nodes before anything is allocated
+ * or opened: TD_ERANGE (a limit) or TD_ECONFIG (the dataset) + a one-line why
+ * that never quotes a file. On success, file datasets in spec->dataset are
+ * rewritten to their resolved paths under the data root. */
+int td__policy_check(const td__policy_t *p, td_runspec_t *spec, size_t n_members, char *why,
+                     size_t why_len);
+/* ---- the node's shared state (node.c owns it) -------------------------------------- *
+ * The parts of this layer and the ones above take the node as their context;
+ * the node's own parts (control socket, monitor) are opaque to them. */
+
+typedef struct {
+  void (*fn)(void *user);
+  void *user;
+} td__listener_t;
+
+struct td__node {
+  uv_loop_t loop;
+  uint64_t node_id;
+  char data_dir[512], control_path[640];
+  unsigned threads;       /* compute threads for runs (0: BLAS default, no pool) */
+  td__policy_t policy;    /* what this node accepts of a run spec */
+  td__access_t *access;   /* keys, allowlist, permissions */
+  double heartbeat_s;
+  bool shutting_down;
+  td_members_t *members;
+  td__transport_t *net;
+  td__ledgerq_t *ledger;
+  td__session_t *session; /* the running run; NULL when none runs */
+  struct {                /* a run this node fell out of (crash, pause): it goes back */
+    uint64_t run_id;      /* 0: none */
+    uint64_t last_round;  /* the last round its ledger holds */
+  } rejoin;
+  struct td__run_stats *last_run; /* figures of the last run that ended (status) */
+  td__control_t *control;
+  td__monitor_t *monitor; /* --metrics; NULL when off */
+  struct {                /* since the daemon started, every run (monitoring) */
+    uint64_t rounds, samples;
+    double compute_s, wait_s;
+  } totals;
+  td__drops_t drops;
+  /* Set by the node's own files for the ones beside them, so that none calls
+   * another by name in a circle: */
+  void (*shutdown)(td__node_t *n, const char *why); /* node.c: leave, close */
+  void (*welcomed)(td__control_t *c, uint64_t peer); /* control.c: answers `join` */
+  td__listener_t figures_changed; /* a round closed, a heartbeat: the monitor's feed */
+  uv_timer_t heartbeat_timer;
+  uv_signal_t sigint, sigterm;
+};
+
+/* Tell the listener that the node's figures changed (NULL-safe if none). */
+static inline void td__node_figures_changed(td__node_t *n) {
+  if (n->figures_changed.fn != NULL)
+    n->figures_changed.fn(n->figures_changed.user);
+}
+/* ---- the run session (session.c) ------------------------------------------------------- */
+
+typedef enum {
+  TD__RUN_IDLE = 0, TD__RUN_RUNNING, TD__RUN_FINISHED, TD__RUN_FAILED, TD__RUN_STOPPED
+} td__run_state_t;
+const char *td__run_state_name(td__run_state_t s);
+
+/* What the compute thread reported for one of its rounds. */
+typedef struct {
+  uint64_t round, samples;
+  double loss, compute_s, idle_s, lr, capacity, done_at;
+  double fill_s;  /* overlap: extra steps while waiting (not in compute_s) */
+  double uplink;  /* bytes/s, as sent with the round's update */
+  unsigned batch, steps, fill_steps;
+  double eval_acc;  /* test accuracy evaluated after the round, NAN until then */
+  double eval_bpb;  /* text runs: held-out bits per byte after the round, NAN until then */
+  bool row_written; /* its ledger row exists (row holds it) */
+  td_ledger_round_t row;
+} td__own_round_t;
+
+/* What a member sent with its update of a round; 0: not reported. */
+typedef struct {
+  uint64_t round;
+  double capacity, uplink;
+} td__peer_report_t;
+
+/* What the aggregation refused of one member's updates (rounds.c). */
+typedef struct {
+  uint64_t rejected; /* rounds its update was rejected: norm bound, or did not decode */
+  uint64_t clipped;  /* ... scaled down (aggregate = clip:C) */
+  uint64_t clamped;  /* ... claimed more samples than its batch plan gave it */
+  uint64_t streak;   /* rounds in a row with one of those */
+  bool suspect;      /* the streak reached TD__SUSPECT_ROUNDS once */
+} td__outlier_t;
+/* A member whose updates are refused this many rounds in a row is reported. */
+#define TD__SUSPECT_ROUNDS 3
+
+/* The session's core, shared by the run-side parts (rounds, outbox,
+ * transfer, join, reconcile). Allocated when a run starts; freed when the
+ * last reference goes: the node's at finish, and one per pool job that
+ * borrows the run's buffers (td__session_ref). */
+struct td__session {
+  unsigned refs;
+  void (*destroy)(td__session_t *s); /* session.c's: frees the parts with the last reference */
+  td__node_t *node;
+  td__run_state_t state; /* RUNNING until finish */
+  td_run_t *run;
+  uint64_t run_id;
+  char *spec_text;
+  td_runspec_t spec;
+  uint64_t members[TD_MEMBERS_MAX];
+  uint64_t since[TD_MEMBERS_MAX]; /* first round of each member (late joiners > 1;
+                                     UINT64_MAX: it refused the run) */
+  double since_at[TD_MEMBERS_MAX]; /* monotonic time since[] was set (0: the start) */
+  bool away[TD_MEMBERS_MAX]; /* reachable but out of the run (comeback.c) until readmitted */
+  uint64_t heard_round[TD_MEMBERS_MAX]; /* the round each member's last heartbeat in this
+                                           run named (comeback.c) */
+  size_t n_members;
+  unsigned rank;
+  uint64_t first_round; /* this node's first round (> 1: it joined late) */
+  uint64_t round, rounds; /* open round (sync/overlap); rounds of the run */
+  bool ready;
+  td__own_round_t own[TD__RING];
+  struct { /* an evaluation that came after its round left the ring (rounds.c) */
+    uint64_t round; /* 0: none */
+    double acc, bpb;
+  } late_eval;
+  uint64_t own_done;
+  bool own_fresh; /* overlap: the last own round waited for its predecessor's average */
+  double own_loss, lr, capacity, round_started, deadline;
+  td__peer_report_t peer_report[TD_MEMBERS_MAX][TD__RING];
+  unsigned plan[TD_MEMBERS_MAX]; /* current batch plan by member index (0: none) */
+  unsigned plan_hist[TD__RING][TD_MEMBERS_MAX]; /* plan in force when round r closed */
+  uint64_t plan_hist_round[TD__RING];           /* ... that r (by r % TD__RING) */
+  td__outlier_t outlier[TD_MEMBERS_MAX];        /* by member index */
+  uint64_t refused_round[TD_MEMBERS_MAX];       /* last round a member's update did not decode */
+  td_round_t *collector;                 /* sync/overlap: every peer's update of a round */
+  td_round_t *peer_inbox[TD_MEMBERS_MAX]; /* async: one collector per peer */
+  uint64_t peer_round[TD_MEMBERS_MAX];    /* async: newest round received per peer */
+  uint64_t bytes_sent_mark;  /* the transport's run bytes sent when this round began */
+  uint64_t bytes_recv_round; /* update bytes received that counted for this round */
+  bool closing; /* the open round's aggregation runs on the pool */
+  double test_accuracy, test_loss, last_eval_acc;
+  double test_bpb, last_eval_bpb; /* text runs (bits per byte); NAN otherwise */
+  uint64_t updates_received, rounds_done, late_peers, plans_applied, stale_dropped;
+  int64_t staleness[TD_MEMBERS_MAX]; /* of each member's last update; -1: none yet */
+  char error[256];
+  char refused[512]; /* "node ID refused: reason; ..." of members that will not run it */
+  char backend[16];         /* the compute backend (cpu, cuda) once the run is ready */
+  char backend_reason[256]; /* which backend and why: "cpu (auto: no usable GPU: ...)" */
+  td__outbox_t *outbox;
+  td__xfer_t *xfer;
+  td__join_t *join;
+  td__reconcile_t *recon;
+};
+
+/* A snapshot of a run's figures, for status (kept after the run ended). */
+typedef struct td__run_stats {
+  uint64_t run_id;
+  td__run_state_t state;
+  uint64_t rounds_done, rounds, first_round;
+  unsigned rank;
+  size_t nodes;
+  char codec[32];
+  double loss, eval_accuracy, test_accuracy, test_loss, capacity;
+  double eval_bpb, test_bpb; /* text runs: bits per byte instead of accuracy; NAN otherwise */
+  uint64_t updates_received, late_peers, transfers, snapshots_served, joins_admitted;
+  uint64_t reconciled, reconciled_partial, reconciled_via_hub, reconciled_as_hub;
+  char error[256];
+  char refused[512];
+  char backend[16];         /* "" until the compute thread opened its backend */
+  char backend_reason[256]; /* which backend and why (auto's choice) */
+  char aggregate[64];   /* "trimmed:1, norm bound 5" */
+  size_t n_outliers;    /* members with anything refused, and their counts */
+  uint64_t outlier_id[TD_MEMBERS_MAX];
+  td__outlier_t outliers[TD_MEMBERS_MAX];
+} td__run_stats_t;
+
+/* Start run `run_id` as one of `members`: a late joiner (first_round > 1)
+ * fetches the model from `sponsor` first. The spec is checked against this
+ * node's policy before anything is allocated. why says what went wrong. */
+int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
+                      const uint64_t *members, size_t n_members, uint64_t first_round,
+                      uint64_t sponsor, char *why, size_t why_len);
+/* This node will not run `run_id` (why): log it, record it in the ledger and
+ * send RunRefused to every other one of `members`. */
+void td__session_refuse(td__node_t *n, uint64_t run_id, const uint64_t *members,
+                        size_t n_members, const char *why);
+/* End the running session: ledger rows, stats kept, n->session = NULL. */
+void td__session_finish(td__node_t *n, td__run_state_t state, double test_accuracy,
+                        const char *error);
+void td__session_ref(td__session_t *s);
+void td__session_unref(td__session_t **s_p);
+/* The running session if it is run_id, else NULL. */
+td__session_t *td__session_of(td__node_t *n, uint64_t run_id);
+/* Status figures: the running session's, or the last one's. */
+void td__session_stats(td__node_t *n, td__run_stats_t *out);
+/* The running run's id, or the last run's (0: none yet). */
+uint64_t td__session_last_id(td__node_t *n);
+/* Index of `peer` in the run's members, TD_MEMBERS_MAX when it is not one. */
+size_t td__session_member(const td__session_t *s, uint64_t peer);
+/* Reachable peers of the run (not us), taking part in `round` (0: any). */
+size_t td__session_peers(td__session_t *s, uint64_t round, uint64_t *out);
+/* Member index i is another node, reachable and in the run (neither away nor
+ * refused) at `round` (0: any round). */
+bool td__session_takes_part(td__session_t *s, size_t i, uint64_t round);
+/* This node fell behind its run (comeback.c): end the session without ending
+ * the run in the ledger, so the members take it back from their model. */
+void td__session_abandon(td__node_t *n, const char *why);
+/* Seed of the link codec between this node and `peer` (the same on both ends). */
+uint64_t td__session_codec_seed(const td__session_t *s, uint64_t peer);
+/* This node was admitted into run_id from `round`: a gap event when it is the
+ * run it fell out of (n->rejoin, which comeback.c set at start-up). */
+void td__session_rejoined(td__node_t *n, uint64_t run_id, uint64_t round);
+/* Staleness (rounds) of the last update the running run got from `peer`; NaN if none. */
+double td__session_staleness(td__node_t *n, uint64_t peer);
+/* ---- rounds (rounds.c) ------------------------------------------------------------------ */
+
+void td__rounds_begin(td__session_t *s, uint64_t round);
+void td__rounds_own_done(td__session_t *s, uint64_t round);
+void td__rounds_try_close(td__session_t *s);
+void td__rounds_forget_peer(td__session_t *s, uint64_t peer);
+void td__rounds_tick(td__session_t *s);
+void td__rounds_eval(td__session_t *s, uint64_t round, double accuracy, double bpb);
+void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
+
+/* ---- outbox (outbox.c) ----------------------------------------------------------------- */
+
+/* `sent` is told each time an own update is on its way (session.c gives it
+ * td__rounds_try_close), so the outbox never calls the rounds by name. */
+int td__outbox_open(td__outbox_t **out, td__session_t *s, const td_codec_spec_t *codec,
+                    void (*sent)(td__session_t *s));
+void td__outbox_close(td__outbox_t **self_p);
+/* Open the link codec of member index `i` (a late joiner). */
+int td__outbox_add_member(td__outbox_t *o, size_t i);
+/* Member i comes back with a fresh decoder: its link codec (residual, warm
+ * start) starts over before the next encode. */
+void td__outbox_reset_member(td__outbox_t *o, size_t i);
+/* Encode own round `round` for every peer on the pool, then queue it. */
+void td__outbox_send(td__outbox_t *o, uint64_t round);
+/* Every own round up to `round` is on its way. */
+bool td__outbox_sent(const td__outbox_t *o, uint64_t round);
+void td__outbox_skip_to(td__outbox_t *o, uint64_t round);
+const char *td__outbox_codec(const td__outbox_t *o);
+void td__on_ack(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
+
+/* ---- blob transfer and knowledge transfer (transfer.c) ------------------------------ */
+
+int td__xfer_open(td__xfer_t **out, td__session_t *s);
+void td__xfer_close(td__xfer_t **self_p);
+/* Queue `blob` (total bytes) from `offset` as bulk SnapshotChunks on l, each
+ * a copy of `tmpl` with its own slice; `supersede` drops what is still queued. */
+void td__xfer_serve(td__session_t *s, td__link_t *l, const void *blob, uint64_t total,
+                    uint64_t offset, const Traind__SnapshotChunk *tmpl, bool supersede);
+void td__xfer_request(td__session_t *s, td__link_t *l, uint64_t round, uint64_t offset,
+                      bool join, bool reconcile);
+/* Late joiner: fetch the members' anchor of `round` (bytes) from `sponsor`. */
+void td__xfer_fetch_seed(td__xfer_t *x, uint64_t sponsor, uint64_t round, uint64_t bytes);
+void td__xfer_probe(td__session_t *s, td_run_event_t *ev);
+void td__xfer_tick(td__session_t *s);
+void td__xfer_stats(const td__xfer_t *x, td__run_stats_t *out);
+void td__on_eval_report(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t b);
+/* A request for our probed model (member: its sender is one of the run's). */
+void td__xfer_on_request(td__session_t *s, bool member, const Traind__SnapshotRequest *rq,
+                         td__link_t *l, td__drops_t *drops);
+/* A chunk of the blob being fetched (s: NULL when not our run). */
+void td__xfer_on_chunk(td__session_t *s, uint64_t sender, const Traind__SnapshotChunk *ch,
+                       td__drops_t *drops);
+
+/* ---- snapshot messages (snapshots.c): to join, reconcile or transfer ---------------- */
+
+void td__on_snapshot_request(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
+                             size_t bytes);
+void td__on_snapshot_chunk(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
+                           size_t bytes);
+
+/* ---- late join (join.c) ------------------------------------------------------------------ */
+
+int td__join_open(td__join_t **out, td__session_t *s);
+void td__join_close(td__join_t **self_p);
+void td__join_tick(td__session_t *s);
+void td__join_anchor(td__session_t *s, td_run_event_t *ev);
+/* A joiner asks for the anchor of rq->round: serve it or keep the request. */
+void td__join_request(td__session_t *s, td__link_t *l, uint64_t peer,
+                      const Traind__SnapshotRequest *rq);
+void td__join_stats(const td__join_t *j, td__run_stats_t *out);
+void td__on_run_start(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
+void td__on_run_stop(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
+void td__on_run_refused(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
+                        size_t bytes);
+
+/* ---- coming back (comeback.c) ---------------------------------------------------------- */
+
+/* Start-up: runs the ledger left running are marked interrupted; the newest
+ * is the one this node asks to go back into. */
+void td__comeback_start(td__node_t *n);
+/* A heartbeat from `peer` says it runs run_id (0: none) at `round`. */
+void td__comeback_heard(td__node_t *n, uint64_t peer, uint64_t run_id, uint64_t round);
+
+/* ---- anchor reconciliation (reconcile.c) ------------------------------------------------ */
+
+/* NULL in *out when the run does not reconcile. */
+int td__reconcile_open(td__reconcile_t **out, td__session_t *s);
+void td__reconcile_close(td__reconcile_t **self_p);
+void td__reconcile_own(td__session_t *s, td_run_event_t *ev);
+void td__reconcile_request(td__session_t *s, td__link_t *l, const Traind__SnapshotRequest *rq);
+void td__reconcile_chunk(td__session_t *s, const Traind__Envelope *env);
+void td__reconcile_tick(td__session_t *s);
+void td__reconcile_stats(const td__reconcile_t *r, td__run_stats_t *out);
+#endif
