@@ -2,7 +2,7 @@
  * ledger access that export (cli/export.c) and plot (cli/plot.c) share.
  *
  * Reads node ledgers read-only (cli/history.h says which ones) with plain
- * SQL against the schema of daemon/ledger.c: one row per run in `runs`, the
+ * SQL against the schema of daemon/store/ledger.c: one row per run in `runs`, the
  * spec as canonical "key = value" lines, rounds/updates/links keyed by
  * run_id, events by time (the events table has no run column: a run's events
  * are those between its start and end, plus any that name its id). Ids are

@@ -3,7 +3,7 @@
  * One libuv loop owns the ZeroMQ sockets (integrated through ZMQ_FD +
  * uv_poll), the control socket, the timers (heartbeats, failure detection,
  * round deadlines) and the membership table; a run's compute thread trains
- * (daemon/run.h); the libuv work pool encodes updates and writes the ledger.
+ * (daemon/run/run.h); the libuv work pool encodes updates and writes the ledger.
  * daemon/internal.h maps the parts. */
 #ifndef TD_NODE_H
 #define TD_NODE_H
@@ -24,7 +24,7 @@ typedef struct {
   unsigned link_delay_ms;   /* user-space latency added to outgoing update chunks */
   unsigned uplink_kbit;     /* user-space cap on queued (update, bulk) traffic; 0 = none */
   const char *metrics;      /* HOST:PORT serving GET /metrics; NULL = off */
-  /* This node's limits over every run spec (daemon/policy.c); 0 / NULL = default */
+  /* This node's limits over every run spec (daemon/session/policy.c); 0 / NULL = default */
   unsigned max_model_mb;    /* memory a run may take; default a quarter of the machine's */
   unsigned max_batch;       /* default 8192 */
   unsigned max_rounds;      /* default 1000000 */

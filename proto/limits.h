@@ -3,7 +3,7 @@
  * TD_MAX_NODES bounds a cluster: the membership table, a run's members, the
  * peers a round collects from, the peer lists on the wire and the member
  * bitmasks of reconciliation are all this size. Updates (scheduler/round.h) and blobs (models, late-join seeds,
- * reconciliation messages: daemon/transfer.c) travel as payloads of at most
+ * reconciliation messages: daemon/session/transfer.c) travel as payloads of at most
  * TD_CHUNK_BYTES, cut at multiples of it from the start of the message, so a
  * resumed transfer asks again from any chunk boundary. Pure arithmetic. */
 #ifndef TD_LIMITS_H

@@ -3,7 +3,7 @@
  * Pure arithmetic on a link's measurements: the goodput estimate (bytes/s)
  * that update acknowledgements feed, and the bytes an update may take so that
  * the exchange hides behind the next round's compute. No clock, no socket:
- * the daemon (daemon/transport.c) passes the times in. */
+ * the daemon (daemon/net/transport.c) passes the times in. */
 #ifndef TD_BUDGET_H
 #define TD_BUDGET_H
 

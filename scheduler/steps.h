@@ -4,7 +4,7 @@
  *
  * Pure arithmetic on the run spec's numbers and the learning-rate schedule, so
  * every node computes the same plan without negotiating. The daemon's compute
- * thread plans with it (daemon/run_compute.c); nothing here touches a thread,
+ * thread plans with it (daemon/run/run_compute.c); nothing here touches a thread,
  * a socket or a clock. */
 #ifndef TD_STEPS_H
 #define TD_STEPS_H

@@ -9,7 +9,7 @@
  * AVX-512, AVX2 and baseline x86-64 with run-time dispatch (target_clones), so
  * no -march flag is needed for speed and the binary still runs anywhere.
  *
- * Threads: open(threads = N > 0) starts a pool of N threads (compute/tpool.h)
+ * Threads: open(threads = N > 0) starts a pool of N threads (compute/cpu/tpool.h)
  * and sets OpenBLAS to one thread; every op then splits its work over the
  * pool itself, a large GEMM included (into row or column blocks, each one
  * single-threaded sgemm), so exactly N threads compute and none of them

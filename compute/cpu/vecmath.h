@@ -1,6 +1,6 @@
 /* vecmath.h: small math helpers for the CPU kernels that gcc vectorises
  * (inline, branch-free, no libm call), shared by compute/layer_*.c and
- * compute/backend_cpu.c. Private to compute/. */
+ * compute/cpu/backend_cpu.c. Private to compute/. */
 #ifndef TD_VECMATH_H
 #define TD_VECMATH_H
 

@@ -27,7 +27,7 @@
  * and reported by the next upload, download or td_backend_error(). The calls
  * may come from any one thread at a time: each op first makes the backend's
  * device current on the calling thread. The layer ops (version 3) are in
- * compute/backend_cuda_layers.cu; what both files share is backend_cuda.cuh. */
+ * compute/cuda/backend_cuda_layers.cu; what both files share is backend_cuda.cuh. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

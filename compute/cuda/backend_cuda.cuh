@@ -1,6 +1,6 @@
-/* backend_cuda.cuh: what the two CUDA files share (compute/backend_cuda.cu:
+/* backend_cuda.cuh: what the two CUDA files share (compute/cuda/backend_cuda.cu:
  * device, memory, GEMM, the MLP and optimizer ops, the interface table;
- * compute/backend_cuda_layers.cu: the layer ops of interface version 3).
+ * compute/cuda/backend_cuda_layers.cu: the layer ops of interface version 3).
  * Private to compute/, compiled only with --with-cuda. */
 #ifndef TD_BACKEND_CUDA_CUH
 #define TD_BACKEND_CUDA_CUH

@@ -8,7 +8,7 @@
  * allocated from them, and the data must end exactly where the header says.
  * Pixels are converted slab by slab from a small scratch buffer, so loading
  * Fashion-MNIST holds the float array plus one megabyte, never two copies.
- * Every file is opened through td_file_open_regular (compute/file.h): without
+ * Every file is opened through td_file_open_regular (compute/data/file.h): without
  * blocking, and only if it is a regular file, so a FIFO or a device path fails
  * at once instead of hanging the thread that loads it (the compute thread of a
  * run, which must always see a stop). */

@@ -1,13 +1,13 @@
 /* shard.h: the data one node trains on, from the run keys to memory.
  *
- * One sequence shared by peer runs (daemon/run.c) and the standalone trainer
- * (daemon/standalone.c): resolve the `dataset` key, normalise labelled
+ * One sequence shared by peer runs (daemon/run/run.c) and the standalone trainer
+ * (daemon/run/standalone.c): resolve the `dataset` key, normalise labelled
  * features with the statistics of the WHOLE training set (so every node of a
  * run, and the standalone baseline, sees identically scaled inputs), then cut
  * node `rank` of `nodes`'s partition under the `partition` key and the run
- * seed. Text datasets (`text:`, compute/text.h) take the same path and come
+ * seed. Text datasets (`text:`, compute/data/text.h) take the same path and come
  * back as byte ranges instead of rows. Runs on the caller's thread; every file
- * is opened without blocking (compute/file.h). */
+ * is opened without blocking (compute/data/file.h). */
 #ifndef TD_SHARD_H
 #define TD_SHARD_H
 

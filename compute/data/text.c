@@ -23,7 +23,7 @@ struct td_text {
   size_t bytes;
 };
 
-/* Same stream as compute/partition.c, so `seed` means one thing for both. */
+/* Same stream as compute/data/partition.c, so `seed` means one thing for both. */
 #define TD__TEXT_PARTITION_STREAM 0x5041525449ull /* "PARTI" */
 #define TD__TEXT_MAX_NODES 4096u
 #define TD__TEXT_MAX_FILES 4096u

@@ -3,7 +3,7 @@
  * Resolves `dataset = text:PATH[,VALID_PATH]` and `text:fortunes` (Debian's
  * fortunes package, the default text), draws training windows at seeded random
  * offsets, and cuts a node's partition out of the training text. A text owns
- * its bytes. Files are opened so that nothing blocks (compute/file.h): a FIFO,
+ * its bytes. Files are opened so that nothing blocks (compute/data/file.h): a FIFO,
  * a device or a directory is refused at once.
  *
  * Held-out split: without VALID_PATH the last TD_TEXT_VALID_PERCENT percent of

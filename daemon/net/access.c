@@ -1,7 +1,7 @@
 /* access.c: who this node talks to, and what they may ask of it.
  *
  * Threads: loop thread (opened on the main thread before the loop runs).
- * Owns the node's key pair and its allowlist (daemon/keys.h). Secure mode
+ * Owns the node's key pair and its allowlist (daemon/net/keys.h). Secure mode
  * (the default): the ZAP handler (zap.c) admits a connection only for a
  * listed key; the sender of every message is the key of the connection it
  * came on, turned into a node id (td_key_node_id), whatever the envelope's

@@ -1,4 +1,4 @@
-/* keys.c: the node key file and the allowlist file (daemon/keys.h).
+/* keys.c: the node key file and the allowlist file (daemon/net/keys.h).
  *
  * Main or loop thread; no state beyond the allowlist object. Everything read
  * here is treated as hostile input: a key is exactly 40 characters of the Z85

@@ -1,6 +1,6 @@
 /* keys.h: a node's CURVE key pair and its allowlist of peer keys, as files.
  *
- * Pure file formats, no sockets (daemon/access.c puts them to use, ZAP and
+ * Pure file formats, no sockets (daemon/net/access.c puts them to use, ZAP and
  * links). Keys are Curve25519 (libzmq's CURVE), written as Z85 text of 40
  * characters. The key pair lives in DATA_DIR/node.key, mode 0600, made at
  * first start; a key file that others may read is refused, not used:

@@ -95,7 +95,7 @@ typedef struct {
   uint64_t max_rounds;
   /* This node's limit on the ledger space a run's checkpoints hold at once
    * (0: none), checked here for a run sized by epochs that keeps every one,
-   * whose rounds the node's policy could not count (daemon/policy.c). */
+   * whose rounds the node's policy could not count (daemon/session/policy.c). */
   uint64_t max_checkpoint_bytes;
   uv_loop_t *loop;
   /* Called on the loop thread whenever events are queued; drain them with

@@ -1,6 +1,6 @@
 /* standalone.c: the single-node trainer behind `traind --standalone`.
  *
- * The data comes from td_shard_open (compute/shard.h), the same loading a peer
+ * The data comes from td_shard_open (compute/data/shard.h), the same loading a peer
  * run uses: normalisation statistics from the whole training set before it is
  * partitioned, so every node of a later multi-node run (and this baseline)
  * sees identically scaled inputs. Runs on the main thread. */

@@ -1,5 +1,5 @@
 /* td_mkledger.c: writes a node ledger with three known runs, through the
- * daemon's own ledger API (daemon/ledger.h, real SQLite), for the history and
+ * daemon's own ledger API (daemon/store/ledger.h, real SQLite), for the history and
  * plot tests (history_cli.sh).
  *
  *   td_mkledger PATH NODE

@@ -1,5 +1,5 @@
 /* td_poison.c: the poison of tests/integration/traind_poison, a traind built
- * from the same sources whose daemon/outbox.c (compiled with TD_TEST_POISON)
+ * from the same sources whose daemon/session/outbox.c (compiled with TD_TEST_POISON)
  * hands each outgoing update here before encoding it. The mode is read from
  * the file named by TD_POISON_FILE at every update, so one cluster can run a
  * clean run and then poisoned ones without restarting the node:

@@ -1,4 +1,4 @@
-/* test_keys.c: the node key file and the allowlist (daemon/keys.h), fed
+/* test_keys.c: the node key file and the allowlist (daemon/net/keys.h), fed
  * hostile input. A key pair is made once and read back the same; a key file
  * others may read, a mismatched pair, a wrong length, characters outside Z85
  * and a truncated file are refused with a reason; the allowlist takes keys,

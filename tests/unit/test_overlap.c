@@ -2,7 +2,7 @@
  * (scheduler/overlap.h) against references. Hand values for one swap and
  * pull; then whole overlapped runs of four nodes, each on its own quadratic
  * f_i(x) = a/2 (x - c_i)^2 with momentum-SGD inner steps, driven exactly as
- * the compute thread drives them (daemon/run_overlap.c), against:
+ * the compute thread drives them (daemon/run/run_overlap.c), against:
  *   - a double-precision reference written in closed form: every node starts
  *     round r + 1 from anchor_{r-1} + (1 - alpha) own_i[r];
  *   - alpha = 1, one plain GD step per round: the anchor follows the delayed

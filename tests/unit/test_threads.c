@@ -1,4 +1,4 @@
-/* test_threads.c: the CPU backend's thread pool (compute/tpool.h) and the
+/* test_threads.c: the CPU backend's thread pool (compute/cpu/tpool.h) and the
  * claim it rests on: `threads = N` computes exactly what one thread does.
  *
  * The pool itself: every index of a job runs exactly once, in the documented
