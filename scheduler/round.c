@@ -40,7 +40,6 @@ struct td_round {
   size_t numel;
   uint64_t max_bytes;
   uint32_t max_chunks;
-  bool defer;
   slot_t slots[TD_ROUND_SLOTS]; /* [k] holds round t + k */
 };
 
@@ -141,8 +140,7 @@ uint64_t td_round_current(const td_round_t *r) { return r->slots[0].round; }
 int td_round_add_chunk(td_round_t *r, uint64_t peer, uint64_t round, uint64_t samples,
                        uint32_t chunk, uint32_t chunks, uint64_t total_bytes,
                        const uint8_t *payload, size_t len, double loss,
-                       td_chunk_result_t *result, td_update_info_t *info, char *why,
-                       size_t why_len) {
+                       td_chunk_result_t *result, td_update_info_t *info) {
   if (total_bytes == 0 || total_bytes > r->max_bytes ||
       chunks != td_round_chunk_count(total_bytes) || chunk >= chunks)
     return TD_EPROTO;
@@ -192,33 +190,13 @@ int td_round_add_chunk(td_round_t *r, uint64_t peer, uint64_t round, uint64_t sa
   *result = TD_CHUNK_ACCEPTED;
   if (e->received < e->chunks)
     return 0;
-  if (r->defer) {
-    e->assembled = true;
-    *result = TD_CHUNK_ASSEMBLED;
-    if (info != NULL)
-      *info = (td_update_info_t){.peer = peer, .round = round, .samples = e->samples,
-                                 .bytes = e->bytes, .loss = e->loss};
-    return 0;
-  }
-  e->complete = true;
-  if (e->data == NULL && (e->data = td_params_alloc(r->numel)) == NULL) {
-    e->samples = 0;
-    *result = TD_CHUNK_REJECTED;
-    td_why(why, why_len, TD_ENOMEM, "out of memory for a decoded update");
-  } else if (td_codec_decode_message(r->layout, e->msg, (size_t)e->total, e->data, &e->codec,
-                                     why, why_len) != 0) {
-    e->samples = 0; /* never aggregated */
-    *result = TD_CHUNK_REJECTED;
-  } else {
-    *result = TD_CHUNK_COMPLETED;
-  }
+  e->assembled = true;
+  *result = TD_CHUNK_ASSEMBLED;
   if (info != NULL)
     *info = (td_update_info_t){.peer = peer, .round = round, .samples = e->samples,
-                               .bytes = e->bytes, .loss = e->loss, .codec = e->codec};
+                               .bytes = e->bytes, .loss = e->loss};
   return 0;
 }
-
-void td_round_defer_decode(td_round_t *r) { r->defer = true; }
 size_t td_round_numel(const td_round_t *r) { return r->numel; }
 
 static slot_entry_t *entry_of(td_round_t *r, uint64_t round, uint64_t peer) {

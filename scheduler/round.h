@@ -3,7 +3,8 @@
  * Pure bookkeeping over flat fp32 buffers, driven by events (a chunk arrived,
  * a peer died) and free of sockets, so it is unit-tested without a network.
  * An update is a compressed message (compress/codec.h) cut into chunks; when
- * its last chunk arrives it is decoded, and any inconsistency discards it.
+ * its last chunk arrives it is handed out to be decoded off the receiving
+ * thread and handed back, and any inconsistency discards it.
  * TD_ROUND_SLOTS slots are kept: the round being collected (t) and the next
  * ones, because a peer that already closed round t may send later updates
  * before our round t closes: one round ahead in sync mode, three in overlap
@@ -31,13 +32,13 @@ typedef struct td_round td_round_t;
 
 typedef enum {
   TD_CHUNK_ACCEPTED = 0, /* stored; the update is not complete yet */
-  TD_CHUNK_COMPLETED,    /* this chunk completed the peer's update */
+  TD_CHUNK_COMPLETED,    /* td_round_put_decoded: the peer's update is complete */
   TD_CHUNK_DUPLICATE,    /* already had it; ignored */
   TD_CHUNK_LATE,         /* for a round already closed */
   TD_CHUNK_AHEAD,        /* beyond the slot window; dropped */
-  TD_CHUNK_REJECTED,     /* completed, but did not decode (malformed, NaN/Inf): discarded */
-  TD_CHUNK_ASSEMBLED,    /* deferred decoding: this chunk completed the message, which
-                            waits for td_round_take_message() / td_round_put_decoded() */
+  TD_CHUNK_REJECTED,     /* td_round_put_decoded: it did not decode (malformed, NaN/Inf) */
+  TD_CHUNK_ASSEMBLED,    /* this chunk completed the message, which waits for
+                            td_round_take_message() / td_round_put_decoded() */
 } td_chunk_result_t;
 
 typedef struct {
@@ -62,17 +63,16 @@ uint64_t td_round_current(const td_round_t *r);
 
 /* One chunk of a peer's update message. Checks the chunk index, sizes and
  * offsets against the message bound of the layout and returns TD_EPROTO for
- * anything inconsistent; otherwise *result says what happened and *info
- * describes the update when it completed (why says why one was rejected). */
+ * anything inconsistent; otherwise *result says what happened (ACCEPTED,
+ * DUPLICATE, LATE, AHEAD, or ASSEMBLED when it completed the message) and
+ * *info describes the update when the message is complete. */
 int td_round_add_chunk(td_round_t *r, uint64_t peer, uint64_t round, uint64_t samples,
                        uint32_t chunk, uint32_t chunks, uint64_t total_bytes,
                        const uint8_t *payload, size_t len, double loss,
-                       td_chunk_result_t *result, td_update_info_t *info, char *why,
-                       size_t why_len);
+                       td_chunk_result_t *result, td_update_info_t *info);
 
-/* Deferred decoding, so that decoding runs off the thread that receives:
- * after td_round_defer_decode(r), the chunk that completes a message reports
- * TD_CHUNK_ASSEMBLED instead of decoding it. td_round_take_message() hands
+/* Decoding runs off the thread that receives: the chunk that completes a
+ * message reports TD_CHUNK_ASSEMBLED, and td_round_take_message() hands
  * the message out (caller owns *msg; *ticket names the update); the caller
  * decodes it anywhere with td_codec_decode_message() into td_round_numel()
  * floats it allocated with td_params_alloc(), and td_round_put_decoded()
@@ -81,7 +81,6 @@ int td_round_add_chunk(td_round_t *r, uint64_t peer, uint64_t round, uint64_t sa
  * the window or the entry was recycled meanwhile (the data is dropped). Until
  * then the update counts as not complete. All of these on the collector's
  * thread; nothing here is shared with the decoding thread. */
-void td_round_defer_decode(td_round_t *r);
 size_t td_round_numel(const td_round_t *r);
 int td_round_take_message(td_round_t *r, uint64_t round, uint64_t peer, uint8_t **msg,
                           size_t *len, uint64_t *ticket);

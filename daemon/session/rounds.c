@@ -586,10 +586,9 @@ void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, si
   }
   td_chunk_result_t res;
   td_update_info_t info;
-  char why[256] = "";
   if (td_round_add_chunk(collector, env->sender, up->round, up->samples, up->chunk, up->chunks,
                          up->total_bytes, up->payload.data, up->payload.len, up->loss, &res,
-                         &info, why, sizeof why) != 0) {
+                         &info) != 0) {
     td__drop(&n->drops, TD__DROP_MALFORMED, "update chunk inconsistent with the model");
     return;
   }
@@ -606,11 +605,8 @@ void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, si
                     up->total_bytes, td__outbox_codec(s->outbox));
     }
     break;
-  case TD_CHUNK_REJECTED: /* only when decoding in place, which this collector does not */
-    s->bytes_recv_round += bytes;
-    update_rejected(s, env->sender, up->round, why);
-    break;
-  case TD_CHUNK_COMPLETED: /* likewise */
+  case TD_CHUNK_COMPLETED: /* td_round_put_decoded reports these two, when the pool */
+  case TD_CHUNK_REJECTED:  /* has decoded the message (decode_done) */
     break;
   case TD_CHUNK_ASSEMBLED:
     s->bytes_recv_round += bytes;

@@ -3,7 +3,7 @@
  * Threads: loop thread. A session is allocated when a run starts (trainctl
  * start, a RunStart from a peer, an admission as a late joiner) and holds
  * everything the run needs on the loop side: the compute thread's handle
- * (daemon/run.h), the members, the round collectors, and the parts' own
+ * (daemon/run/run.h), the members, the round collectors, and the parts' own
  * state (outbox, transfer, join, reconciliation). It is reference counted:
  * the node holds one reference while the run runs, and every work-pool job
  * that borrows the run's buffers holds one more (an encode job reads the
@@ -249,15 +249,12 @@ static int open_parts(td__session_t *s, const td_codec_spec_t *codec, char *why,
                       size_t why_len) {
   const td_layout_t *layout = td_run_layout(s->run);
   const char *what = "the round collector";
-  int rc = td_round_open(&s->collector, layout);
-  if (rc == 0) /* updates are decoded on the work pool (rounds.c) */
-    td_round_defer_decode(s->collector);
+  int rc = td_round_open(&s->collector, layout); /* updates decode on the pool (rounds.c) */
   if (rc == 0 && s->spec.mode_kind == TD_MODE_ASYNC) {
     what = "the async inboxes";
     for (size_t i = 0; rc == 0 && i < s->n_members; i++)
-      if (s->members[i] != s->node->node_id &&
-          (rc = td_round_open(&s->peer_inbox[i], layout)) == 0)
-        td_round_defer_decode(s->peer_inbox[i]);
+      if (s->members[i] != s->node->node_id)
+        rc = td_round_open(&s->peer_inbox[i], layout);
   }
   if (rc == 0 && (rc = td__outbox_open(&s->outbox, s, codec, td__rounds_try_close)) != 0)
     what = "the link codecs";
