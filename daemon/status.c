@@ -10,7 +10,11 @@
 #include <inttypes.h>
 #include <json-c/json.h>
 #include <math.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
+
+#include "common/numfmt.h"
 
 json_object *td__status_id(uint64_t id) {
   char b[24];
@@ -18,7 +22,11 @@ json_object *td__status_id(uint64_t id) {
   return json_object_new_string(b);
 }
 
-json_object *td__status_real(double v) { return isfinite(v) ? json_object_new_double(v) : NULL; }
+/* Written in its shortest round-trip form (0.05, not json-c's %.17g 0.050000000000000003). */
+json_object *td__status_real(double v) {
+  char num[40];
+  return isfinite(v) ? json_object_new_double_s(v, td_numfmt_exact(num, sizeof num, v)) : NULL;
+}
 
 static json_object *count(uint64_t v) { return json_object_new_int64((int64_t)v); }
 
@@ -154,7 +162,11 @@ json_object *td__status_json(td__node_t *n) {
   json_object *o = json_object_new_object();
   json_object_object_add(o, "node_id", td__status_id(n->node_id));
   json_object_object_add(o, "endpoint", json_object_new_string(td__transport_endpoint(n->net)));
-  json_object_object_add(o, "data_dir", json_object_new_string(n->data_dir));
+  /* absolute, so that trainctl --socket S runs finds the ledger from any directory */
+  char data_dir[PATH_MAX];
+  json_object_object_add(o, "data_dir", json_object_new_string(realpath(n->data_dir, data_dir)
+                                                                   ? data_dir
+                                                                   : n->data_dir));
   td__access_stats_t as;
   td__access_stats(n->access, &as);
   json_object_object_add(o, "security", json_object_new_string(as.secure ? "curve" : "insecure"));
