@@ -97,7 +97,9 @@ int td_history_runs(int argc, char **argv) {
       td__ledgers_final_metric(r, &figs[i], &mname, &mval);
       if (mname)
         snprintf(metric, sizeof metric, "%s %s",
-                 strcmp(mname, "bpb") == 0 ? "bpb" : strcmp(mname, "test_accuracy") == 0 ? "test" : "eval",
+                 strcmp(mname, "bpb") == 0             ? "bpb"
+                 : strcmp(mname, "test_accuracy") == 0 ? "test"
+                                                       : "eval",
                  td_numfmt_bounded(num, sizeof num, mval, 4, 9));
       else
         snprintf(metric, sizeof metric, "-");

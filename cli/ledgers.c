@@ -228,7 +228,8 @@ static int fill_run(td__ledgers_run_t *r, td__ledgers_db_t *d, sqlite3_stmt *st)
   return r->spec ? 0 : td__ledgers_err("out of memory");
 }
 
-int td__ledgers_runs_of(td__ledgers_db_t *d, const char *prefix, td__ledgers_run_t **runs, size_t *n) {
+int td__ledgers_runs_of(td__ledgers_db_t *d, const char *prefix, td__ledgers_run_t **runs,
+                        size_t *n) {
   char sql[256];
   snprintf(sql, sizeof sql,
            "SELECT %s FROM runs WHERE ?1 IS NULL OR printf('%%016x', run_id) LIKE ?1 || '%%'"
@@ -256,7 +257,8 @@ int td__ledgers_runs_of(td__ledgers_db_t *d, const char *prefix, td__ledgers_run
   return rc;
 }
 
-int td__ledgers_resolve(td__ledgers_set_t *set, const char *arg, td__ledgers_run_t **out, size_t *n_out) {
+int td__ledgers_resolve(td__ledgers_set_t *set, const char *arg, td__ledgers_run_t **out,
+                        size_t *n_out) {
   *out = NULL;
   *n_out = 0;
   const char *prefix = arg;
@@ -266,7 +268,8 @@ int td__ledgers_resolve(td__ledgers_set_t *set, const char *arg, td__ledgers_run
     char path[1024];
     snprintf(path, sizeof path, "%.*s", (int)(colon - arg), arg);
     if (path[0] == '\0')
-      return td__ledgers_err("'%s': expected DB:RUN with a ledger file or data dir before ':'", arg);
+      return td__ledgers_err("'%s': expected DB:RUN with a ledger file or data dir before ':'",
+                             arg);
     if ((only = td__ledgers_add(set, path)) < 0)
       return 1;
     prefix = colon + 1;
@@ -424,8 +427,8 @@ double td__ledgers_duration_s(const td__ledgers_run_t *r, const td__ledgers_figu
   return isnan(end) ? NAN : end - r->started;
 }
 
-void td__ledgers_final_metric(const td__ledgers_run_t *r, const td__ledgers_figures_t *f, const char **name,
-                         double *value) {
+void td__ledgers_final_metric(const td__ledgers_run_t *r, const td__ledgers_figures_t *f,
+                              const char **name, double *value) {
   *name = NULL;
   *value = NAN;
   if (!isnan(r->test_accuracy)) {
@@ -468,7 +471,8 @@ static json_object *spec_json(const char *spec) {
   return o;
 }
 
-json_object *td__ledgers_run_json(const td__ledgers_run_t *r, const td__ledgers_figures_t *f, bool with_spec) {
+json_object *td__ledgers_run_json(const td__ledgers_run_t *r, const td__ledgers_figures_t *f,
+                                  bool with_spec) {
   json_object *o = json_object_new_object();
   char v[TD__LEDGERS_VALUE_MAX];
   json_object_object_add(o, "run_id", json_object_new_string(r->id));

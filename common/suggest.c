@@ -1,6 +1,8 @@
 /* suggest.c: edit distance (optimal string alignment) and the nearest name. */
 #include "common/suggest.h"
 
+#include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 
 #define WORD_MAX 64
@@ -23,7 +25,8 @@ size_t td_suggest_distance(const char *a, const char *b) {
     for (size_t j = 1; j <= lb; j++) {
       size_t cost = a[i - 1] != b[j - 1];
       d[i][j] = min3(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost);
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < d[i][j])
+      bool swapped = i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1];
+      if (swapped && d[i - 2][j - 2] + 1 < d[i][j])
         d[i][j] = d[i - 2][j - 2] + 1;
     }
   return d[la][lb];
@@ -42,4 +45,18 @@ const char *td_suggest_nearest(const char *word, const char *const *names, size_
     }
   }
   return best;
+}
+
+const char *td_suggest_unknown(char *buf, size_t len, const char *what, const char *word,
+                               const char *const *names, size_t n) {
+  const char *near = td_suggest_nearest(word, names, n);
+  int w = snprintf(buf, len, "unknown %s '%.64s'", what, word);
+  size_t used = w > 0 ? (size_t)w : 0;
+  if (near != NULL && used < len)
+    used += (size_t)snprintf(buf + used, len - used, ": did you mean '%s'?", near);
+  for (size_t i = 0; i < n && used < len; i++)
+    used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? ", " : " (known: ", names[i]);
+  if (used < len)
+    snprintf(buf + used, len - used, ")");
+  return buf;
 }

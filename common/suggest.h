@@ -16,5 +16,10 @@ size_t td_suggest_distance(const char *a, const char *b);
  * within a third of the longer word's length (at least 2 edits allowed):
  * a suggestion should look like what was meant. Borrowed from `names`. */
 const char *td_suggest_nearest(const char *word, const char *const *names, size_t n);
+/* "unknown WHAT 'WORD': did you mean 'NEAR'? (known: A, B, ...)" into buf,
+ * the question only when a name is near, every name listed (none cut off
+ * while buf has room). Returns buf. */
+const char *td_suggest_unknown(char *buf, size_t len, const char *what, const char *word,
+                               const char *const *names, size_t n);
 
 #endif

@@ -501,20 +501,12 @@ int td_runspec_set(td_runspec_t *rs, const char *key, const char *value, char *w
                    size_t why_len) {
   const run_key_t *k = find_key(key);
   if (k == NULL) { /* every key (541 bytes today), and the nearest first */
-    char names[1024] = "";
-    const char *list[N_KEYS];
-    size_t used = 0;
-    for (size_t i = 0; i < N_KEYS && used < sizeof names; i++) {
-      list[i] = td__run_keys[i].name;
-      used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "",
-                               td__run_keys[i].name);
-    }
-    const char *near = td_suggest_nearest(key, list, N_KEYS);
-    char hint[96] = "";
-    if (near != NULL)
-      snprintf(hint, sizeof hint, ": did you mean '%s'?", near);
-    return td_why(why, why_len, TD_ECONFIG, "unknown key '%.64s'%s (known: %s)", key, hint,
-                  names);
+    const char *names[N_KEYS];
+    for (size_t i = 0; i < N_KEYS; i++)
+      names[i] = td__run_keys[i].name;
+    char msg[1024];
+    return td_why(why, why_len, TD_ECONFIG, "%s",
+                  td_suggest_unknown(msg, sizeof msg, "key", key, names, N_KEYS));
   }
   return parse_value(rs, k, value, why, why_len);
 }

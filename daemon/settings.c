@@ -131,19 +131,13 @@ int td_settings_set(td_settings_t *c, const char *key, const char *v, char *why,
     return rc != 0 ? rc : set_str(c->metrics, sizeof c->metrics, key, v, why, n);
   }
   static const char *const known[] = {
-      "data_dir",   "listen",     "control",      "log_level",  "threads",
-      "heartbeat_ms", "link_delay_ms", "uplink_kbit", "metrics", "max_model_mb",
-      "max_batch",  "max_rounds", "max_checkpoint_mb", "data_root", "insecure",
-      "insecure_force"};
-  size_t n_known = sizeof known / sizeof known[0], used = 0;
-  char names[512] = "";
-  for (size_t i = 0; i < n_known && used < sizeof names; i++)
-    used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "", known[i]);
-  const char *near = td_suggest_nearest(key, known, n_known);
-  char hint[96] = "";
-  if (near != NULL)
-    snprintf(hint, sizeof hint, ": did you mean '%s'?", near);
-  return td_why(why, n, TD_ECONFIG, "unknown key '%.64s'%s (known: %s)", key, hint, names);
+      "data_dir", "listen", "control", "log_level", "threads", "heartbeat_ms", "link_delay_ms",
+      "uplink_kbit", "metrics", "max_model_mb", "max_batch", "max_rounds", "max_checkpoint_mb",
+      "data_root", "insecure", "insecure_force"};
+  char msg[512];
+  return td_why(why, n, TD_ECONFIG, "%s",
+                td_suggest_unknown(msg, sizeof msg, "key", key, known,
+                                   sizeof known / sizeof known[0]));
 }
 
 typedef struct {

@@ -120,6 +120,7 @@ int main(int argc, char **argv) {
     return rude(argv[2], atoi(argv[3]), argv[4]);
   if (argc == 3 && strcmp(argv[1], "mute") == 0)
     return mute(argv[2]);
-  fprintf(stderr, "usage: td_control_peer rude PATH N status|rounds | mute PATH | answer PATH JSON\n");
+  fprintf(stderr,
+          "usage: td_control_peer rude PATH N status|rounds | mute PATH | answer PATH JSON\n");
   return 2;
 }

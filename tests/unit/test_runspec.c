@@ -109,7 +109,8 @@ START_TEST(bad_values_are_refused_with_the_key_named) {
   char long_why[1024] = "";
   ck_assert_int_eq(td_runspec_set(&rs, "codc", "topk:0.01", long_why, sizeof long_why),
                    TD_ECONFIG);
-  ck_assert_ptr_nonnull(strstr(long_why, "unknown key 'codc': did you mean 'codec'? (known: model, "));
+  ck_assert_ptr_nonnull(
+      strstr(long_why, "unknown key 'codc': did you mean 'codec'? (known: model, "));
   ck_assert_ptr_nonnull(strstr(long_why, ", checkpoint_keep, round_timeout)"));
   /* every name listed is a key, and every key is listed (one help line each) */
   char *list = strstr(long_why, "(known: ") + strlen("(known: ");

@@ -29,11 +29,25 @@ START_TEST(nearest_only_when_close) {
 }
 END_TEST
 
+START_TEST(unknown_lists_every_name) {
+  static const char *const names[] = {"model", "codec", "rounds"};
+  char buf[128];
+  ck_assert_str_eq(td_suggest_unknown(buf, sizeof buf, "key", "codc", names, 3),
+                   "unknown key 'codc': did you mean 'codec'? (known: model, codec, rounds)");
+  ck_assert_str_eq(td_suggest_unknown(buf, sizeof buf, "key", "zzzzzzzz", names, 3),
+                   "unknown key 'zzzzzzzz' (known: model, codec, rounds)");
+  char small[20]; /* cut, never overrun */
+  td_suggest_unknown(small, sizeof small, "key", "codc", names, 3);
+  ck_assert_uint_eq(strlen(small), sizeof small - 1);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("suggest");
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, distance_counts_edits);
   tcase_add_test(tc, nearest_only_when_close);
+  tcase_add_test(tc, unknown_lists_every_name);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
