@@ -1,6 +1,6 @@
 /* plot.c: trainctl plot: curves of one or more runs, drawn by gnuplot.
  *
- * Every RUN argument resolves (cli/history.h) to the run in each ledger that
+ * Every RUN argument resolves (cli/ledgers.h) to the run in each ledger that
  * holds it; each (run, ledger) pair is one curve, so a run seen by four nodes
  * is four curves. The legend names what tells the curves apart: the run keys
  * whose values differ between the runs' specs ("codec=topk:0.01
@@ -17,7 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli/history.h"
+#include "cli/ledgers.h"
+#include "cli/plot.h"
 
 typedef struct {
   const char *name;
@@ -48,7 +49,7 @@ static const axis_t *find_axis(const axis_t *axes, size_t n, const char *name) {
 
 /* The SQL expression of the y metric over `rounds r`; NULL when the ledger
  * has no such column. */
-static const char *y_expr(const char *y, const td__hist_db_t *d, char *buf, size_t len) {
+static const char *y_expr(const char *y, const td__ledgers_db_t *d, char *buf, size_t len) {
   if (strcmp(y, "accuracy") == 0)
     return "r.eval_acc";
   if (strcmp(y, "loss") == 0)
@@ -89,7 +90,7 @@ static void short_value(const char *v, char *buf, size_t len) {
 }
 
 /* Append " key=value" for every key whose value differs between the specs. */
-static void legend_titles(td__hist_run_t *s, size_t n, bool by_node, char (*titles)[512]) {
+static void legend_titles(td__ledgers_run_t *s, size_t n, bool by_node, char (*titles)[512]) {
   for (size_t i = 0; i < n; i++)
     titles[i][0] = '\0';
   /* keys in the order of the first spec that has them */
@@ -102,19 +103,19 @@ static void legend_titles(td__hist_run_t *s, size_t n, bool by_node, char (*titl
         char key[64];
         snprintf(key, sizeof key, "%.*s", (int)(eq - p), p);
         bool seen = false; /* already handled with an earlier spec */
-        char v[TD__HIST_VALUE_MAX];
+        char v[TD__LEDGERS_VALUE_MAX];
         for (size_t j = 0; j < i && !seen; j++)
-          seen = td__hist_spec_get(s[j].spec, key, v, sizeof v);
+          seen = td__ledgers_spec_get(s[j].spec, key, v, sizeof v);
         bool differs = false;
-        char first[TD__HIST_VALUE_MAX];
-        td__hist_spec_get(s[i].spec, key, first, sizeof first);
+        char first[TD__LEDGERS_VALUE_MAX];
+        td__ledgers_spec_get(s[i].spec, key, first, sizeof first);
         for (size_t j = 0; j < n && !seen && !differs; j++) {
-          bool has = td__hist_spec_get(s[j].spec, key, v, sizeof v);
+          bool has = td__ledgers_spec_get(s[j].spec, key, v, sizeof v);
           differs = !has || strcmp(v, first) != 0;
         }
         for (size_t j = 0; differs && !seen && j < n; j++) {
           char sv[128];
-          if (td__hist_spec_get(s[j].spec, key, v, sizeof v))
+          if (td__ledgers_spec_get(s[j].spec, key, v, sizeof v))
             short_value(v, sv, sizeof sv);
           else
             snprintf(sv, sizeof sv, "-");
@@ -165,13 +166,13 @@ static void gp_single(FILE *f, const char *s) {
 }
 
 /* Write series `idx`'s points as datablock $sIDX; returns how many. */
-static int write_series(FILE *gp, const td__hist_run_t *r, size_t idx, const char *x,
+static int write_series(FILE *gp, const td__ledgers_run_t *r, size_t idx, const char *x,
                         const char *y, long *points) {
   char ybuf[96], sql[1024];
   const char *ye = y_expr(y, r->ledger, ybuf, sizeof ybuf);
   *points = 0;
   if (ye == NULL)
-    return td__hist_err("run %s (%s) has no %s metric", r->id, r->ledger->label, y);
+    return td__ledgers_err("run %s (%s) has no %s metric", r->id, r->ledger->label, y);
   snprintf(sql, sizeof sql,
            "SELECT px, py FROM (SELECT r.round AS pr, %s AS px, %s AS py FROM rounds r"
            " WHERE r.run_id = ?1) WHERE py IS NOT NULL AND px IS NOT NULL ORDER BY pr",
@@ -179,7 +180,7 @@ static int write_series(FILE *gp, const td__hist_run_t *r, size_t idx, const cha
   sqlite3 *db = r->ledger->db;
   sqlite3_stmt *st;
   if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
-    return td__hist_err("%s: %s", r->ledger->path, sqlite3_errmsg(db));
+    return td__ledgers_err("%s: %s", r->ledger->path, sqlite3_errmsg(db));
   sqlite3_bind_int64(st, 1, r->run_id);
   if (strcmp(x, "time") == 0)
     sqlite3_bind_double(st, 2, r->started);
@@ -190,10 +191,10 @@ static int write_series(FILE *gp, const td__hist_run_t *r, size_t idx, const cha
     (*points)++;
   }
   fprintf(gp, "EOD\n");
-  int rc = s == SQLITE_DONE ? 0 : td__hist_err("%s: %s", r->ledger->path, sqlite3_errmsg(db));
+  int rc = s == SQLITE_DONE ? 0 : td__ledgers_err("%s: %s", r->ledger->path, sqlite3_errmsg(db));
   sqlite3_finalize(st);
   if (rc == 0 && *points == 0)
-    rc = td__hist_err("run %s (%s) has no %s metric", r->id, r->ledger->label, y);
+    rc = td__ledgers_err("run %s (%s) has no %s metric", r->id, r->ledger->label, y);
   return rc;
 }
 
@@ -201,12 +202,12 @@ static int write_series(FILE *gp, const td__hist_run_t *r, size_t idx, const cha
 static int run_gnuplot(const char *script) {
   int errpipe[2];
   if (pipe(errpipe) != 0)
-    return td__hist_err("pipe: %s", strerror(errno));
+    return td__ledgers_err("pipe: %s", strerror(errno));
   pid_t pid = fork();
   if (pid < 0) {
     close(errpipe[0]);
     close(errpipe[1]);
-    return td__hist_err("fork: %s", strerror(errno));
+    return td__ledgers_err("fork: %s", strerror(errno));
   }
   if (pid == 0) {
     dup2(errpipe[1], STDERR_FILENO);
@@ -236,7 +237,7 @@ static int run_gnuplot(const char *script) {
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
     ;
   if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
-    return td__hist_err("gnuplot not found in PATH: install the Debian package gnuplot-nox "
+    return td__ledgers_err("gnuplot not found in PATH: install the Debian package gnuplot-nox "
                         "(apt-get install gnuplot-nox); the script is in %s", script);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     /* the last non-empty line says what went wrong */
@@ -244,7 +245,7 @@ static int run_gnuplot(const char *script) {
     for (char *p = strtok(msg, "\n"); p; p = strtok(NULL, "\n"))
       if (strspn(p, " \t^") != strlen(p))
         line = p;
-    return td__hist_err("gnuplot failed on %s: %s", script, line ? line : "no message");
+    return td__ledgers_err("gnuplot failed on %s: %s", script, line ? line : "no message");
   }
   return 0;
 }
@@ -261,18 +262,18 @@ static bool ends_with(const char *s, const char *suffix) {
   return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-int td__plot_main(int argc, char **argv) {
-  td__hist_set_t set = {0};
+int td_plot_main(int argc, char **argv) {
+  td__ledgers_set_t set = {0};
   const char *x = "time", *y = "accuracy", *out = NULL, *script = NULL;
   unsigned width = 900, height = 560;
   const char **args = calloc((size_t)argc + 1, sizeof *args);
   size_t nargs = 0;
-  int rc = args ? 0 : td__hist_err("out of memory");
+  int rc = args ? 0 : td__ledgers_err("out of memory");
   for (int a = 0; a < argc && rc == 0; a++) {
     const char *o = argv[a];
     bool has_next = a + 1 < argc;
     if ((strcmp(o, "--db") == 0 || strcmp(o, "--data-dir") == 0) && has_next) {
-      rc = td__hist_add(&set, argv[++a]) < 0 ? 1 : 0;
+      rc = td__ledgers_add(&set, argv[++a]) < 0 ? 1 : 0;
     } else if (strcmp(o, "--x") == 0 && has_next) {
       x = argv[++a];
     } else if (strcmp(o, "--y") == 0 && has_next) {
@@ -310,17 +311,17 @@ int td__plot_main(int argc, char **argv) {
     rc = 2;
   }
   /* every curve: each argument's run in each ledger holding it */
-  td__hist_run_t *series = NULL;
+  td__ledgers_run_t *series = NULL;
   size_t n = 0;
   for (size_t i = 0; rc == 0 && i < nargs; i++) {
-    td__hist_run_t *found;
+    td__ledgers_run_t *found;
     size_t nf;
-    if ((rc = td__hist_resolve(&set, args[i], &found, &nf)) != 0)
+    if ((rc = td__ledgers_resolve(&set, args[i], &found, &nf)) != 0)
       break;
-    td__hist_run_t *grown = realloc(series, (n + nf) * sizeof *grown);
+    td__ledgers_run_t *grown = realloc(series, (n + nf) * sizeof *grown);
     if (grown == NULL) {
-      td__hist_runs_free(found, nf);
-      rc = td__hist_err("out of memory");
+      td__ledgers_runs_free(found, nf);
+      rc = td__ledgers_err("out of memory");
       break;
     }
     series = grown;
@@ -348,10 +349,10 @@ int td__plot_main(int argc, char **argv) {
   }
   char(*titles)[512] = rc == 0 ? calloc(n, sizeof *titles) : NULL;
   if (rc == 0 && titles == NULL)
-    rc = td__hist_err("out of memory");
+    rc = td__ledgers_err("out of memory");
   FILE *gp = NULL;
   if (rc == 0 && (gp = fopen(script_path, "w")) == NULL)
-    rc = td__hist_err("cannot write %s: %s", script_path, strerror(errno));
+    rc = td__ledgers_err("cannot write %s: %s", script_path, strerror(errno));
   if (rc == 0) {
     bool by_node = false;
     for (size_t i = 1; i < n; i++)
@@ -411,14 +412,14 @@ int td__plot_main(int argc, char **argv) {
     fprintf(gp, "\n");
   }
   if (gp != NULL && fclose(gp) != 0 && rc == 0)
-    rc = td__hist_err("cannot write %s: %s", script_path, strerror(errno));
+    rc = td__ledgers_err("cannot write %s: %s", script_path, strerror(errno));
   if (rc == 0)
     rc = run_gnuplot(script_path);
   if (rc == 0)
     printf("%s: %zu curve(s) of %s by %s (gnuplot script %s)\n", out, n, y, x, script_path);
   free(titles);
-  td__hist_runs_free(series, n);
+  td__ledgers_runs_free(series, n);
   free(args);
-  td__hist_close(&set);
+  td__ledgers_close(&set);
   return rc;
 }

@@ -1,13 +1,22 @@
 /* trainctl.c: the command-line client of traind.
  *
- * Each command is one request over the daemon's local control socket (a
+ * Every command is one row of COMMANDS below: its name, the function that
+ * runs it, its argument synopsis and one line of help, and where it reads
+ * from (the daemon or the ledgers). The table drives dispatch, `trainctl
+ * help`, `trainctl --commands` (which the bash completion calls) and the
+ * test that the man page documents every command.
+ *
+ * A daemon command is one request over the daemon's local control socket (a
  * 4-byte big-endian length, then a protobuf ControlRequest) and one framed
  * ControlResponse back, whose payload is JSON. trainctl renders it as a table,
  * as CSV or as JSON, and exits 0 on success, 1 with a one-line reason when the
- * daemon refuses or is not running, 2 on a usage error. */
+ * daemon refuses or is not running, 2 on a usage error. The ledger commands
+ * (cli/history.h, cli/export.h, cli/plot.h) read ledgers directly; with
+ * --socket, the ledger of the daemon at that socket. */
 #include <errno.h>
 #include <json-c/json.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -18,7 +27,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/export.h"
 #include "cli/history.h"
+#include "cli/ledgers.h"
+#include "cli/plot.h"
+#include "common/numfmt.h"
+#include "common/suggest.h"
 #include "proto/control.h"
 #include "proto/wire.h"
 
@@ -27,36 +41,8 @@
 #endif
 
 static const char *socket_path;
+static bool socket_given; /* --socket on the command line (not the default) */
 static int timeout_ms = TD_CONTROL_TIMEOUT_MS;
-
-static void usage(FILE *out) {
-  fprintf(out,
-          "usage: trainctl [--socket PATH] [--timeout S] COMMAND [ARGS]\n"
-          "\n"
-          "commands:\n"
-          "  join ENDPOINT [KEY]            join the cluster of the node at tcp://HOST:PORT\n"
-          "                                 whose public key is KEY (needed unless the nodes\n"
-          "                                 run --insecure; KEY is admitted here); during a\n"
-          "                                 sync or overlap run, also the run: from a later\n"
-          "                                 round, on the members' model\n"
-          "  key [--json]                   this node's public key (json: and the keys it\n"
-          "                                 admits, and security curve|insecure)\n"
-          "  allow [--admin] KEY            admit a node's key (admin: it may start and stop\n"
-          "                                 runs here)\n"
-          "  revoke KEY                     remove a key: its connections and membership end\n"
-          "  start [RUN.ini] [--set k=v]... start a run on every live member\n"
-          "  status [--json] [--watch [S]]  node, peers and run progress (watch: every S s)\n"
-          "  stop                           stop the current run everywhere\n"
-          "  peers [--json]                 members and per-link traffic\n"
-          "  rounds [--last N] [--csv|--json]  rounds of the current run, from the ledger\n"
-          "  leave                          tell the peers and shut this daemon down\n"
-          "%s"
-          "\n"
-          "--socket defaults to $TRAIND_SOCKET, else DATA_DIR/control.sock with DATA_DIR =\n"
-          "$TRAIND_DATA_DIR or ~/.local/share/traind (the daemon's defaults).\n"
-          "--timeout: give up when traind does not answer within S seconds (default %d).\n",
-          td_history_usage(), TD_CONTROL_TIMEOUT_MS / 1000);
-}
 
 static int die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int die(const char *fmt, ...) {
@@ -70,25 +56,33 @@ static int die(const char *fmt, ...) {
 }
 
 /* One request, one response (proto/control.h). On success *json holds the
- * payload (caller frees) and *total the row count of a paged answer. */
-static int call_paged(Traind__ControlRequest *req, json_object **json, uint64_t *total) {
+ * payload (caller frees) and *total the row count of a paged answer; else 1
+ * with the reason in why (the daemon's refusal, or why it did not answer). */
+static int request(Traind__ControlRequest *req, json_object **json, uint64_t *total, char *why,
+                   size_t why_len) {
   Traind__ControlResponse *resp = NULL;
-  char why[512];
-  if (td_control_call(socket_path, req, timeout_ms, &resp, why, sizeof why) != 0)
-    return die("%s", why);
-  int rc = 0;
+  if (td_control_call(socket_path, req, timeout_ms, &resp, why, why_len) != 0)
+    return 1;
   if (resp->status != 0) {
-    rc = die("%s", resp->error && resp->error[0] ? resp->error : "request refused");
+    snprintf(why, why_len, "%s", resp->error && resp->error[0] ? resp->error : "request refused");
     td_wire_free_response(&resp);
-    return rc;
+    return 1;
   }
   *json = json_tokener_parse(resp->json ? resp->json : "null");
   if (total != NULL)
     *total = resp->total;
   td_wire_free_response(&resp);
-  if (*json == NULL)
-    return die("traind answered with malformed JSON");
+  if (*json == NULL) {
+    snprintf(why, why_len, "traind answered with malformed JSON");
+    return 1;
+  }
   return 0;
+}
+
+/* request(), the reason printed as trainctl's one-line error. */
+static int call_paged(Traind__ControlRequest *req, json_object **json, uint64_t *total) {
+  char why[1024];
+  return request(req, json, total, why, sizeof why) != 0 ? die("%s", why) : 0;
 }
 
 static int call(Traind__ControlRequest *req, json_object **json) {
@@ -109,11 +103,13 @@ static double jnum(json_object *o, const char *key) {
   return json_object_get_double(v);
 }
 
-static void fmt_num(char *buf, size_t len, double v, int decimals) {
+/* v with `decimals` decimals in at most `width` characters (a diverged loss
+ * is 1.235e+30, not 31 digits), or "-" when the daemon sent none. */
+static void fmt_num(char *buf, size_t len, double v, int decimals, int width) {
   if (isnan(v))
     snprintf(buf, len, "-");
   else
-    snprintf(buf, len, "%.*f", decimals, v);
+    td_numfmt_bounded(buf, len, v, decimals, width);
 }
 
 /* Members whose updates the run's aggregation refused; a suspect one is
@@ -143,9 +139,9 @@ static void print_peers(json_object *peers) {
   for (size_t i = 0; i < n; i++) {
     json_object *p = json_object_array_get_idx(peers, i);
     char rs[32], rr[32], rtt[32];
-    fmt_num(rs, sizeof rs, jnum(p, "ratio_sent"), 1);
-    fmt_num(rr, sizeof rr, jnum(p, "ratio_recv"), 1);
-    fmt_num(rtt, sizeof rtt, jnum(p, "path_rtt_ms"), 1);
+    fmt_num(rs, sizeof rs, jnum(p, "ratio_sent"), 1, 9);
+    fmt_num(rr, sizeof rr, jnum(p, "ratio_recv"), 1, 9);
+    fmt_num(rtt, sizeof rtt, jnum(p, "path_rtt_ms"), 1, 7);
     printf("%-16s  %-24s  %-7s  %7.1f  %7s  %12.0f  %12.0f  %-12s  %9sx  %9sx\n",
            jstr(p, "node_id"), jstr(p, "endpoint"), jstr(p, "state"), jnum(p, "last_heard_s"), rtt,
            jnum(p, "bytes_sent"), jnum(p, "bytes_recv"), jstr(p, "codec"), rs, rr);
@@ -156,14 +152,14 @@ static void print_peers(json_object *peers) {
 
 static void run_line(json_object *run, char *buf, size_t len) {
   char loss[32], acc[32], test[32];
-  fmt_num(loss, sizeof loss, jnum(run, "loss"), 4);
-  fmt_num(acc, sizeof acc, jnum(run, "eval_accuracy"), 4);
-  fmt_num(test, sizeof test, jnum(run, "test_accuracy"), 4);
+  fmt_num(loss, sizeof loss, jnum(run, "loss"), 4, 10);
+  fmt_num(acc, sizeof acc, jnum(run, "eval_accuracy"), 4, 10);
+  fmt_num(test, sizeof test, jnum(run, "test_accuracy"), 4, 10);
   char rounds[32];
-  fmt_num(rounds, sizeof rounds, jnum(run, "rounds") > 0 ? jnum(run, "rounds") : NAN, 0);
+  fmt_num(rounds, sizeof rounds, jnum(run, "rounds") > 0 ? jnum(run, "rounds") : NAN, 0, 12);
   if (!isnan(jnum(run, "eval_bpb"))) { /* a text run: bits per byte, no accuracy */
-    fmt_num(acc, sizeof acc, jnum(run, "eval_bpb"), 4);
-    fmt_num(test, sizeof test, jnum(run, "test_bpb"), 4);
+    fmt_num(acc, sizeof acc, jnum(run, "eval_bpb"), 4, 10);
+    fmt_num(test, sizeof test, jnum(run, "test_bpb"), 4, 10);
     snprintf(buf, len, "run %s  %-8s  round %.0f/%s  loss %s  eval_bpb %s  test_bpb %s",
              jstr(run, "run_id"), jstr(run, "state"), jnum(run, "round"), rounds, loss, acc, test);
     return;
@@ -192,7 +188,7 @@ static void ledger_line(json_object *o) {
          jnum(l, "buffer_bytes") / 1048576.0, lost);
 }
 
-static int cmd_status(bool json, bool watch, double every_s) {
+static int show_status(bool json, bool watch, double every_s) {
   Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
   req.command = TRAIND__CONTROL_REQUEST__COMMAND__STATUS;
   char last[512] = "";
@@ -246,19 +242,45 @@ static int cmd_status(bool json, bool watch, double every_s) {
         print_peers(peers);
       }
     }
-    fflush(stdout);
+    if (fflush(stdout) != 0 || ferror(stdout)) { /* `| head` closed it: end quietly */
+      json_object_put(o);
+      return 0;
+    }
     const char *state = jstr(run, "state");
     bool running = strcmp(state, "running") == 0;
+    rc = 0;
+    if (watch && strcmp(state, "failed") == 0) /* a script waiting on the run learns it failed */
+      rc = strcmp(jstr(run, "error"), "-") != 0
+               ? die("run %s failed: %s", jstr(run, "run_id"), jstr(run, "error"))
+               : die("run %s failed (traind gave no reason: see its log)", jstr(run, "run_id"));
     json_object_put(o);
     if (!watch || !running)
-      return 0;
+      return rc;
     struct timespec ts = {.tv_sec = (time_t)every_s,
                           .tv_nsec = (long)((every_s - (double)(time_t)every_s) * 1e9)};
     nanosleep(&ts, NULL);
   }
 }
 
-static int cmd_rounds(unsigned last, bool csv, bool json) {
+/* rounds --csv: the ledger's own columns, as `trainctl export RUN --table
+ * rounds` writes them, read from the ledger in the daemon's data dir. */
+static int rounds_csv(unsigned last) {
+  Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
+  req.command = TRAIND__CONTROL_REQUEST__COMMAND__STATUS;
+  json_object *o = NULL, *run = NULL;
+  int rc = call(&req, &o);
+  if (rc != 0)
+    return rc;
+  json_object_object_get_ex(o, "run", &run);
+  const char *id = jstr(run, "run_id");
+  rc = td_export_rounds_csv(jstr(o, "data_dir"), strcmp(id, "-") != 0 ? id : NULL, last);
+  json_object_put(o);
+  return rc;
+}
+
+static int show_rounds(unsigned last, bool csv, bool json) {
+  if (csv)
+    return rounds_csv(last);
   Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
   req.command = TRAIND__CONTROL_REQUEST__COMMAND__ROUNDS;
   req.last = last;
@@ -282,31 +304,14 @@ static int cmd_rounds(unsigned last, bool csv, bool json) {
   size_t n = json_object_array_length(arr);
   if (json) {
     printf("%s\n", json_object_to_json_string_ext(arr, JSON_C_TO_STRING_PLAIN));
-  } else if (csv) {
-    static const char *cols[] = {"run_id",  "round",    "started",    "ended",
-                                 "local_steps", "batch", "samples",   "loss",
-                                 "eval_acc", "bytes_sent", "bytes_recv", "compute_s",
-                                 "wait_s"};
-    for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++)
-      printf("%s%s", c ? "," : "", cols[c]);
-    printf("\n");
-    for (size_t i = 0; i < n; i++) {
-      json_object *r = json_object_array_get_idx(arr, i);
-      for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++) {
-        json_object *v = NULL;
-        json_object_object_get_ex(r, cols[c], &v);
-        printf("%s%s", c ? "," : "", v ? json_object_get_string(v) : "");
-      }
-      printf("\n");
-    }
   } else {
     printf("%6s  %8s  %8s  %8s  %12s  %12s  %9s  %8s\n", "ROUND", "SAMPLES", "LOSS", "EVAL_ACC",
            "BYTES_SENT", "BYTES_RECV", "COMPUTE_S", "WAIT_S");
     for (size_t i = 0; i < n; i++) {
       json_object *r = json_object_array_get_idx(arr, i);
       char loss[32], acc[32];
-      fmt_num(loss, sizeof loss, jnum(r, "loss"), 4);
-      fmt_num(acc, sizeof acc, jnum(r, "eval_acc"), 4);
+      fmt_num(loss, sizeof loss, jnum(r, "loss"), 4, 8);
+      fmt_num(acc, sizeof acc, jnum(r, "eval_acc"), 4, 8);
       printf("%6.0f  %8.0f  %8s  %8s  %12.0f  %12.0f  %9.3f  %8.3f\n", jnum(r, "round"),
              jnum(r, "samples"), loss, acc, jnum(r, "bytes_sent"), jnum(r, "bytes_recv"),
              jnum(r, "compute_s"), jnum(r, "wait_s"));
@@ -350,6 +355,455 @@ static char *read_file(const char *path, int *rc) {
   return buf;
 }
 
+/* ---- the commands ----------------------------------------------------------------------- */
+
+static int usage_error(const char *name);
+
+/* A key as pasted: one pair of surrounding quotes ('KEY', as `trainctl key`
+ * prints it, or "KEY") is dropped; Z85 has no quote characters. */
+static char *unquote_key(char *key) {
+  size_t n = strlen(key);
+  if (n >= 2 && (key[0] == '\'' || key[0] == '"') && key[n - 1] == key[0]) {
+    key[n - 1] = '\0';
+    return key + 1;
+  }
+  return key;
+}
+
+static int cmd_key(int nargs, char **args) {
+  Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
+  json_object *o = NULL;
+  int rc;
+  bool json = nargs == 1 && strcmp(args[0], "--json") == 0;
+  if (nargs > (json ? 1 : 0))
+    return usage_error("key");
+  req.command = TRAIND__CONTROL_REQUEST__COMMAND__KEY;
+  if ((rc = call(&req, &o)) != 0)
+    return rc;
+  if (json) {
+    printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+  } else {
+    /* single-quoted: Z85 keys hold < > & ( # $ ! that a shell would act on;
+     * allow and join take the key with its quotes too */
+    printf("'%s'\n", jstr(o, "key"));
+    if (isatty(STDOUT_FILENO))
+      printf("(paste it with its single quotes: a key holds characters such as < > & ( # $ ! "
+             "that the shell would act on)\n");
+  }
+  json_object_put(o);
+  return 0;
+}
+
+/* Admit one key; 0, or 1 with the daemon's reason in why. */
+static int allow_one(const char *key, bool admin, char *node_id, size_t id_len, char *why,
+                     size_t why_len) {
+  Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
+  req.command = TRAIND__CONTROL_REQUEST__COMMAND__ALLOW;
+  req.key = (char *)key;
+  req.admin = admin;
+  json_object *o = NULL;
+  if (request(&req, &o, NULL, why, why_len) != 0)
+    return 1;
+  snprintf(node_id, id_len, "%s", jstr(o, "node_id"));
+  json_object_put(o);
+  return 0;
+}
+
+/* allow --file: one key per line (quoted or not), blank lines and # comments
+ * skipped (a comment is a line whose first word starts with '#' and is no
+ * 40-character key: Z85 keys may start with '#'), text after a key only as a
+ * # comment. Every line is tried; each refused one is reported with its
+ * number. 0 when every key was admitted, else 1. */
+static int allow_file(const char *path, bool admin) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return die("cannot open %s: %s", path, strerror(errno));
+  char line[512], why[1024], node[32];
+  unsigned lineno = 0, admitted = 0, refused = 0;
+  while (fgets(line, sizeof line, f) != NULL) {
+    lineno++;
+    if (strchr(line, '\n') == NULL && !feof(f)) { /* longer than any key: skip the rest */
+      int ch;
+      while ((ch = fgetc(f)) != EOF && ch != '\n')
+        ;
+      die("%s:%u: line too long (one key of 40 characters per line)", path, lineno);
+      refused++;
+      continue;
+    }
+    char *word = line + strspn(line, " \t\r\n");
+    size_t len = strcspn(word, " \t\r\n");
+    char *rest = word + len;
+    rest += strspn(rest, " \t\r\n");
+    word[len] = '\0';
+    if (len == 0)
+      continue;
+    char *key = unquote_key(word);
+    if (word[0] == '#' && strlen(key) != 40)
+      continue;
+    if (*rest != '\0' && *rest != '#') {
+      die("%s:%u: expected one key per line (then at most a # comment)", path, lineno);
+      refused++;
+    } else if (allow_one(key, admin, node, sizeof node, why, sizeof why) != 0) {
+      die("%s:%u: %s", path, lineno, why);
+      refused++;
+    } else {
+      printf("admitted key of node %s%s (%s:%u)\n", node, admin ? " (admin)" : "", path, lineno);
+      admitted++;
+    }
+  }
+  bool read_error = ferror(f) != 0;
+  fclose(f);
+  if (read_error)
+    return die("cannot read %s: %s", path, strerror(errno));
+  if (admitted + refused == 0)
+    return die("%s holds no key (one per line; # starts a comment)", path);
+  if (refused > 0)
+    return die("%u of %u keys in %s refused (see the lines above); the others are admitted",
+               refused, admitted + refused, path);
+  return 0;
+}
+
+static int allow_or_revoke(bool allow, int nargs, char **args) {
+  Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
+  json_object *o = NULL;
+  int rc;
+  bool admin = false;
+  const char *file = NULL;
+  char *key = NULL;
+  int given = 0;
+  for (int a = 0; a < nargs; a++) {
+    if (allow && strcmp(args[a], "--admin") == 0) {
+      admin = true;
+    } else if (allow && strcmp(args[a], "--file") == 0 && a + 1 < nargs && file == NULL) {
+      file = args[++a];
+    } else if (allow && strncmp(args[a], "--file=", 7) == 0 && file == NULL) {
+      file = args[a] + 7;
+    } else {
+      key = args[a];
+      given++;
+    }
+  }
+  if (file != NULL && given == 0)
+    return allow_file(file, admin);
+  if (key == NULL || given != 1 || file != NULL)
+    return usage_error(allow ? "allow" : "revoke");
+  req.command = allow ? TRAIND__CONTROL_REQUEST__COMMAND__ALLOW
+                      : TRAIND__CONTROL_REQUEST__COMMAND__REVOKE;
+  req.key = unquote_key(key);
+  req.admin = admin;
+  if ((rc = call(&req, &o)) != 0)
+    return rc;
+  printf("%s key of node %s%s\n", allow ? "admitted" : "revoked", jstr(o, "node_id"),
+         admin ? " (admin)" : "");
+  json_object_put(o);
+  return 0;
+}
+
+static int cmd_allow(int nargs, char **args) { return allow_or_revoke(true, nargs, args); }
+
+static int cmd_revoke(int nargs, char **args) { return allow_or_revoke(false, nargs, args); }
+
+static int cmd_join(int nargs, char **args) {
+  Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
+  json_object *o = NULL;
+  int rc;
+  if (nargs != 1 && nargs != 2) {
+    fprintf(stderr, "trainctl: error: usage: trainctl join tcp://HOST:PORT [KEY]\n");
+    return 2;
+  }
+  req.command = TRAIND__CONTROL_REQUEST__COMMAND__JOIN;
+  req.endpoint = args[0];
+  req.key = nargs == 2 ? unquote_key(args[1]) : "";
+  if ((rc = call(&req, &o)) != 0)
+    return rc;
+  json_object *peers = NULL;
+  json_object_object_get_ex(o, "peers", &peers);
+  printf("joined %s (node %s); %zu peers known\n", jstr(o, "joined"), jstr(o, "seed_node"),
+         peers ? json_object_array_length(peers) : 0);
+  json_object_put(o);
+  return 0;
+}
+
+static int cmd_start(int nargs, char **args) {
+  Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
+  json_object *o = NULL;
+  int rc;
+  char **settings = calloc((size_t)nargs + 1, sizeof *settings);
+  char *ini = NULL;
+  size_t ns = 0;
+  rc = 0;
+  for (int a = 0; a < nargs && rc == 0; a++) {
+    if (strcmp(args[a], "--set") == 0 && a + 1 < nargs) {
+      settings[ns++] = args[++a];
+    } else if (strncmp(args[a], "--set=", 6) == 0) {
+      settings[ns++] = args[a] + 6;
+    } else if (args[a][0] != '-' && ini == NULL) {
+      ini = read_file(args[a], &rc);
+      if (ini == NULL && rc == 0)
+        rc = 1;
+    } else {
+      fprintf(stderr, "trainctl: error: usage: trainctl start [RUN.ini] [--set key=value]...\n");
+      rc = 2;
+    }
+  }
+  if (rc == 0) {
+    req.command = TRAIND__CONTROL_REQUEST__COMMAND__START;
+    req.settings = settings;
+    req.n_settings = ns;
+    req.ini_text = ini ? ini : "";
+    rc = call(&req, &o);
+    if (rc == 0) {
+      printf("started run %s on %s nodes\n", jstr(o, "run_id"), jstr(o, "nodes"));
+      json_object_put(o);
+    }
+  }
+  free(ini);
+  free(settings);
+  return rc;
+}
+
+static int cmd_status(int nargs, char **args) {
+  bool json = false, watch = false;
+  double every = 1.0;
+  for (int a = 0; a < nargs; a++) {
+    if (strcmp(args[a], "--json") == 0) {
+      json = true;
+    } else if (strcmp(args[a], "--watch") == 0) {
+      watch = true;
+      if (a + 1 < nargs && args[a + 1][0] != '-') {
+        char *end;
+        every = strtod(args[++a], &end);
+        if (*end != '\0' || !(every >= 0.05 && every <= 3600)) {
+          fprintf(stderr, "trainctl: error: --watch SECONDS must be in [0.05, 3600]\n");
+          return 2;
+        }
+      }
+    } else {
+      return usage_error("status");
+    }
+  }
+  return show_status(json, watch, every);
+}
+
+static int cmd_rounds(int nargs, char **args) {
+  unsigned last = 0;
+  bool csv = false, json = false;
+  for (int a = 0; a < nargs; a++) {
+    if (strcmp(args[a], "--csv") == 0) {
+      csv = true;
+    } else if (strcmp(args[a], "--json") == 0) {
+      json = true;
+    } else if (strcmp(args[a], "--last") == 0 && a + 1 < nargs) {
+      char *end;
+      unsigned long v = strtoul(args[++a], &end, 10);
+      if (*end != '\0' || args[a][0] == '-' || v == 0 || v > 100000000) {
+        fprintf(stderr, "trainctl: error: --last N needs a positive integer\n");
+        return 2;
+      }
+      last = (unsigned)v;
+    } else {
+      return usage_error("rounds");
+    }
+  }
+  return show_rounds(last, csv, json);
+}
+
+/* peers, stop and leave: one request, [--json] the only option. */
+static int simple_request(const char *name, Traind__ControlRequest__Command command, int nargs,
+                          char **args) {
+  Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
+  json_object *o = NULL;
+  int rc;
+  bool json = nargs == 1 && strcmp(args[0], "--json") == 0;
+  if (nargs > (json ? 1 : 0))
+    return usage_error(name);
+  req.command = command;
+  if ((rc = call(&req, &o)) != 0)
+    return rc;
+  if (json) {
+    printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+  } else if (command == TRAIND__CONTROL_REQUEST__COMMAND__PEERS) {
+    json_object *peers = NULL;
+    json_object_object_get_ex(o, "peers", &peers);
+    print_peers(peers);
+  } else if (command == TRAIND__CONTROL_REQUEST__COMMAND__STOP) {
+    printf("stopping run %s\n", jstr(o, "stopping"));
+  } else {
+    printf("node %s left the cluster and is shutting down\n", jstr(o, "left"));
+  }
+  json_object_put(o);
+  return 0;
+}
+
+static int cmd_peers(int nargs, char **args) {
+  return simple_request("peers", TRAIND__CONTROL_REQUEST__COMMAND__PEERS, nargs, args);
+}
+
+static int cmd_stop(int nargs, char **args) {
+  return simple_request("stop", TRAIND__CONTROL_REQUEST__COMMAND__STOP, nargs, args);
+}
+
+static int cmd_leave(int nargs, char **args) {
+  return simple_request("leave", TRAIND__CONTROL_REQUEST__COMMAND__LEAVE, nargs, args);
+}
+
+static int cmd_help(int nargs, char **args);
+
+/* ---- the table -------------------------------------------------------------------------- */
+
+typedef enum {
+  ASKS_DAEMON,  /* a request over the control socket */
+  READS_LEDGER, /* reads ledgers directly; --socket S: the ledger of the daemon at S */
+  LOCAL,        /* neither */
+} command_source_t;
+
+typedef struct {
+  const char *name;
+  int (*run)(int nargs, char **args); /* the arguments after the name; returns the exit code */
+  const char *synopsis;               /* its arguments, as `trainctl help` shows them */
+  const char *help;                   /* one line */
+  command_source_t source;
+} command_t;
+
+static const command_t COMMANDS[] = {
+    {"join", cmd_join, "tcp://HOST:PORT [KEY]",
+     "join the cluster of the node at that endpoint, whose public key is KEY", ASKS_DAEMON},
+    {"start", cmd_start, "[RUN.ini] [--set key=value]...", "start a run on every live member",
+     ASKS_DAEMON},
+    {"status", cmd_status, "[--json] [--watch [S]]",
+     "node, peers and run progress (watch: every S s until the run ends; exit 1 if it fails)",
+     ASKS_DAEMON},
+    {"stop", cmd_stop, "", "stop the current run everywhere", ASKS_DAEMON},
+    {"peers", cmd_peers, "[--json]", "members and per-link traffic", ASKS_DAEMON},
+    {"rounds", cmd_rounds, "[--last N] [--csv|--json]",
+     "rounds of the current run, from the ledger (csv: the columns of export)", ASKS_DAEMON},
+    {"leave", cmd_leave, "", "tell the peers and shut this daemon down", ASKS_DAEMON},
+    {"key", cmd_key, "[--json]", "this node's public key, single-quoted for the shell",
+     ASKS_DAEMON},
+    {"allow", cmd_allow, "[--admin] KEY | [--admin] --file FILE",
+     "admit a node's key, or every key listed in FILE (admin: it may start and stop runs)",
+     ASKS_DAEMON},
+    {"revoke", cmd_revoke, "KEY", "remove a key: its connections and membership end",
+     ASKS_DAEMON},
+    {"runs", td_history_runs, "[--json]", "every run in the ledgers, oldest first", READS_LEDGER},
+    {"show", td_history_show, "RUN [--json]", "a run's spec and outcome, and why it failed",
+     READS_LEDGER},
+    {"export", td_export_main, "RUN [--format csv|json] [--table rounds|updates|links|events]",
+     "a run's rows (csv: one block per table)", READS_LEDGER},
+    {"plot", td_plot_main,
+     "RUN... [--x time|round|samples|bytes] [--y accuracy|loss|bpb|goodput|staleness|idle]"
+     " [-o FILE.png|FILE.svg] [--script FILE.gp] [--size WxH]",
+     "curves with gnuplot, one per run and node", READS_LEDGER},
+    {"help", cmd_help, "[COMMAND]", "every command, or one command's usage", LOCAL},
+};
+#define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
+
+static const command_t *find_command(const char *name) {
+  for (size_t i = 0; i < N_COMMANDS; i++)
+    if (strcmp(COMMANDS[i].name, name) == 0)
+      return &COMMANDS[i];
+  return NULL;
+}
+
+/* "unknown command 'X': did you mean 'Y'? (...)": one line, exit 2. */
+static int unknown_command(const char *name) {
+  const char *names[N_COMMANDS];
+  for (size_t i = 0; i < N_COMMANDS; i++)
+    names[i] = COMMANDS[i].name;
+  const char *near = td_suggest_nearest(name, names, N_COMMANDS);
+  if (near != NULL)
+    fprintf(stderr, "trainctl: error: unknown command '%.64s': did you mean '%s'? "
+                    "(trainctl help lists every command)\n", name, near);
+  else
+    fprintf(stderr, "trainctl: error: unknown command '%.64s' (trainctl help lists every "
+                    "command)\n", name);
+  return 2;
+}
+
+static int usage_error(const char *name) {
+  const command_t *c = find_command(name);
+  fprintf(stderr, "trainctl: error: usage: trainctl %s%s%s (trainctl help %s)\n", name,
+          c->synopsis[0] ? " " : "", c->synopsis, name);
+  return 2;
+}
+
+static void print_command(FILE *out, const command_t *c) {
+  fprintf(out, "  %s%s%s\n      %s\n", c->name, c->synopsis[0] ? " " : "", c->synopsis, c->help);
+}
+
+static void print_usage(FILE *out) {
+  static const struct {
+    command_source_t source;
+    const char *title;
+  } groups[] = {
+      {ASKS_DAEMON, "commands that ask traind, over its control socket:"},
+      {READS_LEDGER, "commands that read ledgers directly (read-only; traind may be down):"},
+      {LOCAL, "and:"},
+  };
+  fprintf(out, "usage: trainctl [--socket PATH] [--timeout S] COMMAND [ARGS]\n");
+  for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
+    fprintf(out, "\n%s\n", groups[g].title);
+    for (size_t i = 0; i < N_COMMANDS; i++)
+      if (COMMANDS[i].source == groups[g].source)
+        print_command(out, &COMMANDS[i]);
+  }
+  fprintf(out,
+          "\n"
+          "The ledger commands read --db FILE and --data-dir DIR (repeatable), or RUN\n"
+          "written DB:RUN; by default the ledger of the daemon at --socket, else\n"
+          "DATA_DIR/traind.db. RUN is a unique prefix of a run id.\n"
+          "--socket defaults to $TRAIND_SOCKET, else DATA_DIR/control.sock with DATA_DIR =\n"
+          "$TRAIND_DATA_DIR or ~/.local/share/traind (the daemon's defaults).\n"
+          "--timeout: give up when traind does not answer within S seconds (default %d).\n"
+          "--commands: the command names, one per line (for shell completion).\n"
+          "trainctl help COMMAND: one command; man trainctl: the details.\n",
+          TD_CONTROL_TIMEOUT_MS / 1000);
+}
+
+static int cmd_help(int nargs, char **args) {
+  if (nargs == 0) {
+    print_usage(stdout);
+    return 0;
+  }
+  if (nargs > 1)
+    return usage_error("help");
+  const command_t *c = find_command(args[0]);
+  if (c == NULL)
+    return unknown_command(args[0]);
+  printf("usage: trainctl %s%s%s\n  %s\n", c->name, c->synopsis[0] ? " " : "", c->synopsis,
+         c->help);
+  if (c->source == READS_LEDGER)
+    printf("  (reads ledgers: --db FILE | --data-dir DIR, repeatable; default the ledger of the"
+           " daemon at --socket, else DATA_DIR/traind.db)\n");
+  return 0;
+}
+
+/* --socket S with a ledger command: read the ledger of the daemon at S,
+ * wherever its data dir is (its status says). */
+static int use_daemon_ledger(void) {
+  Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
+  req.command = TRAIND__CONTROL_REQUEST__COMMAND__STATUS;
+  json_object *o = NULL;
+  int rc = call(&req, &o);
+  if (rc != 0)
+    return rc;
+  const char *dir = jstr(o, "data_dir");
+  if (strcmp(dir, "-") == 0)
+    rc = die("traind at %s did not say where its data dir is", socket_path);
+  else
+    td__ledgers_use_data_dir(dir);
+  json_object_put(o);
+  return rc;
+}
+
+/* Whether stdout is a pipe whose reader has gone (`trainctl export RUN |
+ * head`): not an error, the reader has what it wanted. errno cannot tell
+ * once stdio has retried, the pipe can: its write end polls POLLERR. */
+static bool stdout_reader_gone(void) {
+  struct pollfd p = {.fd = STDOUT_FILENO, .events = POLLOUT};
+  return poll(&p, 1, 0) == 1 && (p.revents & POLLERR) != 0;
+}
+
 int main(int argc, char **argv) {
   static char default_socket[700];
   const char *env = getenv("TRAIND_SOCKET");
@@ -364,13 +818,17 @@ int main(int argc, char **argv) {
                home ? home : ".");
     socket_path = default_socket;
   }
+  /* a closed socket or pipe is an EPIPE to handle, not a death; a closed
+   * stdout (`trainctl export RUN | head`) ends trainctl quietly */
   signal(SIGPIPE, SIG_IGN);
   int i = 1;
   for (; i < argc && argv[i][0] == '-'; i++) {
     if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc) {
       socket_path = argv[++i];
+      socket_given = true;
     } else if (strncmp(argv[i], "--socket=", 9) == 0) {
       socket_path = argv[i] + 9;
+      socket_given = true;
     } else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc) {
       char *end;
       double s = strtod(argv[++i], &end);
@@ -381,7 +839,11 @@ int main(int argc, char **argv) {
       }
       timeout_ms = (int)ceil(s * 1000);
     } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      usage(stdout);
+      print_usage(stdout);
+      return 0;
+    } else if (strcmp(argv[i], "--commands") == 0) {
+      for (size_t c = 0; c < N_COMMANDS; c++)
+        printf("%s\n", COMMANDS[c].name);
       return 0;
     } else if (strcmp(argv[i], "--version") == 0) {
 #ifdef PACKAGE_VERSION
@@ -394,184 +856,20 @@ int main(int argc, char **argv) {
     }
   }
   if (i >= argc) {
-    usage(stderr);
+    fprintf(stderr, "trainctl: error: no command given (trainctl help lists every command; "
+                    "trainctl status shows this node)\n");
     return 2;
   }
-  const char *cmd = argv[i++];
-  int nargs = argc - i;
-  char **args = argv + i;
-  if (td_history_handles(cmd))
-    return td_history_main(cmd, nargs, args);
-  Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
-  json_object *o = NULL;
-  int rc;
-
-  if (strcmp(cmd, "key") == 0) {
-    bool json = nargs == 1 && strcmp(args[0], "--json") == 0;
-    if (nargs > (json ? 1 : 0)) {
-      fprintf(stderr, "trainctl: error: usage: trainctl key [--json]\n");
-      return 2;
-    }
-    req.command = TRAIND__CONTROL_REQUEST__COMMAND__KEY;
-    if ((rc = call(&req, &o)) != 0)
+  const command_t *c = find_command(argv[i]);
+  if (c == NULL)
+    return unknown_command(argv[i]);
+  if (c->source == READS_LEDGER && socket_given) {
+    int rc = use_daemon_ledger();
+    if (rc != 0)
       return rc;
-    if (json) {
-      printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
-    } else {
-      printf("%s\n", jstr(o, "key")); /* alone, for $(trainctl key) */
-    }
-    json_object_put(o);
-    return 0;
   }
-  if (strcmp(cmd, "allow") == 0 || strcmp(cmd, "revoke") == 0) {
-    bool allow = cmd[0] == 'a', admin = false;
-    const char *key = NULL;
-    for (int a = 0; a < nargs; a++) {
-      if (allow && strcmp(args[a], "--admin") == 0)
-        admin = true;
-      else if (key == NULL)
-        key = args[a];
-      else
-        key = NULL, a = nargs;
-    }
-    if (key == NULL || nargs > (admin ? 2 : 1)) {
-      fprintf(stderr, "trainctl: error: usage: trainctl %s\n",
-              allow ? "allow [--admin] KEY" : "revoke KEY");
-      return 2;
-    }
-    req.command = allow ? TRAIND__CONTROL_REQUEST__COMMAND__ALLOW
-                        : TRAIND__CONTROL_REQUEST__COMMAND__REVOKE;
-    req.key = (char *)key;
-    req.admin = admin;
-    if ((rc = call(&req, &o)) != 0)
-      return rc;
-    printf("%s key of node %s%s\n", allow ? "admitted" : "revoked", jstr(o, "node_id"),
-           admin ? " (admin)" : "");
-    json_object_put(o);
-    return 0;
-  }
-  if (strcmp(cmd, "join") == 0) {
-    if (nargs != 1 && nargs != 2) {
-      fprintf(stderr, "trainctl: error: usage: trainctl join tcp://HOST:PORT [KEY]\n");
-      return 2;
-    }
-    req.command = TRAIND__CONTROL_REQUEST__COMMAND__JOIN;
-    req.endpoint = args[0];
-    req.key = nargs == 2 ? args[1] : "";
-    if ((rc = call(&req, &o)) != 0)
-      return rc;
-    json_object *peers = NULL;
-    json_object_object_get_ex(o, "peers", &peers);
-    printf("joined %s (node %s); %zu peers known\n", jstr(o, "joined"), jstr(o, "seed_node"),
-           peers ? json_object_array_length(peers) : 0);
-    json_object_put(o);
-    return 0;
-  }
-  if (strcmp(cmd, "start") == 0) {
-    char **settings = calloc((size_t)nargs + 1, sizeof *settings);
-    char *ini = NULL;
-    size_t ns = 0;
-    rc = 0;
-    for (int a = 0; a < nargs && rc == 0; a++) {
-      if (strcmp(args[a], "--set") == 0 && a + 1 < nargs) {
-        settings[ns++] = args[++a];
-      } else if (strncmp(args[a], "--set=", 6) == 0) {
-        settings[ns++] = args[a] + 6;
-      } else if (args[a][0] != '-' && ini == NULL) {
-        ini = read_file(args[a], &rc);
-        if (ini == NULL && rc == 0)
-          rc = 1;
-      } else {
-        fprintf(stderr, "trainctl: error: usage: trainctl start [RUN.ini] [--set key=value]...\n");
-        rc = 2;
-      }
-    }
-    if (rc == 0) {
-      req.command = TRAIND__CONTROL_REQUEST__COMMAND__START;
-      req.settings = settings;
-      req.n_settings = ns;
-      req.ini_text = ini ? ini : "";
-      rc = call(&req, &o);
-      if (rc == 0) {
-        printf("started run %s on %s nodes\n", jstr(o, "run_id"), jstr(o, "nodes"));
-        json_object_put(o);
-      }
-    }
-    free(ini);
-    free(settings);
-    return rc;
-  }
-  if (strcmp(cmd, "status") == 0) {
-    bool json = false, watch = false;
-    double every = 1.0;
-    for (int a = 0; a < nargs; a++) {
-      if (strcmp(args[a], "--json") == 0) {
-        json = true;
-      } else if (strcmp(args[a], "--watch") == 0) {
-        watch = true;
-        if (a + 1 < nargs && args[a + 1][0] != '-') {
-          char *end;
-          every = strtod(args[++a], &end);
-          if (*end != '\0' || !(every >= 0.05 && every <= 3600)) {
-            fprintf(stderr, "trainctl: error: --watch SECONDS must be in [0.05, 3600]\n");
-            return 2;
-          }
-        }
-      } else {
-        fprintf(stderr, "trainctl: error: usage: trainctl status [--json] [--watch [SECONDS]]\n");
-        return 2;
-      }
-    }
-    return cmd_status(json, watch, every);
-  }
-  if (strcmp(cmd, "rounds") == 0) {
-    unsigned last = 0;
-    bool csv = false, json = false;
-    for (int a = 0; a < nargs; a++) {
-      if (strcmp(args[a], "--csv") == 0) {
-        csv = true;
-      } else if (strcmp(args[a], "--json") == 0) {
-        json = true;
-      } else if (strcmp(args[a], "--last") == 0 && a + 1 < nargs) {
-        char *end;
-        unsigned long v = strtoul(args[++a], &end, 10);
-        if (*end != '\0' || args[a][0] == '-' || v == 0 || v > 100000000) {
-          fprintf(stderr, "trainctl: error: --last N needs a positive integer\n");
-          return 2;
-        }
-        last = (unsigned)v;
-      } else {
-        fprintf(stderr, "trainctl: error: usage: trainctl rounds [--last N] [--csv|--json]\n");
-        return 2;
-      }
-    }
-    return cmd_rounds(last, csv, json);
-  }
-  if (strcmp(cmd, "peers") == 0 || strcmp(cmd, "stop") == 0 || strcmp(cmd, "leave") == 0) {
-    bool json = nargs == 1 && strcmp(args[0], "--json") == 0;
-    if (nargs > (json ? 1 : 0)) {
-      fprintf(stderr, "trainctl: error: %s takes no arguments\n", cmd);
-      return 2;
-    }
-    req.command = cmd[0] == 'p'   ? TRAIND__CONTROL_REQUEST__COMMAND__PEERS
-                  : cmd[0] == 's' ? TRAIND__CONTROL_REQUEST__COMMAND__STOP
-                                  : TRAIND__CONTROL_REQUEST__COMMAND__LEAVE;
-    if ((rc = call(&req, &o)) != 0)
-      return rc;
-    if (json) {
-      printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
-    } else if (cmd[0] == 'p') {
-      json_object *peers = NULL;
-      json_object_object_get_ex(o, "peers", &peers);
-      print_peers(peers);
-    } else if (cmd[0] == 's') {
-      printf("stopping run %s\n", jstr(o, "stopping"));
-    } else {
-      printf("node %s left the cluster and is shutting down\n", jstr(o, "left"));
-    }
-    json_object_put(o);
-    return 0;
-  }
-  fprintf(stderr, "trainctl: error: unknown command '%s' (see trainctl --help)\n", cmd);
-  return 2;
+  int rc = c->run(argc - i - 1, argv + i + 1);
+  if ((fflush(stdout) != 0 || ferror(stdout)) && !stdout_reader_gone() && rc == 0)
+    rc = die("cannot write to stdout: %s", strerror(errno));
+  return rc;
 }

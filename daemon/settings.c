@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/suggest.h"
 #include "daemon/base/log.h"
 #include "daemon/metrics.h"
 #include "daemon/node.h"
@@ -129,11 +130,14 @@ int td_settings_set(td_settings_t *c, const char *key, const char *v, char *why,
     int rc = td_metrics_check_addr(v, why, n); /* "metrics address '...': reason" */
     return rc != 0 ? rc : set_str(c->metrics, sizeof c->metrics, key, v, why, n);
   }
-  return td_why(why, n, TD_ECONFIG,
-                "unknown key '%s' (known: data_dir, listen, control, log_level, threads, "
-                "heartbeat_ms, link_delay_ms, uplink_kbit, metrics, max_model_mb, max_batch, max_rounds, "
-                "max_checkpoint_mb, data_root, insecure, insecure_force)",
-                key);
+  static const char *const known[] = {
+      "data_dir", "listen", "control", "log_level", "threads", "heartbeat_ms", "link_delay_ms",
+      "uplink_kbit", "metrics", "max_model_mb", "max_batch", "max_rounds", "max_checkpoint_mb",
+      "data_root", "insecure", "insecure_force"};
+  char msg[512];
+  return td_why(why, n, TD_ECONFIG, "%s",
+                td_suggest_unknown(msg, sizeof msg, "key", key, known,
+                                   sizeof known / sizeof known[0]));
 }
 
 typedef struct {

@@ -10,15 +10,9 @@
 #include <inttypes.h>
 #include <json-c/json.h>
 #include <math.h>
+#include <limits.h>
 #include <stdio.h>
-
-json_object *td__json_id(uint64_t id) {
-  char b[24];
-  snprintf(b, sizeof b, "%016" PRIx64, id);
-  return json_object_new_string(b);
-}
-
-json_object *td__json_real(double v) { return isfinite(v) ? json_object_new_double(v) : NULL; }
+#include <stdlib.h>
 
 static json_object *count(uint64_t v) { return json_object_new_int64((int64_t)v); }
 
@@ -154,7 +148,11 @@ json_object *td__status_json(td__node_t *n) {
   json_object *o = json_object_new_object();
   json_object_object_add(o, "node_id", td__json_id(n->node_id));
   json_object_object_add(o, "endpoint", json_object_new_string(td__transport_endpoint(n->net)));
-  json_object_object_add(o, "data_dir", json_object_new_string(n->data_dir));
+  /* absolute, so that trainctl --socket S runs finds the ledger from any directory */
+  char data_dir[PATH_MAX];
+  json_object_object_add(o, "data_dir", json_object_new_string(realpath(n->data_dir, data_dir)
+                                                                   ? data_dir
+                                                                   : n->data_dir));
   td__access_stats_t as;
   td__access_stats(n->access, &as);
   json_object_object_add(o, "security", json_object_new_string(as.secure ? "curve" : "insecure"));

@@ -16,6 +16,8 @@
 #include "compress/codec.h"
 #include "compute/backend.h"
 #include "common/error.h"
+#include "common/numfmt.h"
+#include "common/suggest.h"
 #include "compute/model.h"
 #include "compute/optim.h"
 #include "compute/data/partition.h"
@@ -498,13 +500,13 @@ void td_runspec_defaults(td_runspec_t *rs) {
 int td_runspec_set(td_runspec_t *rs, const char *key, const char *value, char *why,
                    size_t why_len) {
   const run_key_t *k = find_key(key);
-  if (k == NULL) {
-    char names[512] = "";
-    size_t used = 0;
-    for (size_t i = 0; i < N_KEYS && used < sizeof names; i++)
-      used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "",
-                               td__run_keys[i].name);
-    return td_why(why, why_len, TD_ECONFIG, "unknown key '%s' (known: %s)", key, names);
+  if (k == NULL) { /* every key (541 bytes today), and the nearest first */
+    const char *names[N_KEYS];
+    for (size_t i = 0; i < N_KEYS; i++)
+      names[i] = td__run_keys[i].name;
+    char msg[1024];
+    return td_why(why, why_len, TD_ECONFIG, "%s",
+                  td_suggest_unknown(msg, sizeof msg, "key", key, names, N_KEYS));
   }
   return parse_value(rs, k, value, why, why_len);
 }
@@ -656,9 +658,12 @@ size_t td_runspec_format(const td_runspec_t *rs, char *buf, size_t len) {
       w = snprintf(dst, room, "%s = %" PRIu64 "\n", k->name,
                    *(const uint64_t *)(const void *)field);
       break;
-    case KEY_DOUBLE:
-      w = snprintf(dst, room, "%s = %.17g\n", k->name, *(const double *)(const void *)field);
+    case KEY_DOUBLE: { /* shortest round-trip: lr = 0.05, not 0.050000000000000003 */
+      char num[40];
+      w = snprintf(dst, room, "%s = %s\n", k->name,
+                   td_numfmt_exact(num, sizeof num, *(const double *)(const void *)field));
       break;
+    }
     case KEY_BOOL:
       w = snprintf(dst, room, "%s = %s\n", k->name,
                    *(const bool *)(const void *)field ? "true" : "false");

@@ -13,7 +13,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "cli/progress.h"
+#include "common/progress.h"
 
 #include "compute/backend.h"
 #include "compute/data/dataset.h"

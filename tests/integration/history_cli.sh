@@ -76,14 +76,28 @@ expect_error nodb "no ledger at .*/nope.db"
 # export round-trips: every table's CSV is exactly the ledger's rows
 for id in $A $B $C; do
   for tbl in rounds updates links; do
-    # every column, ids as the 16 hex digits trainctl shows
-    cols=$(sqlite3 "$T/n0/traind.db" "SELECT group_concat(CASE WHEN name IN ('run_id','peer') THEN printf('printf(''%%016x'', %s) AS %s', name, name) ELSE name END, ', ') FROM pragma_table_info('$tbl')")
-    order=$([ $tbl = rounds ] && echo round || echo id)
-    sqlite3 -csv -header "$T/n0/traind.db" "SELECT $cols FROM $tbl WHERE printf('%016x', run_id) = '$id' ORDER BY $order" \
-      | tr -d '\r' >"$T/want.$id.$tbl"
-    # (sqlite3 prints no header for no rows; trainctl always does)
-    [ -s "$T/want.$id.$tbl" ] || sqlite3 -list "$T/n0/traind.db" \
-      "SELECT group_concat(name, ',') FROM pragma_table_info('$tbl')" >"$T/want.$id.$tbl"
+    # every column, ids as the 16 hex digits trainctl shows, reals in their
+    # shortest round-trip form (%.15g, %.16g or %.17g: the first that reads
+    # back), read by Python's sqlite3 as the exact doubles the ledger holds
+    python3 - "$T/n0/traind.db" $tbl $id >"$T/want.$id.$tbl" <<'PY'
+import csv, sqlite3, sys
+db, tbl, run = sys.argv[1:]
+con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+order = "round" if tbl == "rounds" else "id"
+cur = con.execute(f"SELECT * FROM {tbl} WHERE printf('%016x', run_id) = ? ORDER BY {order}", (run,))
+names = [d[0] for d in cur.description]
+def cell(name, v):
+    if v is None: return ""
+    if name in ("run_id", "peer") and isinstance(v, int): return "%016x" % (v & (2**64 - 1))
+    if isinstance(v, float):
+        for digits in (15, 16, 17):
+            s = "%.*g" % (digits, v)
+            if float(s) == v: return s
+    return str(v)
+w = csv.writer(sys.stdout, lineterminator="\n")
+w.writerow(names)
+for row in cur: w.writerow([cell(n, v) for n, v in zip(names, row)])
+PY
     tc export "${id:0:6}" --table $tbl >"$T/got.$id.$tbl" 2>"$T/got.err"
     n=$(($(wc -l <"$T/got.$id.$tbl") - 1))
     if cmp -s "$T/want.$id.$tbl" "$T/got.$id.$tbl"; then

@@ -47,9 +47,10 @@ if command -v systemd-analyze >/dev/null; then
   else fail "systemd-analyze verify:"; cat "$T/verify.out"; fi
 else echo "skipped: unit check (no systemd-analyze; Debian systemd)"; fi
 
-# the completion: commands, options of a command, metric names
+# the completion: commands, options of a command, metric names (the command
+# names come from the installed trainctl: `trainctl --commands`)
 complete_words() {
-  bash -c '. "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _trainctl; echo "${COMPREPLY[*]}"' \
+  PATH="$D$prefix/bin:$PATH" bash -c '. "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _trainctl; echo "${COMPREPLY[*]}"' \
     _ "$D$compdir/trainctl" "$@"
 }
 [ "$(complete_words trainctl r)" = "rounds revoke runs" ] \
@@ -58,4 +59,9 @@ complete_words() {
   && pass "completion: plot --y st -> staleness" || fail "completion of --y st: '$(complete_words trainctl plot x --y st)'"
 case " $(complete_words trainctl export -) " in *" --table "*) pass "completion: export options" ;;
   *) fail "completion of export -: '$(complete_words trainctl export -)'" ;; esac
+# no hand-kept list: every command of the table, and only those, completes
+[ "$(complete_words trainctl '')" = "$("$B/trainctl" --commands | tr '\n' ' ')--socket --help --version" ] \
+  && pass "completion: the commands of trainctl --commands" || fail "completion of '': '$(complete_words trainctl '')'"
+[ "$(complete_words trainctl help ex)" = export ] \
+  && pass "completion: help ex -> export" || fail "completion of help ex: '$(complete_words trainctl help ex)'"
 finish

@@ -9,7 +9,11 @@
  *                                  were sent.
  *   td_control_peer mute PATH      listen at PATH, accept connections, read
  *                                  them and never answer (a hung daemon), until
- *                                  killed. */
+ *                                  killed.
+ *   td_control_peer answer PATH JSON  listen at PATH and answer every request
+ *                                  with success and the JSON text (a daemon
+ *                                  whose figures a test chooses: a diverged
+ *                                  loss), until killed. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -78,11 +82,45 @@ static int mute(const char *path) {
   }
 }
 
+static int answer(const char *path, const char *json) {
+  struct sockaddr_un addr;
+  int fd = open_socket(path, &addr);
+  unlink(path);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 || listen(fd, 8) != 0) {
+    fprintf(stderr, "td_control_peer: listen %s: %s\n", path, strerror(errno));
+    return 1;
+  }
+  Traind__ControlResponse resp = TRAIND__CONTROL_RESPONSE__INIT;
+  resp.json = (char *)json;
+  uint8_t *frame;
+  size_t len;
+  if (td_control_frame_response(&resp, &frame, &len) != 0)
+    return 1;
+  for (;;) {
+    int c = accept(fd, NULL, NULL);
+    if (c < 0)
+      continue;
+    uint8_t head[TD_CONTROL_HEADER_BYTES], buf[4096];
+    if (read(c, head, sizeof head) == (ssize_t)sizeof head) { /* the request: length, body */
+      size_t want = (size_t)head[0] << 24 | (size_t)head[1] << 16 | (size_t)head[2] << 8 | head[3];
+      ssize_t got = 0;
+      while (want > 0 && (got = read(c, buf, want < sizeof buf ? want : sizeof buf)) > 0)
+        want -= (size_t)got;
+      if (send(c, frame, len, MSG_NOSIGNAL) < 0)
+        fprintf(stderr, "td_control_peer: send: %s\n", strerror(errno));
+    }
+    close(c);
+  }
+}
+
 int main(int argc, char **argv) {
+  if (argc == 4 && strcmp(argv[1], "answer") == 0)
+    return answer(argv[2], argv[3]);
   if (argc == 5 && strcmp(argv[1], "rude") == 0)
     return rude(argv[2], atoi(argv[3]), argv[4]);
   if (argc == 3 && strcmp(argv[1], "mute") == 0)
     return mute(argv[2]);
-  fprintf(stderr, "usage: td_control_peer rude PATH N status|rounds | mute PATH\n");
+  fprintf(stderr,
+          "usage: td_control_peer rude PATH N status|rounds | mute PATH | answer PATH JSON\n");
   return 2;
 }

@@ -44,7 +44,8 @@ START_TEST(defaults_are_valid_and_documented) {
   size_t need = td_runspec_format(&rs, text, sizeof text);
   ck_assert_uint_lt(need, sizeof text);
   ck_assert_ptr_nonnull(strstr(text, "model = mlp:784-256-128-10\n"));
-  ck_assert_ptr_nonnull(strstr(text, "lr = 0.050000000000000003\n"));
+  /* doubles in their shortest round-trip form (not 0.050000000000000003) */
+  ck_assert_ptr_nonnull(strstr(text, "lr = 0.05\n"));
 }
 END_TEST
 
@@ -104,6 +105,34 @@ START_TEST(bad_values_are_refused_with_the_key_named) {
   td_runspec_defaults(&rs);
   ck_assert_int_eq(td_runspec_set(&rs, "bogus_key", "1", why, sizeof why), TD_ECONFIG);
   ck_assert_ptr_nonnull(strstr(why, "bogus_key"));
+  /* a typo: the nearest key suggested, and every key listed, the last too */
+  char long_why[1024] = "";
+  ck_assert_int_eq(td_runspec_set(&rs, "codc", "topk:0.01", long_why, sizeof long_why),
+                   TD_ECONFIG);
+  ck_assert_ptr_nonnull(
+      strstr(long_why, "unknown key 'codc': did you mean 'codec'? (known: model, "));
+  ck_assert_ptr_nonnull(strstr(long_why, ", checkpoint_keep, round_timeout)"));
+  /* every name listed is a key, and every key is listed (one help line each) */
+  char *list = strstr(long_why, "(known: ") + strlen("(known: ");
+  list[strlen(list) - 1] = '\0';
+  size_t listed = 0;
+  for (char *save = NULL, *name = strtok_r(list, ", ", &save); name != NULL;
+       name = strtok_r(NULL, ", ", &save), listed++) {
+    char key_why[256] = "";
+    td_runspec_set(&rs, name, "", key_why, sizeof key_why);
+    ck_assert_msg(strstr(key_why, "unknown key") == NULL, "%s: %s", name, key_why);
+  }
+  char *help = NULL;
+  size_t help_len = 0;
+  FILE *mem = open_memstream(&help, &help_len);
+  td_runspec_print_help(mem);
+  fclose(mem);
+  size_t keys = 0;
+  for (const char *p = help; *p; p++)
+    keys += *p == '\n';
+  free(help);
+  ck_assert_uint_eq(listed, keys);
+  td_runspec_defaults(&rs);
   ck_assert_int_eq(td_runspec_set_arg(&rs, "noequals", why, sizeof why), TD_ECONFIG);
   ck_assert_int_eq(td_runspec_set_arg(&rs, "=1", why, sizeof why), TD_ECONFIG);
   /* cross-key rule */

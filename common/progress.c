@@ -2,7 +2,7 @@
  *
  * ETA is the mean rate so far applied to what is left: simple, and steady
  * once a few percent are done, which is what a person glancing at it wants. */
-#include "cli/progress.h"
+#include "common/progress.h"
 
 #include <math.h>
 #include <stdarg.h>
