@@ -52,6 +52,12 @@ static void add_link(json_object *p, td__link_t *l) {
                          td__status_real(ratio(st.update_dense_recv, st.update_wire_recv)));
 }
 
+/* What this node tells that peer to dial (null: no link, or refused). */
+static void add_advertised(td__node_t *n, json_object *p, td__link_t *l) {
+  const char *ep = l != NULL ? td__link_advertised(n->net, l) : NULL;
+  json_object_object_add(p, "advertised", ep ? json_object_new_string(ep) : NULL);
+}
+
 json_object *td__status_peers(td__node_t *n) {
   json_object *arr = json_object_new_array();
   double now = td_clock_mono_s();
@@ -66,6 +72,7 @@ json_object *td__status_peers(td__node_t *n) {
     json_object_object_add(p, "last_heard_s", json_object_new_double(now - m->last_heard));
     json_object_object_add(p, "round", count(m->round));
     json_object_object_add(p, "capacity", td__status_real(positive(m->capacity)));
+    add_advertised(n, p, td__link_find(n->net, m->node_id));
     add_link(p, td__link_find(n->net, m->node_id));
     json_object_array_add(arr, p);
   }
@@ -154,6 +161,8 @@ json_object *td__status_json(td__node_t *n) {
   json_object *o = json_object_new_object();
   json_object_object_add(o, "node_id", td__status_id(n->node_id));
   json_object_object_add(o, "endpoint", json_object_new_string(td__transport_endpoint(n->net)));
+  json_object_object_add(o, "listen",
+                         json_object_new_string(td__transport_listen_endpoint(n->net)));
   json_object_object_add(o, "data_dir", json_object_new_string(n->data_dir));
   td__access_stats_t as;
   td__access_stats(n->access, &as);
