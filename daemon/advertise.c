@@ -93,8 +93,10 @@ int td_advertise_route(const char *peer_endpoint, const char *port, char *out, s
   char host[256], peer_port[16];
   if (!td_advertise_split(peer_endpoint, host, sizeof host, peer_port, sizeof peer_port))
     return TD_EINVAL;
+  /* numeric hosts only: a name would block the loop thread on DNS, and any
+   * member may hand us one (hello, gossip); such a peer gets the default */
   struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM,
-                           .ai_flags = AI_NUMERICSERV};
+                           .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV};
   struct addrinfo *res = NULL;
   if (getaddrinfo(host, peer_port, &hints, &res) != 0 || res == NULL)
     return TD_EIO;

@@ -32,7 +32,8 @@ bool td_advertise_is_loopback(const char *endpoint);
 
 /* tcp://ADDR:port into out, ADDR being this machine's IPv4 address on the
  * interface that routes to the host of peer_endpoint. TD_EINVAL for a
- * malformed endpoint, TD_EIO when the host does not resolve or has no route. */
+ * malformed endpoint, TD_EIO when the host is not a numeric IPv4 address (no
+ * DNS: this runs on the loop thread) or has no route. */
 int td_advertise_route(const char *peer_endpoint, const char *port, char *out, size_t cap);
 
 /* tcp://ADDR:port into out with the address of the first interface that is

@@ -55,6 +55,8 @@ START_TEST(the_kernel_names_the_address_that_routes_to_a_peer) {
   ck_assert_int_eq(td_advertise_route("tcp://127.0.0.1:9", "7070", out, sizeof out), 0);
   ck_assert_str_eq(out, "tcp://127.0.0.1:7070");
   ck_assert_int_eq(td_advertise_route("not an endpoint", "7070", out, sizeof out), TD_EINVAL);
+  /* names are not resolved (no DNS on the loop thread): the caller's default */
+  ck_assert_int_eq(td_advertise_route("tcp://localhost:9", "7070", out, sizeof out), TD_EIO);
   /* the first interface, when there is one, is not loopback */
   int rc = td_advertise_first_interface("7070", out, sizeof out);
   ck_assert(rc == 0 || rc == TD_ENOENT);
