@@ -226,6 +226,9 @@ static int show_status(bool json, bool watch, double every_s) {
       run_line(run, line, sizeof line);
       printf("node    %s  %s  security %s\n", jstr(o, "node_id"), jstr(o, "endpoint"),
              jstr(o, "security"));
+      const char *listen = jstr(o, "listen");
+      if (strcmp(listen, "-") != 0 && strcmp(listen, jstr(o, "endpoint")) != 0)
+        printf("listen  %s (advertising %s)\n", listen, jstr(o, "endpoint"));
       printf("peers   %zu (%zu alive)\n", np, alive);
       printf("%s\n", line);
       if (strcmp(jstr(run, "backend_reason"), "-") != 0)

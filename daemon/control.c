@@ -174,6 +174,16 @@ static td__link_t *join_link(conn_t *c, const char *endpoint, const char *key) {
   return l;
 }
 
+/* A join would hand the peer our address: refuse one it cannot dial. */
+static bool advertisable_to(conn_t *c, const char *endpoint) {
+  char advertised[TD_ENDPOINT_MAX], why[512];
+  int rc = td__transport_advertise_to(c->ctl->n->net, endpoint, advertised, sizeof advertised,
+                                      why, sizeof why);
+  if (rc != 0)
+    respond(c, rc, why, NULL);
+  return rc == 0;
+}
+
 static void cmd_join(conn_t *c, const char *endpoint, const char *key) {
   td__node_t *n = c->ctl->n;
   if (endpoint == NULL || strncmp(endpoint, "tcp://", 6) != 0 ||
@@ -189,6 +199,8 @@ static void cmd_join(conn_t *c, const char *endpoint, const char *key) {
     respond(c, TD_EINVAL, "another join is in progress", NULL);
     return;
   }
+  if (!advertisable_to(c, endpoint))
+    return;
   td__link_t *l;
   if (td__access_secure(n->access)) {
     if ((l = join_link(c, endpoint, key)) == NULL)

@@ -35,9 +35,19 @@ static void fill_peer_infos(td__node_t *n, Traind__PeerInfo *infos, Traind__Peer
   *count = k;
 }
 
+/* Our own entry of a peer list says where this link's peer can reach us. */
+static void advertise_self(td__node_t *n, Traind__PeerInfo **ptrs, size_t count,
+                           const char *advertised) {
+  for (size_t k = 0; k < count; k++)
+    if (ptrs[k]->node_id == n->node_id)
+      ptrs[k]->endpoint = (char *)advertised;
+}
+
 void td__gossip_hello(td__node_t *n, td__link_t *l) {
   Traind__Hello hello = TRAIND__HELLO__INIT;
-  hello.endpoint = (char *)td__transport_endpoint(n->net);
+  /* never hand a peer an address it cannot dial (td__link_advertised logs why) */
+  if ((hello.endpoint = (char *)td__link_advertised(n->net, l)) == NULL)
+    return;
   Traind__Envelope env = TRAIND__ENVELOPE__INIT;
   env.body_case = TRAIND__ENVELOPE__BODY_HELLO;
   env.hello = &hello;
@@ -47,7 +57,11 @@ void td__gossip_hello(td__node_t *n, td__link_t *l) {
 static void send_welcome(td__node_t *n, td__link_t *l) {
   Traind__PeerInfo infos[TD_MEMBERS_MAX], *ptrs[TD_MEMBERS_MAX];
   Traind__Welcome w = TRAIND__WELCOME__INIT;
+  const char *advertised = td__link_advertised(n->net, l);
+  if (advertised == NULL)
+    return;
   fill_peer_infos(n, infos, ptrs, &w.n_peers);
+  advertise_self(n, ptrs, w.n_peers, advertised);
   w.peers = ptrs;
   w.run_round = n->session ? n->session->round : 0;
   Traind__Envelope env = TRAIND__ENVELOPE__INIT;
@@ -130,6 +144,9 @@ static void send_heartbeat(td__node_t *n, td__link_t *only) {
   env.heartbeat = &hb;
   env.run_id = s ? s->run_id : 0;
   if (only != NULL) {
+    if (td__link_advertised(n->net, only) == NULL)
+      return;
+    advertise_self(n, ptrs, hb.n_peers, td__link_advertised(n->net, only));
     td__link_echo_out(only, &hb.stamp_us, &hb.echo_us, &hb.echo_hold_us);
     td__link_send(n->net, only, &env);
     return;
@@ -138,7 +155,8 @@ static void send_heartbeat(td__node_t *n, td__link_t *only) {
   for (size_t i = 0; i < td__transport_count(n->net); i++) {
     td__link_t *l = td__transport_at(n->net, i);
     td_member_t *m = td__link_peer(l) ? td_members_find(n->members, td__link_peer(l)) : NULL;
-    if (m != NULL && m->state != TD_PEER_LEFT) {
+    if (m != NULL && m->state != TD_PEER_LEFT && td__link_advertised(n->net, l) != NULL) {
+      advertise_self(n, ptrs, hb.n_peers, td__link_advertised(n->net, l));
       td__link_echo_out(l, &hb.stamp_us, &hb.echo_us, &hb.echo_hold_us);
       td__link_send(n->net, l, &env);
     }

@@ -28,6 +28,7 @@
 static void usage(FILE *out) {
   fprintf(out,
           "usage: traind [--config FILE] [--data-dir DIR] [--listen tcp://HOST:PORT]\n"
+          "              [--advertise tcp://HOST:PORT]\n"
           "              [--control PATH] [--log-level LEVEL] [--threads N] [--heartbeat-ms MS]\n"
           "              [--link-delay-ms MS] [--uplink-kbit KBIT] [--metrics HOST:PORT]\n"
           "              [--max-model-mb MB] [--max-batch N] [--max-rounds N]\n"
@@ -65,6 +66,7 @@ int main(int argc, char **argv) {
       {"uplink-kbit", required_argument, NULL, 'U'},
       {"max-checkpoint-mb", required_argument, NULL, 'K'},
       {"insecure", no_argument, NULL, 'I'}, {"insecure-force", no_argument, NULL, 'F'},
+      {"advertise", required_argument, NULL, 'A'},
       {NULL, 0, NULL, 0},
   };
   static const struct {
@@ -75,7 +77,7 @@ int main(int argc, char **argv) {
                    {'D', "link_delay_ms"}, {'M', "metrics"}, {'m', "max_model_mb"},
                    {'b', "max_batch"}, {'r', "max_rounds"}, {'R', "data_root"},
                    {'U', "uplink_kbit"}, {'K', "max_checkpoint_mb"}, {'I', "insecure"},
-                   {'F', "insecure_force"}};
+                   {'F', "insecure_force"}, {'A', "advertise"}};
   enum { N_FLAGS = sizeof flag_keys / sizeof *flag_keys };
   const char *config_file = NULL;
   const char *flag_values[N_FLAGS] = {NULL};
@@ -97,7 +99,7 @@ int main(int argc, char **argv) {
     case 'V': printf("traind %s\n", PACKAGE_VERSION); free(sets); return 0;
     case 'c': config_file = optarg; break;
     case 'd': case 'l': case 'C': case 'L': case 't': case 'H': case 'D': case 'M':
-    case 'm': case 'b': case 'r': case 'R': case 'U': case 'K': case 'I': case 'F':
+    case 'm': case 'b': case 'r': case 'R': case 'U': case 'K': case 'I': case 'F': case 'A':
       for (size_t k = 0; k < N_FLAGS; k++)
         if (flag_keys[k].opt == c)
           flag_values[k] = optarg != NULL ? optarg : "true";
@@ -133,6 +135,7 @@ int main(int argc, char **argv) {
       return 1;
     }
     td_node_opts_t opts = {.data_dir = cfg.data_dir, .listen = cfg.listen,
+                           .advertise = cfg.advertise[0] ? cfg.advertise : NULL,
                            .control_path = cfg.control[0] ? cfg.control : NULL,
                            .threads = cfg.threads, .heartbeat_ms = cfg.heartbeat_ms,
                            .link_delay_ms = cfg.link_delay_ms, .uplink_kbit = cfg.uplink_kbit,

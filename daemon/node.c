@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "daemon/net/advertise.h"
 #include "daemon/internal.h"
 #include "daemon/base/log.h"
 
@@ -125,6 +126,21 @@ static void on_received(void *user, const Traind__Envelope *env, size_t bytes) {
 /* The node's figures listener: the monitor takes a fresh snapshot. */
 static void publish_figures(void *monitor) { td__monitor_publish(monitor); }
 
+
+/* What peers are told to dial: the operator's --advertise, the bound
+ * address, or with a wildcard one the address that routes to each peer. */
+static void log_listening(td__node_t *n) {
+  const char *listen = td__transport_listen_endpoint(n->net);
+  const char *shown = td__transport_endpoint(n->net);
+  const char *how = strcmp(listen, shown) == 0 ? ""
+                    : td_advertise_is_wildcard(listen)
+                        ? " (to each peer: the address of the interface that routes to it)"
+                        : " (--advertise)";
+  td_log_info("node %016" PRIx64 " listening on %s, advertising %s%s, control socket %s, "
+              "data in %s",
+              n->node_id, listen, shown, how, n->control_path, n->data_dir);
+}
+
 /* Open the parts, in the order they depend on each other. */
 static int node_open(td__node_t *n, const td_node_opts_t *opts, char *why, size_t why_len) {
   td__policy_opts_t policy = {.max_model_mb = opts->max_model_mb, .max_batch = opts->max_batch,
@@ -152,6 +168,8 @@ static int node_open(td__node_t *n, const td_node_opts_t *opts, char *why, size_
                               .events = {.received = on_received, .user = n}};
   if ((rc = td__transport_open(&n->net, &net, why, why_len)) != 0)
     return rc;
+  if (opts->advertise != NULL)
+    td__transport_set_advertise(n->net, opts->advertise);
   if ((rc = td_members_open(&n->members, n->node_id, td__transport_endpoint(n->net),
                             SUSPECT_AFTER_BEATS * n->heartbeat_s,
                             DEAD_AFTER_BEATS * n->heartbeat_s)) != 0)
@@ -202,8 +220,7 @@ int td_node_main(const td_node_opts_t *opts, char *why, size_t why_len) {
     snprintf(tag, sizeof tag, "traind[%.6" PRIx64 "]", n->node_id >> 40);
     td_log_set_tag(tag);
     write_endpoint_file(n);
-    td_log_info("node %016" PRIx64 " listening on %s, control socket %s, data in %s", n->node_id,
-                td__transport_endpoint(n->net), n->control_path, n->data_dir);
+    log_listening(n);
     if (td__access_secure(n->access))
       td_log_info("security: curve; key %s; %zu key(s) admitted (%s/" TD_ALLOWLIST_FILE ")",
                   td__access_keypair(n->access)->pub, td__access_count(n->access), n->data_dir);

@@ -18,6 +18,7 @@
 typedef struct {
   const char *data_dir;     /* exists, locked by the caller (td_settings_lock_data_dir) */
   const char *listen;       /* tcp://HOST:PORT, port 0 = ephemeral */
+  const char *advertise;    /* tcp://HOST:PORT peers dial (checked); NULL = derived (advertise.h) */
   const char *control_path; /* local socket, mode 0600; NULL = DATA_DIR/control.sock */
   unsigned threads;         /* compute threads for runs (0: BLAS default, no pool) */
   unsigned heartbeat_ms;    /* heartbeat period; suspect after 3, dead after 6 */

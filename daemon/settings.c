@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/suggest.h"
 #include "daemon/base/log.h"
+#include "daemon/net/advertise.h"
 #include "daemon/metrics.h"
 #include "daemon/node.h"
 
@@ -28,6 +29,9 @@ typedef struct {
 static const config_key_t keys[] = {
     {"data_dir", "node id, ledger (traind.db) and control socket (default ~/.local/share/traind)"},
     {"listen", "peer endpoint tcp://HOST:PORT, port 0 = ephemeral (default " TD_NODE_DEFAULT_LISTEN ")"},
+    {"advertise", "endpoint tcp://HOST:PORT peers dial to reach this node (NAT, a port "
+                  "forward, one of several addresses); default: the listen address, or with a "
+                  "wildcard listen address the address of the interface that routes to each peer"},
     {"control", "control socket path, mode 0600 (default DATA_DIR/control.sock)"},
     {"log_level", "error | warn | info | debug (default info)"},
     {"threads", "compute threads for training: N runs the kernels on N threads, BLAS single-threaded inside them (default 0 = BLAS library default, kernels on one thread)"},
@@ -88,6 +92,10 @@ int td_settings_set(td_settings_t *c, const char *key, const char *v, char *why,
       return td_why(why, n, TD_ECONFIG, "listen: expected tcp://HOST:PORT, got '%s'", v);
     return set_str(c->listen, sizeof c->listen, key, v, why, n);
   }
+  if (strcmp(key, "advertise") == 0) {
+    int rc = td_advertise_check(v, why, n); /* "advertise: ..." */
+    return rc != 0 ? rc : set_str(c->advertise, sizeof c->advertise, key, v, why, n);
+  }
   if (strcmp(key, "control") == 0) {
     if (strlen(v) > 107)
       return td_why(why, n, TD_ECONFIG, "control: socket paths are limited to 107 bytes");
@@ -131,7 +139,7 @@ int td_settings_set(td_settings_t *c, const char *key, const char *v, char *why,
     return rc != 0 ? rc : set_str(c->metrics, sizeof c->metrics, key, v, why, n);
   }
   static const char *const known[] = {
-      "data_dir", "listen", "control", "log_level", "threads", "heartbeat_ms", "link_delay_ms",
+      "data_dir", "listen", "advertise", "control", "log_level", "threads", "heartbeat_ms", "link_delay_ms",
       "uplink_kbit", "metrics", "max_model_mb", "max_batch", "max_rounds", "max_checkpoint_mb",
       "data_root", "insecure", "insecure_force"};
   char msg[512];

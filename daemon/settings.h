@@ -12,6 +12,7 @@
 typedef struct {
   char data_dir[512];
   char listen[256];
+  char advertise[256]; /* tcp://HOST:PORT peers dial; "" = the listen address (routed if wildcard) */
   char control[512];
   char log_level[16];
   unsigned threads;
@@ -25,7 +26,7 @@ typedef struct {
 } td_settings_t;
 
 void td_settings_defaults(td_settings_t *c);
-/* Set one key (data_dir, listen, control, log_level, threads, heartbeat_ms, link_delay_ms,
+/* Set one key (data_dir, listen, advertise, control, log_level, threads, heartbeat_ms, link_delay_ms,
  * metrics, max_model_mb, max_batch, max_rounds, max_checkpoint_mb, data_root, insecure,
  * insecure_force).
  * TD_ECONFIG + why on an unknown key or a bad value. */

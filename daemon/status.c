@@ -46,6 +46,12 @@ static void add_link(json_object *p, td__link_t *l) {
                          td__json_real(ratio(st.update_dense_recv, st.update_wire_recv)));
 }
 
+/* What this node tells that peer to dial (null: no link, or refused). */
+static void add_advertised(td__node_t *n, json_object *p, td__link_t *l) {
+  const char *ep = l != NULL ? td__link_advertised(n->net, l) : NULL;
+  json_object_object_add(p, "advertised", ep ? json_object_new_string(ep) : NULL);
+}
+
 json_object *td__status_peers(td__node_t *n) {
   json_object *arr = json_object_new_array();
   double now = td_clock_mono_s();
@@ -60,6 +66,7 @@ json_object *td__status_peers(td__node_t *n) {
     json_object_object_add(p, "last_heard_s", json_object_new_double(now - m->last_heard));
     json_object_object_add(p, "round", count(m->round));
     json_object_object_add(p, "capacity", td__json_real(positive(m->capacity)));
+    add_advertised(n, p, td__link_find(n->net, m->node_id));
     add_link(p, td__link_find(n->net, m->node_id));
     json_object_array_add(arr, p);
   }
@@ -148,6 +155,8 @@ json_object *td__status_json(td__node_t *n) {
   json_object *o = json_object_new_object();
   json_object_object_add(o, "node_id", td__json_id(n->node_id));
   json_object_object_add(o, "endpoint", json_object_new_string(td__transport_endpoint(n->net)));
+  json_object_object_add(o, "listen",
+                         json_object_new_string(td__transport_listen_endpoint(n->net)));
   /* absolute, so that trainctl --socket S runs finds the ledger from any directory */
   char data_dir[PATH_MAX];
   json_object_object_add(o, "data_dir", json_object_new_string(realpath(n->data_dir, data_dir)

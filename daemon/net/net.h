@@ -142,7 +142,21 @@ void td__transport_set_members(td__transport_t *t, td_members_t *members);
 uint64_t td__transport_run_bytes_sent(const td__transport_t *t);
 void td__transport_stop(td__transport_t *t); /* close its handles (shutdown) */
 void td__transport_close(td__transport_t **self_p); /* after the loop ended */
+/* The endpoint this node advertises by default (--advertise, the listen
+ * address, or with a wildcard one its first non-loopback interface). */
 const char *td__transport_endpoint(const td__transport_t *t);
+/* The endpoint the peer socket is bound to (may be a wildcard). */
+const char *td__transport_listen_endpoint(const td__transport_t *t);
+/* Advertise `advertise` (checked by td_advertise_check) to every peer. */
+void td__transport_set_advertise(td__transport_t *t, const char *advertise);
+/* The endpoint this node advertises to the peer at peer_endpoint, into out.
+ * TD_ECONFIG + a one-line why (set --advertise) when that would be a loopback
+ * address and the peer is not on loopback. */
+int td__transport_advertise_to(const td__transport_t *t, const char *peer_endpoint, char *out,
+                               size_t cap, char *why, size_t why_len);
+/* The same for a link, chosen once per peer address (logged when it differs
+ * from the default); NULL when refused (logged once as a warning). */
+const char *td__link_advertised(td__transport_t *t, td__link_t *l);
 void td__transport_tick(td__transport_t *t);
 /* Drop every queued update and bulk frame (a new run starts). */
 void td__transport_drop_run_traffic(td__transport_t *t);

@@ -42,6 +42,7 @@
 #include "common/error.h"
 #include "daemon/base/clock.h"
 #include "daemon/base/log.h"
+#include "daemon/net/advertise.h"
 #include "scheduler/budget.h"
 #include "scheduler/pathrtt.h"
 
@@ -71,6 +72,8 @@ struct td__link {
   double goodput_bps, ack_s, budget;
   pending_update_t pending[2]; /* updates awaiting their ack, by round % 2 */
   td_pathrtt_t path;           /* path RTT from heartbeat echoes */
+  char advertised[TD_ENDPOINT_MAX]; /* what we tell this peer to dial; "" = not chosen yet */
+  bool advertise_refused;           /* only loopback to offer a peer off loopback */
   uint64_t echo_us;            /* the peer's last heartbeat stamp (0: none yet) */
   double echo_heard_at;        /* when it came, mono seconds */
 };
@@ -95,12 +98,50 @@ struct td__transport {
   size_t pump_turn; /* the link the pump timer serves first */
   bool stopped;
   uint64_t seq;
-  char endpoint[TD_ENDPOINT_MAX];
+  char endpoint[TD_ENDPOINT_MAX];        /* advertised by default (status, endpoint file) */
+  char listen_endpoint[TD_ENDPOINT_MAX]; /* what the router is bound to */
+  bool advertise_by_route; /* wildcard bound, no --advertise: per peer, by route */
   td__link_t links[MAX_LINKS];
   size_t n_links;
 };
 
 const char *td__transport_endpoint(const td__transport_t *t) { return t->endpoint; }
+const char *td__transport_listen_endpoint(const td__transport_t *t) { return t->listen_endpoint; }
+
+void td__transport_set_advertise(td__transport_t *t, const char *advertise) {
+  snprintf(t->endpoint, sizeof t->endpoint, "%s", advertise);
+  t->advertise_by_route = false;
+}
+
+int td__transport_advertise_to(const td__transport_t *t, const char *peer_endpoint, char *out,
+                               size_t cap, char *why, size_t why_len) {
+  char host[TD_ENDPOINT_MAX], port[16];
+  if (!t->advertise_by_route ||
+      !td_advertise_split(t->listen_endpoint, host, sizeof host, port, sizeof port) ||
+      td_advertise_route(peer_endpoint, port, out, cap) != 0)
+    snprintf(out, cap, "%s", t->endpoint); /* fixed, or no route: the default */
+  if (td_advertise_is_loopback(out) && !td_advertise_is_loopback(peer_endpoint))
+    return td_why(why, why_len, TD_ECONFIG,
+                  "this node would advertise %s to the peer at %s, which cannot reach this "
+                  "machine's loopback: start traind with --advertise tcp://HOST:PORT (an "
+                  "address of this machine that peer can dial) or --listen on such an address",
+                  out, peer_endpoint);
+  return 0;
+}
+
+const char *td__link_advertised(td__transport_t *t, td__link_t *l) {
+  if (l->advertised[0] == '\0' && !l->advertise_refused) {
+    char why[512];
+    if (td__transport_advertise_to(t, l->endpoint, l->advertised, sizeof l->advertised, why,
+                                   sizeof why) != 0) {
+      l->advertise_refused = true;
+      td_log_warn("not greeting %s: %s", l->endpoint, why);
+    } else if (strcmp(l->advertised, t->endpoint) != 0) {
+      td_log_info("advertising %s to the peer at %s", l->advertised, l->endpoint);
+    }
+  }
+  return l->advertise_refused ? NULL : l->advertised;
+}
 size_t td__transport_count(const td__transport_t *t) { return t->n_links; }
 td__link_t *td__transport_at(td__transport_t *t, size_t i) { return &t->links[i]; }
 uint64_t td__link_peer(const td__link_t *l) { return l->peer; }
@@ -168,6 +209,8 @@ td__link_t *td__link_ensure(td__transport_t *t, uint64_t peer, const char *endpo
       zmq_disconnect(l->sock, l->endpoint);
       zmq_disconnect(l->ctl_sock, l->endpoint);
       snprintf(l->endpoint, sizeof l->endpoint, "%s", endpoint);
+      l->advertised[0] = '\0'; /* another address may route to it */
+      l->advertise_refused = false;
       zmq_connect(l->sock, l->endpoint);
       zmq_connect(l->ctl_sock, l->endpoint);
     }
@@ -563,6 +606,21 @@ void td__transport_tick(td__transport_t *t) {
 
 /* ---- start-up and shutdown ----------------------------------------------------------- */
 
+/* The endpoint shown before any peer is known (status, the endpoint file,
+ * the log). A wildcard address is no use to peers: each link then gets the
+ * address that routes to its peer (td__link_advertised), and this default is
+ * the first non-loopback interface, or loopback on a machine without one. */
+static void choose_default_advertised(td__transport_t *t) {
+  snprintf(t->listen_endpoint, sizeof t->listen_endpoint, "%s", t->endpoint);
+  char host[TD_ENDPOINT_MAX], port[16];
+  if (!td_advertise_is_wildcard(t->endpoint) ||
+      !td_advertise_split(t->endpoint, host, sizeof host, port, sizeof port))
+    return;
+  t->advertise_by_route = true;
+  if (td_advertise_first_interface(port, t->endpoint, sizeof t->endpoint) != 0)
+    snprintf(t->endpoint, sizeof t->endpoint, "tcp://127.0.0.1:%s", port);
+}
+
 /* tcp://HOST:0 binds an ephemeral port; the real endpoint is read back. */
 static int bind_router(td__transport_t *t, const char *listen, char *why, size_t why_len) {
   char ep[TD_ENDPOINT_MAX];
@@ -599,12 +657,7 @@ static int bind_router(td__transport_t *t, const char *listen, char *why, size_t
                   zmq_strerror(zmq_errno()));
   size_t sz = sizeof t->endpoint;
   zmq_getsockopt(t->router, ZMQ_LAST_ENDPOINT, t->endpoint, &sz);
-  /* a wildcard address is no use to peers: advertise loopback instead */
-  if (strncmp(t->endpoint, "tcp://0.0.0.0:", 14) == 0) {
-    char port[16];
-    snprintf(port, sizeof port, "%s", t->endpoint + 14);
-    snprintf(t->endpoint, sizeof t->endpoint, "tcp://127.0.0.1:%s", port);
-  }
+  choose_default_advertised(t);
   if (zmq_socket_monitor(t->router, MONITOR_ENDPOINT,
                          ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
                              ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
