@@ -19,9 +19,7 @@
  * On one thread the rate per second of CPU time is printed too: it does
  * not count the time the scheduler gave to other processes, so on a loaded
  * machine it is the better estimate of what a quiet one does.
- * The PyTorch 1.13 CPU reference on this kind of machine: cnn 790-930
- * samples/s (1 thread, batch 64, SGD with momentum), gpt:4-128-4-128
- * 6,100-7,700 tokens/s (1 thread, batch 16x128, AdamW), as run here. */
+ * Its figures, and PyTorch's on the same models for scale: bench/RESULTS.md. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>

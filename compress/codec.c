@@ -212,7 +212,8 @@ size_t td_codec_message_size(const td_codec_spec_t *spec, const td_layout_t *lay
   return total;
 }
 
-/* The ladder of ALGORITHMS.md 6.2 less ternary (codec.h says why): dense
+/* The ladder of docs/algorithms.md#per-link-budgets-codec-auto (no ternary:
+ * codec.h says why): dense
  * fp32, fp16, then top-k with the largest density that fits (binary search:
  * the size is monotone in k), never below 0.01 % so every round makes
  * progress. */

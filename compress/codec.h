@@ -4,12 +4,11 @@
  * A message carries one record per tensor of the model's layout:
  *   u32 tensor_id | u8 codec | u8 codec_version | u16 flags | u32 numel |
  *   u32 payload_bytes | payload            (little-endian, 16-byte header)
- * 1-D tensors and tensors under TD_CODEC_MIN_NUMEL elements travel dense, as
- * in ALGORITHMS.md section 0: fp32 under none, fp16 under every lossy codec
- * (under an error-feedback codec their rounding error stays in the link's
- * residual). A gpt's biases and norm gains are 7k floats, 28 kB a message in
- * fp32: with topk:0.005 that was half of every message, and on the 2 Mbit/s
- * links of `make bench-wan` rounds waited 0.17 s for it (0.02 s in fp16).
+ * 1-D tensors and tensors under TD_CODEC_MIN_NUMEL elements travel dense
+ * (docs/algorithms.md#conventions-shared-by-the-codecs): fp32 under none,
+ * fp16 under every lossy codec, since in fp32 a gpt's biases and norm gains
+ * were half of a sparse top-k message (bench/RESULTS.md); under an
+ * error-feedback codec their rounding error stays in the link's residual.
  * Error-feedback residuals belong to the link (td_link_codec_t, one per peer),
  * not to the codec, so every link can carry its own codec later. The decoder
  * checks every size against the layout and the codec's bound before touching
@@ -92,20 +91,15 @@ void td_link_codec_decay_residual(td_link_codec_t *lc, float keep);
 int td_link_codec_set_spec(td_link_codec_t *lc, const td_codec_spec_t *spec);
 /* Upper bound of the message a spec produces for this layout (exact for
  * none and fp16; ternary adds at most its per-tensor scale; top-k counts 5
- * bytes for every index where the varint gaps take about 2 at 0.1-2 %, 9
- * bytes an entry against about 6, so codec = auto's top-k uses about 2/3 of
- * its budget: a bound tight to the real gaps, measured side by side on
- * `make bench-wan`'s cnn, sent 2-5x the bytes from the fast nodes and made
- * rounds wait longer, no sooner to 0.90). */
+ * bytes for every index, loose on purpose: codec = auto's top-k then uses
+ * about 2/3 of its budget, which measured better than a tight bound,
+ * bench/RESULTS.md). */
 size_t td_codec_message_size(const td_codec_spec_t *spec, const td_layout_t *layout);
 /* codec = auto: the least lossy spec whose message fits budget_bytes, from
  * none, fp16 and top-k (largest density >= 0.0001 that fits). Not ternary:
  * it keeps no residual, so its noise (about the update's own energy) stays
- * in every receiver's model for good and piles up round after round; on
- * `make bench-wan`'s gpt the fast nodes, ternary between them, ended their
- * cosine schedule with the training loss rising from 2.30 to 2.50 while
- * the slow nodes (top-k) went on falling, and top-k in its place reached
- * 3.30 bits per byte in 151 s where ternary had not by the end (215 s). */
+ * in every receiver's model for good and piles up round after round (the
+ * gpt's measurement: bench/RESULTS.md). */
 void td_codec_fit_budget(const td_layout_t *layout, double budget_bytes, td_codec_spec_t *out);
 
 /* Decode a message into out (td_layout_numel floats, overwritten); every tensor

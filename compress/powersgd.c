@@ -1,5 +1,5 @@
 /* powersgd.c: low-rank compression, the sender-side (P, Q) form for
- * decentralized exchange (ALGORITHMS.md section 3.1 A).
+ * decentralized exchange (docs/algorithms.md#powersgd-sender-side).
  *
  * For an n x m tensor M and rank r = min(n, m, RANK): P = orth(M Q) with the
  * link's warm-started Q (seeded Gaussian the first time), then Q = Mᵀ P; the

@@ -1,4 +1,4 @@
-/* qsgd.c: QSGD (Alistarh et al. 2017; ALGORITHMS.md section 4).
+/* qsgd.c: QSGD (Alistarh et al. 2017; docs/algorithms.md#qsgd).
  *
  * Buckets of 512 elements, nu = ||v||_2 per bucket; each element becomes
  * sign(v) * level / s * nu with level = floor(s |v| / nu) + Bernoulli(frac),

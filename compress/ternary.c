@@ -1,4 +1,4 @@
-/* ternary.c: TernGrad (Wen et al. 2017; ALGORITHMS.md section 1).
+/* ternary.c: TernGrad (Wen et al. 2017; docs/algorithms.md#ternary-terngrad).
  *
  * s = min(c * sigma, max|g|) (max|g| when c * sigma is 0), g clipped to [-s, s],
  * each element sent as s * sign(g) with probability |g| / s and 0 otherwise,

@@ -1,4 +1,4 @@
-/* topk.c: top-k sparsification with error feedback (ALGORITHMS.md section 2).
+/* topk.c: top-k sparsification with error feedback (docs/algorithms.md#top-k-with-error-feedback).
  *
  * k = max(1, floor(density * numel)) entries of largest magnitude are sent,
  * exactly: a 1% sample bounds the threshold from below, one pass collects the

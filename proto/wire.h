@@ -18,7 +18,7 @@
 #define TD_WIRE_VERSION 5
 /* Largest envelope accepted on a peer socket. */
 #define TD_WIRE_MAX_MESSAGE (1u << 20)
-/* Largest payload in one UpdateChunk / SnapshotChunk (DESIGN.md section 4). */
+/* Largest payload in one UpdateChunk / SnapshotChunk (docs/design.md#links-and-channels). */
 #define TD_WIRE_MAX_CHUNK TD_CHUNK_BYTES
 /* Largest whole update or snapshot, and chunks per transfer. */
 #define TD_WIRE_MAX_TRANSFER (1ull << 32)

@@ -2,7 +2,7 @@
  *
  * A round's updates (the local one and every peer's) are flat fp32 deltas
  * with a sample weight. The run key `aggregate` picks how they are combined
- * (ALGORITHMS.md section 12):
+ * (docs/algorithms.md#aggregation):
  *   mean        sample-weighted mean (the default);
  *   clip:C      every update longer than C x the round's median norm is
  *               scaled down to that length, then the weighted mean;

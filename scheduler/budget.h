@@ -1,4 +1,5 @@
-/* budget.h: the per-link byte budget of codec = auto (ALGORITHMS.md 6.2).
+/* budget.h: the per-link byte budget of codec = auto
+ * (docs/algorithms.md#per-link-budgets-codec-auto).
  *
  * Pure arithmetic on a link's measurements: the goodput estimate (bytes/s)
  * that update acknowledgements feed, and the bytes an update may take so that

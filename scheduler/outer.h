@@ -1,13 +1,13 @@
 /* outer.h: the outer optimizer applied to the averaged round update.
  *
  * After a round the peers' deltas (params - anchor) are averaged into `avg`;
- * the pseudo-gradient is its negation, D = -avg (DiLoCo, ALGORITHMS.md
- * section 5). The outer step follows PyTorch's SGD convention:
+ * the pseudo-gradient is its negation, D = -avg (DiLoCo;
+ * docs/algorithms.md#local-sgd-and-the-outer-optimizer). The outer step follows PyTorch's SGD convention:
  *   b <- mu * b + D ;  b <- clamp(b, -clip, clip) when clip > 0
  *   d <- nesterov ? D + mu * b : b ;  anchor <- anchor - lr * d
  * With lr = 1 and mu = 0 the step is exactly avg (plain periodic averaging).
- * The clamp is element-wise and in place (CO2's outer momentum clipping;
- * ALGORITHMS.md notes the reference code drops the result). Pure arithmetic:
+ * The clamp is element-wise and in place (CO2's outer momentum clipping,
+ * whose reference code drops the clamp's result). Pure arithmetic:
  * every peer applies the same step to the same average. */
 #ifndef TD_OUTER_H
 #define TD_OUTER_H

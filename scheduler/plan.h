@@ -1,5 +1,7 @@
 /* plan.h: the scheduler's pure rules — weighted dynamic batching, staleness
- * weights and the quadratic synchronization rule (ALGORITHMS.md sections 5-7).
+ * weights and the quadratic synchronization rule (docs/algorithms.md:
+ * #weighted-dynamic-batching, #sync-overlap-and-async and
+ * #rounds-and-the-quadratic-synchronization-rule).
  *
  * Every function here is deterministic arithmetic on values all peers share,
  * so each node computes the same plan without negotiating. Nothing here

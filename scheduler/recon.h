@@ -7,7 +7,8 @@
  * init, in fp16 to every member; every node averages the same decoded
  * messages, its own included as decoded, and moves its anchor by mean - D_own.
  * Every node then holds the same consensus for that round plus only the
- * progress made since (the averaging it corrects is ALGORITHMS.md section 5).
+ * progress made since (the averaging it corrects:
+ * docs/algorithms.md#local-sgd-and-the-outer-optimizer).
  *
  * The mean is bit-identical on every node whatever the order the messages
  * arrive in: fp16 values are integer multiples of 2^-24 below 2^16, so their

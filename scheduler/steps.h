@@ -1,6 +1,7 @@
 /* steps.h: how long a run is: its total local steps, its number of rounds and
  * the local steps of each round (fixed H, or the quadratic synchronization
- * rule of ALGORITHMS.md section 7), and each node's share of the global batch.
+ * rule, docs/algorithms.md#rounds-and-the-quadratic-synchronization-rule),
+ * and each node's share of the global batch.
  *
  * Pure arithmetic on the run spec's numbers and the learning-rate schedule, so
  * every node computes the same plan without negotiating. The daemon's compute

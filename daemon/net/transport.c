@@ -9,7 +9,7 @@
  * paced out by its window; the receiver acks every chunk. ZMQ_FD is
  * edge-triggered, so every wake-up drains the socket while ZMQ_EVENTS reports
  * input, and the heartbeat drains it once more as a safety net. Each link
- * also measures its goodput from update acknowledgements (ALGORITHMS.md 6.2)
+ * also measures its goodput from update acknowledgements (docs/algorithms.md#per-link-budgets-codec-auto)
  * for the codec budgets (scheduler/budget.h), and its path round-trip time
  * from heartbeat echoes (scheduler/pathrtt.h; each heartbeat carries the
  * sender's clock and echoes the peer's last stamp with how long it was held).

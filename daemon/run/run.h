@@ -7,7 +7,7 @@
  * and runs rounds of H local SGD steps (H from `local_steps`, or the QSR).
  * After round r it writes its delta (the round's local progress) into slot
  * r % 2, posts TD_RUN_ROUND_DONE to the loop thread (a queue + uv_async_send),
- * and then, by mode (ALGORITHMS.md section 5):
+ * and then, by mode (docs/algorithms.md#sync-overlap-and-async):
  *   sync:    waits until the loop releases r, applies the outer step on the
  *            round average and continues from the new anchor;
  *   overlap: continues at once; at the end of round r + 1 it waits for r's

@@ -2,8 +2,8 @@
  *
  * Evaluating the test set takes as long as hundreds of training steps (the
  * cnn's 10,000 test images: about 2 s of a core), and the compute thread used
- * to stop training for it every eval_every rounds; on a WAN run that was ~40 %
- * of every node's wall time. Here a second thread evaluates a copy of the
+ * to stop training for it every eval_every rounds, a large share of a WAN
+ * run's wall time (bench/RESULTS.md). Here a second thread evaluates a copy of the
  * model on its own replica (its own CPU backend and trainer: nothing of the
  * training model, its buffers or its thread pool is shared) while training
  * goes on. One evaluation at a time: a submission while the last one still

@@ -23,10 +23,8 @@
 /* overlap: wait for round r's average and measure its exchange (post to
  * average); without fill, choose whether the next round waits for its own.
  * The first exchanges also hold the members' start-up skew (the RunStart's
- * trip, loading the data): a node that started first may wait in a round or
- * two after them, which on the WAN bench's MLP measured no worse (seed 11:
- * -0.27 / -0.49 / -0.35 point against -0.54 / -0.34 / -0.52 when the first
- * two exchanges were left out). */
+ * trip, loading the data), so a node that started first may wait in a round
+ * or two after them; leaving them out measured no better (bench/RESULTS.md). */
 static td__run_flow_t wait_exchange(td__compute_t *c, uint64_t r) {
   td__run_flow_t f = td__compute_wait_release(c, r);
   if (f == TD__RUN_GO_ON && c->run->spec.overlap_fill == 0)

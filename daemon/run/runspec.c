@@ -675,7 +675,13 @@ size_t td_runspec_format(const td_runspec_t *rs, char *buf, size_t len) {
 }
 
 void td_runspec_print_help(FILE *out) {
-  for (size_t i = 0; i < N_KEYS; i++)
-    fprintf(out, "  %-16s %-20s %s\n", td__run_keys[i].name, td__run_keys[i].default_value,
-            td__run_keys[i].help);
+  for (size_t i = 0; i < N_KEYS; i++) {
+    const run_key_t *k = &td__run_keys[i];
+    fprintf(out, "  %-16s %-20s %s", k->name, k->default_value, k->help);
+    if (k->type == KEY_UINT) /* the ranges parse_value enforces, as its errors print them */
+      fprintf(out, " (range %.0f to %.0f)", k->min, k->max);
+    else if (k->type == KEY_DOUBLE)
+      fprintf(out, " (range %g to %g)", k->min, k->max);
+    fputc('\n', out);
+  }
 }

@@ -1,4 +1,4 @@
-/* runspec.h: the run specification (DESIGN.md section 3) and its one key table.
+/* runspec.h: the run specification (docs/design.md#a-run) and its one key table.
  *
  * A run is described by `key = value` pairs that come from an INI file (read
  * with inih; keys may sit at top level or in a [run] section) and from
@@ -138,7 +138,8 @@ int td_runspec_check_checkpoints(const td_runspec_t *rs, uint64_t rounds, uint64
 /* How the run combines a round's updates: `aggregate` and `norm_bound` with
  * auto resolved (scheduler/aggregate.h). */
 void td_runspec_agg(const td_runspec_t *rs, td_agg_spec_t *out);
-/* One line per key: name, default, meaning. */
+/* One line per key: name, default, meaning, and for numeric keys "(range MIN to MAX)";
+ * man/traind-run.5 documents the same (tests/integration/runkeys_doc.sh). */
 void td_runspec_print_help(FILE *out);
 
 #endif

@@ -251,16 +251,9 @@ static void fit_link_codec(td__session_t *s, td__link_t *l, td_link_codec_t *lc,
 /* ef_decay: what an error-feedback link holds back was computed at the
  * learning rate of the rounds that made it; it goes out at today's. Scaling
  * it by lr_now / lr_then whenever the rate falls keeps it in proportion to
- * what a step is worth now, as a residual kept in gradient units does (the
- * convention of DGC and of PyTorch's PowerSGD hook, where the optimizer
- * applies the compressed gradient at the current rate), and at the end of a
- * schedule nothing old is applied. Under AdamW every coordinate moves about
- * lr a step whatever its gradient, so a sparse top-k's residual fills with
- * coordinates moved by noise: on `make bench-wan`'s gpt (topk:0.005) their
- * flush made the last ~20 rounds lose ground (3.21 -> 3.26 bits per byte),
- * decayed it ends at 3.17, falling to the end. SGD's steps scale with the
- * gradient, so what it holds back is mostly signal: on the cnn (top-k
- * 0.05-1.2 %) decaying it ended 0.1-0.5 point lower in 4 of 4 pairs. */
+ * what a step is worth now, so at the end of a schedule nothing old is
+ * applied. Why only under AdamW by default:
+ * docs/algorithms.md#error-feedback-and-ef_decay; measured: bench/RESULTS.md. */
 static void decay_residual(td__outbox_t *o, size_t mi, td_link_codec_t *lc, double lr) {
   if (!td_runspec_ef_decays(&o->s->spec))
     return;

@@ -14,7 +14,7 @@
  * arrival order), then the loop counts what the rule refused per member
  * (a member refused TD__SUSPECT_ROUNDS rounds in a row is logged, recorded
  * as a member_suspect event and shown by status), writes the round's ledger
- * row, revises the batch plan (weighted dynamic batching, ALGORITHMS.md 6.1)
+ * row, revises the batch plan (docs/algorithms.md#weighted-dynamic-batching)
  * and releases the compute thread. So a large update never stalls
  * heartbeats. Each job holds a reference on the session and touches only
  * what it was handed, so results do not depend on which thread ran it. */

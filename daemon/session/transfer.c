@@ -7,7 +7,7 @@
  * asks again from the offset it holds (SnapshotRequest). One incoming
  * transfer at a time.
  *
- * Knowledge transfer (ALGORITHMS.md 6.3): every `transfer` rounds each node
+ * Knowledge transfer (docs/algorithms.md#knowledge-transfer): every `transfer` rounds each node
  * scores its local model on the same validation rows and floods (round,
  * loss) in an EvalReport. A node whose loss exceeds the best recent report by
  * more than transfer_margin fetches that node's model and the compute thread

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cluster_modes.sh: the scheduler's modes on 3 real nodes (ALGORITHMS.md 5).
+# cluster_modes.sh: the scheduler's modes on 3 real nodes (docs/algorithms.md#sync-overlap-and-async).
 #  - overlap: compute never waits a round; every node ends on the same
 #    consensus model (equal test accuracy) that learns as well as sync, and the
 #    ledger records one row per round;
