@@ -259,6 +259,8 @@ void td_link_codec_close(td_link_codec_t **self_p) {
 
 const float *td_link_codec_residual(const td_link_codec_t *lc) { return lc->residual; }
 
+size_t td_link_codec_numel(const td_link_codec_t *lc) { return td_layout_numel(lc->layout); }
+
 int td_link_codec_set_spec(td_link_codec_t *lc, const td_codec_spec_t *spec) {
   if (codec_by_id(spec->id) == NULL)
     return TD_EINVAL;

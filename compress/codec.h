@@ -86,6 +86,8 @@ void td_link_codec_close(td_link_codec_t **self_p);
  * untouched. *msg is borrowed: valid until the next encode or close. */
 int td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t **msg,
                          size_t *len);
+/* How many floats an encode reads from delta (td_layout_numel of its layout). */
+size_t td_link_codec_numel(const td_link_codec_t *lc);
 /* The residual buffer (td_layout_numel floats; zeros for unbiased codecs). */
 const float *td_link_codec_residual(const td_link_codec_t *lc);
 const td_codec_spec_t *td_link_codec_spec(const td_link_codec_t *lc);
