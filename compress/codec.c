@@ -1,5 +1,7 @@
-/* codec.c: the codec registry, spec parsing, message framing, per-link
- * encoders with error feedback, and the message decoder. */
+/* codec.c: the codec registry (TD_CODECS plus td__codec_register's), the
+ * NAME[:ARG] text of a spec handed to the named codec's own parse and format,
+ * message framing, per-link encoders with error feedback, and the message
+ * decoder. Nothing here knows a codec's parameters. */
 #include "compress/codec.h"
 
 #include <errno.h>
