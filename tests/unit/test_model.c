@@ -438,6 +438,41 @@ START_TEST(a_step_runs_exactly_the_counted_gemms_and_allocates_nothing) {
 }
 END_TEST
 
+/* The convolutions' GEMMs too (im2col columns, channel-major output, both
+ * backward products): the list a bench replays is what a cnn step makes. */
+START_TEST(a_cnn_step_makes_exactly_the_listed_gemms) {
+  td_backend_iface_t iface = td__backend_cpu;
+  iface.gemm = counting_gemm;
+  td_backend_t be = {.iface = &iface, .context = NULL, .threads = 1};
+  td_model_t *m = open_model(&be, "cnn", 4);
+  td_model_init(m, 1);
+  int dim = td_model_input_dim(m);
+  float *x = alloc_floats((size_t)4 * (size_t)dim);
+  int32_t y[4] = {0, 1, 2, 3};
+  td_rng_t rng;
+  td_rng_seed(&rng, 3);
+  fill_normal(x, (size_t)4 * (size_t)dim, &rng);
+  memset(&calls, 0, sizeof calls);
+  double loss;
+  ck_assert_int_eq(td_model_train_batch(m, x, y, 4, &loss, NULL), 0);
+  td_model_gemm_t list[16];
+  size_t count = td_model_train_gemms(m, 4, list, 16);
+  ck_assert_uint_eq(count, (size_t)calls.gemms);
+  ck_assert_uint_le(count, 16);
+  for (size_t i = 0; i < count; i++) {
+    const td_model_gemm_t *g = &list[i], *c = &calls.seen[i];
+    ck_assert_msg(g->trans_a == c->trans_a && g->trans_b == c->trans_b && g->m == c->m &&
+                      g->n == c->n && g->k == c->k && g->lda == c->lda && g->ldb == c->ldb &&
+                      g->ldc == c->ldc && g->repeat == 1,
+                  "GEMM %zu: listed %dx%dx%d, made %dx%dx%d", i, g->m, g->n, g->k, c->m, c->n,
+                  c->k);
+  }
+  ck_assert_double_eq(td_model_train_gemm_flops(m, 4), calls.flops);
+  free(x);
+  td_model_close(&m);
+}
+END_TEST
+
 /* ---- refusing bad input -------------------------------------------------- */
 
 START_TEST(bad_model_specs_are_config_errors_with_a_reason) {
@@ -587,6 +622,7 @@ int main(void) {
   tcase_add_test(model, same_seed_same_bits_after_training);
   tcase_add_test(model, init_is_he_normal_then_xavier_uniform_with_zero_biases);
   tcase_add_test(model, a_step_runs_exactly_the_counted_gemms_and_allocates_nothing);
+  tcase_add_test(model, a_cnn_step_makes_exactly_the_listed_gemms);
   tcase_add_test(model, bad_model_specs_are_config_errors_with_a_reason);
   tcase_add_test(model, bad_batches_are_errors_and_the_model_recovers);
   tcase_add_test(model, a_small_mlp_learns_a_separable_set);
