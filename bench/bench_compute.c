@@ -52,6 +52,91 @@ static long rss_kb(void) {
   return resident * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
+/* ---- the sgemm reference: a train step's GEMMs, replayed here ---- */
+
+/* Exactly the GEMM calls of one train step (td_model_train_gemms: shapes,
+ * transposes, leading dimensions) on operands of their own: calls made once
+ * go through the backend, which splits them over its threads as the model's
+ * do; runs of calls repeated per (image, head) are split over the pairs, as
+ * the attention kernel splits them. The operands hold zeros (BLAS speed does
+ * not depend on values) and are shared by all calls, each repeat on its own
+ * slice. */
+typedef struct {
+  td_backend_t *be;
+  td_model_gemm_t *list;
+  size_t count;
+  float *a, *b, *c;
+  size_t a_floats, b_floats, c_floats; /* one repeat's slice */
+} gemm_replay_t;
+
+static size_t rows_a(const td_model_gemm_t *g) { return (size_t)(g->trans_a ? g->k : g->m); }
+static size_t rows_b(const td_model_gemm_t *g) { return (size_t)(g->trans_b ? g->n : g->k); }
+
+static int gemm_replay_open(gemm_replay_t *r, td_backend_t *be, const td_model_t *m, int rows) {
+  *r = (gemm_replay_t){.be = be, .count = td_model_train_gemms(m, rows, NULL, 0)};
+  r->list = calloc(r->count, sizeof *r->list);
+  if (r->list == NULL)
+    return TD_ENOMEM;
+  td_model_train_gemms(m, rows, r->list, r->count);
+  size_t most_repeat = 1;
+  for (size_t i = 0; i < r->count; i++) {
+    const td_model_gemm_t *g = &r->list[i];
+    size_t a = rows_a(g) * (size_t)g->lda, b = rows_b(g) * (size_t)g->ldb;
+    size_t c = (size_t)g->m * (size_t)g->ldc;
+    r->a_floats = a > r->a_floats ? a : r->a_floats;
+    r->b_floats = b > r->b_floats ? b : r->b_floats;
+    r->c_floats = c > r->c_floats ? c : r->c_floats;
+    most_repeat = g->repeat > most_repeat ? g->repeat : most_repeat;
+  }
+  r->a = calloc(r->a_floats * most_repeat, sizeof(float));
+  r->b = calloc(r->b_floats * most_repeat, sizeof(float));
+  r->c = calloc(r->c_floats * most_repeat, sizeof(float));
+  return r->a != NULL && r->b != NULL && r->c != NULL ? 0 : TD_ENOMEM;
+}
+
+static void gemm_replay_close(gemm_replay_t *r) {
+  free(r->list);
+  free(r->a);
+  free(r->b);
+  free(r->c);
+  *r = (gemm_replay_t){0};
+}
+
+static void gemm_call(const gemm_replay_t *r, const td_model_gemm_t *g, size_t slice) {
+  td_backend_gemm(r->be, g->trans_a, g->trans_b, g->m, g->n, g->k, 1.0f,
+                  r->a + slice * r->a_floats, g->lda, r->b + slice * r->b_floats, g->ldb, 0.0f,
+                  r->c + slice * r->c_floats, g->ldc);
+}
+
+typedef struct {
+  const gemm_replay_t *r;
+  size_t first, last; /* a run of repeated calls, [first, last) */
+} gemm_run_t;
+
+static void gemm_run_part(void *arg, size_t begin, size_t end, int part) {
+  (void)part;
+  const gemm_run_t *run = arg;
+  for (size_t slice = begin; slice < end; slice++)
+    for (size_t i = run->first; i < run->last; i++)
+      gemm_call(run->r, &run->r->list[i], slice);
+}
+
+static void gemm_replay(const gemm_replay_t *r) {
+  for (size_t i = 0; i < r->count;) {
+    const td_model_gemm_t *g = &r->list[i];
+    if (g->repeat == 1) {
+      gemm_call(r, g, 0);
+      i++;
+      continue;
+    }
+    gemm_run_t run = {.r = r, .first = i, .last = i};
+    while (run.last < r->count && r->list[run.last].repeat == g->repeat)
+      run.last++;
+    td_backend_parallel_for(r->be, g->repeat, gemm_run_part, &run);
+    i = run.last;
+  }
+}
+
 static int bench_batch(td_backend_t *be, int batch) {
   char why[256];
   td_model_t *m = NULL;
@@ -72,6 +157,11 @@ static int bench_batch(td_backend_t *be, int batch) {
   for (int i = 0; i < batch; i++)
     y[i] = (int32_t)td_rng_below(&rng, 10);
 
+  gemm_replay_t replay;
+  if (gemm_replay_open(&replay, be, m, batch) != 0) {
+    fprintf(stderr, "bench: out of memory for the sgemm reference\n");
+    return 1;
+  }
   /* ~0.2 s per block at this batch size */
   int reps = (int)(2e9 / td_model_train_gemm_flops(m, batch)) + 1;
   double best_train = 1e30, best_gemm = 1e30;
@@ -85,7 +175,7 @@ static int bench_batch(td_backend_t *be, int batch) {
     }
     double t1 = now_s();
     for (int r = 0; r < reps; r++)
-      td_model_gemm_only(m, x, batch);
+      gemm_replay(&replay);
     double t2 = now_s();
     if (block > 0) { /* block 0 warms caches and clocks */
       best_train = t1 - t0 < best_train ? t1 - t0 : best_train;
@@ -97,6 +187,7 @@ static int bench_batch(td_backend_t *be, int batch) {
          "efficiency %.3f\n",
          batch, batch * reps / best_train, flops / best_train * 1e-9, flops / best_gemm * 1e-9,
          best_gemm / best_train);
+  gemm_replay_close(&replay);
   free(x);
   free(y);
   td_sgd_close(&sgd);
@@ -190,6 +281,15 @@ static int bench_family_child(const char *spec, int batch, int threads, family_r
   td_model_train(m, &b, NULL, NULL); /* one warm-up step sizes the blocks: ~0.5 s each */
   td_optim_step(opt, td_model_params(m), td_model_grads(m), 1e-4);
   int reps = (int)(0.5 / (now_s() - t0)) + 1;
+  /* a step allocates nothing: training's peak RSS is reached by now, before
+   * the reference's operands exist */
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  gemm_replay_t replay;
+  if (gemm_replay_open(&replay, be, m, batch) != 0) {
+    fprintf(stderr, "bench: out of memory for the sgemm reference\n");
+    return 1;
+  }
   double best_train = 1e30, best_gemm = 1e30, best_cpu = 1e30;
   for (int block = 0; block < 4; block++) {
     double t1 = now_s(), c1 = cpu_s();
@@ -199,7 +299,7 @@ static int bench_family_child(const char *spec, int batch, int threads, family_r
     }
     double t2 = now_s(), c2 = cpu_s();
     for (int r = 0; r < reps; r++)
-      td_model_gemm_only(m, x, batch);
+      gemm_replay(&replay);
     double t3 = now_s();
     if (block > 0) {
       best_train = t2 - t1 < best_train ? t2 - t1 : best_train;
@@ -207,8 +307,7 @@ static int bench_family_child(const char *spec, int batch, int threads, family_r
       best_cpu = c2 - c1 < best_cpu ? c2 - c1 : best_cpu;
     }
   }
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
+  gemm_replay_close(&replay);
   double flops = td_model_train_gemm_flops(m, batch) * reps;
   *res = (family_result_t){
       .samples_per_cpu_s = batch * reps / best_cpu,

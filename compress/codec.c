@@ -1,5 +1,7 @@
-/* codec.c: the codec registry, spec parsing, message framing, per-link
- * encoders with error feedback, and the message decoder. */
+/* codec.c: the codec registry (TD_CODECS plus td__codec_register's), the
+ * NAME[:ARG] text of a spec handed to the named codec's own parse and format,
+ * message framing, per-link encoders with error feedback, and the message
+ * decoder. Nothing here knows a codec's parameters. */
 #include "compress/codec.h"
 
 #include <errno.h>
@@ -13,87 +15,147 @@
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the wire format is little-endian");
 
-static const td_codec_iface_t *const registry[TD_CODEC_COUNT] = {
-    [TD_CODEC_NONE] = &td__codec_none,       [TD_CODEC_FP16] = &td__codec_fp16,
-    [TD_CODEC_TERNARY] = &td__codec_ternary, [TD_CODEC_TOPK] = &td__codec_topk,
-    [TD_CODEC_POWERSGD] = &td__codec_powersgd, [TD_CODEC_QSGD] = &td__codec_qsgd,
-};
+/* The registry: adding a codec means its file and one X(name) here. */
+#define TD_CODECS(X) X(none) X(fp16) X(ternary) X(topk) X(powersgd) X(qsgd)
 
-const char *td_codec_name(unsigned id) { return id < TD_CODEC_COUNT ? registry[id]->name : NULL; }
+#define TD_CODEC_DECLARE(name) extern const td_codec_iface_t td__codec_##name;
+TD_CODECS(TD_CODEC_DECLARE)
+#define TD_CODEC_ENTRY(name) &td__codec_##name,
+static const td_codec_iface_t *const builtin[] = {TD_CODECS(TD_CODEC_ENTRY)};
+#define BUILTIN_COUNT (sizeof builtin / sizeof builtin[0])
+
+enum { EXTRA_MAX = 8 };
+static const td_codec_iface_t *extra[EXTRA_MAX]; /* td__codec_register's */
+static size_t extra_count;
+
+/* The i-th codec of builtin followed by extra; NULL past the end. */
+static const td_codec_iface_t *codec_at(size_t i) {
+  if (i < BUILTIN_COUNT)
+    return builtin[i];
+  return i - BUILTIN_COUNT < extra_count ? extra[i - BUILTIN_COUNT] : NULL;
+}
+
+/* A handful of entries: a scan costs less than one tensor's framing. */
+static const td_codec_iface_t *codec_by_id(unsigned id) {
+  const td_codec_iface_t *c;
+  for (size_t i = 0; (c = codec_at(i)) != NULL; i++)
+    if (c->id == id)
+      return c;
+  return NULL;
+}
+
+static const td_codec_iface_t *codec_by_name(const char *name, size_t name_len) {
+  const td_codec_iface_t *c;
+  for (size_t i = 0; (c = codec_at(i)) != NULL; i++)
+    if (strlen(c->name) == name_len && strncmp(c->name, name, name_len) == 0)
+      return c;
+  return NULL;
+}
+
+const td_codec_iface_t *td__codec_find(unsigned id) { return codec_by_id(id); }
+
+int td__codec_register(const td_codec_iface_t *codec) {
+  if (extra_count == EXTRA_MAX || codec_by_id(codec->id) != NULL ||
+      codec_by_name(codec->name, strlen(codec->name)) != NULL)
+    return TD_EINVAL;
+  extra[extra_count++] = codec;
+  return 0;
+}
+
+const char *td_codec_name(unsigned id) {
+  const td_codec_iface_t *c = codec_by_id(id);
+  return c ? c->name : NULL;
+}
+
+int td__codec_parse_real(const char *codec, const char *param, const char *arg, double lo,
+                         double hi, double *out, char *why, size_t why_len) {
+  if (arg == NULL || *arg == '\0')
+    return td_why(why, why_len, TD_ECONFIG, "codec %s needs a %s in (%g, %g], as %s:%g", codec,
+                  param, lo, hi, codec, hi / 100);
+  char *end;
+  errno = 0;
+  double v = strtod(arg, &end);
+  if (*end != '\0' || errno != 0 || !isfinite(v))
+    return td_why(why, why_len, TD_ECONFIG, "codec %s: %s '%s' is not a number in (%g, %g]",
+                  codec, param, arg, lo, hi);
+  if (!(v > lo && v <= hi))
+    return td_why(why, why_len, TD_ECONFIG, "codec %s: %s %s is out of range (%g, %g]", codec,
+                  param, arg, lo, hi);
+  *out = v;
+  return 0;
+}
+
+int td__codec_parse_uint(const char *codec, const char *param, const char *arg, unsigned lo,
+                         unsigned hi, unsigned *out, char *why, size_t why_len) {
+  if (arg == NULL || *arg == '\0')
+    return td_why(why, why_len, TD_ECONFIG, "codec %s needs a %s in [%u, %u], as %s:%u", codec,
+                  param, lo, hi, codec, lo);
+  char *end;
+  errno = 0;
+  unsigned long v = strtoul(arg, &end, 10);
+  if (*arg < '0' || *arg > '9' || *end != '\0' || errno != 0)
+    return td_why(why, why_len, TD_ECONFIG, "codec %s: %s '%s' is not a whole number in [%u, %u]",
+                  codec, param, arg, lo, hi);
+  if (v < lo || v > hi)
+    return td_why(why, why_len, TD_ECONFIG, "codec %s: %s %s is out of range [%u, %u]", codec,
+                  param, arg, lo, hi);
+  *out = (unsigned)v;
+  return 0;
+}
+
+void td_codec_list(char *buf, size_t len) {
+  const td_codec_iface_t *c;
+  size_t used = 0;
+  if (len > 0)
+    buf[0] = '\0';
+  for (size_t i = 0; (c = codec_at(i)) != NULL && used < len; i++) {
+    int k = snprintf(buf + used, len - used, "%s%s", i ? ", " : "", c->syntax ? c->syntax : c->name);
+    if (k < 0)
+      break;
+    used += (size_t)k;
+  }
+}
+
+bool td_codec_known(const char *text) {
+  const char *colon = strchr(text, ':');
+  return codec_by_name(text, colon ? (size_t)(colon - text) : strlen(text)) != NULL;
+}
 
 int td_codec_parse(td_codec_spec_t *out, const char *text, char *why, size_t why_len) {
   memset(out, 0, sizeof *out);
   out->clip = TD_CODEC_CLIP_SIGMA;
   const char *colon = strchr(text, ':');
-  size_t name_len = colon ? (size_t)(colon - text) : strlen(text);
-  const char *arg = colon ? colon + 1 : NULL;
-  char *end;
-  for (unsigned id = 0; id < TD_CODEC_COUNT; id++) {
-    const char *name = registry[id]->name;
-    if (strlen(name) != name_len || strncmp(text, name, name_len) != 0)
-      continue;
-    out->id = (td_codec_id_t)id;
-    switch (id) {
-    case TD_CODEC_NONE:
-    case TD_CODEC_FP16:
-      if (arg == NULL)
-        return 0;
-      break;
-    case TD_CODEC_TERNARY:
-      if (arg == NULL)
-        return 0;
-      if (strcmp(arg, "base3") == 0) {
-        out->base3 = true;
-        return 0;
-      }
-      break;
-    case TD_CODEC_TOPK:
-      if (arg == NULL || *arg == '\0')
-        break;
-      errno = 0;
-      out->density = strtod(arg, &end);
-      if (*end == '\0' && errno == 0 && out->density > 0 && out->density <= 1)
-        return 0;
-      break;
-    case TD_CODEC_POWERSGD:
-    case TD_CODEC_QSGD: {
-      if (arg == NULL || *arg < '0' || *arg > '9')
-        break;
-      errno = 0;
-      unsigned long v = strtoul(arg, &end, 10);
-      unsigned hi = id == TD_CODEC_POWERSGD ? 256 : 127;
-      if (*end != '\0' || errno != 0 || v < 1 || v > hi)
-        break;
-      if (id == TD_CODEC_POWERSGD)
-        out->rank = (unsigned)v;
-      else
-        out->levels = (unsigned)v;
-      return 0;
-    }
-    }
-    return td_why(why, why_len, TD_ECONFIG,
-                  "bad codec '%s' (none, fp16, ternary[:base3], topk:DENSITY in (0,1], "
-                  "powersgd:RANK in [1,256], qsgd:LEVELS in [1,127])",
-                  text);
+  const td_codec_iface_t *c = codec_by_name(text, colon ? (size_t)(colon - text) : strlen(text));
+  if (c == NULL) {
+    char known[256];
+    td_codec_list(known, sizeof known);
+    return td_why(why, why_len, TD_ECONFIG, "unknown codec '%s' (known: %s)", text, known);
   }
-  return td_why(why, why_len, TD_ECONFIG,
-                "unknown codec '%s' (accepted: none, fp16, ternary[:base3], topk:DENSITY, "
-                "powersgd:RANK, qsgd:LEVELS)",
-                text);
+  out->id = (td_codec_id_t)c->id;
+  const char *arg = colon ? colon + 1 : NULL;
+  if (c->parse != NULL)
+    return c->parse(out, arg, why, why_len);
+  if (arg != NULL)
+    return td_why(why, why_len, TD_ECONFIG, "codec %s takes no parameter: write %s, not %s",
+                  c->name, c->name, text);
+  return 0;
 }
 
 void td_codec_format(const td_codec_spec_t *s, char *buf, size_t len) {
-  switch (s->id) {
-  case TD_CODEC_TERNARY: snprintf(buf, len, "ternary%s", s->base3 ? ":base3" : ""); break;
-  case TD_CODEC_TOPK: snprintf(buf, len, "topk:%g", s->density); break;
-  case TD_CODEC_POWERSGD: snprintf(buf, len, "powersgd:%u", s->rank); break;
-  case TD_CODEC_QSGD: snprintf(buf, len, "qsgd:%u", s->levels); break;
-  default: snprintf(buf, len, "%s", td_codec_name(s->id)); break;
+  const td_codec_iface_t *c = codec_by_id(s->id);
+  char arg[64] = "";
+  if (c == NULL) {
+    snprintf(buf, len, "codec %u", (unsigned)s->id);
+    return;
   }
+  if (c->format != NULL)
+    c->format(s, arg, sizeof arg);
+  snprintf(buf, len, "%s%s%s", c->name, arg[0] ? ":" : "", arg);
 }
 
 bool td_codec_uses_error_feedback(const td_codec_spec_t *spec) {
-  return registry[spec->id]->error_feedback;
+  const td_codec_iface_t *c = codec_by_id(spec->id);
+  return c != NULL && c->error_feedback;
 }
 
 static void matrix_shape(const td_tensor_info_t *t, size_t *n, size_t *m) {
@@ -112,15 +174,15 @@ static td_codec_id_t codec_for(const td_codec_spec_t *spec, const td_tensor_info
 size_t td_codec_message_bound(const td_layout_t *layout) {
   /* the largest payload any codec can declare for each tensor */
   size_t total = 0;
-  td_codec_spec_t worst = {.density = 1, .rank = 256, .levels = 127};
   for (size_t i = 0; i < td_layout_count(layout); i++) {
     const td_tensor_info_t *t = td_layout_tensor(layout, i);
     size_t n, m, b = 0;
     matrix_shape(t, &n, &m);
-    for (unsigned id = 0; id < TD_CODEC_COUNT; id++) {
-      worst.id = (td_codec_id_t)id;
-      size_t c = registry[id]->bound(&worst, n, m);
-      b = c > b ? c : b;
+    const td_codec_iface_t *c;
+    for (size_t k = 0; (c = codec_at(k)) != NULL; k++) {
+      td_codec_spec_t any = {.id = (td_codec_id_t)c->id}; /* zero parameters: any spec */
+      size_t bytes = c->bound(&any, n, m);
+      b = bytes > b ? bytes : b;
     }
     total += TD_CODEC_HEADER_BYTES + b;
   }
@@ -145,7 +207,7 @@ struct td_link_codec {
 int td_link_codec_open(td_link_codec_t **out, const td_codec_spec_t *spec,
                        const td_layout_t *layout, uint64_t seed, uint64_t link_id) {
   *out = NULL;
-  if (spec->id >= TD_CODEC_COUNT)
+  if (codec_by_id(spec->id) == NULL)
     return TD_EINVAL;
   td_link_codec_t *lc = calloc(1, sizeof *lc);
   if (lc == NULL)
@@ -188,8 +250,10 @@ void td_link_codec_close(td_link_codec_t **self_p) {
 
 const float *td_link_codec_residual(const td_link_codec_t *lc) { return lc->residual; }
 
+size_t td_link_codec_numel(const td_link_codec_t *lc) { return td_layout_numel(lc->layout); }
+
 int td_link_codec_set_spec(td_link_codec_t *lc, const td_codec_spec_t *spec) {
-  if (spec->id >= TD_CODEC_COUNT)
+  if (codec_by_id(spec->id) == NULL)
     return TD_EINVAL;
   if (spec->id != lc->spec.id || spec->rank != lc->spec.rank)
     for (size_t i = 0; i < td_layout_count(lc->layout); i++) { /* warm starts no longer fit */
@@ -207,7 +271,7 @@ size_t td_codec_message_size(const td_codec_spec_t *spec, const td_layout_t *lay
     const td_tensor_info_t *ti = td_layout_tensor(layout, t);
     size_t n, m;
     matrix_shape(ti, &n, &m);
-    total += TD_CODEC_HEADER_BYTES + registry[codec_for(spec, ti)]->bound(spec, n, m);
+    total += TD_CODEC_HEADER_BYTES + codec_by_id(codec_for(spec, ti))->bound(spec, n, m);
   }
   return total;
 }
@@ -271,9 +335,10 @@ int td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t 
   size_t numel = td_layout_numel(lc->layout);
   *msg = NULL;
   *len = 0;
-  if (!registry[lc->spec.id]->checks_finite && !all_finite(delta, numel))
+  const td_codec_iface_t *main_codec = codec_by_id(lc->spec.id);
+  if (!main_codec->checks_finite && !all_finite(delta, numel))
     return TD_ENUMERIC;
-  bool ef = registry[lc->spec.id]->error_feedback;
+  bool ef = main_codec->error_feedback;
   /* after a switch away from an EF codec, what it held back goes out now */
   bool carry = !ef && lc->residual_dirty;
   const float *src = delta;
@@ -287,7 +352,7 @@ int td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t 
   for (size_t t = 0; t < td_layout_count(lc->layout); t++) {
     const td_tensor_info_t *ti = td_layout_tensor(lc->layout, t);
     td_codec_id_t id = codec_for(&lc->spec, ti);
-    const td_codec_iface_t *c = registry[id];
+    const td_codec_iface_t *c = id == lc->spec.id ? main_codec : codec_by_id(id);
     size_t n, m, plen = 0;
     matrix_shape(ti, &n, &m);
     uint8_t *hdr = buf + used;
@@ -299,7 +364,7 @@ int td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t 
                        &plen, dec);
     if (rc != 0)
       return rc;
-    if (c != registry[lc->spec.id] && registry[lc->spec.id]->checks_finite &&
+    if (c != main_codec && main_codec->checks_finite &&
         !all_finite(src + ti->offset, ti->numel))
       return TD_ENUMERIC; /* a dense side tensor the main codec did not scan */
     if (ef && !c->residual_in_place) /* what was not sent stays on the link */
@@ -361,25 +426,26 @@ int td_codec_decode_message(const td_layout_t *layout, const uint8_t *msg, size_
                   numel, ti->numel);
       break;
     }
-    if (id >= TD_CODEC_COUNT || version != registry[id]->version) {
+    const td_codec_iface_t *codec = codec_by_id(id);
+    if (codec == NULL || version != codec->version) {
       rc = td_why(why, why_len, TD_EPROTO, "tensor %u: codec %u version %u unknown", tid, id,
                   version);
       break;
     }
     size_t n, m;
     matrix_shape(ti, &n, &m);
-    td_codec_spec_t worst = {.id = (td_codec_id_t)id, .density = 1, .rank = 256, .levels = 127};
-    if (plen > len - pos - TD_CODEC_HEADER_BYTES || plen > registry[id]->bound(&worst, n, m)) {
+    td_codec_spec_t any = {.id = (td_codec_id_t)id}; /* zero parameters: any spec */
+    if (plen > len - pos - TD_CODEC_HEADER_BYTES || plen > codec->bound(&any, n, m)) {
       rc = td_why(why, why_len, TD_EPROTO, "tensor %u: payload of %u bytes does not fit", tid,
                   plen);
       break;
     }
-    if (registry[id]->decode(h + TD_CODEC_HEADER_BYTES, plen, n, m, out + ti->offset) != 0) {
+    if (codec->decode(h + TD_CODEC_HEADER_BYTES, plen, n, m, out + ti->offset) != 0) {
       rc = td_why(why, why_len, TD_EPROTO, "tensor %u: malformed %s payload", tid,
-                  registry[id]->name);
+                  codec->name);
       break;
     }
-    if (!registry[id]->checks_finite && !all_finite(out + ti->offset, ti->numel)) {
+    if (!codec->checks_finite && !all_finite(out + ti->offset, ti->numel)) {
       rc = td_why(why, why_len, TD_EPROTO, "tensor %u: NaN or Inf in the update", tid);
       break;
     }

@@ -25,6 +25,8 @@
 #define TD_CODEC_HEADER_BYTES 16
 #define TD_CODEC_MIN_NUMEL 1024
 
+/* Wire ids of the built-in codecs (each codec's file sets its own; these
+ * names are for the code that picks a codec, like codec = auto). */
 typedef enum {
   TD_CODEC_NONE = 0,
   TD_CODEC_FP16 = 1,
@@ -32,7 +34,6 @@ typedef enum {
   TD_CODEC_TOPK = 3,
   TD_CODEC_POWERSGD = 4,
   TD_CODEC_QSGD = 5,
-  TD_CODEC_COUNT
 } td_codec_id_t;
 
 /* Ternary's default clip, in standard deviations. */
@@ -47,13 +48,19 @@ typedef struct {
   double clip;     /* ternary: clip at clip * sigma (TD_CODEC_CLIP_SIGMA) */
 } td_codec_spec_t;
 
-/* Parse none | fp16 | ternary[:base3] | topk:DENSITY | powersgd:RANK | qsgd:LEVELS.
- * TD_ECONFIG + why for anything else. */
+/* Parse NAME[:ARG] by the named codec's own parser: none | fp16 |
+ * ternary[:base3] | topk:DENSITY | powersgd:RANK | qsgd:LEVELS. TD_ECONFIG +
+ * a one-line why (an unknown name lists the known ones; a bad parameter is
+ * named with its range, "codec topk: density 2 is out of range (0, 1]"). */
 int td_codec_parse(td_codec_spec_t *out, const char *text, char *why, size_t why_len);
 /* Canonical text of a spec ("topk:0.01"). */
 void td_codec_format(const td_codec_spec_t *spec, char *buf, size_t len);
 /* "none", "fp16", ... or NULL for an unknown id. */
 const char *td_codec_name(unsigned id);
+/* Whether text (NAME or NAME:ARG) names a known codec, whatever its ARG. */
+bool td_codec_known(const char *text);
+/* "none, fp16, ternary[:base3], topk:DENSITY, ...": every codec's syntax. */
+void td_codec_list(char *buf, size_t len);
 /* Whether the codec keeps an error-feedback residual (top-k, PowerSGD). */
 bool td_codec_uses_error_feedback(const td_codec_spec_t *spec);
 
@@ -78,6 +85,8 @@ void td_link_codec_close(td_link_codec_t **self_p);
  * untouched. *msg is borrowed: valid until the next encode or close. */
 int td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t **msg,
                          size_t *len);
+/* How many floats an encode reads from delta (td_layout_numel of its layout). */
+size_t td_link_codec_numel(const td_link_codec_t *lc);
 /* The residual buffer (td_layout_numel floats; zeros for unbiased codecs). */
 const float *td_link_codec_residual(const td_link_codec_t *lc);
 const td_codec_spec_t *td_link_codec_spec(const td_link_codec_t *lc);

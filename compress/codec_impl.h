@@ -4,8 +4,14 @@
  * works on it alone. encode writes the payload and, when `decoded` is not
  * NULL, exactly what the receiver will decode (the link uses it for error
  * feedback) — or, for codecs marked residual_in_place, turns `decoded` (then
- * the same buffer as `in`) into the residual directly. decode validates the payload completely and writes numel floats.
- * Adding a codec means one file and one line in the registry in codec.c. */
+ * the same buffer as `in`) into the residual directly. decode validates the
+ * payload completely and writes numel floats. parse and format turn the text
+ * after "name:" into the spec's fields and back, so codec.c knows no codec's
+ * parameters.
+ *
+ * Adding a codec means one file that defines its td_codec_iface_t and one
+ * line in TD_CODECS (codec.c). Its wire id is its own (.id); the built-in ids
+ * are listed in codec.h because the daemon names some of them. */
 #ifndef TD_CODEC_IMPL_H
 #define TD_CODEC_IMPL_H
 
@@ -24,6 +30,9 @@ typedef struct {
 
 typedef struct {
   const char *name;
+  /* how a user writes it, for error messages: "topk:DENSITY" */
+  const char *syntax;
+  uint8_t id; /* on the wire (the record's codec byte); unique */
   uint8_t version;
   bool error_feedback;
   /* encode returns TD_ENUMERIC by itself on NaN/Inf input, and decode never
@@ -33,7 +42,14 @@ typedef struct {
    * holding input + old residual) and leaves there exactly what it did not
    * send, saving a dense decoded buffer and a subtraction pass */
   bool residual_in_place;
-  /* upper bound of the payload for an n x m tensor */
+  /* arg is the text after "name:" (NULL without a colon); fills the codec's
+   * fields of out (id and defaults are set already). TD_ECONFIG + a one-line
+   * why that names the parameter and its range. NULL: takes no parameter. */
+  int (*parse)(td_codec_spec_t *out, const char *arg, char *why, size_t why_len);
+  /* the text after "name:" for this spec ("" for none); NULL: never any */
+  void (*format)(const td_codec_spec_t *spec, char *buf, size_t len);
+  /* upper bound of the payload for an n x m tensor; a spec whose parameter
+   * fields are all zero asks for the bound of any spec of this codec */
   size_t (*bound)(const td_codec_spec_t *spec, size_t n, size_t m);
   int (*encode)(const td_codec_spec_t *spec, td_codec_tensor_state_t *st, td_rng_t *rng,
                 const float *in, size_t n, size_t m, uint8_t *out, size_t cap, size_t *len,
@@ -42,8 +58,23 @@ typedef struct {
   int (*decode)(const uint8_t *in, size_t len, size_t n, size_t m, float *out);
 } td_codec_iface_t;
 
-extern const td_codec_iface_t td__codec_none, td__codec_fp16, td__codec_ternary,
-    td__codec_topk, td__codec_powersgd, td__codec_qsgd;
+/* Adds a codec beside the built-in ones (TD_CODECS), for tests and codecs
+ * kept outside compress/. Call it before any other td_codec_ or
+ * td_link_codec_ call, from one thread; codec is borrowed for good.
+ * TD_EINVAL when its id or name is taken or the table (8 extra) is full. */
+int td__codec_register(const td_codec_iface_t *codec);
+
+/* The codec with this wire id, or NULL. */
+const td_codec_iface_t *td__codec_find(unsigned id);
+
+/* Parameter parsers for parse slots. The why they write reads
+ * "codec NAME: PARAM VALUE is out of range RANGE", and names the parameter
+ * when arg is missing or not a number. A real in (lo, hi]: */
+int td__codec_parse_real(const char *codec, const char *param, const char *arg, double lo,
+                         double hi, double *out, char *why, size_t why_len);
+/* An integer in [lo, hi]: */
+int td__codec_parse_uint(const char *codec, const char *param, const char *arg, unsigned lo,
+                         unsigned hi, unsigned *out, char *why, size_t why_len);
 
 /* Grow st->scratch to at least n floats; NULL on failure. */
 float *td__codec_scratch(td_codec_tensor_state_t *st, size_t n);

@@ -165,6 +165,6 @@ static int fp16_decode(const uint8_t *in, size_t len, size_t n, size_t m, float 
 }
 
 const td_codec_iface_t td__codec_fp16 = {
-    .name = "fp16", .version = 1, .error_feedback = false,
+    .name = "fp16", .syntax = "fp16", .id = TD_CODEC_FP16, .version = 1, .error_feedback = false,
     .bound = fp16_bound, .encode = fp16_encode, .decode = fp16_decode,
 };

@@ -32,6 +32,6 @@ static int none_decode(const uint8_t *in, size_t len, size_t n, size_t m, float 
 }
 
 const td_codec_iface_t td__codec_none = {
-    .name = "none", .version = 1, .error_feedback = false,
+    .name = "none", .syntax = "none", .id = TD_CODEC_NONE, .version = 1, .error_feedback = false,
     .bound = none_bound, .encode = none_encode, .decode = none_decode,
 };

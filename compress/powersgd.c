@@ -11,11 +11,14 @@
  * P (n x r) and Qᵀ (r x m), row-major f32. */
 #include <cblas.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "compress/codec_impl.h"
 #include "compress/powersgd.h"
 #include "common/error.h"
+
+enum { MAX_RANK = 256 };
 
 static unsigned effective_rank(unsigned rank, size_t n, size_t m) {
   size_t r = rank;
@@ -27,7 +30,7 @@ static unsigned effective_rank(unsigned rank, size_t n, size_t m) {
 static bool worth_it(size_t n, size_t m, unsigned r) { return (n + m) * r * 2 < n * m; }
 
 static size_t powersgd_bound(const td_codec_spec_t *s, size_t n, size_t m) {
-  unsigned r = effective_rank(s->rank ? s->rank : 1, n, m);
+  unsigned r = effective_rank(s->rank ? s->rank : MAX_RANK, n, m); /* 0: any rank */
   size_t low = 5 + 4 * (size_t)r * (n + m), dense = 1 + 4 * n * m;
   return low > dense ? low : dense;
 }
@@ -133,7 +136,7 @@ static int powersgd_decode(const uint8_t *in, size_t len, size_t n, size_t m, fl
   if (in[0] != 1 || len < 5)
     return TD_EPROTO;
   uint32_t r = td__get_u32(in + 1);
-  if (r < 1 || r > 256 || r > n || r > m || len != 5 + 4 * (size_t)r * (n + m))
+  if (r < 1 || r > MAX_RANK || r > n || r > m || len != 5 + 4 * (size_t)r * (n + m))
     return TD_EPROTO;
   float *p = malloc(4 * n * r), *qt = malloc(4 * (size_t)r * m);
   if (p == NULL || qt == NULL) {
@@ -152,7 +155,17 @@ static int powersgd_decode(const uint8_t *in, size_t len, size_t n, size_t m, fl
   return 0;
 }
 
+/* powersgd:RANK, RANK in [1, MAX_RANK] */
+static int powersgd_parse(td_codec_spec_t *out, const char *arg, char *why, size_t why_len) {
+  return td__codec_parse_uint("powersgd", "rank", arg, 1, MAX_RANK, &out->rank, why, why_len);
+}
+
+static void powersgd_format(const td_codec_spec_t *spec, char *buf, size_t len) {
+  snprintf(buf, len, "%u", spec->rank);
+}
+
 const td_codec_iface_t td__codec_powersgd = {
-    .name = "powersgd", .version = 1, .error_feedback = true, .residual_in_place = true,
+    .name = "powersgd", .syntax = "powersgd:RANK", .id = TD_CODEC_POWERSGD, .version = 1,
+    .parse = powersgd_parse, .format = powersgd_format, .error_feedback = true, .residual_in_place = true,
     .bound = powersgd_bound, .encode = powersgd_encode, .decode = powersgd_decode,
 };

@@ -5,9 +5,12 @@
  * unbiased. Payload per bucket: f32 nu, then one sign bit and
  * ceil(log2(s + 1)) level bits per element, LSB first, padded to a byte. */
 #include <math.h>
+#include <stdio.h>
 
 #include "compress/codec_impl.h"
 #include "common/error.h"
+
+enum { MAX_LEVELS = 127 }; /* a level and its sign fit in a byte */
 
 #define BUCKET 512
 
@@ -26,7 +29,7 @@ static size_t payload_bytes(size_t count, unsigned s) {
 }
 
 static size_t qsgd_bound(const td_codec_spec_t *spec, size_t n, size_t m) {
-  return payload_bytes(n * m, spec->levels ? spec->levels : 127);
+  return payload_bytes(n * m, spec->levels ? spec->levels : MAX_LEVELS); /* 0: any */
 }
 
 static void put_bits(uint8_t *buf, size_t *bitpos, unsigned value, unsigned nbits) {
@@ -89,7 +92,7 @@ static int qsgd_decode(const uint8_t *in, size_t len, size_t n, size_t m, float 
   if (len < 1)
     return TD_EPROTO;
   unsigned s = in[0];
-  if (s < 1 || s > 127 || len != payload_bytes(count, s))
+  if (s < 1 || s > MAX_LEVELS || len != payload_bytes(count, s))
     return TD_EPROTO;
   unsigned lb = level_bits(s);
   const uint8_t *p = in + 1;
@@ -111,7 +114,17 @@ static int qsgd_decode(const uint8_t *in, size_t len, size_t n, size_t m, float 
   return 0;
 }
 
+/* qsgd:LEVELS, LEVELS in [1, MAX_LEVELS] */
+static int qsgd_parse(td_codec_spec_t *out, const char *arg, char *why, size_t why_len) {
+  return td__codec_parse_uint("qsgd", "levels", arg, 1, MAX_LEVELS, &out->levels, why, why_len);
+}
+
+static void qsgd_format(const td_codec_spec_t *spec, char *buf, size_t len) {
+  snprintf(buf, len, "%u", spec->levels);
+}
+
 const td_codec_iface_t td__codec_qsgd = {
-    .name = "qsgd", .version = 1, .error_feedback = false,
+    .name = "qsgd", .syntax = "qsgd:LEVELS", .id = TD_CODEC_QSGD, .version = 1,
+    .parse = qsgd_parse, .format = qsgd_format, .error_feedback = false,
     .bound = qsgd_bound, .encode = qsgd_encode, .decode = qsgd_decode,
 };

@@ -9,6 +9,7 @@
  * come from 16 independent xorshift32 lanes seeded by the link's generator, so
  * the hot loop vectorises. */
 #include <math.h>
+#include <stdio.h>
 
 #include "compress/codec_impl.h"
 #include "common/error.h"
@@ -264,7 +265,26 @@ static int ternary_decode(const uint8_t *in, size_t len, size_t n, size_t m, flo
   return 0;
 }
 
+/* ternary | ternary:base3 */
+static int ternary_parse(td_codec_spec_t *out, const char *arg, char *why, size_t why_len) {
+  if (arg == NULL)
+    return 0;
+  if (strcmp(arg, "base3") == 0) {
+    out->base3 = true;
+    return 0;
+  }
+  return td_why(why, why_len, TD_ECONFIG,
+                "codec ternary: packing '%s' is not one of (base3), as ternary:base3 or ternary",
+                arg);
+}
+
+static void ternary_format(const td_codec_spec_t *spec, char *buf, size_t len) {
+  snprintf(buf, len, "%s", spec->base3 ? "base3" : "");
+}
+
 const td_codec_iface_t td__codec_ternary = {
-    .name = "ternary", .version = 1, .error_feedback = false, .checks_finite = true,
+    .name = "ternary", .syntax = "ternary[:base3]", .id = TD_CODEC_TERNARY, .version = 1,
+    .error_feedback = false, .checks_finite = true,
+    .parse = ternary_parse, .format = ternary_format,
     .bound = ternary_bound, .encode = ternary_encode, .decode = ternary_decode,
 };

@@ -10,6 +10,7 @@
  * 1 bitmap, 2 dense), u32 k, indices, then the k values as f32. What was not
  * sent stays in the link's residual (error feedback). */
 #include <math.h>
+#include <stdio.h>
 
 #include "compress/codec_impl.h"
 #include "common/error.h"
@@ -252,7 +253,17 @@ static int topk_decode(const uint8_t *in, size_t len, size_t n, size_t m, float 
   return p == end ? 0 : TD_EPROTO;
 }
 
+/* topk:DENSITY, the fraction of entries sent, in (0, 1] */
+static int topk_parse(td_codec_spec_t *out, const char *arg, char *why, size_t why_len) {
+  return td__codec_parse_real("topk", "density", arg, 0, 1, &out->density, why, why_len);
+}
+
+static void topk_format(const td_codec_spec_t *spec, char *buf, size_t len) {
+  snprintf(buf, len, "%g", spec->density);
+}
+
 const td_codec_iface_t td__codec_topk = {
-    .name = "topk", .version = 1, .error_feedback = true, .residual_in_place = true,
+    .name = "topk", .syntax = "topk:DENSITY", .id = TD_CODEC_TOPK, .version = 1,
+    .parse = topk_parse, .format = topk_format, .error_feedback = true, .residual_in_place = true,
     .bound = topk_bound, .encode = topk_encode, .decode = topk_decode,
 };

@@ -138,10 +138,9 @@ static int alloc_inputs(td_model_t *m) {
 }
 
 /* The batch the ops read: b itself on a host backend; on a device, b copied
- * into the staging buffer and queued for upload (blocking when `wait`, for
- * callers with no step that waits after it). b was checked. */
-static const td_batch_t *stage_batch(td_model_t *m, const td_batch_t *b, td_batch_t *dev,
-                                     bool wait) {
+ * into the staging buffer and queued for upload (the step's loss waits for
+ * it). b was checked. */
+static const td_batch_t *stage_batch(td_model_t *m, const td_batch_t *b, td_batch_t *dev) {
   if (!m->device)
     return b;
   size_t rows = (size_t)b->rows, x = rows * input_floats(m) * sizeof(float);
@@ -166,8 +165,6 @@ static const td_batch_t *stage_batch(td_model_t *m, const td_batch_t *b, td_batc
     td_backend_upload_async(m->be, m->in_targets, s + s_tgt, tgt);
     dev->targets = m->in_targets;
   }
-  if (wait)
-    td_backend_synchronize(m->be);
   return dev;
 }
 
@@ -368,87 +365,36 @@ int td_model_context(const td_model_t *m) { return m->context; }
  * batch-major. Backward swaps dy the other way and runs dW = dy cols^T and
  * dcols = W^T dy as two more GEMMs of the same size: large GEMMs that BLAS
  * runs well on one thread and splits well over several. */
-static void conv_forward(td_model_t *m, td__node_t *n, const float *x, float *y, int rows,
-                         bool gemm_only) {
+static void conv_forward(td_model_t *m, td__node_t *n, const float *x, float *y, int rows) {
   td_conv_geom_t g = n->geom;
   int k = g.c * g.k * g.k, plane = g.ho * g.wo, cout = m->tensors[n->out].c;
   int cols = rows * plane;
   g.ld = cols;
-  if (!gemm_only)
-    td_backend_im2col_batch(m->be, n->aux, x, rows, &g);
+  td_backend_im2col_batch(m->be, n->aux, x, rows, &g);
   td_backend_gemm(m->be, false, false, cout, cols, k, 1.0f, param(m, n->w), k, n->aux, cols,
                   0.0f, m->work, cols);
-  if (gemm_only)
-    return;
   td_backend_swap01(m->be, y, m->work, cout, rows, plane);
   td_backend_channel_bias_act(m->be, y, param(m, n->b), rows, cout, plane, n->act);
 }
 
 static void conv_backward(td_model_t *m, td__node_t *n, float *dx, float *dy, const float *y,
-                          int rows, bool gemm_only) {
+                          int rows) {
   td_conv_geom_t g = n->geom;
   int k = g.c * g.k * g.k, plane = g.ho * g.wo, cout = m->tensors[n->out].c;
   int cols = rows * plane;
   g.ld = cols;
-  if (!gemm_only) {
-    td_backend_channel_act_backward(m->be, dy, y, grad(m, n->b), rows, cout, plane, n->act);
-    td_backend_swap01(m->be, m->work, dy, rows, cout, plane);
-  }
+  td_backend_channel_act_backward(m->be, dy, y, grad(m, n->b), rows, cout, plane, n->act);
+  td_backend_swap01(m->be, m->work, dy, rows, cout, plane);
   td_backend_gemm(m->be, false, true, cout, k, cols, 1.0f, m->work, cols, n->aux, cols, 0.0f,
                   grad(m, n->w), k);
   if (dx == NULL)
     return;
   td_backend_gemm(m->be, true, false, k, cols, cout, 1.0f, param(m, n->w), k, m->work, cols,
                   0.0f, m->work2, cols);
-  if (!gemm_only)
-    td_backend_col2im_batch(m->be, dx, m->work2, rows, &g, n->acc);
+  td_backend_col2im_batch(m->be, dx, m->work2, rows, &g, n->acc);
 }
 
-/* The GEMMs of attention, issued through the backend (for gemm_only), with
- * the (image, head) pairs split over the backend's threads as the kernel
- * splits them. */
-typedef struct {
-  td_model_t *m;
-  const td__node_t *n;
-} attn_gemms_job_t;
-
-static void attention_gemms_part(void *arg, size_t begin, size_t end, int part) {
-  (void)part;
-  const attn_gemms_job_t *j = arg;
-  td_model_t *m = j->m;
-  const td__node_t *n = j->n;
-  const td__tensor_t *o = &m->tensors[n->out];
-  int t = o->t, c = o->c, d = c / n->heads, ld = 3 * c;
-  const float *qkv = m->tensors[n->in].v;
-  float *dqkv = m->tensors[n->in].g;
-  for (size_t pair = begin; pair < end; pair++) {
-    size_t b = pair / (size_t)n->heads, h = pair % (size_t)n->heads;
-    size_t base = b * (size_t)t * (size_t)ld + h * (size_t)d;
-    float *p = n->aux + pair * (size_t)t * (size_t)t;
-    float *dp = m->work + pair * (size_t)t * (size_t)t;
-    float *out = o->v + b * (size_t)t * (size_t)c + h * (size_t)d;
-    float *dout = o->g + b * (size_t)t * (size_t)c + h * (size_t)d;
-    td_backend_gemm(m->be, false, true, t, t, d, 1.0f, qkv + base, ld, qkv + base + c, ld, 0.0f,
-                    p, t);
-    td_backend_gemm(m->be, false, false, t, d, t, 1.0f, p, t, qkv + base + 2 * c, ld, 0.0f, out,
-                    c);
-    td_backend_gemm(m->be, true, false, t, d, t, 1.0f, p, t, dout, c, 0.0f, dqkv + base + 2 * c,
-                    ld);
-    td_backend_gemm(m->be, false, true, t, t, d, 1.0f, dout, c, qkv + base + 2 * c, ld, 0.0f, dp,
-                    t);
-    td_backend_gemm(m->be, false, false, t, d, t, 1.0f, dp, t, qkv + base + c, ld, 0.0f,
-                    dqkv + base, ld);
-    td_backend_gemm(m->be, true, false, t, d, t, 1.0f, dp, t, qkv + base, ld, 0.0f,
-                    dqkv + base + c, ld);
-  }
-}
-
-static void attention_gemms(td_model_t *m, const td__node_t *n, int rows) {
-  attn_gemms_job_t j = {.m = m, .n = n};
-  td_backend_parallel_for(m->be, (size_t)rows * (size_t)n->heads, attention_gemms_part, &j);
-}
-
-static void forward(td_model_t *m, const td_batch_t *batch, bool train, bool gemm_only) {
+static void forward(td_model_t *m, const td_batch_t *batch, bool train) {
   int rows = batch->rows;
   m->tensors[0].v = (float *)batch->x; /* read only: no node writes its input */
   for (int i = 0; i < m->n_nodes; i++) {
@@ -462,20 +408,17 @@ static void forward(td_model_t *m, const td_batch_t *batch, bool train, bool gem
       int in = (int)td__tensor_f(&m->tensors[n->in]), units = o->c;
       td_backend_gemm(m->be, false, true, r, units, in, 1.0f, x, in, param(m, n->w), in, 0.0f,
                       o->v, units);
-      if (!gemm_only && n->b >= 0)
+      if (n->b >= 0)
         td_backend_bias_act(m->be, o->v, param(m, n->b), r, units, n->act);
       break;
     }
     case N_CONV:
-      conv_forward(m, n, x, o->v, rows, gemm_only);
+      conv_forward(m, n, x, o->v, rows);
       break;
     case N_ATTN:
-      if (!gemm_only)
-        td_backend_attention_forward(m->be, o->v, n->aux, x, rows, o->t, o->c, n->heads);
+      td_backend_attention_forward(m->be, o->v, n->aux, x, rows, o->t, o->c, n->heads);
       break;
     default:
-      if (gemm_only)
-        break;
       switch (n->kind) {
       case N_POOL:
         td_backend_pool_forward(m->be, o->v, n->idx, x, rows, &n->geom, n->pool);
@@ -512,7 +455,7 @@ static void forward(td_model_t *m, const td_batch_t *batch, bool train, bool gem
   }
 }
 
-static void backward(td_model_t *m, const td_batch_t *batch, bool gemm_only) {
+static void backward(td_model_t *m, const td_batch_t *batch) {
   int rows = batch->rows;
   for (int i = m->n_nodes - 1; i >= 0; i--) {
     td__node_t *n = &m->nodes[i];
@@ -524,7 +467,7 @@ static void backward(td_model_t *m, const td_batch_t *batch, bool gemm_only) {
     switch (n->kind) {
     case N_DENSE: {
       int in = (int)td__tensor_f(&m->tensors[n->in]), units = o->c;
-      if (!gemm_only && n->b >= 0)
+      if (n->b >= 0)
         td_backend_act_backward(m->be, o->g, o->v, grad(m, n->b), r, units, n->act);
       td_backend_gemm(m->be, true, false, units, in, r, 1.0f, o->g, units, x, in, 0.0f,
                       grad(m, n->w), in);
@@ -534,18 +477,13 @@ static void backward(td_model_t *m, const td_batch_t *batch, bool gemm_only) {
       break;
     }
     case N_CONV:
-      conv_backward(m, n, dx, o->g, o->v, rows, gemm_only);
+      conv_backward(m, n, dx, o->g, o->v, rows);
       break;
     case N_ATTN:
-      if (gemm_only)
-        attention_gemms(m, n, rows);
-      else
-        td_backend_attention_backward(m->be, dx, m->work, o->g, x, n->aux, rows, o->t, o->c,
-                                      n->heads);
+      td_backend_attention_backward(m->be, dx, m->work, o->g, x, n->aux, rows, o->t, o->c,
+                                    n->heads);
       break;
     default:
-      if (gemm_only)
-        break;
       switch (n->kind) {
       case N_POOL:
         if (dx != NULL)
@@ -636,8 +574,8 @@ int td_model_train(td_model_t *m, const td_batch_t *batch, double *loss, int *co
   if (rc != 0)
     return rc;
   td_batch_t staged;
-  batch = stage_batch(m, batch, &staged, false);
-  forward(m, batch, true, false);
+  batch = stage_batch(m, batch, &staged);
+  forward(m, batch, true);
   m->steps++;
   td__tensor_t *last = &m->tensors[m->nodes[m->n_nodes - 1].out];
   int positions = batch->rows * m->context, hits = 0;
@@ -645,7 +583,7 @@ int td_model_train(td_model_t *m, const td_batch_t *batch, double *loss, int *co
                                             1.0f / (float)positions, positions, last->c, &hits);
   if (!isfinite(loss_sum))
     return TD_ENUMERIC;
-  backward(m, batch, false);
+  backward(m, batch);
   if (loss != NULL)
     *loss = loss_sum / positions;
   if (correct != NULL)
@@ -658,8 +596,8 @@ int td_model_eval(td_model_t *m, const td_batch_t *batch, double *loss_sum, int 
   if (rc != 0)
     return rc;
   td_batch_t staged;
-  batch = stage_batch(m, batch, &staged, false);
-  forward(m, batch, false, false);
+  batch = stage_batch(m, batch, &staged);
+  forward(m, batch, false);
   const td__tensor_t *last = &m->tensors[m->nodes[m->n_nodes - 1].out];
   int hits = 0;
   double sum = td_backend_softmax_xent(m->be, last->v, batch->targets, NULL, 0.0f,
@@ -689,28 +627,72 @@ int td_model_eval_batch(td_model_t *m, const float *x, const int32_t *y, int row
   return td_model_eval(m, &b, loss_sum, correct);
 }
 
-double td_model_train_gemm_flops(const td_model_t *m, int rows) {
-  double flops = 0.0;
-  for (int i = 0; i < m->n_nodes; i++) {
-    const td__node_t *n = &m->nodes[i];
-    const td__tensor_t *o = &m->tensors[n->out];
-    int gemms = n->in > 0 ? 3 : 2; /* forward, dW, and dX unless the input is data */
-    if (n->kind == N_DENSE)
-      flops += gemms * 2.0 * rows * o->t * td__tensor_f(&m->tensors[n->in]) * o->c;
-    else if (n->kind == N_CONV)
-      flops += gemms * 2.0 * rows * o->c * o->h * o->w *
-               (double)(n->geom.c * n->geom.k * n->geom.k);
-    else if (n->kind == N_ATTN) /* 2 forward, 4 backward, each t x t x d per head */
-      flops += 6 * 2.0 * rows * (double)o->t * o->t * o->c;
-  }
-  return flops;
+/* A GEMM made once on packed operands. */
+static td_model_gemm_t packed(bool trans_a, bool trans_b, int m, int n, int k) {
+  return (td_model_gemm_t){.trans_a = trans_a, .trans_b = trans_b, .m = m, .n = n, .k = k,
+                           .lda = trans_a ? m : k, .ldb = trans_b ? k : n, .ldc = n,
+                           .repeat = 1};
 }
 
-void td_model_gemm_only(td_model_t *m, const float *x, int rows) {
-  if (m == NULL || rows < 1 || rows > m->max_batch)
-    return;
-  td_batch_t b = {.rows = rows, .x = x}, staged;
-  const td_batch_t *ops = stage_batch(m, &b, &staged, true); /* no loss waits after it */
-  forward(m, ops, false, true);
-  backward(m, ops, true);
+static void add_gemm(td_model_gemm_t *out, size_t cap, size_t *count, td_model_gemm_t g) {
+  if (*count < cap)
+    out[*count] = g;
+  (*count)++;
+}
+
+/* The calls of forward() and backward() above, in their order; attention's
+ * kernel makes its six per (image, head) itself (2 forward, 4 backward). */
+size_t td_model_train_gemms(const td_model_t *m, int rows, td_model_gemm_t *out, size_t cap) {
+  size_t count = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int j = 0; j < m->n_nodes; j++) {
+      const td__node_t *n = &m->nodes[pass == 0 ? j : m->n_nodes - 1 - j];
+      const td__tensor_t *o = &m->tensors[n->out];
+      bool dx = n->in > 0; /* tensor 0 is data: no gradient */
+      if (n->kind == N_DENSE) {
+        int r = rows * o->t, in = (int)td__tensor_f(&m->tensors[n->in]), units = o->c;
+        if (pass == 0) {
+          add_gemm(out, cap, &count, packed(false, true, r, units, in));
+          continue;
+        }
+        add_gemm(out, cap, &count, packed(true, false, units, in, r));
+        if (dx)
+          add_gemm(out, cap, &count, packed(false, false, r, in, units));
+      } else if (n->kind == N_CONV) {
+        int k = n->geom.c * n->geom.k * n->geom.k, cols = rows * n->geom.ho * n->geom.wo;
+        if (pass == 0) {
+          add_gemm(out, cap, &count, packed(false, false, o->c, cols, k));
+          continue;
+        }
+        add_gemm(out, cap, &count, packed(false, true, o->c, k, cols));
+        if (dx)
+          add_gemm(out, cap, &count, packed(true, false, k, cols, o->c));
+      } else if (n->kind == N_ATTN && pass == 1) {
+        /* per head: scores from q and k (rows of qkv, 3c apart), p v, then
+         * dv, dp, dq and dk, as the kernel splits them over (image, head) */
+        int t = o->t, c = o->c, d = c / n->heads, ld = 3 * c;
+        size_t pairs = (size_t)rows * (size_t)n->heads;
+        td_model_gemm_t attn[6] = {
+            {false, true, t, t, d, ld, ld, t, pairs},  {false, false, t, d, t, t, ld, c, pairs},
+            {true, false, t, d, t, t, c, ld, pairs},   {false, true, t, t, d, c, ld, t, pairs},
+            {false, false, t, d, t, t, ld, ld, pairs}, {true, false, t, d, t, t, ld, ld, pairs},
+        };
+        for (int g = 0; g < 6; g++)
+          add_gemm(out, cap, &count, attn[g]);
+      }
+    }
+  return count;
+}
+
+double td_model_train_gemm_flops(const td_model_t *m, int rows) {
+  size_t count = td_model_train_gemms(m, rows, NULL, 0);
+  td_model_gemm_t *list = malloc(count * sizeof *list);
+  double flops = 0.0;
+  if (list == NULL)
+    return 0.0;
+  td_model_train_gemms(m, rows, list, count);
+  for (size_t i = 0; i < count; i++)
+    flops += 2.0 * list[i].m * list[i].n * list[i].k * (double)list[i].repeat;
+  free(list);
+  return flops;
 }

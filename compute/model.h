@@ -131,11 +131,22 @@ int td_model_train_batch(td_model_t *m, const float *x, const int32_t *y, int ro
 int td_model_eval_batch(td_model_t *m, const float *x, const int32_t *y, int rows,
                         double *loss_sum, int *correct);
 
-/* Floating-point operations of the GEMMs in one train step of `rows` samples
- * (2*m*n*k each), the yardstick for compute efficiency. */
+/* One GEMM shape of a train step: C (m x n) = op(A) (m x k) op(B) (k x n),
+ * row-major with these leading dimensions, made `repeat` times on separate
+ * operands (attention: once per image and head). */
+typedef struct {
+  bool trans_a, trans_b;
+  int m, n, k;
+  int lda, ldb, ldc;
+  size_t repeat;
+} td_model_gemm_t;
+
+/* The GEMMs one train step of `rows` samples makes, in order (the attention
+ * kernel's own included): writes the first cap to out and returns how many
+ * there are. What the bench replays as the OpenBLAS reference. */
+size_t td_model_train_gemms(const td_model_t *m, int rows, td_model_gemm_t *out, size_t cap);
+/* Floating-point operations of those GEMMs (2*m*n*k*repeat each), the
+ * yardstick for compute efficiency; 0 when out of memory. */
 double td_model_train_gemm_flops(const td_model_t *m, int rows);
-/* Replay exactly the GEMM calls (shapes, transposes) of one train step on the
- * model's own buffers, nothing else: the OpenBLAS reference for efficiency. */
-void td_model_gemm_only(td_model_t *m, const float *x, int rows);
 
 #endif

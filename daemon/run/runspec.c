@@ -117,12 +117,14 @@ static int check_codec(td_runspec_t *rs, const char *v, char *why, size_t n) {
     rs->codec_auto = true;
     return 0;
   }
-  int rc = td_codec_parse(&spec, v, why, n);
+  if (!td_codec_known(v)) {
+    char known[256];
+    td_codec_list(known, sizeof known);
+    return td_why(why, n, TD_ECONFIG, "codec '%s' is unknown (accepted: auto, %s)", v, known);
+  }
+  int rc = td_codec_parse(&spec, v, why, n); /* its why names the bad parameter */
   if (rc == 0)
     rs->codec_auto = false;
-  else
-    td_why(why, n, TD_ECONFIG, "unknown codec '%s' (accepted: auto, none, fp16, ternary[:base3],"
-                               " topk:DENSITY, powersgd:RANK, qsgd:LEVELS)", v);
   return rc;
 }
 
@@ -436,6 +438,8 @@ static int parse_value(td_runspec_t *rs, const run_key_t *k, const char *value, 
     if (k->check) {
       char sub[512] = "";
       int rc = k->check(rs, value, sub, sizeof sub);
+      if (rc != 0 && strncmp(sub, k->name, strlen(k->name)) == 0) /* it names the key */
+        return td_why(why, n, TD_ECONFIG, "%s", sub);
       if (rc != 0)
         return td_why(why, n, TD_ECONFIG, "%s: %s", k->name, sub);
     }

@@ -8,13 +8,7 @@
  * thread. A job holds a reference on its session: the delta, the layout and
  * the link codecs it reads live as long as the job. With codec = auto each
  * link's codec is refitted before the job to the byte budget its measured
- * goodput allows (scheduler/budget.h), the least lossy that fits.
- *
- * Built with TD_TEST_POISON (tests/integration/traind_poison, a test program
- * that make never installs), encode_work first hands a copy of the delta and
- * the samples count to td__test_poison() (tests/integration/td_poison.c),
- * which may corrupt them: a poisoned member for the robust-aggregation
- * tests. traind itself is built without it and holds no trace of it. */
+ * goodput allows (scheduler/budget.h), the least lossy that fits. */
 #include "daemon/session/shared.h"
 
 #include <inttypes.h>
@@ -61,14 +55,7 @@ typedef struct {
   size_t numel;
   size_t n_targets;
   encode_target_t targets[TD_MEMBERS_MAX];
-#ifdef TD_TEST_POISON
-  float *poisoned; /* the corrupted copy that is sent instead of delta */
-#endif
 } encode_job_t;
-
-#ifdef TD_TEST_POISON
-void td__test_poison(float *delta, size_t numel, uint64_t *samples);
-#endif
 
 int td__outbox_open(td__outbox_t **out, td__session_t *s, const td_codec_spec_t *codec,
                     void (*sent)(td__session_t *s)) {
@@ -174,13 +161,6 @@ static void encode_target(encode_job_t *job, encode_target_t *t) {
 /* Work pool: the job's own fields, its session's delta and link codecs. */
 static void encode_work(uv_work_t *req) {
   encode_job_t *job = req->data;
-#ifdef TD_TEST_POISON
-  if ((job->poisoned = td_params_alloc(job->numel)) != NULL) {
-    memcpy(job->poisoned, job->delta, job->numel * sizeof(float));
-    td__test_poison(job->poisoned, job->numel, &job->samples);
-    job->delta = job->poisoned;
-  }
-#endif
   for (size_t i = 0; i < job->n_targets; i++)
     encode_target(job, &job->targets[i]);
 }
@@ -214,9 +194,6 @@ static void encode_done(uv_work_t *req, int status) {
     free(t->bufs);
     free(t->lens);
   }
-#ifdef TD_TEST_POISON
-  td_params_free(&job->poisoned);
-#endif
   if (live) {
     td__outbox_t *o = s->outbox;
     o->in_flight = false;

@@ -1,38 +1,74 @@
-/* td_poison.c: the poison of tests/integration/traind_poison, a traind built
- * from the same sources whose daemon/session/outbox.c (compiled with TD_TEST_POISON)
- * hands each outgoing update here before encoding it. The mode is read from
- * the file named by TD_POISON_FILE at every update, so one cluster can run a
- * clean run and then poisoned ones without restarting the node:
+/* td_poison.c: the poison of tests/integration/traind_poison, a traind linked
+ * from the same library with `-Wl,--wrap` on two calls, so that the product's
+ * code holds no hook: every update it encodes (td_link_codec_encode) is
+ * corrupted first, and every update chunk it packs (td_wire_pack) may lie
+ * about its samples. The mode is read from the file named by TD_POISON_FILE
+ * at every call, so one cluster can run a clean run and then poisoned ones
+ * without restarting the node:
  *   none (or no file)  the update goes out as computed;
  *   huge               every value becomes +-1e30 (finite: only NaN/Inf are
  *                      refused by the decoder);
  *   flip               the update is sign-flipped and scaled by 10;
  *   samples            the update is honest but claims 10^9 samples.
- * Runs on the work pool; touches only the copy it is handed. */
+ * Runs on the work pool; corrupts only its own copy of what it is handed. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-void td__test_poison(float *delta, size_t numel, uint64_t *samples);
+#include "common/error.h"
+#include "compress/codec.h"
+#include "proto/wire.h"
 
-void td__test_poison(float *delta, size_t numel, uint64_t *samples) {
+/* The library's own functions, which the linker renamed for this program. */
+int __real_td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t **msg,
+                                size_t *len);
+int __real_td_wire_pack(Traind__Envelope *env, uint8_t **out, size_t *len);
+int __wrap_td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t **msg,
+                                size_t *len);
+int __wrap_td_wire_pack(Traind__Envelope *env, uint8_t **out, size_t *len);
+
+static void poison_mode(char *mode, size_t len) {
   const char *path = getenv("TD_POISON_FILE");
-  char mode[32] = "none";
   FILE *f = path != NULL ? fopen(path, "r") : NULL;
+  snprintf(mode, len, "none");
   if (f != NULL) {
-    if (fscanf(f, "%31s", mode) != 1)
-      snprintf(mode, sizeof mode, "none");
+    char word[32];
+    if (fscanf(f, "%31s", word) == 1)
+      snprintf(mode, len, "%s", word);
     fclose(f);
   }
-  if (strcmp(mode, "huge") == 0) {
-    for (size_t i = 0; i < numel; i++)
-      delta[i] = copysignf(1e30f, delta[i]);
-  } else if (strcmp(mode, "flip") == 0) {
-    for (size_t i = 0; i < numel; i++)
-      delta[i] *= -10.0f;
-  } else if (strcmp(mode, "samples") == 0) {
-    *samples = 1000000000u;
-  }
+}
+
+int __wrap_td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t **msg,
+                                size_t *len) {
+  char mode[32];
+  poison_mode(mode, sizeof mode);
+  bool huge = strcmp(mode, "huge") == 0, flip = strcmp(mode, "flip") == 0;
+  if (!huge && !flip)
+    return __real_td_link_codec_encode(lc, delta, msg, len);
+  size_t numel = td_link_codec_numel(lc);
+  float *poisoned = malloc(numel * sizeof *poisoned);
+  if (poisoned == NULL)
+    return TD_ENOMEM;
+  for (size_t i = 0; i < numel; i++)
+    poisoned[i] = huge ? copysignf(1e30f, delta[i]) : -10.0f * delta[i];
+  int rc = __real_td_link_codec_encode(lc, poisoned, msg, len);
+  free(poisoned); /* *msg is the link's buffer, not this one */
+  return rc;
+}
+
+int __wrap_td_wire_pack(Traind__Envelope *env, uint8_t **out, size_t *len) {
+  char mode[32];
+  if (env->body_case != TRAIND__ENVELOPE__BODY_UPDATE || env->update == NULL)
+    return __real_td_wire_pack(env, out, len);
+  poison_mode(mode, sizeof mode);
+  if (strcmp(mode, "samples") != 0)
+    return __real_td_wire_pack(env, out, len);
+  Traind__UpdateChunk lying = *env->update;
+  Traind__Envelope copy = *env;
+  lying.samples = 1000000000u;
+  copy.update = &lying;
+  return __real_td_wire_pack(&copy, out, len);
 }

@@ -6,10 +6,14 @@
  * QSGD are unbiased within a Monte-Carlo bound; top-k sends exactly the k
  * largest magnitudes; PowerSGD is exact at full rank and on rank-deficient
  * input and never makes NaN; edge cases (1 element, all-zero, constant,
- * NaN/Inf); bits per parameter on the wire; and the decoder refuses every
- * truncation and corruption of a valid message without crashing. */
+ * NaN/Inf); bits per parameter on the wire; the decoder refuses every
+ * truncation and corruption of a valid message without crashing; a bad
+ * parameter is named with its range; and a codec defined here, outside
+ * compress/, is parsed, formatted, encoded and decoded through the registry
+ * like a built-in one (registering it is all it takes). */
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -443,11 +447,7 @@ START_TEST(edge_cases_one_element_zero_constant_nan) {
                                  "powersgd:4", "qsgd:7"};
   for (size_t c = 0; c < sizeof codecs / sizeof codecs[0]; c++) {
     td_codec_spec_t s = spec_of(codecs[c]);
-    const td_codec_iface_t *impl = NULL;
-    static const td_codec_iface_t *const all[] = {&td__codec_none, &td__codec_fp16,
-                                                  &td__codec_ternary, &td__codec_topk,
-                                                  &td__codec_powersgd, &td__codec_qsgd};
-    impl = all[s.id];
+    const td_codec_iface_t *impl = td__codec_find(s.id);
     td_codec_tensor_state_t st = {0};
     td_rng_t rng;
     td_rng_seed(&rng, 1);
@@ -627,7 +627,134 @@ START_TEST(decoder_refuses_every_corruption) {
 }
 END_TEST
 
+START_TEST(bad_parameters_name_the_parameter_and_its_range) {
+  static const struct {
+    const char *text, *why;
+  } cases[] = {
+      {"topk:2", "codec topk: density 2 is out of range (0, 1]"},
+      {"topk:0", "codec topk: density 0 is out of range (0, 1]"},
+      {"topk:x", "codec topk: density 'x' is not a number in (0, 1]"},
+      {"topk", "codec topk needs a density in (0, 1], as topk:0.01"},
+      {"powersgd:0", "codec powersgd: rank 0 is out of range [1, 256]"},
+      {"qsgd:128", "codec qsgd: levels 128 is out of range [1, 127]"},
+      {"qsgd:-1", "codec qsgd: levels '-1' is not a whole number in [1, 127]"},
+      {"ternary:base4",
+       "codec ternary: packing 'base4' is not one of (base3), as ternary:base3 or ternary"},
+      {"fp16:2", "codec fp16 takes no parameter: write fp16, not fp16:2"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    td_codec_spec_t s;
+    char why[256] = "";
+    ck_assert_int_eq(td_codec_parse(&s, cases[i].text, why, sizeof why), TD_ECONFIG);
+    ck_assert_str_eq(why, cases[i].why);
+  }
+  char why[256] = "";
+  td_codec_spec_t s;
+  ck_assert_int_eq(td_codec_parse(&s, "zstd", why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, "unknown codec 'zstd' (known: none, fp16, ternary[:base3], "
+                                    "topk:DENSITY, powersgd:RANK, qsgd:LEVELS"));
+  ck_assert(td_codec_known("topk:2") && !td_codec_known("zstd:1"));
+}
+END_TEST
+
+/* ---- a codec that lives in this file only ------------------------------------------ */
+
+/* shift:BITS sends every float scaled by 2^BITS (exact both ways for these
+ * values) after one byte that says BITS, with BITS in [0, 8] kept in
+ * spec->levels: just enough of a codec to show that parse, format, bound,
+ * encode and decode all reach it through the registry, codec.c untouched. */
+enum { SHIFT_CODEC_ID = 240, SHIFT_MAX_BITS = 8 };
+
+static int shift_parse(td_codec_spec_t *out, const char *arg, char *why, size_t why_len) {
+  return td__codec_parse_uint("shift", "bits", arg, 0, SHIFT_MAX_BITS, &out->levels, why,
+                              why_len);
+}
+
+static void shift_format(const td_codec_spec_t *spec, char *buf, size_t len) {
+  snprintf(buf, len, "%u", spec->levels);
+}
+
+static size_t shift_bound(const td_codec_spec_t *spec, size_t n, size_t m) {
+  (void)spec;
+  return 1 + 4 * n * m;
+}
+
+static int shift_encode(const td_codec_spec_t *spec, td_codec_tensor_state_t *st, td_rng_t *rng,
+                        const float *in, size_t n, size_t m, uint8_t *out, size_t cap,
+                        size_t *len, float *decoded) {
+  (void)st;
+  (void)rng;
+  (void)decoded; /* no error feedback */
+  if (1 + 4 * n * m > cap)
+    return TD_EINVAL;
+  out[0] = (uint8_t)spec->levels;
+  for (size_t i = 0; i < n * m; i++)
+    td__put_f32(out + 1 + 4 * i, ldexpf(in[i], (int)spec->levels));
+  *len = 1 + 4 * n * m;
+  return 0;
+}
+
+static int shift_decode(const uint8_t *in, size_t len, size_t n, size_t m, float *out) {
+  if (len != 1 + 4 * n * m || in[0] > SHIFT_MAX_BITS)
+    return TD_EPROTO;
+  for (size_t i = 0; i < n * m; i++)
+    out[i] = ldexpf(td__get_f32(in + 1 + 4 * i), -(int)in[0]);
+  return 0;
+}
+
+static const td_codec_iface_t shift_codec = {
+    .name = "shift", .syntax = "shift:BITS", .id = SHIFT_CODEC_ID, .version = 1,
+    .parse = shift_parse, .format = shift_format, .bound = shift_bound,
+    .encode = shift_encode, .decode = shift_decode,
+};
+
+START_TEST(a_codec_outside_compress_joins_by_registering) {
+  /* main registered it; its id and name are now taken */
+  ck_assert_int_eq(td__codec_register(&shift_codec), TD_EINVAL);
+  char list[256];
+  td_codec_list(list, sizeof list);
+  ck_assert_ptr_nonnull(strstr(list, ", shift:BITS"));
+  ck_assert_str_eq(td_codec_name(SHIFT_CODEC_ID), "shift");
+
+  td_codec_spec_t s = spec_of("shift:3");
+  ck_assert_uint_eq(s.id, SHIFT_CODEC_ID);
+  ck_assert_uint_eq(s.levels, 3);
+  ck_assert(!td_codec_uses_error_feedback(&s));
+  char text[32];
+  td_codec_format(&s, text, sizeof text);
+  ck_assert_str_eq(text, "shift:3");
+  char why[256] = "";
+  ck_assert_int_eq(td_codec_parse(&s, "shift:9", why, sizeof why), TD_ECONFIG);
+  ck_assert_str_eq(why, "codec shift: bits 9 is out of range [0, 8]");
+
+  /* a weight it carries, and a bias that travels dense in fp16 as under any lossy codec */
+  td_layout_t *l = NULL;
+  ck_assert_int_eq(td_layout_new(&l), 0);
+  uint32_t w[2] = {64, 32}, b[1] = {64};
+  td_layout_add(l, "fc.weight", 2, w);
+  td_layout_add(l, "fc.bias", 1, b);
+  size_t n = td_layout_numel(l);
+  float *x = gaussian(n, 7, 1.0);
+  padding_zero(l, x);
+  size_t bytes = 0;
+  float *y = through("shift:3", l, x, &bytes, NULL); /* asserts the main codec id too */
+  ck_assert_uint_eq(bytes, td_codec_message_size(&s, l));
+  ck_assert_uint_eq(bytes, 2 * TD_CODEC_HEADER_BYTES + 1 + 4 * 64 * 32 + 2 * 64);
+  const td_tensor_info_t *wt = td_layout_tensor(l, 0), *bt = td_layout_tensor(l, 1);
+  for (size_t i = 0; i < wt->numel; i++)
+    ck_assert_float_eq(y[wt->offset + i], x[wt->offset + i]);
+  for (size_t i = 0; i < bt->numel; i++)
+    ck_assert_float_eq_tol(y[bt->offset + i], x[bt->offset + i], 1e-2);
+  td_params_free(&y);
+  td_params_free(&x);
+  td_layout_free(&l);
+}
+END_TEST
+
 int main(void) {
+  /* before any other codec call, as td__codec_register asks */
+  if (td__codec_register(&shift_codec) != 0)
+    return 1;
   Suite *s = suite_create("codec");
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 120);
@@ -642,6 +769,8 @@ int main(void) {
   tcase_add_test(tc, edge_cases_one_element_zero_constant_nan);
   tcase_add_test(tc, bits_per_parameter_on_the_wire);
   tcase_add_test(tc, decoder_refuses_every_corruption);
+  tcase_add_test(tc, bad_parameters_name_the_parameter_and_its_range);
+  tcase_add_test(tc, a_codec_outside_compress_joins_by_registering);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

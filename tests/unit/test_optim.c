@@ -7,7 +7,8 @@
  * bit-for-bit untouched when below); the td_optim_t handle is checked to give
  * the same SGD as td_sgd_t, a reset optimizer (what a late joiner starts
  * with) to take a well-scaled first step, and a backend table without the
- * adamw_step slot to get the CPU loop. */
+ * adamw_step slot to get the CPU loop. SGD (momentum, Nesterov) against
+ * hand-computed updates, and the learning-rate schedules at known points. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -372,6 +373,189 @@ START_TEST(bad_options_are_refused_with_a_reason) {
 }
 END_TEST
 
+static float *alloc_floats(size_t n) {
+  float *p = malloc((n ? n : 1) * sizeof *p);
+  ck_assert_ptr_nonnull(p);
+  return p;
+}
+
+/* ---- SGD and schedules -------------------------------------------------- */
+
+START_TEST(sgd_matches_hand_computed_updates) {
+  td_backend_t *be = cpu();
+  /* One weight w = 1, gradient 0.5 three times, lr 0.1, mu 0.9:
+   *   momentum: v = 0.5, 0.95, 1.355;  w = 0.95, 0.855, 0.7195
+   *   nesterov: w -= lr * (g + mu * v): 0.905, 0.7695, 0.59755 */
+  static const struct {
+    td_sgd_opts_t opts;
+    float w3;
+  } literal[] = {
+      {{.momentum = 0.9}, 0.7195f},
+      {{.momentum = 0.9, .nesterov = true}, 0.59755f},
+      {{.momentum = 0}, 0.85f},
+  };
+  for (size_t k = 0; k < sizeof literal / sizeof literal[0]; k++) {
+    td_sgd_t *opt = NULL;
+    ck_assert_int_eq(td_sgd_open(&opt, be, 1, &literal[k].opts), 0);
+    float w = 1.0f;
+    const float g = 0.5f;
+    for (int step = 0; step < 3; step++)
+      td_sgd_step(opt, &w, &g, 0.1);
+    ck_assert_msg(fabsf(w - literal[k].w3) < 1e-6f, "case %zu: %.7g vs %.7g", k, w,
+                  literal[k].w3);
+    td_sgd_close(&opt);
+  }
+
+  /* every combination against the formula of td_backend_sgd_step, in double */
+  static const td_sgd_opts_t cases[] = {
+      {.momentum = 0},
+      {.momentum = 0.9},
+      {.momentum = 0.9, .weight_decay = 0.1},
+      {.momentum = 0.9, .weight_decay = 0.1, .nesterov = true},
+      {.momentum = 0, .weight_decay = 0.1},
+  };
+  enum { COUNT = 19 };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    const td_sgd_opts_t *c = &cases[k];
+    td_sgd_t *opt = NULL;
+    ck_assert_int_eq(td_sgd_open(&opt, be, COUNT, c), 0);
+    float w[COUNT], g[COUNT];
+    double ref_w[COUNT], ref_v[COUNT];
+    td_rng_t rng;
+    td_rng_seed(&rng, 8);
+    for (int i = 0; i < COUNT; i++)
+      ref_w[i] = w[i] = (float)td_rng_normal(&rng);
+    memset(ref_v, 0, sizeof ref_v);
+    for (int step = 0; step < 3; step++) {
+      fill_normal(g, COUNT, &rng, 1.0);
+      td_sgd_step(opt, w, g, 0.1);
+      for (int i = 0; i < COUNT; i++) {
+        double gi = g[i] + c->weight_decay * ref_w[i];
+        if (c->momentum > 0) {
+          ref_v[i] = c->momentum * ref_v[i] + gi;
+          ref_w[i] -= 0.1 * (c->nesterov ? gi + c->momentum * ref_v[i] : ref_v[i]);
+        } else {
+          ref_w[i] -= 0.1 * gi;
+        }
+      }
+    }
+    const float *v = td_sgd_velocity(opt);
+    for (int i = 0; i < COUNT; i++) {
+      ck_assert_msg(fabs(w[i] - ref_w[i]) < 1e-6, "case %zu w[%d] %.9g vs %.9g", k, i, w[i],
+                    ref_w[i]);
+      ck_assert_msg(fabs(v[i] - ref_v[i]) < 1e-6, "case %zu v[%d]", k, i);
+    }
+    td_sgd_close(&opt);
+    ck_assert_ptr_null(opt);
+  }
+
+  /* options out of range are a configuration error */
+  td_sgd_t *opt = NULL;
+  static const td_sgd_opts_t bad[] = {
+      {.momentum = 1.0}, {.momentum = -0.1}, {.weight_decay = -1}, {.nesterov = true},
+      {.momentum = NAN}};
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    ck_assert_int_eq(td_sgd_open(&opt, be, 3, &bad[k]), TD_ECONFIG);
+    ck_assert_ptr_null(opt);
+  }
+  td_sgd_close(&opt);
+  td_backend_close(&be);
+}
+END_TEST
+
+START_TEST(momentum_zero_is_plain_sgd) {
+  td_backend_t *be = cpu();
+  enum { COUNT = 1000 };
+  td_sgd_t *opt = NULL;
+  td_sgd_opts_t so = {.momentum = 0};
+  ck_assert_int_eq(td_sgd_open(&opt, be, COUNT, &so), 0);
+  float *w = alloc_floats(COUNT), *ref = alloc_floats(COUNT), *g = alloc_floats(COUNT);
+  td_rng_t rng;
+  td_rng_seed(&rng, 9);
+  fill_normal(w, COUNT, &rng, 1.0);
+  memcpy(ref, w, COUNT * sizeof *w);
+  for (int step = 0; step < 3; step++) {
+    fill_normal(g, COUNT, &rng, 1.0);
+    td_sgd_step(opt, w, g, 0.25);
+    for (int i = 0; i < COUNT; i++)
+      ref[i] -= 0.25f * g[i];
+  }
+  for (int i = 0; i < COUNT; i++) {
+    ck_assert_float_eq_tol(w[i], ref[i], 1e-6f);
+    ck_assert_float_eq(td_sgd_velocity(opt)[i], 0.0f); /* the velocity is never touched */
+  }
+  free(w);
+  free(ref);
+  free(g);
+  td_sgd_close(&opt);
+  td_backend_close(&be);
+}
+END_TEST
+
+START_TEST(lr_schedules_at_known_points) {
+  td_lr_schedule_t s;
+  char why[256] = "";
+  /* (spec, base_lr, warmup_steps, steps_per_epoch, total_steps) */
+  ck_assert_int_eq(td_lr_schedule_parse(&s, "constant", 0.1, 0, 10, 100, why, sizeof why), 0);
+  ck_assert_int_eq(s.kind, TD_LR_CONSTANT);
+  ck_assert_double_eq(td_lr_at(&s, 0), 0.1);
+  ck_assert_double_eq(td_lr_at(&s, 1000000), 0.1);
+
+  ck_assert_int_eq(td_lr_schedule_parse(&s, "cosine", 0.1, 0, 10, 100, why, sizeof why), 0);
+  ck_assert_double_eq_tol(td_lr_at(&s, 0), 0.1, 1e-15);
+  ck_assert_double_eq_tol(td_lr_at(&s, 50), 0.05, 1e-9);
+  ck_assert_double_eq_tol(td_lr_at(&s, 99), 0.1 * 0.5 * (1 + cos(M_PI * 0.99)), 1e-12);
+  ck_assert_double_eq_tol(td_lr_at(&s, 100), 0.0, 1e-15);
+  ck_assert_double_eq_tol(td_lr_at(&s, 5000), 0.0, 1e-15); /* stays at 0 past the end */
+
+  /* step:EPOCHS:GAMMA multiplies by GAMMA every EPOCHS epochs */
+  ck_assert_int_eq(td_lr_schedule_parse(&s, "step:1:0.5", 0.1, 0, 10, 100, why, sizeof why), 0);
+  ck_assert_uint_eq(s.step_every, 10);
+  ck_assert_double_eq_tol(td_lr_at(&s, 9), 0.1, 1e-15);
+  ck_assert_double_eq_tol(td_lr_at(&s, 10), 0.05, 1e-15);
+  ck_assert_double_eq_tol(td_lr_at(&s, 25), 0.025, 1e-15);
+  ck_assert_int_eq(td_lr_schedule_parse(&s, "step:2", 1.0, 0, 10, 100, why, sizeof why), 0);
+  ck_assert_double_eq_tol(td_lr_at(&s, 19), 1.0, 1e-15);
+  ck_assert_double_eq_tol(td_lr_at(&s, 20), 0.1, 1e-15); /* GAMMA defaults to 0.1 */
+  ck_assert_double_eq_tol(td_lr_at(&s, 45), 0.01, 1e-15);
+
+  /* warm-up: linear from base/warmup to base, then the schedule over the rest */
+  ck_assert_int_eq(td_lr_schedule_parse(&s, "cosine", 0.1, 10, 10, 110, why, sizeof why), 0);
+  for (unsigned long step = 0; step < 10; step++)
+    ck_assert_double_eq_tol(td_lr_at(&s, step), 0.1 * (step + 1) / 10, 1e-15);
+  ck_assert_double_eq_tol(td_lr_at(&s, 10), 0.1, 1e-15);
+  ck_assert_double_eq_tol(td_lr_at(&s, 60), 0.05, 1e-9);
+  ck_assert_double_eq_tol(td_lr_at(&s, 110), 0.0, 1e-15);
+  ck_assert_int_eq(td_lr_schedule_parse(&s, "constant", 0.2, 4, 10, 100, why, sizeof why), 0);
+  ck_assert_double_eq_tol(td_lr_at(&s, 0), 0.05, 1e-15);
+  ck_assert_double_eq_tol(td_lr_at(&s, 3), 0.2, 1e-15);
+  /* cosine with no steps left after the warm-up: base, then 0 */
+  ck_assert_int_eq(td_lr_schedule_parse(&s, "cosine", 0.1, 10, 10, 5, why, sizeof why), 0);
+  ck_assert_double_eq_tol(td_lr_at(&s, 10), 0.1, 1e-15);
+  ck_assert_double_eq_tol(td_lr_at(&s, 11), 0.0, 1e-15);
+
+  static const char *bad[] = {"linear",   "step:",       "step:0",     "step:2:0",
+                              "step:2:1.5", "step:x",    "step:2:",    "step:2:0.5x",
+                              "step:-1",  "step: 2",     "step:+2",    "step:2:nan",
+                              "step:2:1e-1", "step:2:-0.5", "step:99999999999999999999",
+                              "cosine2",  "Constant",    "",           "constant "};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    why[0] = '\0';
+    ck_assert_msg(td_lr_schedule_parse(&s, bad[i], 0.1, 0, 10, 100, why, sizeof why) ==
+                      TD_ECONFIG,
+                  "'%s' was accepted", bad[i]);
+    ck_assert_msg(why[0] != '\0', "'%s': no reason given", bad[i]);
+  }
+  ck_assert_int_eq(td_lr_schedule_parse(&s, NULL, 0.1, 0, 10, 100, why, sizeof why), TD_ECONFIG);
+  ck_assert_int_eq(td_lr_schedule_parse(&s, "constant", NAN, 0, 10, 100, why, sizeof why),
+                   TD_ECONFIG);
+  ck_assert_int_eq(td_lr_schedule_parse(&s, "step:2:1", 0.1, 0, 10, 100, why, sizeof why), 0);
+  ck_assert_int_eq(td_lr_schedule_parse(&s, "step:2:.5", 0.1, 0, 10, 100, why, sizeof why), 0);
+  ck_assert_double_eq(s.gamma, 0.5);
+}
+END_TEST
+
+
 int main(void) {
   Suite *s = suite_create("optim");
   TCase *tc = tcase_create("core");
@@ -385,6 +569,12 @@ int main(void) {
   tcase_add_test(tc, backends_without_adamw_step_fall_back_to_the_cpu_loop);
   tcase_add_test(tc, bad_options_are_refused_with_a_reason);
   suite_add_tcase(s, tc);
+
+  TCase *sgd = tcase_create("sgd");
+  tcase_add_test(sgd, sgd_matches_hand_computed_updates);
+  tcase_add_test(sgd, momentum_zero_is_plain_sgd);
+  tcase_add_test(sgd, lr_schedules_at_known_points);
+  suite_add_tcase(s, sgd);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);

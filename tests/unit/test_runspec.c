@@ -149,6 +149,22 @@ END_TEST
 
 /* The scheduler keys fill their parsed fields, and slowdown lists are per rank. */
 /* optimizer keys: defaults, parsed kind, and the cross-key rule for nesterov */
+/* `--set codec=topk:2`: the codec's own parser names the parameter and its
+ * range; an unknown codec lists every one, auto included. */
+START_TEST(codec_with_a_bad_parameter_names_it_and_its_range) {
+  td_runspec_t rs;
+  char why[512] = "";
+  td_runspec_defaults(&rs);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "codec=topk:2", why, sizeof why), TD_ECONFIG);
+  ck_assert_str_eq(why, "codec topk: density 2 is out of range (0, 1]");
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "codec=powersgd:x", why, sizeof why), TD_ECONFIG);
+  ck_assert_str_eq(why, "codec powersgd: rank 'x' is not a whole number in [1, 256]");
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "codec=zstd", why, sizeof why), TD_ECONFIG);
+  ck_assert_str_eq(why, "codec 'zstd' is unknown (accepted: auto, none, fp16, ternary[:base3], "
+                        "topk:DENSITY, powersgd:RANK, qsgd:LEVELS)");
+}
+END_TEST
+
 START_TEST(optimizer_keys_default_parse_and_check) {
   td_runspec_t rs;
   char why[512] = "", text[8192];
@@ -396,6 +412,7 @@ int main(void) {
   tcase_add_test(tc, defaults_are_valid_and_documented);
   tcase_add_test(tc, set_parses_every_type);
   tcase_add_test(tc, bad_values_are_refused_with_the_key_named);
+  tcase_add_test(tc, codec_with_a_bad_parameter_names_it_and_its_range);
   tcase_add_test(tc, ini_files_use_the_same_table);
   tcase_add_test(tc, canonical_text_round_trips);
   tcase_add_test(tc, scheduler_keys_fill_parsed_fields);

@@ -1,15 +1,12 @@
-/* test_data.c: the random generator, datasets and partitions, as a reader
- * would use them.
+/* test_dataset.c: datasets (compute/dataset.h), as a reader would use them.
  *
- * The generator is checked for reproducibility and against the moments of the
- * distributions it promises. IDX files are written byte by byte here (plain
- * and gzip) and must read back exactly; truncated, corrupt, hostile and
- * mismatched files must be refused with the right code and a reason, and a
- * hostile header must be refused before anything is allocated from it. CSV
- * parsing, statistics, subsets and shuffles must keep every row intact. The
- * partitions must be disjoint, cover every row, be reproducible from the seed,
- * and show the label skew they promise. Each test gets its own temporary
- * directory, removed afterwards. */
+ * IDX files are written byte by byte here (plain and gzip) and must read back
+ * exactly; truncated, corrupt, hostile and mismatched files must be refused
+ * with the right code and a reason, and a hostile header must be refused
+ * before anything is allocated from it. CSV parsing, the `dataset` run key's
+ * specs, statistics, subsets and shuffles must keep every row intact. Each
+ * test gets its own temporary directory, removed afterwards. (The generator
+ * is tested in test_rng.c, the partitions in test_partition.c.) */
 #include <check.h>
 #include <dirent.h>
 #include <math.h>
@@ -26,7 +23,6 @@
 
 #include "compute/data/dataset.h"
 #include "common/error.h"
-#include "compute/data/partition.h"
 #include "compute/rng.h"
 
 /* AddressSanitizer reserves terabytes of address space, so the address-space
@@ -204,146 +200,6 @@ static const char *load_idx_fails(const char *img, const char *lab, int want) {
   ck_assert_msg(why[0] != '\0', "no reason given for %s", td_err_name(rc));
   return why;
 }
-
-/* ---- random numbers ------------------------------------------------------------------- */
-
-START_TEST(rng_same_seed_gives_same_stream) {
-  td_rng_t a, b, c;
-  td_rng_seed(&a, 42);
-  td_rng_seed(&b, 42);
-  td_rng_seed(&c, 43);
-  int differ = 0;
-  for (int i = 0; i < 1000; i++) {
-    uint64_t x = td_rng_next(&a);
-    ck_assert_uint_eq(x, td_rng_next(&b));
-    differ += x != td_rng_next(&c);
-  }
-  ck_assert_int_gt(differ, 990);
-  /* seed2: one seed, independent named streams, each reproducible */
-  td_rng_seed2(&a, 42, 1);
-  td_rng_seed2(&b, 42, 1);
-  td_rng_seed2(&c, 42, 2);
-  uint64_t x = td_rng_next(&a);
-  ck_assert_uint_eq(x, td_rng_next(&b));
-  ck_assert_uint_ne(x, td_rng_next(&c));
-}
-END_TEST
-
-START_TEST(rng_uniform_has_the_moments_of_u01) {
-  td_rng_t rng;
-  td_rng_seed(&rng, 7);
-  const int n = 1000000;
-  double sum = 0, sum_sq = 0;
-  int outside = 0; /* counted, not asserted per draw: each ck_assert costs a syscall */
-  for (int i = 0; i < n; i++) {
-    double u = td_rng_uniform(&rng);
-    outside += !(u >= 0.0 && u < 1.0);
-    sum += u;
-    sum_sq += (u - 0.5) * (u - 0.5);
-  }
-  ck_assert_int_eq(outside, 0);
-  /* five standard errors: mean sd sqrt(1/12/n), variance sd sqrt(1/180/n) */
-  ck_assert_double_eq_tol(sum / n, 0.5, 5 * sqrt(1.0 / 12 / n));
-  ck_assert_double_eq_tol(sum_sq / n, 1.0 / 12, 5 * sqrt(1.0 / 180 / n));
-}
-END_TEST
-
-START_TEST(rng_normal_has_the_moments_of_n01) {
-  td_rng_t rng;
-  td_rng_seed(&rng, 8);
-  const int n = 1000000;
-  double m1 = 0, m2 = 0, m4 = 0;
-  int non_finite = 0;
-  for (int i = 0; i < n; i++) {
-    double z = td_rng_normal(&rng);
-    non_finite += !isfinite(z);
-    m1 += z;
-    m2 += z * z;
-    m4 += z * z * z * z;
-  }
-  ck_assert_int_eq(non_finite, 0);
-  /* E z = 0 (sd 1/sqrt n), E z^2 = 1 (sd sqrt(2/n)), E z^4 = 3 (sd sqrt(96/n)) */
-  ck_assert_double_eq_tol(m1 / n, 0.0, 5 / sqrt(n));
-  ck_assert_double_eq_tol(m2 / n, 1.0, 5 * sqrt(2.0 / n));
-  ck_assert_double_eq_tol(m4 / n, 3.0, 5 * sqrt(96.0 / n));
-}
-END_TEST
-
-START_TEST(rng_gamma_mean_and_variance_equal_the_shape) {
-  static const double shapes[] = {0.1, 0.5, 1.0, 2.5, 10.0};
-  td_rng_t rng;
-  td_rng_seed(&rng, 9);
-  const int n = 400000;
-  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-    double k = shapes[s], sum = 0, sum_sq = 0;
-    int invalid = 0;
-    for (int i = 0; i < n; i++) {
-      double g = td_rng_gamma(&rng, k);
-      invalid += !(g >= 0 && isfinite(g));
-      sum += g;
-      sum_sq += (g - k) * (g - k);
-    }
-    ck_assert_int_eq(invalid, 0);
-    /* Gamma(k, 1): mean k, variance k, Var((X - k)^2) = 2k^2 + 6k */
-    ck_assert_msg(fabs(sum / n - k) < 5 * sqrt(k / n), "shape %g: mean %g", k, sum / n);
-    ck_assert_msg(fabs(sum_sq / n - k) < 5 * sqrt((2 * k * k + 6 * k) / n), "shape %g: var %g",
-                  k, sum_sq / n);
-  }
-}
-END_TEST
-
-START_TEST(rng_below_stays_in_range_without_bias) {
-  td_rng_t rng;
-  td_rng_seed(&rng, 10);
-  enum { N = 7, DRAWS = 700000 };
-  int count[N + 1] = {0}; /* count[N]: out of range */
-  for (int i = 0; i < DRAWS; i++) {
-    uint32_t r = td_rng_below(&rng, N);
-    count[r < N ? r : N]++;
-  }
-  ck_assert_int_eq(count[N], 0);
-  double expect = (double)DRAWS / N, sd = sqrt(expect * (1.0 - 1.0 / N));
-  for (int i = 0; i < N; i++)
-    ck_assert_msg(fabs(count[i] - expect) < 5 * sd, "value %d drawn %d times", i, count[i]);
-  uint32_t any = 0;
-  for (int i = 0; i < 100; i++)
-    any |= td_rng_below(&rng, 1);
-  ck_assert_uint_eq(any, 0);
-  /* near 2^32, where a modulo would be most biased: the top half of [0, n)
-   * must come up about half the time */
-  const uint32_t big = 3000000001u;
-  int upper = 0, beyond = 0;
-  for (int i = 0; i < 100000; i++) {
-    uint32_t r = td_rng_below(&rng, big);
-    beyond += r >= big;
-    upper += r >= big / 2;
-  }
-  ck_assert_int_eq(beyond, 0);
-  ck_assert_int_lt(abs(upper - 50000), 5 * 159);
-}
-END_TEST
-
-START_TEST(rng_shuffle_is_a_reproducible_permutation) {
-  uint32_t a[100], b[100];
-  td_rng_t ra, rb;
-  for (uint32_t i = 0; i < 100; i++)
-    a[i] = b[i] = i;
-  td_rng_seed(&ra, 11);
-  td_rng_seed(&rb, 11);
-  td_rng_shuffle_u32(&ra, a, 100);
-  td_rng_shuffle_u32(&rb, b, 100);
-  ck_assert_mem_eq(a, b, sizeof a);
-  int seen[100] = {0}, moved = 0;
-  for (uint32_t i = 0; i < 100; i++) {
-    ck_assert_uint_lt(a[i], 100);
-    seen[a[i]]++;
-    moved += a[i] != i;
-  }
-  for (int i = 0; i < 100; i++)
-    ck_assert_int_eq(seen[i], 1);
-  ck_assert_int_gt(moved, 80);
-}
-END_TEST
 
 /* ---- IDX -------------------------------------------------------------------------------- */
 
@@ -995,264 +851,6 @@ START_TEST(shuffle_of_a_fashion_mnist_sized_set_is_fast) {
 }
 END_TEST
 
-/* ---- partitions --------------------------------------------------------------------------- */
-
-enum { P_ROWS = 1000, P_CLASSES = 10, P_NODES = 5 };
-static int32_t p_labels[P_ROWS];
-
-static void make_labels(void) {
-  for (int i = 0; i < P_ROWS; i++)
-    p_labels[i] = (i * 7) % P_CLASSES;
-}
-
-static td_partition_t parse_ok(const char *spec) {
-  td_partition_t p;
-  char why[256] = "";
-  ck_assert_msg(td_partition_parse(&p, spec, why, sizeof why) == 0, "%s: %s", spec, why);
-  return p;
-}
-
-/* How a split came out: per node, the row count and rows per class. */
-typedef struct {
-  size_t size[P_NODES];
-  int per_class[P_NODES][P_CLASSES];
-} split_t;
-
-/* Ask every node for its rows; require them ascending, pairwise disjoint and
- * together covering every row exactly once. */
-static split_t split_and_check_cover(const char *spec, uint64_t seed) {
-  td_partition_t p = parse_ok(spec);
-  static int owner[P_ROWS];
-  split_t s;
-  memset(&s, 0, sizeof s);
-  for (int i = 0; i < P_ROWS; i++)
-    owner[i] = -1;
-  for (unsigned k = 0; k < P_NODES; k++) {
-    uint32_t *idx = NULL;
-    size_t n = 0;
-    ck_assert_int_eq(
-        td_partition_indices(&p, p_labels, P_ROWS, P_CLASSES, k, P_NODES, seed, &idx, &n), 0);
-    s.size[k] = n;
-    /* plain ifs in the loop, one assertion per problem: ck_assert costs a syscall */
-    for (size_t i = 0; i < n; i++) {
-      if (idx[i] >= P_ROWS || (i > 0 && idx[i] <= idx[i - 1]))
-        ck_abort_msg("%s: node %u: index %u out of range or not ascending", spec, k, idx[i]);
-      if (owner[idx[i]] != -1)
-        ck_abort_msg("%s: row %u on nodes %d and %u", spec, idx[i], owner[idx[i]], k);
-      owner[idx[i]] = (int)k;
-      s.per_class[k][p_labels[idx[i]]]++;
-    }
-    free(idx);
-  }
-  for (int i = 0; i < P_ROWS; i++)
-    if (owner[i] == -1)
-      ck_abort_msg("%s: row %d on no node", spec, i);
-  return s;
-}
-
-/* Mean over nodes of the largest single-class share of a node's rows
- * (0.1 when every node sees all ten classes equally). */
-static double node_top_class_share(const split_t *s) {
-  double sum = 0;
-  for (int k = 0; k < P_NODES; k++) {
-    int top = 0;
-    for (int c = 0; c < P_CLASSES; c++)
-      top = s->per_class[k][c] > top ? s->per_class[k][c] : top;
-    sum += s->size[k] > 0 ? (double)top / (double)s->size[k] : 1.0;
-  }
-  return sum / P_NODES;
-}
-
-/* Mean over classes of the share of a class held by its main node
- * (0.2 when each class is spread evenly over five nodes). */
-static double class_top_node_share(const split_t *s) {
-  double sum = 0;
-  for (int c = 0; c < P_CLASSES; c++) {
-    int top = 0, total = 0;
-    for (int k = 0; k < P_NODES; k++) {
-      top = s->per_class[k][c] > top ? s->per_class[k][c] : top;
-      total += s->per_class[k][c];
-    }
-    sum += (double)top / (double)total;
-  }
-  return sum / P_CLASSES;
-}
-
-static int distinct_classes(const split_t *s, int node) {
-  int n = 0;
-  for (int c = 0; c < P_CLASSES; c++)
-    n += s->per_class[node][c] > 0;
-  return n;
-}
-
-START_TEST(partition_parse_accepts_the_four_forms) {
-  ck_assert_int_eq(parse_ok("all").kind, TD_PARTITION_ALL);
-  ck_assert_int_eq(parse_ok("iid").kind, TD_PARTITION_IID);
-  td_partition_t p = parse_ok("dirichlet:0.5");
-  ck_assert_int_eq(p.kind, TD_PARTITION_DIRICHLET);
-  ck_assert_double_eq(p.alpha, 0.5);
-  ck_assert_double_eq(parse_ok("dirichlet:1e6").alpha, 1e6);
-  ck_assert_double_eq(parse_ok("dirichlet:.25").alpha, 0.25);
-  p = parse_ok("shard:3");
-  ck_assert_int_eq(p.kind, TD_PARTITION_SHARD);
-  ck_assert_uint_eq(p.shards_per_node, 3);
-  ck_assert_uint_eq(parse_ok("shard:100000").shards_per_node, 100000);
-}
-END_TEST
-
-START_TEST(partition_parse_rejects_bad_specs_with_a_reason) {
-  static const char *bad[] = {"dirichlet:0",   "dirichlet:-1",  "dirichlet:nan", "dirichlet:inf",
-                              "dirichlet:",    "dirichlet:1x",  "dirichlet: 1",  "dirichlet:2e6",
-                              "dirichlet:1e-999",
-                              "shard:0",       "shard:x",       "shard:",        "shard:-2",
-                              "shard:1.5",     "shard:100001",  "shard:99999999999999999999",
-                              "bogus",         "iid:3",         "all ",          "",
-                              "IID"};
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    td_partition_t p;
-    char why[256] = "";
-    ck_assert_msg(td_partition_parse(&p, bad[i], why, sizeof why) == TD_ECONFIG, "'%s'", bad[i]);
-    ck_assert_msg(why[0] != '\0', "'%s': no reason", bad[i]);
-  }
-}
-END_TEST
-
-START_TEST(partitions_are_disjoint_and_cover_every_row) {
-  static const char *specs[] = {"iid", "dirichlet:0.1", "dirichlet:100", "shard:2", "shard:7",
-                                "dirichlet:1e-300"};
-  for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
-    for (uint64_t seed = 1; seed <= 3; seed++)
-      split_and_check_cover(specs[i], seed);
-}
-END_TEST
-
-START_TEST(iid_parts_differ_in_size_by_at_most_one) {
-  split_t s = split_and_check_cover("iid", 77);
-  for (int k = 0; k < P_NODES; k++)
-    ck_assert_uint_eq(s.size[k], P_ROWS / P_NODES);
-  ck_assert_double_lt(node_top_class_share(&s), 0.2);
-  td_partition_t p = parse_ok("iid");
-  static const unsigned node_counts[] = {3, 7, 999, 1000, 1001};
-  for (size_t t = 0; t < sizeof node_counts / sizeof node_counts[0]; t++) {
-    unsigned nodes = node_counts[t];
-    size_t lo = SIZE_MAX, hi = 0, total = 0;
-    for (unsigned k = 0; k < nodes; k++) {
-      uint32_t *idx = NULL;
-      size_t n = 0;
-      ck_assert_int_eq(
-          td_partition_indices(&p, p_labels, P_ROWS, P_CLASSES, k, nodes, 5, &idx, &n), 0);
-      lo = n < lo ? n : lo;
-      hi = n > hi ? n : hi;
-      total += n;
-      free(idx);
-    }
-    ck_assert_msg(hi - lo <= 1, "%u nodes: sizes %zu..%zu", nodes, lo, hi);
-    ck_assert_uint_eq(total, P_ROWS);
-  }
-}
-END_TEST
-
-START_TEST(dirichlet_small_alpha_skews_labels_large_alpha_does_not) {
-  /* Thresholds leave room across seeds: over 2000 seeds, dirichlet:0.1 gave a
-   * node-top-share of at least 0.33 and a class-top-share of at least 0.60,
-   * dirichlet:100 at most 0.13 and 0.24. */
-  for (uint64_t seed = 1; seed <= 3; seed++) {
-    split_t skewed = split_and_check_cover("dirichlet:0.1", seed);
-    ck_assert_double_gt(node_top_class_share(&skewed), 0.3);
-    ck_assert_double_gt(class_top_node_share(&skewed), 0.5);
-    split_t even = split_and_check_cover("dirichlet:100", seed);
-    ck_assert_double_lt(node_top_class_share(&even), 0.2);
-    ck_assert_double_lt(class_top_node_share(&even), 0.3);
-  }
-  /* alpha so small that every gamma draw underflows: each class goes whole to
-   * one node */
-  split_t whole = split_and_check_cover("dirichlet:1e-300", 5);
-  ck_assert_double_eq(class_top_node_share(&whole), 1.0);
-}
-END_TEST
-
-START_TEST(shard_gives_each_node_few_classes) {
-  for (uint64_t seed = 1; seed <= 5; seed++) {
-    split_t s = split_and_check_cover("shard:2", seed);
-    for (int k = 0; k < P_NODES; k++) {
-      ck_assert_uint_eq(s.size[k], P_ROWS / P_NODES); /* two shards of 100 */
-      ck_assert_int_le(distinct_classes(&s, k), 4);
-    }
-  }
-}
-END_TEST
-
-START_TEST(partition_depends_on_the_seed_only) {
-  static const char *specs[] = {"iid", "dirichlet:0.5", "shard:2"};
-  for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
-    td_partition_t p = parse_ok(specs[i]);
-    uint32_t *a = NULL, *b = NULL, *c = NULL;
-    size_t na = 0, nb = 0, nc = 0;
-    const unsigned node = 2;
-    ck_assert_int_eq(
-        td_partition_indices(&p, p_labels, P_ROWS, P_CLASSES, node, P_NODES, 42, &a, &na), 0);
-    ck_assert_int_eq(
-        td_partition_indices(&p, p_labels, P_ROWS, P_CLASSES, node, P_NODES, 42, &b, &nb), 0);
-    ck_assert_int_eq(
-        td_partition_indices(&p, p_labels, P_ROWS, P_CLASSES, node, P_NODES, 43, &c, &nc), 0);
-    ck_assert_uint_eq(na, nb);
-    ck_assert_mem_eq(a, b, na * sizeof *a);
-    ck_assert_msg(na != nc || memcmp(a, c, na * sizeof *a) != 0, "%s ignores the seed",
-                  specs[i]);
-    free(a);
-    free(b);
-    free(c);
-  }
-}
-END_TEST
-
-START_TEST(partition_all_gives_every_node_every_row) {
-  td_partition_t p = parse_ok("all");
-  for (unsigned k = 0; k < 3; k++) {
-    uint32_t *idx = NULL;
-    size_t n = 0;
-    ck_assert_int_eq(td_partition_indices(&p, p_labels, P_ROWS, P_CLASSES, k, 3, 1, &idx, &n), 0);
-    ck_assert_uint_eq(n, P_ROWS);
-    size_t wrong = 0;
-    for (size_t i = 0; i < n; i++)
-      wrong += idx[i] != i;
-    ck_assert_uint_eq(wrong, 0);
-    free(idx);
-  }
-}
-END_TEST
-
-START_TEST(partition_rejects_bad_arguments) {
-  td_partition_t p = parse_ok("iid");
-  uint32_t *idx = (uint32_t *)&p;
-  size_t n = 123;
-  ck_assert_int_eq(td_partition_indices(&p, p_labels, P_ROWS, P_CLASSES, 0, 0, 1, &idx, &n),
-                   TD_EINVAL);
-  ck_assert_ptr_null(idx);
-  ck_assert_uint_eq(n, 0);
-  ck_assert_int_eq(td_partition_indices(&p, p_labels, P_ROWS, P_CLASSES, 5, 5, 1, &idx, &n),
-                   TD_EINVAL);
-  ck_assert_int_eq(td_partition_indices(&p, p_labels, P_ROWS, P_CLASSES, 0, 4097, 1, &idx, &n),
-                   TD_EINVAL);
-  ck_assert_int_eq(td_partition_indices(&p, p_labels, P_ROWS, P_CLASSES, 4095, 4096, 1, &idx, &n),
-                   0);
-  free(idx);
-  p = parse_ok("dirichlet:1");
-  p_labels[3] = P_CLASSES; /* one label outside [0, classes) */
-  ck_assert_int_eq(td_partition_indices(&p, p_labels, P_ROWS, P_CLASSES, 0, 5, 1, &idx, &n),
-                   TD_ERANGE);
-  p_labels[3] = -1;
-  ck_assert_int_eq(td_partition_indices(&p, p_labels, P_ROWS, P_CLASSES, 0, 5, 1, &idx, &n),
-                   TD_ERANGE);
-  ck_assert_ptr_null(idx);
-  make_labels();
-  /* an empty dataset is not an error: every node simply gets nothing */
-  ck_assert_int_eq(td_partition_indices(&p, p_labels, 0, P_CLASSES, 0, 5, 1, &idx, &n), 0);
-  ck_assert_uint_eq(n, 0);
-  free(idx);
-}
-END_TEST
-
 /* ---- the packaged dataset ------------------------------------------------------------------ */
 
 START_TEST(fashion_mnist_package_loads_when_installed) {
@@ -1301,18 +899,8 @@ static TCase *tcase_with_dir(const char *name, double timeout_s) {
   return tc;
 }
 
-static Suite *data_suite(void) {
-  Suite *s = suite_create("data");
-
-  TCase *rng = tcase_create("rng");
-  tcase_set_timeout(rng, 60);
-  tcase_add_test(rng, rng_same_seed_gives_same_stream);
-  tcase_add_test(rng, rng_uniform_has_the_moments_of_u01);
-  tcase_add_test(rng, rng_normal_has_the_moments_of_n01);
-  tcase_add_test(rng, rng_gamma_mean_and_variance_equal_the_shape);
-  tcase_add_test(rng, rng_below_stays_in_range_without_bias);
-  tcase_add_test(rng, rng_shuffle_is_a_reproducible_permutation);
-  suite_add_tcase(s, rng);
+static Suite *dataset_suite(void) {
+  Suite *s = suite_create("dataset");
 
   TCase *idx = tcase_with_dir("idx", 60);
   tcase_add_test(idx, idx_ubyte_round_trip_plain_and_gzip);
@@ -1347,20 +935,6 @@ static Suite *data_suite(void) {
   tcase_add_test(rows, shuffle_of_a_fashion_mnist_sized_set_is_fast);
   suite_add_tcase(s, rows);
 
-  TCase *part = tcase_create("partition");
-  tcase_add_checked_fixture(part, make_labels, NULL);
-  tcase_set_timeout(part, 60);
-  tcase_add_test(part, partition_parse_accepts_the_four_forms);
-  tcase_add_test(part, partition_parse_rejects_bad_specs_with_a_reason);
-  tcase_add_test(part, partitions_are_disjoint_and_cover_every_row);
-  tcase_add_test(part, iid_parts_differ_in_size_by_at_most_one);
-  tcase_add_test(part, dirichlet_small_alpha_skews_labels_large_alpha_does_not);
-  tcase_add_test(part, shard_gives_each_node_few_classes);
-  tcase_add_test(part, partition_depends_on_the_seed_only);
-  tcase_add_test(part, partition_all_gives_every_node_every_row);
-  tcase_add_test(part, partition_rejects_bad_arguments);
-  suite_add_tcase(s, part);
-
   TCase *fashion = tcase_create("fashion-mnist");
   tcase_set_timeout(fashion, 300);
   tcase_add_test(fashion, fashion_mnist_package_loads_when_installed);
@@ -1369,7 +943,7 @@ static Suite *data_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(data_suite());
+  SRunner *sr = srunner_create(dataset_suite());
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);
