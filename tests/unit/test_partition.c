@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "compute/partition.h"
+#include "compute/data/partition.h"
 
 enum { P_ROWS = 1000, P_CLASSES = 10, P_NODES = 5 };
 static int32_t p_labels[P_ROWS];
