@@ -1,14 +1,16 @@
 /* dispatch.c: where each received peer message goes.
  *
- * Threads: loop thread. transport.c hands over every envelope that passed
- * proto/wire.c; one table says, per message kind, which part handles it,
+ * Threads: loop thread. Every envelope that passed proto/wire.c comes here
+ * from the transport, through the `received` callback node.c gives it at
+ * open; one table says, per message kind, which part handles it,
  * whether the sender must already be a member (a stranger's message is
  * counted as a drop instead), and whether the message counts as proof that
  * its sender is alive. Update chunks, acks and snapshot chunks count: on a
  * slow uplink a member's heartbeats queue behind them, and must not get it
- * declared dead. Refused messages are counted by kind (net/drops.c). The sender is already
- * the authenticated one (transport.c, access.c); starting or stopping a run
- * here, or being taken into one, needs that sender's key to be an admin. */
+ * declared dead. Refused messages are counted by kind (net/drops.c). The
+ * sender is already the authenticated one (transport.c, access.c); starting
+ * or stopping a run here, or being taken into one, needs that sender's key to
+ * be an admin. */
 #include "daemon/internal.h"
 
 #include <inttypes.h>

@@ -126,7 +126,7 @@ struct td__node {
   /* Set by the node's own files for the ones beside them, so that none calls
    * another by name in a circle: */
   void (*shutdown)(td__node_t *n, const char *why); /* node.c: leave, close */
-  void (*welcomed)(td__control_t *c, uint64_t peer); /* control.c: answers `join` */
+  void (*welcomed)(td__control_t *c, uint64_t peer); /* control.c's: answers `join` */
   td__listener_t figures_changed; /* a round closed, a heartbeat: the monitor's feed */
   uv_timer_t heartbeat_timer;
   uv_signal_t sigint, sigterm;
@@ -137,6 +137,7 @@ static inline void td__node_figures_changed(td__node_t *n) {
   if (n->figures_changed.fn != NULL)
     n->figures_changed.fn(n->figures_changed.user);
 }
+
 /* ---- the run session (session.c) ------------------------------------------------------- */
 
 typedef enum {

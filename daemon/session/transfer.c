@@ -11,8 +11,9 @@
  * scores its local model on the same validation rows and floods (round,
  * loss) in an EvalReport. A node whose loss exceeds the best recent report by
  * more than transfer_margin fetches that node's model and the compute thread
- * merges it before its next round. Requests for a late-join seed and for
- * reconciliation messages are answered by join.c and reconcile.c. */
+ * merges it before its next round. snapshots.c routes the messages: requests
+ * for a late-join seed and for reconciliation messages go to join.c and
+ * reconcile.c, the rest here (td__xfer_on_request, td__xfer_on_chunk). */
 #include "daemon/session/shared.h"
 
 #include <inttypes.h>
