@@ -75,7 +75,8 @@ typedef struct td__zap td__zap_t;
   X(MALFORMED, malformed) X(VERSION, version) X(OVERSIZED, oversized)                      \
   X(WRONG_RUN, wrong_run) X(NOT_MEMBER, not_member) X(LATE, late) X(AHEAD, ahead)           \
   X(REJECTED, rejected) X(NONFINITE_LOCAL, nonfinite_local) X(DUPLICATE, duplicate)         \
-  X(HANDSHAKE, handshake) X(UNKNOWN_KEY, unknown_key) X(FORBIDDEN, forbidden)
+  X(HANDSHAKE, handshake) X(UNKNOWN_KEY, unknown_key) X(FORBIDDEN, forbidden)             \
+  X(REUSED_RUN_ID, reused_run_id)
 #define TD__DROP_ENUM(u, l) TD__DROP_##u,
 typedef enum { TD__DROPS(TD__DROP_ENUM) TD__DROP_COUNT } td__drop_t;
 #undef TD__DROP_ENUM
@@ -235,6 +236,14 @@ typedef struct {
   uint64_t refused_rows;    /* rows SQLite refused for themselves, since start */
 } td__ledgerq_stats_t;
 void td__ledgerq_stats(const td__ledgerq_t *q, td__ledgerq_stats_t *out);
+/* What this node's ledger holds of run_id (loop thread, no I/O): nothing, the
+ * run with spec_text still open (running, or interrupted by a crash), the run
+ * with spec_text ended (finished, failed, stopped, missed: final), or the id
+ * with another spec. */
+typedef enum {
+  TD__RUN_UNSEEN = 0, TD__RUN_OPEN_HERE, TD__RUN_ENDED_HERE, TD__RUN_OTHER_SPEC
+} td__run_seen_t;
+td__run_seen_t td__ledger_run_seen(td__ledgerq_t *q, uint64_t run_id, const char *spec_text);
 void td__ledger_run_start(td__ledgerq_t *q, uint64_t run_id, const char *spec_text);
 void td__ledger_run_end(td__ledgerq_t *q, uint64_t run_id, const char *state,
                         double test_accuracy);

@@ -202,8 +202,15 @@ void td__on_run_start(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
     on_admission(n, env);
     return;
   }
-  if (td__session_of(n, env->run_id) != NULL)
-    return; /* already running it */
+  td__session_t *s = td__session_of(n, env->run_id);
+  if (s != NULL) { /* already running it; the same id with another spec is refused */
+    if (rs->spec == NULL || strcmp(rs->spec, s->spec_text) != 0) {
+      td__drop(n, TD__DROP_REUSED_RUN_ID, NULL);
+      td_log_warn("refused a start of run %016" PRIx64 " (the run this node runs) with another "
+                  "spec from %016" PRIx64, env->run_id, env->sender);
+    }
+    return;
+  }
   char why[512] = "";
   if (td__session_start(n, env->run_id, rs->spec, rs->members, rs->n_members, 1, 0, why,
                         sizeof why) != 0)

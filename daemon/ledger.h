@@ -120,6 +120,16 @@ typedef void (*td_ledger_peer_fn)(uint64_t node_id, const char *endpoint, const 
                                   void *user);
 int td_ledger_peers(td_ledger_t *l, td_ledger_peer_fn fn, void *user);
 
+/* Every run the ledger holds: its id, spec and state ("running", "finished",
+ * "interrupted", ...). The strings are borrowed for the call only. A run that
+ * is not 'running' or 'interrupted' is final: no later write changes its
+ * runs row, and no round or update row is added to it or replaced (the
+ * node's own late evaluations still land on its rounds) (and its spec never changes: the same id with another spec
+ * leaves the row as it was). */
+typedef void (*td_ledger_run_seen_fn)(uint64_t run_id, const char *spec, const char *state,
+                                      void *user);
+int td_ledger_runs(td_ledger_t *l, td_ledger_run_seen_fn fn, void *user);
+
 /* Runs the ledger still holds as 'running' when the node starts again: the
  * process died during them. fn sees each (newest first) with the last round
  * it recorded (0: none); then they become 'interrupted', ended at `at`. fn

@@ -96,7 +96,51 @@ struct td__ledgerq {
   uint64_t failures_total, episodes, dropped_total, refused_total;
   uint64_t dropped[OP_KINDS_], episode_dropped;
   int refused_codes[MAX_CAUSES];
+  /* every run id this node has recorded, with its spec's hash and whether it
+   * ended (loop thread; loaded at open): a run id names one spec forever */
+  struct seen_run { uint64_t run_id, spec_hash; bool ended; } *seen;
+  size_t n_seen, cap_seen;
 };
+
+/* FNV-1a, 64 bits, over a spec's text: two specs with one hash are taken
+ * for the same spec (the odds are 2^-64 per pair). */
+static uint64_t spec_hash(const char *text) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+    h = (h ^ *p) * 0x100000001b3ull;
+  return h;
+}
+
+static bool state_is_final(const char *state) {
+  return state != NULL && strcmp(state, "running") != 0 && strcmp(state, "interrupted") != 0;
+}
+
+static struct seen_run *seen_find(td__ledgerq_t *q, uint64_t run_id) {
+  for (size_t i = q->n_seen; i-- > 0;) /* the newest are asked about most */
+    if (q->seen[i].run_id == run_id)
+      return &q->seen[i];
+  return NULL;
+}
+
+static struct seen_run *seen_add(td__ledgerq_t *q, uint64_t run_id, const char *spec) {
+  if (q->n_seen == q->cap_seen) {
+    size_t cap = q->cap_seen ? q->cap_seen * 2 : 64;
+    struct seen_run *grown = realloc(q->seen, cap * sizeof *grown);
+    if (grown == NULL)
+      return NULL;
+    q->seen = grown;
+    q->cap_seen = cap;
+  }
+  struct seen_run *r = &q->seen[q->n_seen++];
+  *r = (struct seen_run){.run_id = run_id, .spec_hash = spec_hash(spec ? spec : "")};
+  return r;
+}
+
+static void seen_load(uint64_t run_id, const char *spec, const char *state, void *user) {
+  struct seen_run *r = seen_add(user, run_id, spec);
+  if (r != NULL)
+    r->ended = state_is_final(state);
+}
 
 static size_t op_bytes(const ledger_op_t *op) {
   size_t n = sizeof *op + (op->text ? strlen(op->text) + 1 : 0);
@@ -421,6 +465,12 @@ int td__ledgerq_open(td__ledgerq_t **out, uv_loop_t *loop, const char *path, cha
     free(q);
     return rc;
   }
+  if (td_ledger_runs(q->ledger, seen_load, q) != 0) {
+    td_ledger_close(&q->ledger);
+    free(q->seen);
+    free(q);
+    return td_why(why, why_len, TD_EIO, "cannot read the runs of ledger %s", path);
+  }
   pthread_mutex_init(&q->mu, NULL);
   q->loop = loop;
   snprintf(q->path, sizeof q->path, "%s", path);
@@ -459,10 +509,22 @@ void td__ledgerq_close(td__ledgerq_t **self_p) {
   }
   td_ledger_close(&q->ledger);
   pthread_mutex_destroy(&q->mu);
+  free(q->seen);
   free(q);
 }
 
+td__run_seen_t td__ledger_run_seen(td__ledgerq_t *q, uint64_t run_id, const char *spec_text) {
+  const struct seen_run *r = seen_find(q, run_id);
+  if (r == NULL)
+    return TD__RUN_UNSEEN;
+  if (r->spec_hash != spec_hash(spec_text ? spec_text : ""))
+    return TD__RUN_OTHER_SPEC;
+  return r->ended ? TD__RUN_ENDED_HERE : TD__RUN_OPEN_HERE;
+}
+
 void td__ledger_run_start(td__ledgerq_t *q, uint64_t run_id, const char *spec_text) {
+  if (seen_find(q, run_id) == NULL)
+    seen_add(q, run_id, spec_text);
   ledger_op_t *op = op_new(q, OP_RUN_START);
   if (op != NULL) {
     op->u.run.run_id = run_id;
@@ -472,6 +534,9 @@ void td__ledger_run_start(td__ledgerq_t *q, uint64_t run_id, const char *spec_te
 
 void td__ledger_run_end(td__ledgerq_t *q, uint64_t run_id, const char *state,
                         double test_accuracy) {
+  struct seen_run *r = seen_find(q, run_id);
+  if (r != NULL && state_is_final(state))
+    r->ended = true;
   ledger_op_t *op = op_new(q, OP_RUN_END);
   if (op != NULL) {
     op->u.run.run_id = run_id;

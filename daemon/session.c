@@ -338,11 +338,34 @@ static int open_parts(td__session_t *s, const td_codec_spec_t *codec, char *why,
   return 0;
 }
 
+/* History is append-only: a run id names one spec forever on this node, and
+ * a run that ended here (or was missed) is never started again, whoever asks:
+ * starting it would rewrite its rows in the ledger. Id 0 names no run. A run
+ * this node was in when it died or fell behind (same spec, still open) may be
+ * taken up again: that is coming back (comeback.c). */
+static int check_run_id(td__node_t *n, uint64_t run_id, const char *spec_text, char *why,
+                        size_t why_len) {
+  const char *what = NULL;
+  if (run_id == 0)
+    what = "run id 0 names no run";
+  else switch (td__ledger_run_seen(n->ledger, run_id, spec_text)) {
+    case TD__RUN_OTHER_SPEC: what = "this node already recorded that run id with another spec"; break;
+    case TD__RUN_ENDED_HERE: what = "this node already recorded that run as ended"; break;
+    default: return 0;
+  }
+  td__drop(n, TD__DROP_REUSED_RUN_ID, NULL);
+  return td_why(why, why_len, TD_EINVAL, "run %016" PRIx64 ": %s; its record stays as it is "
+                "(a run id names one run: start a new run instead)", run_id, what);
+}
+
 int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
                       const uint64_t *members, size_t n_members, uint64_t first_round,
                       uint64_t sponsor, char *why, size_t why_len) {
+  int rc = check_run_id(n, run_id, spec_text, why, why_len);
+  if (rc != 0)
+    return rc;
   td_runspec_t spec;
-  int rc = parse_spec(n, spec_text, n_members, &spec, why, why_len);
+  rc = parse_spec(n, spec_text, n_members, &spec, why, why_len);
   if (rc != 0)
     return rc;
   size_t rank = n_members;
