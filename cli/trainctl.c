@@ -238,6 +238,8 @@ static int cmd_status(bool json, bool watch, double every_s) {
         printf("error   %s\n", jstr(run, "error"));
       if (strcmp(jstr(run, "refused"), "-") != 0)
         printf("refused %s\n", jstr(run, "refused"));
+      if (strcmp(jstr(run, "untrained"), "-") != 0)
+        printf("untrained partitions no round trained: %s\n", jstr(run, "untrained"));
       print_outliers(run);
       printf("drops   %.0f bad or unexpected peer messages\n", dropped);
       ledger_line(o);

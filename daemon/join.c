@@ -244,7 +244,8 @@ void td__join_tick(td__session_t *s) {
   uint64_t joiner = 0;
   for (size_t i = 0; i < s->n_members && joiner == 0; i++) { /* members that come back first */
     td_member_t *m = s->away[i] ? td_members_find(n->members, s->members[i]) : NULL;
-    if (m != NULL && m->state == TD_PEER_ALIVE && m->reported && m->run_id == 0)
+    if (m != NULL && m->state == TD_PEER_ALIVE && m->reported && m->run_id == 0 &&
+        m->ended_run != s->run_id && !s->ended_by[i]) /* it ended the run: never back in */
       joiner = m->node_id;
   }
   bool full = s->n_members >= TD_MEMBERS_MAX || s->n_members >= TD_ROUND_MAX_PEERS;
@@ -252,7 +253,7 @@ void td__join_tick(td__session_t *s) {
     uint64_t peer = td__link_peer(td__transport_at(n->net, i));
     td_member_t *m = peer ? td_members_find(n->members, peer) : NULL;
     if (m != NULL && m->state == TD_PEER_ALIVE && m->reported && m->run_id == 0 &&
-        td__session_member(s, m->node_id) == TD_MEMBERS_MAX)
+        m->ended_run != s->run_id && td__session_member(s, m->node_id) == TD_MEMBERS_MAX)
       joiner = m->node_id;
   }
   if (joiner == 0)

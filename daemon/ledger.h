@@ -14,7 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TD_LEDGER_SCHEMA_VERSION 3
+#define TD_LEDGER_SCHEMA_VERSION 4
+/* Room for the node ids of a round's members as text ("id,id,..." in hex). */
+#define TD_LEDGER_MEMBERS_TEXT (32 * 17 + 1)
 
 typedef struct td_ledger td_ledger_t;
 
@@ -33,6 +35,11 @@ typedef struct {
   double compute_s;      /* seconds computing the round (slowdown included) */
   double wait_s;         /* seconds compute was blocked before the round's steps */
   double capacity;       /* samples/s EWMA after the round */
+  /* who took part: the members whose update is in the round's average (own
+   * included), as hex node ids ("id,id": borrowed for the call), and their
+   * partitions (ranks) as a bit set; NULL or "" and 0: not recorded (NULL) */
+  const char *members;
+  uint64_t partitions;
 } td_ledger_round_t;
 
 /* One per-link measurement, taken once per round per peer. */
@@ -94,6 +101,9 @@ int td_ledger_run_start(td_ledger_t *l, uint64_t run_id, const char *spec, doubl
  * may be NaN. */
 int td_ledger_run_end(td_ledger_t *l, uint64_t run_id, const char *state, double ended,
                       double test_accuracy);
+/* The partitions (ranks) of a still open run that no round trained, "2,3";
+ * call before td_ledger_run_end (an ended run is not changed). */
+int td_ledger_run_untrained(td_ledger_t *l, uint64_t run_id, const char *partitions);
 int td_ledger_peer_seen(td_ledger_t *l, uint64_t node_id, const char *endpoint, double at,
                         const char *state, double capacity);
 int td_ledger_round_add(td_ledger_t *l, const td_ledger_round_t *r);

@@ -240,11 +240,16 @@ static int apply_op(td_ledger_t *l, ledger_op_t *op) {
   const char *text = op->text ? op->text : "";
   switch (op->kind) {
   case OP_RUN_START: return td_ledger_run_start(l, op->u.run.run_id, text, op->at);
-  case OP_RUN_END:
-    return td_ledger_run_end(l, op->u.run.run_id, op->name, op->at, op->u.run.value);
+  case OP_RUN_END: {
+    int rc = td_ledger_run_untrained(l, op->u.run.run_id, op->text);
+    return rc != 0 ? rc : td_ledger_run_end(l, op->u.run.run_id, op->name, op->at,
+                                            op->u.run.value);
+  }
   case OP_PEER:
     return td_ledger_peer_seen(l, op->u.peer.id, text, op->at, op->name, op->u.peer.capacity);
-  case OP_ROUND: return td_ledger_round_add(l, &op->u.round);
+  case OP_ROUND:
+    op->u.round.members = op->text;
+    return td_ledger_round_add(l, &op->u.round);
   case OP_EVAL:
     return td_ledger_round_eval(l, op->u.round.run_id, op->u.round.round, op->u.round.eval_acc,
                                 op->u.round.eval_bpb);
@@ -513,6 +518,11 @@ void td__ledgerq_close(td__ledgerq_t **self_p) {
   free(q);
 }
 
+bool td__ledger_run_ended(td__ledgerq_t *q, uint64_t run_id) {
+  const struct seen_run *r = seen_find(q, run_id);
+  return r != NULL && r->ended;
+}
+
 td__run_seen_t td__ledger_run_seen(td__ledgerq_t *q, uint64_t run_id, const char *spec_text) {
   const struct seen_run *r = seen_find(q, run_id);
   if (r == NULL)
@@ -534,6 +544,11 @@ void td__ledger_run_start(td__ledgerq_t *q, uint64_t run_id, const char *spec_te
 
 void td__ledger_run_end(td__ledgerq_t *q, uint64_t run_id, const char *state,
                         double test_accuracy) {
+  td__ledger_run_end_untrained(q, run_id, state, test_accuracy, NULL);
+}
+
+void td__ledger_run_end_untrained(td__ledgerq_t *q, uint64_t run_id, const char *state,
+                                  double test_accuracy, const char *untrained) {
   struct seen_run *r = seen_find(q, run_id);
   if (r != NULL && state_is_final(state))
     r->ended = true;
@@ -542,6 +557,7 @@ void td__ledger_run_end(td__ledgerq_t *q, uint64_t run_id, const char *state,
     op->u.run.run_id = run_id;
     op->u.run.value = test_accuracy;
     snprintf(op->name, sizeof op->name, "%s", state);
+    op->text = untrained != NULL && untrained[0] != '\0' ? strdup(untrained) : NULL;
   }
 }
 
@@ -557,8 +573,11 @@ void td__ledger_peer(td__ledgerq_t *q, const td_member_t *m) {
 
 void td__ledger_round(td__ledgerq_t *q, const td_ledger_round_t *row) {
   ledger_op_t *op = op_new(q, OP_ROUND);
-  if (op != NULL)
+  if (op != NULL) {
     op->u.round = *row;
+    op->u.round.members = NULL; /* borrowed: the copy in text is the op's own */
+    op->text = row->members != NULL && row->members[0] != '\0' ? strdup(row->members) : NULL;
+  }
 }
 
 void td__ledger_eval(td__ledgerq_t *q, uint64_t run_id, uint64_t round, double eval_acc,

@@ -36,6 +36,7 @@ const char *td__run_state_name(td__run_state_t s) {
   case TD__RUN_FINISHED: return "finished";
   case TD__RUN_FAILED: return "failed";
   case TD__RUN_STOPPED: return "stopped";
+  case TD__RUN_MISSED: return "missed";
   }
   return "unknown";
 }
@@ -83,6 +84,25 @@ uint64_t td__session_last_id(td__node_t *n) {
   return n->session != NULL ? n->session->run_id : n->last_run ? n->last_run->run_id : 0;
 }
 
+/* The partitions (ranks) of the run that no round trained, "2 (node ID)":
+ * the members whose share of the data the model never saw. Empty while none
+ * or before the run closed a round. */
+static void untrained_text(const td__session_t *s, char *out, size_t len, bool with_nodes) {
+  size_t used = 0;
+  out[0] = '\0';
+  if (s->rounds_done == 0)
+    return;
+  for (size_t i = 0; i < s->n_members && i < 64 && used < len; i++) {
+    if (s->trained & (1ull << i))
+      continue;
+    if (with_nodes)
+      used += (size_t)snprintf(out + used, len - used, "%s%zu (node %016" PRIx64 ")",
+                               used ? ", " : "", i, s->members[i]);
+    else
+      used += (size_t)snprintf(out + used, len - used, "%s%zu", used ? "," : "", i);
+  }
+}
+
 static void session_stats(const td__session_t *s, td__run_stats_t *out) {
   *out = (td__run_stats_t){.run_id = s->run_id, .state = s->state, .rounds_done = s->rounds_done,
                            .rounds = s->rounds, .first_round = s->first_round, .rank = s->rank,
@@ -95,6 +115,7 @@ static void session_stats(const td__session_t *s, td__run_stats_t *out) {
   snprintf(out->codec, sizeof out->codec, "%s", td__outbox_codec(s->outbox));
   snprintf(out->error, sizeof out->error, "%s", s->error);
   snprintf(out->refused, sizeof out->refused, "%s", s->refused);
+  untrained_text(s, out->untrained, sizeof out->untrained, true);
   snprintf(out->backend, sizeof out->backend, "%s", s->backend);
   snprintf(out->backend_reason, sizeof out->backend_reason, "%s", s->backend_reason);
   td_agg_spec_t agg;
@@ -158,7 +179,16 @@ void td__session_finish(td__node_t *n, td__run_state_t state, double test_accura
   s->state = state;
   if (error)
     snprintf(s->error, sizeof s->error, "%s", error);
-  td__ledger_run_end(n->ledger, s->run_id, name, test_accuracy);
+  char untrained[192], who[256];
+  untrained_text(s, untrained, sizeof untrained, false);
+  untrained_text(s, who, sizeof who, true);
+  td__ledger_run_end_untrained(n->ledger, s->run_id, name, test_accuracy, untrained);
+  n->ended_run = s->run_id;
+  if (who[0] != '\0' && state != TD__RUN_MISSED) {
+    td_log_warn("run %016" PRIx64 " %s with partitions no round trained: %s", s->run_id, name,
+                who);
+    td__ledger_event(n->ledger, "partition_untrained", "run %016" PRIx64 ": %s", s->run_id, who);
+  }
   td__ledger_event(n->ledger, "run_end", "run %016" PRIx64 " %s%s%s", s->run_id, name,
                    error ? ": " : "", error ? error : "");
   td_log_info("run %016" PRIx64 " %s after %" PRIu64 " rounds%s%s", s->run_id, name,
@@ -286,7 +316,11 @@ static void on_run_events(td_run_t *run, void *user) {
       td__session_finish(n, TD__RUN_FAILED, NAN, ev.message);
       return;
     case TD_RUN_STOPPED:
-      td__session_finish(n, TD__RUN_STOPPED, s->last_eval_acc, "stopped on request");
+      if (s->missed)
+        td__session_finish(n, TD__RUN_MISSED, NAN,
+                           "the run ended on its other members while this node was away");
+      else
+        td__session_finish(n, TD__RUN_STOPPED, s->last_eval_acc, "stopped on request");
       return;
     }
   }
@@ -449,6 +483,7 @@ void td__session_refuse(td__node_t *n, uint64_t run_id, const uint64_t *members,
   td__ledger_event(n->ledger, "run_refused", "run %016" PRIx64 ": %s", run_id, why);
   Traind__RunRefused rr = TRAIND__RUN_REFUSED__INIT;
   rr.reason = (char *)why;
+  rr.run_ended = td__ledger_run_ended(n->ledger, run_id);
   Traind__Envelope env = TRAIND__ENVELOPE__INIT;
   env.body_case = TRAIND__ENVELOPE__BODY_RUN_REFUSED;
   env.run_refused = &rr;
@@ -472,6 +507,8 @@ void td__on_run_refused(td__node_t *n, const Traind__Envelope *env, td__link_t *
     td__drop(n, TD__DROP_WRONG_RUN, "refusal of a run this node is not running with the sender");
     return;
   }
+  if (env->run_refused->run_ended)
+    td__session_heard_end(n, env->sender);
   if (s->since[i] == UINT64_MAX)
     return; /* already heard */
   char reason[200];
@@ -489,4 +526,41 @@ void td__on_run_refused(td__node_t *n, const Traind__Envelope *env, td__link_t *
   td__ledger_event(n->ledger, "peer_refused", "%016" PRIx64 " refused run %016" PRIx64 ": %s",
                    env->sender, env->run_id, reason);
   td__rounds_forget_peer(s, env->sender);
+}
+
+void td__session_heard_end(td__node_t *n, uint64_t peer) {
+  td__session_t *s = n->session;
+  size_t i = s != NULL ? td__session_member(s, peer) : TD_MEMBERS_MAX;
+  if (i == TD_MEMBERS_MAX || peer == n->node_id || s->ended_by[i])
+    return; /* a node outside the run has no say in it */
+  s->ended_by[i] = true;
+  td__ledger_event(n->ledger, "peer_ended_run", "%016" PRIx64 " ended run %016" PRIx64, peer,
+                   s->run_id);
+  /* it will send nothing more of this run, and must not be taken back into it */
+  if (s->since[i] != UINT64_MAX) {
+    s->since[i] = UINT64_MAX;
+    td__rounds_forget_peer(s, peer);
+    if (n->session != s)
+      return;
+  }
+  size_t others = 0, ended = 0;
+  for (size_t k = 0; k < s->n_members; k++)
+    if (s->members[k] != n->node_id) {
+      others++;
+      ended += s->ended_by[k];
+    }
+  /* one member's word is not enough to end a run here; and a node that
+   * trained rounds of it and is near its end is in it (it finishes it): the
+   * members of a sync or overlap run are at most a few rounds apart, so one
+   * far from the end when the others ended it was away */
+  bool far = s->rounds_done == 0 ||
+             (s->spec.mode_kind != TD_MODE_ASYNC && s->ready &&
+              s->round + TD__BEHIND_ROUNDS < s->rounds);
+  if (s->missed || 2 * ended <= others || !far)
+    return;
+  s->missed = true;
+  td_log_warn("run %016" PRIx64 " already ended on %zu of its %zu other members while this node "
+              "was away: not starting it again; it is recorded here as missed", s->run_id, ended,
+              others);
+  td_run_stop(s->run);
 }
