@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cli/history.h"
+#include "daemon/runspec.h"
 #include "proto/control.h"
 #include "proto/wire.h"
 
@@ -320,36 +321,13 @@ static int cmd_rounds(unsigned last, bool csv, bool json) {
   return 0;
 }
 
+/* The run file, whole: a regular file of text (a directory, a device or a
+ * NUL byte is an error that says so, never a default run). */
 static char *read_file(const char *path, int *rc) {
-  FILE *f = fopen(path, "r");
-  if (f == NULL) {
-    *rc = die("cannot open %s: %s", path, strerror(errno));
-    return NULL;
-  }
-  size_t cap = 4096, len = 0;
-  char *buf = malloc(cap);
-  size_t r;
-  while (buf != NULL && (r = fread(buf + len, 1, cap - len - 1, f)) > 0) {
-    len += r;
-    if (len + 1 >= cap) {
-      if (cap >= TD_WIRE_MAX_SPEC * 4) {
-        free(buf);
-        buf = NULL;
-        *rc = die("%s is too large for a run file", path);
-        break;
-      }
-      char *nb = realloc(buf, cap *= 2);
-      if (nb == NULL) {
-        free(buf);
-        buf = NULL;
-      }
-      buf = nb;
-    }
-  }
-  fclose(f);
-  if (buf != NULL)
-    buf[len] = '\0';
-  return buf;
+  char why[600] = "", *text = NULL;
+  if (td_runspec_read_file(path, &text, why, sizeof why) != 0)
+    *rc = die("%s", why);
+  return text;
 }
 
 int main(int argc, char **argv) {

@@ -10,8 +10,11 @@
 #include <ini.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "compress/codec.h"
 #include "compute/backend.h"
@@ -560,16 +563,55 @@ static int ini_result(int line, const ini_ctx_t *ctx, const char *sub, const cha
                 line);
 }
 
-int td_runspec_load_ini(td_runspec_t *rs, const char *path, char *why, size_t why_len) {
+int td_runspec_read_file(const char *path, char **text, char *why, size_t why_len) {
+  *text = NULL;
   FILE *f = fopen(path, "r");
   if (f == NULL)
     return td_why(why, why_len, errno == ENOENT ? TD_ENOENT : TD_EIO, "cannot open %s: %s",
                   path, strerror(errno));
-  char sub[768] = "";
-  ini_ctx_t ctx = {.rs = rs, .why = sub, .why_len = sizeof sub, .rc = 0};
-  int line = ini_parse_file(f, on_ini_pair, &ctx);
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    fclose(f);
+    return td_why(why, why_len, TD_ECONFIG, "%s is not a file: give a run file (key = value "
+                  "lines), or no file and --set key=value", path);
+  }
+  char *buf = malloc(TD_RUNSPEC_FILE_MAX + 1);
+  size_t len = buf != NULL ? fread(buf, 1, TD_RUNSPEC_FILE_MAX + 1, f) : 0;
+  bool bad = buf != NULL && ferror(f);
   fclose(f);
-  return ini_result(line, &ctx, sub, path, why, why_len);
+  if (buf == NULL)
+    return td_why(why, why_len, TD_ENOMEM, "out of memory");
+  int rc = 0;
+  if (bad)
+    rc = td_why(why, why_len, TD_EIO, "cannot read %s", path);
+  else if (len > TD_RUNSPEC_FILE_MAX)
+    rc = td_why(why, why_len, TD_ECONFIG, "%s is over %u KiB: too large for a run file", path,
+                TD_RUNSPEC_FILE_MAX >> 10);
+  const char *nul = rc == 0 ? memchr(buf, '\0', len) : NULL;
+  if (nul != NULL) {
+    unsigned line = 1;
+    for (const char *c = buf; c < nul; c++)
+      line += *c == '\n';
+    rc = td_why(why, why_len, TD_ECONFIG, "%s:%u: a NUL byte: a run file is text (is it the "
+                "right file?)", path, line);
+  }
+  if (rc != 0) {
+    free(buf);
+    return rc;
+  }
+  buf[len] = '\0';
+  *text = buf;
+  return 0;
+}
+
+int td_runspec_load_ini(td_runspec_t *rs, const char *path, char *why, size_t why_len) {
+  char *text;
+  int rc = td_runspec_read_file(path, &text, why, why_len);
+  if (rc != 0)
+    return rc;
+  rc = td_runspec_load_ini_text(rs, text, path, why, why_len);
+  free(text);
+  return rc;
 }
 
 int td_runspec_load_ini_text(td_runspec_t *rs, const char *text, const char *origin, char *why,
