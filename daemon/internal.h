@@ -215,6 +215,12 @@ int td__ledgerq_open(td__ledgerq_t **out, uv_loop_t *loop, const char *path, cha
 /* Writes what is still queued on the calling thread, then closes. */
 void td__ledgerq_close(td__ledgerq_t **self_p);
 void td__ledgerq_flush(td__ledgerq_t *q);
+/* fn(user) after every batch the pool finished, written or not (one hook). */
+void td__ledgerq_on_batch(td__ledgerq_t *q, void (*fn)(void *user), void *user);
+/* No checkpoint is queued or being written, or the ledger cannot be written
+ * now (then its rows are held to TD__LEDGERQ_BUFFER_BYTES, oldest
+ * checkpoints dropped first, and waiting for it would stall the run). */
+bool td__ledgerq_checkpoints_settled(const td__ledgerq_t *q);
 void td__ledgerq_stop(td__ledgerq_t *q); /* no new batches go to the pool */
 
 /* While the ledger cannot be written (disk full, I/O error, ...) its rows are
@@ -456,6 +462,7 @@ struct td__session {
   uint64_t trained, heard;
   bool ended_by[TD_MEMBERS_MAX]; /* the member says it already ended this run */
   bool missed;                   /* stopping because the run ended elsewhere */
+  bool checkpoint_out;           /* the compute thread waits for this checkpoint's write */
   td_round_t *collector;                 /* sync/overlap: every peer's update of a round */
   td_round_t *peer_inbox[TD_MEMBERS_MAX]; /* async: one collector per peer */
   uint64_t peer_round[TD_MEMBERS_MAX];    /* async: newest round received per peer */

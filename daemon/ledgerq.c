@@ -100,6 +100,9 @@ struct td__ledgerq {
    * ended (loop thread; loaded at open): a run id names one spec forever */
   struct seen_run { uint64_t run_id, spec_hash; bool ended; } *seen;
   size_t n_seen, cap_seen;
+  uint64_t unwritten_ckpts; /* checkpoints queued or being written (loop thread) */
+  void (*on_batch)(void *user); /* after every batch, written or not (loop thread) */
+  void *on_batch_user;
 };
 
 /* FNV-1a, 64 bits, over a spec's text: two specs with one hash are taken
@@ -178,8 +181,10 @@ static void drop_queued(td__ledgerq_t *q, ledger_op_t *prev, ledger_op_t *op) {
     q->head = op->next;
   if (q->tail == op)
     q->tail = prev;
-  if (op->kind == OP_CKPT)
+  if (op->kind == OP_CKPT) {
     q->queued_ckpts--;
+    q->unwritten_ckpts--;
+  }
   uncount(q, op);
   if (q->episode_dropped++ == 0)
     td_log_error("ledger %s: more than %g MiB of rows kept in memory while it cannot be "
@@ -381,6 +386,7 @@ static void batch_written(td__ledgerq_t *q, ledger_op_t *batch, bool queue_event
   uint64_t written = 0;
   for (ledger_op_t *op = batch; op != NULL; op = op->next) {
     uncount(q, op);
+    q->unwritten_ckpts -= op->kind == OP_CKPT;
     if (!op->refused) {
       written++;
       continue;
@@ -420,6 +426,17 @@ static void flush_done(uv_work_t *req, int status) {
     batch_written(q, batch, true);
   if (q->head != NULL && !q->stopped)
     td__ledgerq_flush(q);
+  if (q->on_batch != NULL)
+    q->on_batch(q->on_batch_user);
+}
+
+void td__ledgerq_on_batch(td__ledgerq_t *q, void (*fn)(void *user), void *user) {
+  q->on_batch = fn;
+  q->on_batch_user = user;
+}
+
+bool td__ledgerq_checkpoints_settled(const td__ledgerq_t *q) {
+  return q->unwritten_ckpts == 0 || q->degraded;
 }
 
 void td__ledgerq_flush(td__ledgerq_t *q) {
@@ -611,6 +628,7 @@ void td__ledger_checkpoint(td__ledgerq_t *q, uint64_t run_id, uint64_t round, vo
     free(blob);
     return;
   }
+  q->unwritten_ckpts++;
   op->u.ckpt.run_id = run_id;
   op->u.ckpt.round = round;
   op->u.ckpt.blob = blob;

@@ -39,13 +39,15 @@
  * plus one incoming update per member (the round collector). */
 #define RUN_COPIES 4
 /* Copies of the parameters a run with checkpoints holds besides: the copy the
- * compute thread posts each checkpoint_every rounds (run_apply.c), queued in
- * the ledger's write queue (ledgerq.c) while the one before it is written,
- * and SQLite's record of the one being written (its blob is copied into the
- * record it inserts). More are queued only when the ledger falls behind
- * checkpoint_every; while it cannot be written at all the queue is bounded
- * by TD__LEDGERQ_BUFFER_BYTES, whose oldest checkpoints go first. */
-#define CHECKPOINT_COPIES 3
+ * compute thread posts each checkpoint_every rounds (run_apply.c), held in
+ * the ledger's write queue (ledgerq.c) until it is written, and SQLite's
+ * record of it while it is inserted (the blob is copied into the record).
+ * The compute thread copies the next only once that one is written
+ * (session.c): a ledger slower than checkpoint_every slows the run instead
+ * of queueing copies (it queued one per round: 833 MiB for a run of 543 MiB
+ * at checkpoint_every = 1 with 22 MiB of parameters). While the ledger cannot
+ * be written at all its queue is bounded by TD__LEDGERQ_BUFFER_BYTES. */
+#define CHECKPOINT_COPIES 2
 #define SPEC_QUOTE_MAX 64
 
 int td__policy_init(td__policy_t *p, const td__policy_opts_t *o, char *why, size_t why_len) {

@@ -262,6 +262,19 @@ static void on_round_done(td__session_t *s, const td_run_event_t *ev) {
   td__rounds_own_done(s, ev->round);
 }
 
+/* The compute thread copies the model for a checkpoint only once the last
+ * one left the ledger's queue (written, or the ledger cannot be written and
+ * holds it within its bound): one copy at a time is on its way, which is
+ * what the policy's memory estimate counts (policy.c). */
+static void checkpoints_settled(void *user) {
+  td__node_t *n = user;
+  td__session_t *s = n->session;
+  if (s != NULL && s->checkpoint_out && td__ledgerq_checkpoints_settled(n->ledger)) {
+    s->checkpoint_out = false;
+    td_run_checkpoint_written(s->run);
+  }
+}
+
 /* The compute thread's events, on the loop thread. Stops at the end of the
  * run: the events left are freed with the run. */
 static void on_run_events(td_run_t *run, void *user) {
@@ -289,7 +302,9 @@ static void on_run_events(td_run_t *run, void *user) {
     case TD_RUN_CHECKPOINT:
       td__ledger_checkpoint(n->ledger, s->run_id, ev.round, ev.blob,
                             td_run_numel(run) * sizeof(float), s->spec.checkpoint_keep);
+      s->checkpoint_out = true;
       td__ledgerq_flush(n->ledger);
+      checkpoints_settled(n);
       break;
     case TD_RUN_EVAL:
     case TD_RUN_FINISHED:
@@ -448,7 +463,7 @@ int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
   td_run_opts_t opts = {.spec = &spec, .rank = (unsigned)rank, .nodes = (unsigned)n_members,
                         .first_round = first_round, .max_rounds = n->policy.max_rounds,
                         .max_checkpoint_bytes = n->policy.max_checkpoint_bytes,
-                        .loop = &n->loop,
+                        .checkpoint_acks = true, .loop = &n->loop,
                         .on_events = on_run_events, .user = s};
   if ((rc = td_run_start(&s->run, &opts, why, why_len)) != 0 ||
       (rc = open_parts(s, &codec, why, why_len)) != 0) {
@@ -458,6 +473,7 @@ int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
   /* updates and snapshots still queued for the last run (a stopped one) are
    * of no use to anyone now, and would go out ahead of this run's */
   td__transport_drop_run_traffic(n->net);
+  td__ledgerq_on_batch(n->ledger, checkpoints_settled, n);
   for (size_t i = 0; i < n_members; i++)
     s->plan[i] = td_run_split_batch(spec.batch, (unsigned)i, (unsigned)n_members);
   td__outbox_skip_to(s->outbox, first_round - 1);
