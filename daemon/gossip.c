@@ -174,21 +174,6 @@ void td__on_welcome(td__node_t *n, const Traind__Envelope *env, td__link_t *l, s
     send_heartbeat(n, l);
 }
 
-/* This node fell out of a run (it died, or was paused) and waits to be taken
- * back, but a member of it says the run ended: nobody will take it back, and
- * the ledger records the run as missed instead of leaving it open. */
-static void missed_while_away(td__node_t *n, uint64_t peer) {
-  uint64_t run_id = n->rejoin.run_id;
-  n->rejoin.run_id = 0;
-  td_log_warn("run %016" PRIx64 " ended while this node was away (node %016" PRIx64 " says so):"
-              " recorded as missed", run_id, peer);
-  td__ledger_event(n->ledger, "peer_ended_run", "%016" PRIx64 " ended run %016" PRIx64, peer,
-                   run_id);
-  td__ledger_run_end(n->ledger, run_id, "missed", NAN);
-  n->ended_run = run_id;
-  td__ledgerq_flush(n->ledger);
-}
-
 void td__on_heartbeat(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes) {
   (void)bytes;
   td__gossip_heard(n, env->sender, NULL);
@@ -202,10 +187,10 @@ void td__on_heartbeat(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
   m->run_id = env->heartbeat->run_state ? env->run_id : 0;
   m->reported = true;
   m->ended_run = env->heartbeat->ended_run;
+  /* (a node that died in a run and finds it ended keeps it 'interrupted':
+   * the members never take it back into an ended run) */
   if (m->ended_run != 0 && n->session != NULL && n->session->run_id == m->ended_run)
     td__session_heard_end(n, env->sender);
-  else if (m->ended_run != 0 && n->session == NULL && n->rejoin.run_id == m->ended_run)
-    missed_while_away(n, env->sender);
   td__comeback_heard(n, env->sender, m->run_id, m->round);
   learn_peers(n, env->heartbeat->peers, env->heartbeat->n_peers);
 }

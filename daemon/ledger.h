@@ -2,8 +2,9 @@
  *
  * One database per node in WAL mode, its schema versioned with PRAGMA
  * user_version and migrated forward on open. It records runs, peers, every
- * round, every update received (with its staleness), link measurements,
- * events and checkpoints. Statements are prepared once; callers group the
+ * round (with the members and partitions whose updates it averaged), every
+ * update received (with its staleness), link measurements, events and
+ * checkpoints. History is append-only: an ended run's rows are final. Statements are prepared once; callers group the
  * writes of one round in td_ledger_begin()/td_ledger_commit() so a round costs
  * one transaction. A ledger handle is used by one thread at a time (the
  * daemon's work pool serialises its writes). */
@@ -15,7 +16,8 @@
 #include <stdint.h>
 
 #define TD_LEDGER_SCHEMA_VERSION 4
-/* Room for the node ids of a round's members as text ("id,id,..." in hex). */
+/* Room for the node ids of a round's members as text ("id,id,..." in hex):
+ * TD_MAX_NODES (proto/limits.h) ids of 16 digits and a comma each. */
 #define TD_LEDGER_MEMBERS_TEXT (32 * 17 + 1)
 
 typedef struct td_ledger td_ledger_t;
@@ -133,9 +135,9 @@ int td_ledger_peers(td_ledger_t *l, td_ledger_peer_fn fn, void *user);
 /* Every run the ledger holds: its id, spec and state ("running", "finished",
  * "interrupted", ...). The strings are borrowed for the call only. A run that
  * is not 'running' or 'interrupted' is final: no later write changes its
- * runs row, and no round or update row is added to it or replaced (the
- * node's own late evaluations still land on its rounds) (and its spec never changes: the same id with another spec
- * leaves the row as it was). */
+ * runs row (its spec included: the same id with another spec leaves the row
+ * as it was), and no round or update row is added to it or replaced (the
+ * node's own late evaluations still land on its rounds). */
 typedef void (*td_ledger_run_seen_fn)(uint64_t run_id, const char *spec, const char *state,
                                       void *user);
 int td_ledger_runs(td_ledger_t *l, td_ledger_run_seen_fn fn, void *user);

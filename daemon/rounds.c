@@ -49,6 +49,9 @@ void td__rounds_begin(td__session_t *s, uint64_t round) {
     s->deadline = s->own[round % TD__RING].done_at + s->spec.round_timeout;
 }
 
+_Static_assert(TD_LEDGER_MEMBERS_TEXT >= TD_MEMBERS_MAX * 17 + 1 && TD_MEMBERS_MAX <= 64,
+               "a round row names every member (text) and its partition (bit)");
+
 /* The row of `round`: `took_part` has bit i set for member i (rank and data
  * partition i) whose update is in the round's average, our own included. */
 static void round_row(td__session_t *s, uint64_t round, double eval_acc, double started,
