@@ -549,11 +549,20 @@ void td__session_heard_end(td__node_t *n, uint64_t peer) {
   size_t i = s != NULL ? td__session_member(s, peer) : TD_MEMBERS_MAX;
   if (i == TD_MEMBERS_MAX || peer == n->node_id || s->ended_by[i])
     return; /* a node outside the run has no say in it */
-  s->ended_by[i] = true;
+  s->ended_by[i] = true; /* never taken back into the run (join.c) */
   td__ledger_event(n->ledger, "peer_ended_run", "%016" PRIx64 " ended run %016" PRIx64, peer,
                    s->run_id);
-  /* it will send nothing more of this run, and must not be taken back into it */
-  if (s->since[i] != UINT64_MAX) {
+  /* A node that trained rounds of the run and is near its end is in it: it
+   * finishes it (the member that finished a moment before may have sent its
+   * last update after this word, on the bulk connection). The members of a
+   * sync or overlap run are at most a few rounds apart, so a node that has
+   * trained nothing, or is far from the end, when they end it was away. */
+  bool far = s->rounds_done == 0 ||
+             (s->spec.mode_kind != TD_MODE_ASYNC && s->ready &&
+              s->round + TD__BEHIND_ROUNDS < s->rounds);
+  if (!far)
+    return;
+  if (s->since[i] != UINT64_MAX) { /* it sends nothing more of this run: not waited for */
     s->since[i] = UINT64_MAX;
     td__rounds_forget_peer(s, peer);
     if (n->session != s)
@@ -565,14 +574,9 @@ void td__session_heard_end(td__node_t *n, uint64_t peer) {
       others++;
       ended += s->ended_by[k];
     }
-  /* one member's word is not enough to end a run here; and a node that
-   * trained rounds of it and is near its end is in it (it finishes it): the
-   * members of a sync or overlap run are at most a few rounds apart, so one
-   * far from the end when the others ended it was away */
-  bool far = s->rounds_done == 0 ||
-             (s->spec.mode_kind != TD_MODE_ASYNC && s->ready &&
-              s->round + TD__BEHIND_ROUNDS < s->rounds);
-  if (s->missed || 2 * ended <= others || !far)
+  /* one member's word does not end a run here; a run stopping here (a
+   * RunStop came first) ends as stopped */
+  if (s->missed || 2 * ended <= others || td_run_stopping(s->run))
     return;
   s->missed = true;
   td_log_warn("run %016" PRIx64 " already ended on %zu of its %zu other members while this node "
