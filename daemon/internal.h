@@ -522,10 +522,9 @@ void td__session_ref(td__session_t *s);
 void td__session_unref(td__session_t **s_p);
 /* Member `peer` says it already ended our run (its heartbeat, or its refusal
  * to be taken back into it): it is never taken back into it. When this node
- * has trained no round of the run (it slept through its start), or a sync or
- * overlap run is still far from its end here, the member is not waited for,
- * and once most of the other members say so the run is missed: stopped here
- * and recorded so. */
+ * has trained no round of the run (it slept through its start), the member
+ * is not waited for, and once most of the other members say so the run is
+ * missed: stopped here and recorded so. */
 void td__session_heard_end(td__node_t *n, uint64_t peer);
 /* The running session if it is run_id, else NULL. */
 td__session_t *td__session_of(td__node_t *n, uint64_t run_id);

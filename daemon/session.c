@@ -552,15 +552,12 @@ void td__session_heard_end(td__node_t *n, uint64_t peer) {
   s->ended_by[i] = true; /* never taken back into the run (join.c) */
   td__ledger_event(n->ledger, "peer_ended_run", "%016" PRIx64 " ended run %016" PRIx64, peer,
                    s->run_id);
-  /* A node that trained rounds of the run and is near its end is in it: it
-   * finishes it (the member that finished a moment before may have sent its
-   * last update after this word, on the bulk connection). The members of a
-   * sync or overlap run are at most a few rounds apart, so a node that has
-   * trained nothing, or is far from the end, when they end it was away. */
-  bool far = s->rounds_done == 0 ||
-             (s->spec.mode_kind != TD_MODE_ASYNC && s->ready &&
-              s->round + TD__BEHIND_ROUNDS < s->rounds);
-  if (!far)
+  /* Only a node that has trained no round of the run slept through it: one
+   * that trained rounds is in the run (a member that finished a moment
+   * before may still send its last update, on the bulk connection; members
+   * that failed leave it to finish or stop on its own), and comeback.c
+   * handles one that fell behind. */
+  if (s->rounds_done > 0)
     return;
   if (s->since[i] != UINT64_MAX) { /* it sends nothing more of this run: not waited for */
     s->since[i] = UINT64_MAX;
