@@ -187,6 +187,15 @@ int td_history_show(int argc, char **argv) {
     }
     fmt_opt(buf, sizeof buf, r->test_accuracy, 4, "");
     printf("test_acc   %s\n", buf);
+    sqlite3_stmt *st = NULL; /* ledgers before schema 4 have no such column: no line */
+    if (sqlite3_prepare_v2(r->ledger->db, "SELECT untrained FROM runs WHERE run_id = ?1", -1, &st,
+                           NULL) == SQLITE_OK) {
+      sqlite3_bind_int64(st, 1, r->run_id);
+      if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0) != NULL)
+        printf("untrained  partitions %s: no round trained them\n",
+               (const char *)sqlite3_column_text(st, 0));
+    }
+    sqlite3_finalize(st);
     double busy = f.compute_s + f.wait_s;
     fmt_opt(buf, sizeof buf, busy > 0 ? 100.0 * f.wait_s / busy : NAN, 1, "%");
     printf("idle       %s of compute time waiting (%.1f s computing, %.1f s waiting)\n", buf,

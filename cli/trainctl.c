@@ -33,6 +33,7 @@
 #include "cli/plot.h"
 #include "common/numfmt.h"
 #include "common/suggest.h"
+#include "common/textfile.h"
 #include "proto/control.h"
 #include "proto/wire.h"
 
@@ -237,6 +238,8 @@ static int show_status(bool json, bool watch, double every_s) {
         printf("error   %s\n", jstr(run, "error"));
       if (strcmp(jstr(run, "refused"), "-") != 0)
         printf("refused %s\n", jstr(run, "refused"));
+      if (strcmp(jstr(run, "untrained"), "-") != 0)
+        printf("untrained partitions no round trained: %s\n", jstr(run, "untrained"));
       print_outliers(run);
       printf("drops   %.0f bad or unexpected peer messages\n", dropped);
       ledger_line(o);
@@ -326,36 +329,16 @@ static int show_rounds(unsigned last, bool csv, bool json) {
   return 0;
 }
 
+/* The largest run file: traind reads run files with the same bound (TD_RUNSPEC_FILE_MAX). */
+#define RUN_FILE_MAX_BYTES ((size_t)1 << 20)
+
+/* The run file, whole: a regular file of text (a directory, a device or a
+ * NUL byte is an error that says so, never a default run). */
 static char *read_file(const char *path, int *rc) {
-  FILE *f = fopen(path, "r");
-  if (f == NULL) {
-    *rc = die("cannot open %s: %s", path, strerror(errno));
-    return NULL;
-  }
-  size_t cap = 4096, len = 0;
-  char *buf = malloc(cap);
-  size_t r;
-  while (buf != NULL && (r = fread(buf + len, 1, cap - len - 1, f)) > 0) {
-    len += r;
-    if (len + 1 >= cap) {
-      if (cap >= TD_WIRE_MAX_SPEC * 4) {
-        free(buf);
-        buf = NULL;
-        *rc = die("%s is too large for a run file", path);
-        break;
-      }
-      char *nb = realloc(buf, cap *= 2);
-      if (nb == NULL) {
-        free(buf);
-        buf = NULL;
-      }
-      buf = nb;
-    }
-  }
-  fclose(f);
-  if (buf != NULL)
-    buf[len] = '\0';
-  return buf;
+  char why[600] = "", *text = NULL;
+  if (td_textfile_read(path, RUN_FILE_MAX_BYTES, "a run file", &text, why, sizeof why) != 0)
+    *rc = die("%s", why);
+  return text;
 }
 
 /* ---- the commands ----------------------------------------------------------------------- */

@@ -139,6 +139,7 @@ static void send_heartbeat(td__node_t *n, td__link_t *only) {
   hb.round = s ? s->round : 0;
   hb.run_state = s ? 1 : 0;
   hb.capacity = s ? s->capacity : 0; /* samples/s EWMA (weighted batching) */
+  hb.ended_run = n->ended_run;
   Traind__Envelope env = TRAIND__ENVELOPE__INIT;
   env.body_case = TRAIND__ENVELOPE__BODY_HEARTBEAT;
   env.heartbeat = &hb;
@@ -204,6 +205,11 @@ void td__on_heartbeat(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
   m->round = env->heartbeat->round;
   m->run_id = env->heartbeat->run_state ? env->run_id : 0;
   m->reported = true;
+  m->ended_run = env->heartbeat->ended_run;
+  /* (a node that died in a run and finds it ended keeps it 'interrupted':
+   * the members never take it back into an ended run) */
+  if (m->ended_run != 0 && n->session != NULL && n->session->run_id == m->ended_run)
+    td__session_heard_end(n, env->sender);
   td__comeback_heard(n, env->sender, m->run_id, m->round);
   learn_peers(n, env->heartbeat->peers, env->heartbeat->n_peers);
 }

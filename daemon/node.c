@@ -53,9 +53,14 @@ static int set_node_id(td__node_t *n, char *why, size_t why_len) {
     fclose(f);
     if (old == n->node_id)
       return 0;
-    if (old != 0)
-      td_log_info("node id %016" PRIx64 " is now %016" PRIx64 ", derived from the node key",
-                  old, n->node_id);
+    if (old != 0) /* node.key was lost or replaced: a new pair was made */
+      td_log_warn("this node's identity changed: node id %016" PRIx64 " is now %016" PRIx64
+                  " (%s/" TD_KEY_FILE " is not the key it had: a new key pair was made, public "
+                  "key %s). Peers that admitted the old key will refuse this node until each "
+                  "of them admits the new one (trainctl allow '%s'), and its runs take it for a "
+                  "new member; to keep the old identity, stop traind and put the old "
+                  TD_KEY_FILE " back", old, n->node_id, n->data_dir,
+                  td__access_keypair(n->access)->pub, td__access_keypair(n->access)->pub);
   }
   f = fopen(path, "w");
   if (f == NULL)

@@ -110,6 +110,9 @@ static json_object *run_json(const td__run_stats_t *st) {
   json_object_object_add(run, "error", st->error[0] ? json_object_new_string(st->error) : NULL);
   json_object_object_add(run, "refused",
                          st->refused[0] ? json_object_new_string(st->refused) : NULL);
+  /* partitions (ranks) no round of the run trained, with their nodes */
+  json_object_object_add(run, "untrained",
+                         st->untrained[0] ? json_object_new_string(st->untrained) : NULL);
   json_object_object_add(run, "aggregate",
                          json_object_new_string(st->aggregate[0] ? st->aggregate : "mean"));
   /* members whose updates the aggregation refused (rejected, clipped, or

@@ -33,6 +33,7 @@ typedef struct {
   double capacity;   /* samples/s reported in heartbeats */
   uint64_t round;    /* last round reported */
   uint64_t run_id;   /* run of its last heartbeat (0: idle) */
+  uint64_t ended_run; /* the last run it says it ended (0: none) */
   bool reported;     /* a heartbeat arrived (run_id is known) */
   bool self;
 } td_member_t;

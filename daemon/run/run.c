@@ -108,6 +108,7 @@ int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t wh
   run->first_round = opts->first_round > 1 ? opts->first_round : 1;
   run->max_rounds = opts->max_rounds;
   run->max_checkpoint_bytes = opts->max_checkpoint_bytes;
+  run->checkpoint_acks = opts->checkpoint_acks;
   run->local_batch = td_steps_split_batch(run->spec.batch, run->rank, run->nodes);
   run->slowdown = td_runspec_slowdown(&run->spec, run->rank);
   run->loop = opts->loop;
@@ -258,6 +259,13 @@ void td_run_set_batch(td_run_t *run, uint64_t from_round, unsigned batch) {
   }
   run->plans[run->n_plans].from = from_round;
   run->plans[run->n_plans++].batch = batch;
+  pthread_mutex_unlock(&run->mu);
+}
+
+void td_run_checkpoint_written(td_run_t *run) {
+  pthread_mutex_lock(&run->mu);
+  run->checkpoint_out = false;
+  pthread_cond_broadcast(&run->cv);
   pthread_mutex_unlock(&run->mu);
 }
 

@@ -97,6 +97,11 @@ typedef struct {
    * (0: none), checked here for a run sized by epochs that keeps every one,
    * whose rounds the node's policy could not count (daemon/session/policy.c). */
   uint64_t max_checkpoint_bytes;
+  /* The caller acknowledges each checkpoint once it is written (or let go)
+   * with td_run_checkpoint_written(); the compute thread copies the model
+   * for the next one only then, so one checkpoint copy at most is on its way
+   * to the ledger, whatever checkpoint_every asks. false: never waits. */
+  bool checkpoint_acks;
   uv_loop_t *loop;
   /* Called on the loop thread whenever events are queued; drain them with
    * td_run_next_event(). */
@@ -128,6 +133,9 @@ size_t td_run_numel(const td_run_t *run);
 /* The model's tensor layout (borrowed for the run's lifetime). */
 const td_layout_t *td_run_layout(const td_run_t *run);
 const float *td_run_delta(const td_run_t *run, uint64_t round);
+/* The last checkpoint posted is written (or the caller let it go): the
+ * compute thread may copy the next (td_run_opts_t.checkpoint_acks). */
+void td_run_checkpoint_written(td_run_t *run);
 /* Where the loop writes round's average (sync and overlap). */
 float *td_run_avg(td_run_t *run, uint64_t round);
 /* sync/overlap: round's average is final. async: every live peer has sent

@@ -109,6 +109,16 @@ void td__compute_apply_round(td_run_t *run, uint64_t r, float *params, const flo
 td__run_flow_t td__compute_post_checkpoint(td_run_t *run, uint64_t round) {
   if (run->spec.checkpoint_every == 0 || round % run->spec.checkpoint_every != 0)
     return TD__RUN_GO_ON;
+  if (run->checkpoint_acks) { /* one copy on its way to the ledger at a time */
+    pthread_mutex_lock(&run->mu);
+    while (run->checkpoint_out && !run->stop && !run->closing)
+      pthread_cond_wait(&run->cv, &run->mu);
+    bool go = !run->stop && !run->closing;
+    run->checkpoint_out = go;
+    pthread_mutex_unlock(&run->mu);
+    if (!go)
+      return TD__RUN_STOPPED;
+  }
   td_run_event_t ev = {.kind = TD_RUN_CHECKPOINT, .round = round};
   const float *model = run->spec.mode_kind == TD_MODE_ASYNC ? run->start : run->anchor;
   return td__run_post_copy(run, &ev, "the checkpoint", model, run->numel, NULL, 0);

@@ -40,6 +40,7 @@ struct td_run {
   uint64_t first_round; /* late join: the first round this node takes part in */
   uint64_t max_rounds;  /* this node's limit (0: none) */
   uint64_t max_checkpoint_bytes; /* this node's limit (0: none) */
+  bool checkpoint_acks;          /* td_run_opts_t.checkpoint_acks */
   /* set by the compute thread before READY, then read-only */
   uint64_t rounds;
   unsigned *steps_of; /* H of round r at [r - 1] */
@@ -64,6 +65,7 @@ struct td_run {
   td_run_event_t mailbox[TD_RUN_MAILBOX];
   unsigned mailbox_head, mailbox_count;
   uint64_t released_round;
+  bool checkpoint_out; /* a checkpoint posted and not yet acknowledged (checkpoint_acks) */
   bool stop;    /* td_run_stop(): end at the next step and post STOPPED */
   bool closing; /* td_run_join() or td_run_close(): the loop waits for no more events */
   struct {

@@ -10,12 +10,16 @@
 #include <ini.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "compress/codec.h"
 #include "compute/backend.h"
 #include "common/error.h"
+#include "common/textfile.h"
 #include "common/numfmt.h"
 #include "common/suggest.h"
 #include "compute/model.h"
@@ -566,16 +570,18 @@ static int ini_result(int line, const ini_ctx_t *ctx, const char *sub, const cha
                 line);
 }
 
+int td_runspec_read_file(const char *path, char **text, char *why, size_t why_len) {
+  return td_textfile_read(path, TD_RUNSPEC_FILE_MAX, "a run file", text, why, why_len);
+}
+
 int td_runspec_load_ini(td_runspec_t *rs, const char *path, char *why, size_t why_len) {
-  FILE *f = fopen(path, "r");
-  if (f == NULL)
-    return td_why(why, why_len, errno == ENOENT ? TD_ENOENT : TD_EIO, "cannot open %s: %s",
-                  path, strerror(errno));
-  char sub[768] = "";
-  ini_ctx_t ctx = {.rs = rs, .why = sub, .why_len = sizeof sub, .rc = 0};
-  int line = ini_parse_file(f, on_ini_pair, &ctx);
-  fclose(f);
-  return ini_result(line, &ctx, sub, path, why, why_len);
+  char *text;
+  int rc = td_runspec_read_file(path, &text, why, why_len);
+  if (rc != 0)
+    return rc;
+  rc = td_runspec_load_ini_text(rs, text, path, why, why_len);
+  free(text);
+  return rc;
 }
 
 int td_runspec_load_ini_text(td_runspec_t *rs, const char *text, const char *origin, char *why,

@@ -98,6 +98,12 @@ int td_runspec_set_arg(td_runspec_t *rs, const char *key_eq_value, char *why, si
 /* Apply an INI file. TD_ENOENT if it cannot be opened, TD_ECONFIG (with the
  * line number) for a syntax error or a bad key/value. */
 int td_runspec_load_ini(td_runspec_t *rs, const char *path, char *why, size_t why_len);
+/* Read a run file whole into *text (caller frees): a regular file of at most
+ * TD_RUNSPEC_FILE_MAX bytes of text. TD_ENOENT or TD_EIO when it cannot be
+ * opened or read, TD_ECONFIG for a directory or other non-file, a file too
+ * large, or a NUL byte (with its line: the rest would be dropped unseen). */
+#define TD_RUNSPEC_FILE_MAX (1u << 20)
+int td_runspec_read_file(const char *path, char **text, char *why, size_t why_len);
 /* Apply INI text held in memory (what trainctl start sends); `origin` names it
  * in errors. TD_ECONFIG (with the line number) + why. */
 int td_runspec_load_ini_text(td_runspec_t *rs, const char *text, const char *origin, char *why,

@@ -24,6 +24,7 @@ const char *td__run_state_name(td__run_state_t s) {
   case TD__RUN_FINISHED: return "finished";
   case TD__RUN_FAILED: return "failed";
   case TD__RUN_STOPPED: return "stopped";
+  case TD__RUN_MISSED: return "missed";
   }
   return "unknown";
 }

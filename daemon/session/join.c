@@ -202,8 +202,15 @@ void td__on_run_start(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
     on_admission(n, env);
     return;
   }
-  if (td__session_of(n, env->run_id) != NULL)
-    return; /* already running it */
+  td__session_t *s = td__session_of(n, env->run_id);
+  if (s != NULL) { /* already running it; the same id with another spec is refused */
+    if (rs->spec == NULL || strcmp(rs->spec, s->spec_text) != 0) {
+      td__drop(&n->drops, TD__DROP_REUSED_RUN_ID, NULL);
+      td_log_warn("refused a start of run %016" PRIx64 " (the run this node runs) with another "
+                  "spec from %016" PRIx64, env->run_id, env->sender);
+    }
+    return;
+  }
   char why[512] = "";
   if (td__session_start(n, env->run_id, rs->spec, rs->members, rs->n_members, 1, 0, why,
                         sizeof why) != 0)
@@ -237,7 +244,8 @@ void td__join_tick(td__session_t *s) {
   uint64_t joiner = 0;
   for (size_t i = 0; i < s->n_members && joiner == 0; i++) { /* members that come back first */
     td_member_t *m = s->away[i] ? td_members_find(n->members, s->members[i]) : NULL;
-    if (m != NULL && m->state == TD_PEER_ALIVE && m->reported && m->run_id == 0)
+    if (m != NULL && m->state == TD_PEER_ALIVE && m->reported && m->run_id == 0 &&
+        m->ended_run != s->run_id && !s->ended_by[i]) /* it ended the run: never back in */
       joiner = m->node_id;
   }
   bool full = s->n_members >= TD_MEMBERS_MAX || s->n_members >= TD_ROUND_MAX_PEERS;
@@ -245,7 +253,7 @@ void td__join_tick(td__session_t *s) {
     uint64_t peer = td__link_peer(td__transport_at(n->net, i));
     td_member_t *m = peer ? td_members_find(n->members, peer) : NULL;
     if (m != NULL && m->state == TD_PEER_ALIVE && m->reported && m->run_id == 0 &&
-        td__session_member(s, m->node_id) == TD_MEMBERS_MAX)
+        m->ended_run != s->run_id && td__session_member(s, m->node_id) == TD_MEMBERS_MAX)
       joiner = m->node_id;
   }
   if (joiner == 0)

@@ -5,14 +5,16 @@
  * RunStart, is checked here before anything of the run is allocated or opened:
  * the memory the run would take (estimated from the model spec without
  * building it: parameters, gradients, activations, optimizer state, the
- * daemon's per-run copies and the evaluation replica) against max_model_mb,
+ * daemon's per-run copies, the evaluation replica and, with checkpoint_every,
+ * the copies of the model its checkpoints pass through) against max_model_mb,
  * the batch against max_batch, the BLAS threads against the cores of this
  * machine, the rounds against max_rounds, the ledger space the run's
  * checkpoints would hold at once against max_checkpoint_mb, and the dataset.
  * Datasets are accepted by name (fashion-mnist, text:fortunes), or as files
  * under the data root the operator configured (--data-root); without one, no
  * path at all. A path is resolved with realpath (relative paths against the
- * root), must stay inside the root and must be a regular file; the spec's
+ * root), must stay inside the root and must be a regular file (one reason
+ * for a path that does not exist and one outside the root); the spec's
  * dataset is rewritten to the resolved paths so the loader opens what was
  * checked. A refusal's reason names the key, the asked value and the limit,
  * never anything read from a file. */
@@ -36,6 +38,16 @@
  * the anchor, the outer momentum, the outgoing update and its encoded form,
  * plus one incoming update per member (the round collector). */
 #define RUN_COPIES 4
+/* Copies of the parameters a run with checkpoints holds besides: the copy the
+ * compute thread posts each checkpoint_every rounds (run_apply.c), held in
+ * the ledger's write queue (ledgerq.c) until it is written, and SQLite's
+ * record of it while it is inserted (the blob is copied into the record).
+ * The compute thread copies the next only once that one is written
+ * (session.c): a ledger slower than checkpoint_every slows the run instead
+ * of queueing copies (it queued one per round: 833 MiB for a run of 543 MiB
+ * at checkpoint_every = 1 with 22 MiB of parameters). While the ledger cannot
+ * be written at all its queue is bounded by TD__LEDGERQ_BUFFER_BYTES. */
+#define CHECKPOINT_COPIES 2
 #define SPEC_QUOTE_MAX 64
 
 int td__policy_init(td__policy_t *p, const td__policy_opts_t *o, char *why, size_t why_len) {
@@ -78,14 +90,14 @@ static int resolve_path(const td__policy_t *p, const char *path, size_t len, cha
     snprintf(joined, sizeof joined, "%s/%.*s", p->data_root, (int)len, path);
   size_t root_len = strlen(p->data_root);
   struct stat st;
-  /* realpath only stats and reads links: nothing is opened */
-  if (realpath(joined, out) == NULL)
-    return td_why(why, why_len, TD_ECONFIG, "dataset path '%.*s' is not a file under the data root",
-                  q, path);
-  if (strncmp(out, p->data_root, root_len) != 0 ||
+  /* realpath only stats and reads links: nothing is opened. A path that
+   * does not resolve and one that resolves outside the root get one answer,
+   * so a refusal never tells a peer whether something exists out there. */
+  if (realpath(joined, out) == NULL ||
+      strncmp(out, p->data_root, root_len) != 0 ||
       (out[root_len] != '/' && !(root_len == 1 && p->data_root[0] == '/')))
-    return td_why(why, why_len, TD_ECONFIG, "dataset path '%.*s' is outside the data root %s", q,
-                  path, p->data_root);
+    return td_why(why, why_len, TD_ECONFIG, "dataset path '%.*s' is not a file under the data "
+                  "root %s", q, path, p->data_root);
   if (stat(out, &st) != 0 || !S_ISREG(st.st_mode))
     return td_why(why, why_len, TD_ECONFIG, "dataset path '%.*s' is not a regular file", q, path);
   return 0;
@@ -157,8 +169,8 @@ int td__policy_check(const td__policy_t *p, td_runspec_t *spec, size_t n_members
   /* x 2: the model and its optimizer state once more for the replica that
    * evaluates beside training (run_eval.c); whether this node will open one
    * (its rank, its backend) is not known yet, so it is always counted */
-  bytes = 2 * (bytes + params * sizeof(float) * states) +
-          params * sizeof(float) * (RUN_COPIES + n_members);
+  uint64_t copies = RUN_COPIES + n_members + (spec->checkpoint_every > 0 ? CHECKPOINT_COPIES : 0);
+  bytes = 2 * (bytes + params * sizeof(float) * states) + params * sizeof(float) * copies;
   if (bytes > p->max_bytes)
     return td_why(why, why_len, TD_ERANGE,
                   "model %.*s at batch %u needs about %" PRIu64 " MiB (%" PRIu64

@@ -49,9 +49,22 @@ void td__rounds_begin(td__session_t *s, uint64_t round) {
     s->deadline = s->own[round % TD__RING].done_at + s->spec.round_timeout;
 }
 
+_Static_assert(TD_LEDGER_MEMBERS_TEXT >= TD_MEMBERS_MAX * 17 + 1 && TD_MEMBERS_MAX <= 64,
+               "a round row names every member (text) and its partition (bit)");
+
+/* The row of `round`: `took_part` has bit i set for member i (rank and data
+ * partition i) whose update is in the round's average, our own included. */
 static void round_row(td__session_t *s, uint64_t round, double eval_acc, double started,
-                    uint64_t bytes_sent, uint64_t bytes_recv) {
+                    uint64_t bytes_sent, uint64_t bytes_recv, uint64_t took_part) {
   td__own_round_t *o = &s->own[round % TD__RING];
+  char members[TD_LEDGER_MEMBERS_TEXT];
+  size_t used = 0;
+  for (size_t i = 0; i < s->n_members && i < 64 && used < sizeof members; i++)
+    if (took_part & (1ull << i))
+      used += (size_t)snprintf(members + used, sizeof members - used, "%s%016" PRIx64,
+                               used ? "," : "", s->members[i]);
+  members[used < sizeof members ? used : sizeof members - 1] = '\0';
+  s->trained |= took_part;
   double eval_bpb = NAN;
   if (o->round == round)
     eval_bpb = o->eval_bpb; /* overlap: evaluated before the round closed here */
@@ -66,9 +79,12 @@ static void round_row(td__session_t *s, uint64_t round, double eval_acc, double 
       .ended = td_clock_wall_s(), .local_steps = o->steps + o->fill_steps, .batch = o->batch,
       .samples = o->samples, .loss = o->loss, .eval_acc = eval_acc, .eval_bpb = eval_bpb,
       .bytes_sent = bytes_sent, .bytes_recv = bytes_recv, .lr = o->lr,
-      .compute_s = o->compute_s + o->fill_s, .wait_s = o->idle_s, .capacity = o->capacity};
+      .compute_s = o->compute_s + o->fill_s, .wait_s = o->idle_s, .capacity = o->capacity,
+      .members = members, .partitions = took_part};
   if (o->round == round) {
+    memcpy(o->members_text, members, sizeof members);
     o->row = row;
+    o->row.members = o->members_text;
     o->row_written = true;
   }
   td__ledger_round(s->node->ledger, &row);
@@ -258,7 +274,13 @@ static void aggregate_done(uv_work_t *req, int status) {
   s->closing = false;
   if (s->node->session == s) {
     note_verdicts(s, job);
-    round_row(s, r, NAN, job->started, job->bytes_sent, job->bytes_recv);
+    uint64_t took_part = 0; /* whose update is in the average */
+    for (size_t j = 0; j < job->n; j++) {
+      size_t i = td__session_member(s, job->in[j].id);
+      if (i < TD_MEMBERS_MAX && i < 64 && job->in[j].verdict != TD_AGG_REJECTED)
+        took_part |= 1ull << i;
+    }
+    round_row(s, r, NAN, job->started, job->bytes_sent, job->bytes_recv, took_part);
     td_log_debug("round %" PRIu64 "/%" PRIu64 " closed with %zu of %zu updates, loss %.4f", r,
                  s->rounds, job->res.used, job->n, s->own[r % TD__RING].loss);
     /* sync: the compute thread waits on this round, so the plan is used from
@@ -359,7 +381,10 @@ static void async_release(td__session_t *s) {
 void td__rounds_own_done(td__session_t *s, uint64_t round) {
   if (s->spec.mode_kind == TD_MODE_ASYNC) {
     s->round_started = td_clock_wall_s();
-    round_row(s, round, NAN, s->round_started, take_bytes_sent(s), s->bytes_recv_round);
+    /* async: our own update and every member's that arrived since the last row */
+    round_row(s, round, NAN, s->round_started, take_bytes_sent(s), s->bytes_recv_round,
+              s->heard | 1ull << s->rank);
+    s->heard = 0;
     s->bytes_recv_round = 0;
     s->rounds_done++;
     s->node->totals.rounds++;
@@ -408,6 +433,8 @@ static void record_update(td__session_t *s, uint64_t peer, uint64_t peer_round,
   size_t i = td__session_member(s, peer);
   if (i < TD_MEMBERS_MAX)
     s->staleness[i] = row.staleness;
+  if (i < TD_MEMBERS_MAX && i < 64)
+    s->heard |= 1ull << i;
   td__ledger_update(s->node->ledger, &row, codec);
 }
 

@@ -26,6 +26,25 @@
 #include "common/error.h"
 #include "daemon/base/log.h"
 
+/* The partitions (ranks) of the run that no round trained, "2 (node ID)":
+ * the members whose share of the data the model never saw. Empty while none
+ * or before the run closed a round. */
+static void untrained_text(const td__session_t *s, char *out, size_t len, bool with_nodes) {
+  size_t used = 0;
+  out[0] = '\0';
+  if (s->rounds_done == 0)
+    return;
+  for (size_t i = 0; i < s->n_members && i < 64 && used < len; i++) {
+    if (s->trained & (1ull << i))
+      continue;
+    if (with_nodes)
+      used += (size_t)snprintf(out + used, len - used, "%s%zu (node %016" PRIx64 ")",
+                               used ? ", " : "", i, s->members[i]);
+    else
+      used += (size_t)snprintf(out + used, len - used, "%s%zu", used ? "," : "", i);
+  }
+}
+
 static void session_stats(const td__session_t *s, td__run_stats_t *out) {
   *out = (td__run_stats_t){.run_id = s->run_id, .state = s->state, .rounds_done = s->rounds_done,
                            .rounds = s->rounds, .first_round = s->first_round, .rank = s->rank,
@@ -38,6 +57,7 @@ static void session_stats(const td__session_t *s, td__run_stats_t *out) {
   snprintf(out->codec, sizeof out->codec, "%s", td__outbox_codec(s->outbox));
   snprintf(out->error, sizeof out->error, "%s", s->error);
   snprintf(out->refused, sizeof out->refused, "%s", s->refused);
+  untrained_text(s, out->untrained, sizeof out->untrained, true);
   snprintf(out->backend, sizeof out->backend, "%s", s->backend);
   snprintf(out->backend_reason, sizeof out->backend_reason, "%s", s->backend_reason);
   td_agg_spec_t agg;
@@ -92,7 +112,16 @@ void td__session_finish(td__node_t *n, td__run_state_t state, double test_accura
   s->state = state;
   if (error)
     snprintf(s->error, sizeof s->error, "%s", error);
-  td__ledger_run_end(n->ledger, s->run_id, name, test_accuracy);
+  char untrained[192], who[256];
+  untrained_text(s, untrained, sizeof untrained, false);
+  untrained_text(s, who, sizeof who, true);
+  td__ledger_run_end_untrained(n->ledger, s->run_id, name, test_accuracy, untrained);
+  n->ended_run = s->run_id;
+  if (who[0] != '\0' && state != TD__RUN_MISSED) {
+    td_log_warn("run %016" PRIx64 " %s with partitions no round trained: %s", s->run_id, name,
+                who);
+    td__ledger_event(n->ledger, "partition_untrained", "run %016" PRIx64 ": %s", s->run_id, who);
+  }
   td__ledger_event(n->ledger, "run_end", "run %016" PRIx64 " %s%s%s", s->run_id, name,
                    error ? ": " : "", error ? error : "");
   td_log_info("run %016" PRIx64 " %s after %" PRIu64 " rounds%s%s", s->run_id, name,
@@ -166,6 +195,19 @@ static void on_round_done(td__session_t *s, const td_run_event_t *ev) {
   td__rounds_own_done(s, ev->round);
 }
 
+/* The compute thread copies the model for a checkpoint only once the last
+ * one left the ledger's queue (written, or the ledger cannot be written and
+ * holds it within its bound): one copy at a time is on its way, which is
+ * what the policy's memory estimate counts (policy.c). */
+static void checkpoints_settled(void *user) {
+  td__node_t *n = user;
+  td__session_t *s = n->session;
+  if (s != NULL && s->checkpoint_out && td__ledgerq_checkpoints_settled(n->ledger)) {
+    s->checkpoint_out = false;
+    td_run_checkpoint_written(s->run);
+  }
+}
+
 /* The compute thread's events, on the loop thread. Stops at the end of the
  * run: the events left are freed with the run. */
 static void on_run_events(td_run_t *run, void *user) {
@@ -193,7 +235,9 @@ static void on_run_events(td_run_t *run, void *user) {
     case TD_RUN_CHECKPOINT:
       td__ledger_checkpoint(n->ledger, s->run_id, ev.round, ev.blob,
                             td_run_numel(run) * sizeof(float), s->spec.checkpoint_keep);
+      s->checkpoint_out = true;
       td__ledgerq_flush(n->ledger);
+      checkpoints_settled(n);
       break;
     case TD_RUN_EVAL:
     case TD_RUN_FINISHED:
@@ -220,7 +264,11 @@ static void on_run_events(td_run_t *run, void *user) {
       td__session_finish(n, TD__RUN_FAILED, NAN, ev.message);
       return;
     case TD_RUN_STOPPED:
-      td__session_finish(n, TD__RUN_STOPPED, s->last_eval_acc, "stopped on request");
+      if (s->missed)
+        td__session_finish(n, TD__RUN_MISSED, NAN,
+                           "the run ended on its other members while this node was away");
+      else
+        td__session_finish(n, TD__RUN_STOPPED, s->last_eval_acc, "stopped on request");
       return;
     }
   }
@@ -269,11 +317,34 @@ static int open_parts(td__session_t *s, const td_codec_spec_t *codec, char *why,
   return 0;
 }
 
+/* History is append-only: a run id names one spec forever on this node, and
+ * a run that ended here (or was missed) is never started again, whoever asks:
+ * starting it would rewrite its rows in the ledger. Id 0 names no run. A run
+ * this node was in when it died or fell behind (same spec, still open) may be
+ * taken up again: that is coming back (comeback.c). */
+static int check_run_id(td__node_t *n, uint64_t run_id, const char *spec_text, char *why,
+                        size_t why_len) {
+  const char *what = NULL;
+  if (run_id == 0)
+    what = "run id 0 names no run";
+  else switch (td__ledger_run_seen(n->ledger, run_id, spec_text)) {
+    case TD__RUN_OTHER_SPEC: what = "this node already recorded that run id with another spec"; break;
+    case TD__RUN_ENDED_HERE: what = "this node already recorded that run as ended"; break;
+    default: return 0;
+  }
+  td__drop(&n->drops, TD__DROP_REUSED_RUN_ID, NULL);
+  return td_why(why, why_len, TD_EINVAL, "run %016" PRIx64 ": %s; its record stays as it is "
+                "(a run id names one run: start a new run instead)", run_id, what);
+}
+
 int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
                       const uint64_t *members, size_t n_members, uint64_t first_round,
                       uint64_t sponsor, char *why, size_t why_len) {
+  int rc = check_run_id(n, run_id, spec_text, why, why_len);
+  if (rc != 0)
+    return rc;
   td_runspec_t spec;
-  int rc = parse_spec(n, spec_text, n_members, &spec, why, why_len);
+  rc = parse_spec(n, spec_text, n_members, &spec, why, why_len);
   if (rc != 0)
     return rc;
   size_t rank = n_members;
@@ -324,7 +395,7 @@ int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
   td_run_opts_t opts = {.spec = &spec, .rank = (unsigned)rank, .nodes = (unsigned)n_members,
                         .first_round = first_round, .max_rounds = n->policy.max_rounds,
                         .max_checkpoint_bytes = n->policy.max_checkpoint_bytes,
-                        .loop = &n->loop,
+                        .checkpoint_acks = true, .loop = &n->loop,
                         .on_events = on_run_events, .user = s};
   if ((rc = td_run_start(&s->run, &opts, why, why_len)) != 0 ||
       (rc = open_parts(s, &codec, why, why_len)) != 0) {
@@ -334,6 +405,7 @@ int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
   /* updates and snapshots still queued for the last run (a stopped one) are
    * of no use to anyone now, and would go out ahead of this run's */
   td__transport_drop_run_traffic(n->net);
+  td__ledgerq_on_batch(n->ledger, checkpoints_settled, n);
   for (size_t i = 0; i < n_members; i++)
     s->plan[i] = td_run_split_batch(spec.batch, (unsigned)i, (unsigned)n_members);
   td__outbox_skip_to(s->outbox, first_round - 1);
@@ -359,6 +431,7 @@ void td__session_refuse(td__node_t *n, uint64_t run_id, const uint64_t *members,
   td__ledger_event(n->ledger, "run_refused", "run %016" PRIx64 ": %s", run_id, why);
   Traind__RunRefused rr = TRAIND__RUN_REFUSED__INIT;
   rr.reason = (char *)why;
+  rr.run_ended = td__ledger_run_ended(n->ledger, run_id);
   Traind__Envelope env = TRAIND__ENVELOPE__INIT;
   env.body_case = TRAIND__ENVELOPE__BODY_RUN_REFUSED;
   env.run_refused = &rr;
@@ -382,6 +455,8 @@ void td__on_run_refused(td__node_t *n, const Traind__Envelope *env, td__link_t *
     td__drop(&n->drops, TD__DROP_WRONG_RUN, "refusal of a run this node is not running with the sender");
     return;
   }
+  if (env->run_refused->run_ended)
+    td__session_heard_end(n, env->sender);
   if (s->since[i] == UINT64_MAX)
     return; /* already heard */
   char reason[200];
@@ -399,4 +474,42 @@ void td__on_run_refused(td__node_t *n, const Traind__Envelope *env, td__link_t *
   td__ledger_event(n->ledger, "peer_refused", "%016" PRIx64 " refused run %016" PRIx64 ": %s",
                    env->sender, env->run_id, reason);
   td__rounds_forget_peer(s, env->sender);
+}
+
+void td__session_heard_end(td__node_t *n, uint64_t peer) {
+  td__session_t *s = n->session;
+  size_t i = s != NULL ? td__session_member(s, peer) : TD_MEMBERS_MAX;
+  if (i == TD_MEMBERS_MAX || peer == n->node_id || s->ended_by[i])
+    return; /* a node outside the run has no say in it */
+  s->ended_by[i] = true; /* never taken back into the run (join.c) */
+  td__ledger_event(n->ledger, "peer_ended_run", "%016" PRIx64 " ended run %016" PRIx64, peer,
+                   s->run_id);
+  /* Only a node that has trained no round of the run slept through it: one
+   * that trained rounds is in the run (a member that finished a moment
+   * before may still send its last update, on the bulk connection; members
+   * that failed leave it to finish or stop on its own), and comeback.c
+   * handles one that fell behind. */
+  if (s->rounds_done > 0)
+    return;
+  if (s->since[i] != UINT64_MAX) { /* it sends nothing more of this run: not waited for */
+    s->since[i] = UINT64_MAX;
+    td__rounds_forget_peer(s, peer);
+    if (n->session != s)
+      return;
+  }
+  size_t others = 0, ended = 0;
+  for (size_t k = 0; k < s->n_members; k++)
+    if (s->members[k] != n->node_id) {
+      others++;
+      ended += s->ended_by[k];
+    }
+  /* one member's word does not end a run here; a run stopping here (a
+   * RunStop came first) ends as stopped */
+  if (s->missed || 2 * ended <= others || td_run_stopping(s->run))
+    return;
+  s->missed = true;
+  td_log_warn("run %016" PRIx64 " already ended on %zu of its %zu other members while this node "
+              "was away: not starting it again; it is recorded here as missed", s->run_id, ended,
+              others);
+  td_run_stop(s->run);
 }

@@ -116,6 +116,7 @@ struct td__node {
     uint64_t last_round;  /* the last round its ledger holds */
   } rejoin;
   struct td__run_stats *last_run; /* figures of the last run that ended (status) */
+  uint64_t ended_run;     /* the last run that ended here (heartbeats say so); 0: none */
   td__control_t *control;
   td__monitor_t *monitor; /* --metrics; NULL when off */
   struct {                /* since the daemon started, every run (monitoring) */
@@ -140,8 +141,11 @@ static inline void td__node_figures_changed(td__node_t *n) {
 
 /* ---- the run session (session.c) ------------------------------------------------------- */
 
+/* MISSED: the run ended on its other members while this node was away (a
+ * pause, a suspended machine) before it trained a round of it. */
 typedef enum {
-  TD__RUN_IDLE = 0, TD__RUN_RUNNING, TD__RUN_FINISHED, TD__RUN_FAILED, TD__RUN_STOPPED
+  TD__RUN_IDLE = 0, TD__RUN_RUNNING, TD__RUN_FINISHED, TD__RUN_FAILED, TD__RUN_STOPPED,
+  TD__RUN_MISSED
 } td__run_state_t;
 const char *td__run_state_name(td__run_state_t s);
 
@@ -155,7 +159,8 @@ typedef struct {
   double eval_acc;  /* test accuracy evaluated after the round, NAN until then */
   double eval_bpb;  /* text runs: held-out bits per byte after the round, NAN until then */
   bool row_written; /* its ledger row exists (row holds it) */
-  td_ledger_round_t row;
+  td_ledger_round_t row; /* its members point into members_text */
+  char members_text[TD_LEDGER_MEMBERS_TEXT];
 } td__own_round_t;
 
 /* What a member sent with its update of a round; 0: not reported. */
@@ -214,6 +219,14 @@ struct td__session {
   uint64_t plan_hist_round[TD__RING];           /* ... that r (by r % TD__RING) */
   td__outlier_t outlier[TD_MEMBERS_MAX];        /* by member index */
   uint64_t refused_round[TD_MEMBERS_MAX];       /* last round a member's update did not decode */
+  /* History of who trained (bit i: member i, whose rank and data partition
+   * are i): every round's row records its members; a run that ends with a
+   * partition no round trained says so. heard: async updates since the last
+   * row. */
+  uint64_t trained, heard;
+  bool ended_by[TD_MEMBERS_MAX]; /* the member says it already ended this run */
+  bool missed;                   /* stopping because the run ended elsewhere */
+  bool checkpoint_out;           /* the compute thread waits for this checkpoint's write */
   td_round_t *collector;                 /* sync/overlap: every peer's update of a round */
   td_round_t *peer_inbox[TD_MEMBERS_MAX]; /* async: one collector per peer */
   uint64_t peer_round[TD_MEMBERS_MAX];    /* async: newest round received per peer */
@@ -248,6 +261,7 @@ typedef struct td__run_stats {
   uint64_t reconciled, reconciled_partial, reconciled_via_hub, reconciled_as_hub;
   char error[256];
   char refused[512];
+  char untrained[256];      /* partitions (ranks) no round trained: "2 (node ID)"; "" */
   char backend[16];         /* "" until the compute thread opened its backend */
   char backend_reason[256]; /* which backend and why (auto's choice) */
   char aggregate[64];   /* "trimmed:1, norm bound 5" */
@@ -271,6 +285,12 @@ void td__session_finish(td__node_t *n, td__run_state_t state, double test_accura
                         const char *error);
 void td__session_ref(td__session_t *s);
 void td__session_unref(td__session_t **s_p);
+/* Member `peer` says it already ended our run (its heartbeat, or its refusal
+ * to be taken back into it): it is never taken back into it. When this node
+ * has trained no round of the run (it slept through its start), the member
+ * is not waited for, and once most of the other members say so the run is
+ * missed: stopped here and recorded so. */
+void td__session_heard_end(td__node_t *n, uint64_t peer);
 /* The running session if it is run_id, else NULL. */
 td__session_t *td__session_of(td__node_t *n, uint64_t run_id);
 /* Status figures: the running session's, or the last one's. */

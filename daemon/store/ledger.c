@@ -51,26 +51,46 @@ static const char *const migrations[] = {
     "ALTER TABLE links ADD COLUMN bytes_sent INTEGER;",
     /* 2 -> 3: text runs evaluate in bits per byte, not accuracy */
     "ALTER TABLE rounds ADD COLUMN eval_bpb REAL;",
+    /* 3 -> 4: who took part in each round (members: hex node ids; partitions:
+     * their ranks, which name their share of the data), and a run's
+     * partitions that no round trained */
+    "ALTER TABLE rounds ADD COLUMN members TEXT;"
+    "ALTER TABLE rounds ADD COLUMN partitions TEXT;"
+    "ALTER TABLE runs ADD COLUMN untrained TEXT;",
 };
 #define N_MIGRATIONS (sizeof migrations / sizeof migrations[0])
 
+/* States of a run that is still going (or was, when the process died):
+ * only its rows may still be written. Every other state (finished, failed,
+ * stopped, missed) is final, and no write touches the run's rows again. */
+#define OPEN_STATES "('running', 'interrupted')"
+/* ?1's run is unknown or still open (for the rows of its rounds). */
+#define RUN_OPEN                                                                            \
+  "NOT EXISTS (SELECT 1 FROM runs WHERE run_id = ?1 AND state NOT IN " OPEN_STATES ")"
+
 enum {
   ST_RUN_START, ST_RUN_END, ST_PEER, ST_ROUND, ST_UPDATE, ST_LINK, ST_EVENT, ST_CKPT_PUT,
-  ST_CKPT_PRUNE, ST_CKPT_GET, ST_ROUNDS, ST_EVAL, ST_COUNT_
+  ST_CKPT_PRUNE, ST_CKPT_GET, ST_ROUNDS, ST_EVAL, ST_RUNS, ST_UNTRAINED, ST_COUNT_
 };
 static const char *const statements[ST_COUNT_] = {
+    /* a run id names one spec forever, and an ended run stays ended: only a
+     * run this node was in when its process died (or fell out of) with the
+     * same spec is taken up again */
     [ST_RUN_START] = "INSERT INTO runs (run_id, spec, started, state) VALUES (?1, ?2, ?3,"
-                     " 'running') ON CONFLICT (run_id) DO UPDATE SET state = 'running', ended = NULL",
-    [ST_RUN_END] = "UPDATE runs SET state = ?2, ended = ?3, test_accuracy = ?4 WHERE run_id = ?1",
+                     " 'running') ON CONFLICT (run_id) DO UPDATE SET state = 'running', ended = NULL"
+                     " WHERE runs.spec = excluded.spec AND runs.state IN " OPEN_STATES,
+    [ST_RUN_END] = "UPDATE runs SET state = ?2, ended = ?3, test_accuracy = ?4 WHERE run_id = ?1"
+                   " AND state IN " OPEN_STATES,
     [ST_PEER] = "INSERT INTO peers (node_id, endpoint, first_seen, last_seen, state, capacity)"
                 " VALUES (?1, ?2, ?3, ?3, ?4, ?5) ON CONFLICT (node_id) DO UPDATE SET"
                 " endpoint = ?2, last_seen = ?3, state = ?4, capacity = ?5",
     [ST_ROUND] = "INSERT OR REPLACE INTO rounds (run_id, round, started, ended, local_steps,"
                  " batch, samples, loss, eval_acc, bytes_sent, bytes_recv, lr, compute_s, wait_s,"
-                 " capacity, eval_bpb) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12,"
-                 " ?13, ?14, ?15, ?16)",
+                 " capacity, eval_bpb, members, partitions) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7,"
+                 " ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18 WHERE " RUN_OPEN,
     [ST_UPDATE] = "INSERT INTO updates (run_id, round, peer, peer_round, staleness, bytes,"
-                  " codec, ratio, arrived) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                  " codec, ratio, arrived) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9 WHERE "
+                  RUN_OPEN,
     [ST_LINK] = "INSERT INTO links (peer, at, goodput_bps, rtt_ms, codec, budget_bytes, run_id,"
                 " round, window_bytes, bytes_sent) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     [ST_EVENT] = "INSERT INTO events (at, kind, detail) VALUES (?1, ?2, ?3)",
@@ -84,7 +104,11 @@ static const char *const statements[ST_COUNT_] = {
                   " samples, loss, eval_acc, bytes_sent, bytes_recv, lr, compute_s, wait_s,"
                   " capacity, eval_bpb FROM rounds WHERE run_id = ?1 ORDER BY round DESC LIMIT ?2)"
                   " ORDER BY round ASC",
+    /* not held to RUN_OPEN: only the node's own compute thread evaluates,
+     * and an evaluation off the training path may land after the run's end */
     [ST_EVAL] = "UPDATE rounds SET eval_acc = ?3, eval_bpb = ?4 WHERE run_id = ?1 AND round = ?2",
+    [ST_RUNS] = "SELECT run_id, spec, state FROM runs",
+    [ST_UNTRAINED] = "UPDATE runs SET untrained = ?2 WHERE run_id = ?1 AND state IN " OPEN_STATES,
 };
 
 struct td_ledger {
@@ -358,6 +382,16 @@ int td_ledger_run_end(td_ledger_t *l, uint64_t run_id, const char *state, double
   return step_done(l, ST_RUN_END);
 }
 
+int td_ledger_run_untrained(td_ledger_t *l, uint64_t run_id, const char *partitions) {
+  sqlite3_stmt *st = l->st[ST_UNTRAINED];
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)run_id);
+  if (partitions != NULL && partitions[0] != '\0')
+    sqlite3_bind_text(st, 2, partitions, -1, SQLITE_STATIC);
+  else
+    sqlite3_bind_null(st, 2);
+  return step_done(l, ST_UNTRAINED);
+}
+
 int td_ledger_peer_seen(td_ledger_t *l, uint64_t node_id, const char *endpoint, double at,
                         const char *state, double capacity) {
   sqlite3_stmt *st = l->st[ST_PEER];
@@ -387,6 +421,20 @@ int td_ledger_round_add(td_ledger_t *l, const td_ledger_round_t *r) {
   bind_real_or_null(st, 14, r->wait_s);
   bind_real_or_null(st, 15, r->capacity);
   bind_real_or_null(st, 16, r->eval_bpb);
+  if (r->members != NULL && r->members[0] != '\0')
+    sqlite3_bind_text(st, 17, r->members, -1, SQLITE_STATIC);
+  else
+    sqlite3_bind_null(st, 17);
+  char partitions[64 * 3] = ""; /* "0,1,2": the ranks of the set bits */
+  size_t used = 0;
+  for (unsigned i = 0; i < 64 && used < sizeof partitions; i++)
+    if (r->partitions & (1ull << i))
+      used += (size_t)snprintf(partitions + used, sizeof partitions - used, "%s%u",
+                               used ? "," : "", i);
+  if (used > 0)
+    sqlite3_bind_text(st, 18, partitions, -1, SQLITE_TRANSIENT);
+  else
+    sqlite3_bind_null(st, 18);
   return step_done(l, ST_ROUND);
 }
 
@@ -525,6 +573,16 @@ int td_ledger_peers(td_ledger_t *l, td_ledger_peer_fn fn, void *user) {
     fn((uint64_t)sqlite3_column_int64(st, 0), (const char *)sqlite3_column_text(st, 1),
        (const char *)sqlite3_column_text(st, 2), user);
   sqlite3_finalize(st);
+  return rc == SQLITE_DONE ? 0 : TD_EIO;
+}
+
+int td_ledger_runs(td_ledger_t *l, td_ledger_run_seen_fn fn, void *user) {
+  sqlite3_stmt *st = l->st[ST_RUNS];
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    fn((uint64_t)sqlite3_column_int64(st, 0), (const char *)sqlite3_column_text(st, 1),
+       (const char *)sqlite3_column_text(st, 2), user);
+  sqlite3_reset(st);
   return rc == SQLITE_DONE ? 0 : TD_EIO;
 }
 

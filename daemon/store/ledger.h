@@ -2,8 +2,9 @@
  *
  * One database per node in WAL mode, its schema versioned with PRAGMA
  * user_version and migrated forward on open. It records runs, peers, every
- * round, every update received (with its staleness), link measurements,
- * events and checkpoints. Statements are prepared once; callers group the
+ * round (with the members and partitions whose updates it averaged), every
+ * update received (with its staleness), link measurements, events and
+ * checkpoints. History is append-only: an ended run's rows are final. Statements are prepared once; callers group the
  * writes of one round in td_ledger_begin()/td_ledger_commit() so a round costs
  * one transaction. A ledger handle is used by one thread at a time (the
  * daemon's work pool serialises its writes). */
@@ -14,7 +15,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TD_LEDGER_SCHEMA_VERSION 3
+#define TD_LEDGER_SCHEMA_VERSION 4
+/* Room for the node ids of a round's members as text ("id,id,..." in hex):
+ * TD_MAX_NODES (proto/limits.h) ids of 16 digits and a comma each. */
+#define TD_LEDGER_MEMBERS_TEXT (32 * 17 + 1)
 
 typedef struct td_ledger td_ledger_t;
 
@@ -33,6 +37,11 @@ typedef struct {
   double compute_s;      /* seconds computing the round (slowdown included) */
   double wait_s;         /* seconds compute was blocked before the round's steps */
   double capacity;       /* samples/s EWMA after the round */
+  /* who took part: the members whose update is in the round's average (own
+   * included), as hex node ids ("id,id": borrowed for the call), and their
+   * partitions (ranks) as a bit set; NULL or "" and 0: not recorded (NULL) */
+  const char *members;
+  uint64_t partitions;
 } td_ledger_round_t;
 
 /* One per-link measurement, taken once per round per peer. */
@@ -94,6 +103,9 @@ int td_ledger_run_start(td_ledger_t *l, uint64_t run_id, const char *spec, doubl
  * may be NaN. */
 int td_ledger_run_end(td_ledger_t *l, uint64_t run_id, const char *state, double ended,
                       double test_accuracy);
+/* The partitions (ranks) of a still open run that no round trained, "2,3";
+ * call before td_ledger_run_end (an ended run is not changed). */
+int td_ledger_run_untrained(td_ledger_t *l, uint64_t run_id, const char *partitions);
 int td_ledger_peer_seen(td_ledger_t *l, uint64_t node_id, const char *endpoint, double at,
                         const char *state, double capacity);
 int td_ledger_round_add(td_ledger_t *l, const td_ledger_round_t *r);
@@ -119,6 +131,16 @@ int td_ledger_rounds(td_ledger_t *l, uint64_t run_id, unsigned last, td_ledger_r
 typedef void (*td_ledger_peer_fn)(uint64_t node_id, const char *endpoint, const char *state,
                                   void *user);
 int td_ledger_peers(td_ledger_t *l, td_ledger_peer_fn fn, void *user);
+
+/* Every run the ledger holds: its id, spec and state ("running", "finished",
+ * "interrupted", ...). The strings are borrowed for the call only. A run that
+ * is not 'running' or 'interrupted' is final: no later write changes its
+ * runs row (its spec included: the same id with another spec leaves the row
+ * as it was), and no round or update row is added to it or replaced (the
+ * node's own late evaluations still land on its rounds). */
+typedef void (*td_ledger_run_seen_fn)(uint64_t run_id, const char *spec, const char *state,
+                                      void *user);
+int td_ledger_runs(td_ledger_t *l, td_ledger_run_seen_fn fn, void *user);
 
 /* Runs the ledger still holds as 'running' when the node starts again: the
  * process died during them. fn sees each (newest first) with the last round

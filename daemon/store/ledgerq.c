@@ -98,7 +98,54 @@ struct td__ledgerq {
   uint64_t failures_total, episodes, dropped_total, refused_total;
   uint64_t dropped[OP_KINDS_], episode_dropped;
   int refused_codes[MAX_CAUSES];
+  /* every run id this node has recorded, with its spec's hash and whether it
+   * ended (loop thread; loaded at open): a run id names one spec forever */
+  struct seen_run { uint64_t run_id, spec_hash; bool ended; } *seen;
+  size_t n_seen, cap_seen;
+  uint64_t unwritten_ckpts; /* checkpoints queued or being written (loop thread) */
+  void (*on_batch)(void *user); /* after every batch, written or not (loop thread) */
+  void *on_batch_user;
 };
+
+/* FNV-1a, 64 bits, over a spec's text: two specs with one hash are taken
+ * for the same spec (the odds are 2^-64 per pair). */
+static uint64_t spec_hash(const char *text) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+    h = (h ^ *p) * 0x100000001b3ull;
+  return h;
+}
+
+static bool state_is_final(const char *state) {
+  return state != NULL && strcmp(state, "running") != 0 && strcmp(state, "interrupted") != 0;
+}
+
+static struct seen_run *seen_find(td__ledgerq_t *q, uint64_t run_id) {
+  for (size_t i = q->n_seen; i-- > 0;) /* the newest are asked about most */
+    if (q->seen[i].run_id == run_id)
+      return &q->seen[i];
+  return NULL;
+}
+
+static struct seen_run *seen_add(td__ledgerq_t *q, uint64_t run_id, const char *spec) {
+  if (q->n_seen == q->cap_seen) {
+    size_t cap = q->cap_seen ? q->cap_seen * 2 : 64;
+    struct seen_run *grown = realloc(q->seen, cap * sizeof *grown);
+    if (grown == NULL)
+      return NULL;
+    q->seen = grown;
+    q->cap_seen = cap;
+  }
+  struct seen_run *r = &q->seen[q->n_seen++];
+  *r = (struct seen_run){.run_id = run_id, .spec_hash = spec_hash(spec ? spec : "")};
+  return r;
+}
+
+static void seen_load(uint64_t run_id, const char *spec, const char *state, void *user) {
+  struct seen_run *r = seen_add(user, run_id, spec);
+  if (r != NULL)
+    r->ended = state_is_final(state);
+}
 
 static size_t op_bytes(const ledger_op_t *op) {
   size_t n = sizeof *op + (op->text ? strlen(op->text) + 1 : 0);
@@ -136,8 +183,10 @@ static void drop_queued(td__ledgerq_t *q, ledger_op_t *prev, ledger_op_t *op) {
     q->head = op->next;
   if (q->tail == op)
     q->tail = prev;
-  if (op->kind == OP_CKPT)
+  if (op->kind == OP_CKPT) {
     q->queued_ckpts--;
+    q->unwritten_ckpts--;
+  }
   uncount(q, op);
   if (q->episode_dropped++ == 0)
     td_log_error("ledger %s: more than %g MiB of rows kept in memory while it cannot be "
@@ -198,11 +247,16 @@ static int apply_op(td_ledger_t *l, ledger_op_t *op) {
   const char *text = op->text ? op->text : "";
   switch (op->kind) {
   case OP_RUN_START: return td_ledger_run_start(l, op->u.run.run_id, text, op->at);
-  case OP_RUN_END:
-    return td_ledger_run_end(l, op->u.run.run_id, op->name, op->at, op->u.run.value);
+  case OP_RUN_END: {
+    int rc = td_ledger_run_untrained(l, op->u.run.run_id, op->text);
+    return rc != 0 ? rc : td_ledger_run_end(l, op->u.run.run_id, op->name, op->at,
+                                            op->u.run.value);
+  }
   case OP_PEER:
     return td_ledger_peer_seen(l, op->u.peer.id, text, op->at, op->name, op->u.peer.capacity);
-  case OP_ROUND: return td_ledger_round_add(l, &op->u.round);
+  case OP_ROUND:
+    op->u.round.members = op->text;
+    return td_ledger_round_add(l, &op->u.round);
   case OP_EVAL:
     return td_ledger_round_eval(l, op->u.round.run_id, op->u.round.round, op->u.round.eval_acc,
                                 op->u.round.eval_bpb);
@@ -334,6 +388,7 @@ static void batch_written(td__ledgerq_t *q, ledger_op_t *batch, bool queue_event
   uint64_t written = 0;
   for (ledger_op_t *op = batch; op != NULL; op = op->next) {
     uncount(q, op);
+    q->unwritten_ckpts -= op->kind == OP_CKPT;
     if (!op->refused) {
       written++;
       continue;
@@ -373,6 +428,17 @@ static void flush_done(uv_work_t *req, int status) {
     batch_written(q, batch, true);
   if (q->head != NULL && !q->stopped)
     td__ledgerq_flush(q);
+  if (q->on_batch != NULL)
+    q->on_batch(q->on_batch_user);
+}
+
+void td__ledgerq_on_batch(td__ledgerq_t *q, void (*fn)(void *user), void *user) {
+  q->on_batch = fn;
+  q->on_batch_user = user;
+}
+
+bool td__ledgerq_checkpoints_settled(const td__ledgerq_t *q) {
+  return q->unwritten_ckpts == 0 || q->degraded;
 }
 
 void td__ledgerq_flush(td__ledgerq_t *q) {
@@ -423,6 +489,12 @@ int td__ledgerq_open(td__ledgerq_t **out, uv_loop_t *loop, const char *path, cha
     free(q);
     return rc;
   }
+  if (td_ledger_runs(q->ledger, seen_load, q) != 0) {
+    td_ledger_close(&q->ledger);
+    free(q->seen);
+    free(q);
+    return td_why(why, why_len, TD_EIO, "cannot read the runs of ledger %s", path);
+  }
   pthread_mutex_init(&q->mu, NULL);
   q->loop = loop;
   snprintf(q->path, sizeof q->path, "%s", path);
@@ -461,10 +533,27 @@ void td__ledgerq_close(td__ledgerq_t **self_p) {
   }
   td_ledger_close(&q->ledger);
   pthread_mutex_destroy(&q->mu);
+  free(q->seen);
   free(q);
 }
 
+bool td__ledger_run_ended(td__ledgerq_t *q, uint64_t run_id) {
+  const struct seen_run *r = seen_find(q, run_id);
+  return r != NULL && r->ended;
+}
+
+td__run_seen_t td__ledger_run_seen(td__ledgerq_t *q, uint64_t run_id, const char *spec_text) {
+  const struct seen_run *r = seen_find(q, run_id);
+  if (r == NULL)
+    return TD__RUN_UNSEEN;
+  if (r->spec_hash != spec_hash(spec_text ? spec_text : ""))
+    return TD__RUN_OTHER_SPEC;
+  return r->ended ? TD__RUN_ENDED_HERE : TD__RUN_OPEN_HERE;
+}
+
 void td__ledger_run_start(td__ledgerq_t *q, uint64_t run_id, const char *spec_text) {
+  if (seen_find(q, run_id) == NULL)
+    seen_add(q, run_id, spec_text);
   ledger_op_t *op = op_new(q, OP_RUN_START);
   if (op != NULL) {
     op->u.run.run_id = run_id;
@@ -474,11 +563,20 @@ void td__ledger_run_start(td__ledgerq_t *q, uint64_t run_id, const char *spec_te
 
 void td__ledger_run_end(td__ledgerq_t *q, uint64_t run_id, const char *state,
                         double test_accuracy) {
+  td__ledger_run_end_untrained(q, run_id, state, test_accuracy, NULL);
+}
+
+void td__ledger_run_end_untrained(td__ledgerq_t *q, uint64_t run_id, const char *state,
+                                  double test_accuracy, const char *untrained) {
+  struct seen_run *r = seen_find(q, run_id);
+  if (r != NULL && state_is_final(state))
+    r->ended = true;
   ledger_op_t *op = op_new(q, OP_RUN_END);
   if (op != NULL) {
     op->u.run.run_id = run_id;
     op->u.run.value = test_accuracy;
     snprintf(op->name, sizeof op->name, "%s", state);
+    op->text = untrained != NULL && untrained[0] != '\0' ? strdup(untrained) : NULL;
   }
 }
 
@@ -494,8 +592,11 @@ void td__ledger_peer(td__ledgerq_t *q, const td_member_t *m) {
 
 void td__ledger_round(td__ledgerq_t *q, const td_ledger_round_t *row) {
   ledger_op_t *op = op_new(q, OP_ROUND);
-  if (op != NULL)
+  if (op != NULL) {
     op->u.round = *row;
+    op->u.round.members = NULL; /* borrowed: the copy in text is the op's own */
+    op->text = row->members != NULL && row->members[0] != '\0' ? strdup(row->members) : NULL;
+  }
 }
 
 void td__ledger_eval(td__ledgerq_t *q, uint64_t run_id, uint64_t round, double eval_acc,
@@ -529,6 +630,7 @@ void td__ledger_checkpoint(td__ledgerq_t *q, uint64_t run_id, uint64_t round, vo
     free(blob);
     return;
   }
+  q->unwritten_ckpts++;
   op->u.ckpt.run_id = run_id;
   op->u.ckpt.round = round;
   op->u.ckpt.blob = blob;

@@ -23,6 +23,12 @@ int td__ledgerq_open(td__ledgerq_t **out, uv_loop_t *loop, const char *path, cha
 /* Writes what is still queued on the calling thread, then closes. */
 void td__ledgerq_close(td__ledgerq_t **self_p);
 void td__ledgerq_flush(td__ledgerq_t *q);
+/* fn(user) after every batch the pool finished, written or not (one hook). */
+void td__ledgerq_on_batch(td__ledgerq_t *q, void (*fn)(void *user), void *user);
+/* No checkpoint is queued or being written, or the ledger cannot be written
+ * now (then its rows are held to TD__LEDGERQ_BUFFER_BYTES, oldest
+ * checkpoints dropped first, and waiting for it would stall the run). */
+bool td__ledgerq_checkpoints_settled(const td__ledgerq_t *q);
 void td__ledgerq_stop(td__ledgerq_t *q); /* no new batches go to the pool */
 
 /* While the ledger cannot be written (disk full, I/O error, ...) its rows are
@@ -45,9 +51,22 @@ typedef struct {
   uint64_t refused_rows;    /* rows SQLite refused for themselves, since start */
 } td__ledgerq_stats_t;
 void td__ledgerq_stats(const td__ledgerq_t *q, td__ledgerq_stats_t *out);
+/* What this node's ledger holds of run_id (loop thread, no I/O): nothing, the
+ * run with spec_text still open (running, or interrupted by a crash), the run
+ * with spec_text ended (finished, failed, stopped, missed: final), or the id
+ * with another spec. */
+typedef enum {
+  TD__RUN_UNSEEN = 0, TD__RUN_OPEN_HERE, TD__RUN_ENDED_HERE, TD__RUN_OTHER_SPEC
+} td__run_seen_t;
+td__run_seen_t td__ledger_run_seen(td__ledgerq_t *q, uint64_t run_id, const char *spec_text);
 void td__ledger_run_start(td__ledgerq_t *q, uint64_t run_id, const char *spec_text);
 void td__ledger_run_end(td__ledgerq_t *q, uint64_t run_id, const char *state,
                         double test_accuracy);
+/* ...with the run's partitions no round trained ("2,3"; NULL or "": none). */
+void td__ledger_run_end_untrained(td__ledgerq_t *q, uint64_t run_id, const char *state,
+                                  double test_accuracy, const char *untrained);
+/* The ledger holds run_id as ended (whatever its spec). */
+bool td__ledger_run_ended(td__ledgerq_t *q, uint64_t run_id);
 void td__ledger_peer(td__ledgerq_t *q, const td_member_t *m);
 void td__ledger_round(td__ledgerq_t *q, const td_ledger_round_t *row);
 /* The evaluation of a round whose row is already written (an evaluation that

@@ -3,7 +3,7 @@
 # (daemon/session/policy.c) before allocating or opening anything, whoever asks.
 #  - a member that starts runs without checking them (td_runstart_peer) sends
 #    RunStarts over each limit (model memory, batch, threads, rounds) and with
-#    datasets outside the data root (/etc/shadow, /dev/zero, a FIFO inside the
+#    datasets outside the data root (/etc/shadow, /dev/zero, a missing path, a FIFO inside the
 #    root, a path escaping the root, a symlink out of it): every node refuses
 #    with a one-line reason sent back to the starter, no daemon dies, no
 #    daemon's peak RSS grows by more than a few MiB, the reason quotes nothing
@@ -76,12 +76,15 @@ refused_everywhere "model over memory at a big batch" "model = mlp:784-16384-10;
 refused_everywhere "batch" "batch = 65536" "batch 65536 is over this node's limit 1024"
 refused_everywhere "threads" "threads = 1024" "threads 1024 is more than this node's [0-9]+ cores"
 refused_everywhere "rounds" "rounds = 100000" "rounds 100000 is over this node's limit 1000"
-refused_everywhere "/etc/shadow" "dataset = csv:/etc/shadow" "'/etc/shadow' is outside the data root"
-refused_everywhere "/dev/zero" "dataset = csv:/dev/zero" "'/dev/zero' is outside the data root"
+refused_everywhere "/etc/shadow" "dataset = csv:/etc/shadow" "'/etc/shadow' is not a file under the data root $T/data\$"
+refused_everywhere "/dev/zero" "dataset = csv:/dev/zero" "'/dev/zero' is not a file under the data root $T/data\$"
+# a path outside that does not exist gets the same reason as one that does:
+# refusals do not tell whether something exists outside the root
+refused_everywhere "a missing path outside" "dataset = csv:/etc/no-such-file" "'/etc/no-such-file' is not a file under the data root $T/data\$"
 refused_everywhere "a FIFO in the root" "dataset = csv:$T/data/fifo" "fifo' is not a regular file"
-refused_everywhere "a relative escape" "dataset = csv:../../../etc/passwd" "is outside the data root"
-refused_everywhere "a symlink out of the root" "dataset = csv:link" "'link' is outside the data root"
-refused_everywhere "idx outside" "dataset = idx:/etc/passwd,/etc/group" "outside the data root"
+refused_everywhere "a relative escape" "dataset = csv:../../../etc/passwd" "is not a file under the data root"
+refused_everywhere "a symlink out of the root" "dataset = csv:link" "'link' is not a file under the data root"
+refused_everywhere "idx outside" "dataset = idx:/etc/passwd,/etc/group" "not a file under the data root"
 # mlp:784-1024-10: 814,090 parameters, 3.1 MiB a checkpoint
 refused_everywhere "every checkpoint kept" \
   "model = mlp:784-1024-10;rounds = 1000;checkpoint_every = 1;checkpoint_keep = 0" \
@@ -108,14 +111,14 @@ for n in a b c; do
 done
 events=$(sql a "SELECT group_concat(detail, ' | ') FROM events WHERE kind = 'run_refused'")
 grep -q "root:" <<<"$events" && fail "the ledger quotes /etc/shadow or /etc/passwd"
-grep -q "outside the data root" <<<"$events" && pass "refusals are in a's ledger" \
+grep -q "not a file under the data root" <<<"$events" && pass "refusals are in a's ledger" \
   || fail "no run_refused events: $events"
 
 # the starter's own check: trainctl start over a limit is one line, nothing runs
 run own_model "$TRAINCTL" --socket "$T/a/ctl" start --set model=mlp:784-65536-65536-10
 expect_error own_model "over this node's limit of 256 MiB"
 run own_data "$TRAINCTL" --socket "$T/a/ctl" start --set dataset=csv:/etc/shadow
-expect_error own_data "outside the data root"
+expect_error own_data "not a file under the data root"
 run own_ckpt "$TRAINCTL" --socket "$T/a/ctl" start --set model=mlp:784-1024-10 \
   --set rounds=100 --set checkpoint_every=1 --set checkpoint_keep=30
 expect_error own_ckpt "checkpoints: 30 of 3.1 MiB each .* over this node's limit of 64 MiB"

@@ -7,7 +7,9 @@
  * Usage: td_runstart_peer SPEC WAIT_S NODE_ID_HEX=tcp://HOST:PORT[,KEY] ...
  * SPEC is "key = value" lines, separated by ';' on the command line. With a
  * node's KEY and a pair in TD_PEER_PUBLIC/SECRET (peer_keys.h) it speaks
- * CURVE, as an admitted member; `--keygen` prints a pair.
+ * CURVE, as an admitted member; `--keygen` prints a pair. TD_PEER_RUN_ID
+ * (hex) names the run id to send, 0 and ids of past runs included (a replay);
+ * without it the id is made from the time.
  * Exits 0 when everything was sent (whatever the answers). */
 #include <stdint.h>
 #include <stdio.h>
@@ -96,7 +98,9 @@ int main(int argc, char **argv) {
   Traind__Envelope env = TRAIND__ENVELOPE__INIT;
   env.body_case = TRAIND__ENVELOPE__BODY_RUN_START;
   env.run_start = &rs;
-  env.run_id = 0x9011c9011c9011cull ^ (uint64_t)time(NULL);
+  const char *run_id = getenv("TD_PEER_RUN_ID");
+  env.run_id = run_id != NULL ? strtoull(run_id, NULL, 16)
+                              : 0x9011c9011c9011cull ^ (uint64_t)time(NULL);
   for (size_t i = 0; i < n; i++)
     send_env(dealer[i], &env);
   struct timespec t0, t;

@@ -456,6 +456,66 @@ START_TEST(runs_left_running_are_interrupted) {
 }
 END_TEST
 
+typedef struct {
+  int n;
+  uint64_t run[4];
+  char state[4][16];
+} seen_t;
+
+static void note_seen(uint64_t run_id, const char *spec, const char *state, void *user) {
+  seen_t *seen = user;
+  (void)spec;
+  ck_assert_int_lt(seen->n, 4);
+  seen->run[seen->n] = run_id;
+  snprintf(seen->state[seen->n++], sizeof seen->state[0], "%s", state);
+}
+
+/* History is append-only: once a run ended (finished, stopped, failed,
+ * missed) no write changes its runs row, adds or replaces a round or an
+ * update of it, or ends it again; a run id started again with another
+ * spec keeps its first spec. A run still open takes its rows as before. */
+START_TEST(an_ended_run_is_never_rewritten) {
+  fresh_path();
+  td_ledger_t *l = NULL;
+  char why[256] = "";
+  ck_assert_msg(td_ledger_open(&l, path, why, sizeof why) == 0, "%s", why);
+  ck_assert_int_eq(td_ledger_run_start(l, 7, "model = a\n", 10.0), 0);
+  for (uint64_t r = 1; r <= 3; r++) {
+    td_ledger_round_t row = round_row(7, r);
+    ck_assert_int_eq(td_ledger_round_add(l, &row), 0);
+  }
+  td_ledger_round_t again = round_row(7, 2); /* an open run's row may be written again */
+  again.loss = 0.25;
+  ck_assert_int_eq(td_ledger_round_add(l, &again), 0);
+  ck_assert_int_eq(td_ledger_run_end(l, 7, "finished", 11.0, 0.75), 0);
+  /* every write below succeeds and changes nothing */
+  ck_assert_int_eq(td_ledger_run_start(l, 7, "model = b\n", 20.0), 0);
+  ck_assert_int_eq(td_ledger_run_start(l, 7, "model = a\n", 21.0), 0);
+  ck_assert_int_eq(td_ledger_run_end(l, 7, "stopped", 22.0, 0.1), 0);
+  for (uint64_t r = 1; r <= 5; r++) {
+    td_ledger_round_t row = round_row(7, r);
+    row.loss = 9;
+    ck_assert_int_eq(td_ledger_round_add(l, &row), 0);
+  }
+  td_ledger_update_t u = {.run_id = 7, .round = 3, .peer = 9, .peer_round = 3, .bytes = 10,
+                          .codec = "none", .ratio = 1, .arrived = 23};
+  ck_assert_int_eq(td_ledger_update_add(l, &u), 0);
+  seen_t seen = {0};
+  ck_assert_int_eq(td_ledger_runs(l, note_seen, &seen), 0);
+  ck_assert_int_eq(seen.n, 1);
+  ck_assert_uint_eq(seen.run[0], 7);
+  ck_assert_str_eq(seen.state[0], "finished");
+  td_ledger_close(&l);
+  ck_assert_int_eq(pragma_int("SELECT state = 'finished' AND spec = 'model = a' || char(10)"
+                              " AND started = 10 AND ended = 11 AND test_accuracy = 0.75"
+                              " FROM runs WHERE run_id = 7"), 1);
+  ck_assert_int_eq(pragma_int("SELECT count(*) FROM rounds WHERE run_id = 7"), 3);
+  ck_assert_int_eq(pragma_int("SELECT loss = 0.25 FROM rounds WHERE run_id = 7 AND round = 2"), 1);
+  ck_assert_int_eq(pragma_int("SELECT count(*) FROM rounds WHERE loss = 9"), 0);
+  ck_assert_int_eq(pragma_int("SELECT count(*) FROM updates"), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ledger");
   TCase *tc = tcase_create("core");
@@ -467,6 +527,7 @@ int main(void) {
   tcase_add_test(tc, write_faults_are_named_and_rolled_back);
   tcase_add_test(tc, corrupt_ledger_is_refused_at_open);
   tcase_add_test(tc, runs_left_running_are_interrupted);
+  tcase_add_test(tc, an_ended_run_is_never_rewritten);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
