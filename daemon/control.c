@@ -22,11 +22,14 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "daemon/joinprobe.h"
 #include "daemon/log.h"
 #include "proto/control.h"
 
-/* A join waits this long for the welcome of the node it asked. */
+/* A join waits this long for the welcome of the node it asked, reading its
+ * handshake probe every JOIN_TICK_MS meanwhile. */
 #define JOIN_TIMEOUT_MS 5000
+#define JOIN_TICK_MS 50
 #define LISTEN_BACKLOG 16
 /* Smallest read buffer offered to libuv. */
 #define READ_CHUNK 4096
@@ -43,6 +46,12 @@ typedef struct conn {
   uv_write_t write_req;
   uint8_t *out;
   char join_endpoint[TD_ENDPOINT_MAX];
+  /* a pending join: the key it admitted here (empty when it was listed
+   * already, or insecure), the node it stands for, the handshake probe and
+   * the join's deadline on the loop clock */
+  char join_admitted[TD_KEY_Z85_LEN + 1];
+  uint64_t join_peer, join_deadline_ms;
+  td__joinprobe_t *probe;
 } conn_t;
 
 struct td__control {
@@ -62,6 +71,7 @@ static void conn_unref(conn_t *c) {
       *p = c->next;
       break;
     }
+  td__joinprobe_close(&c->probe);
   free(c->buf);
   free(c->out);
   free(c);
@@ -127,6 +137,7 @@ void td__control_welcome(td__control_t *ctl, uint64_t peer) {
     return;
   ctl->pending_join = NULL;
   uv_timer_stop(&c->join_timer);
+  td__joinprobe_close(&c->probe);
   json_object *o = json_object_new_object();
   json_object_object_add(o, "joined", json_object_new_string(c->join_endpoint));
   json_object_object_add(o, "seed_node", td__status_id(peer));
@@ -134,14 +145,66 @@ void td__control_welcome(td__control_t *ctl, uint64_t peer) {
   respond_json(c, o);
 }
 
-static void on_join_timeout(uv_timer_t *t) {
-  conn_t *c = t->data;
+/* A join that failed answers `msg` and takes back what it did here: the key
+ * it admitted and the link to that key's node. */
+static void join_failed(conn_t *c, int status, const char *msg) {
+  td__node_t *n = c->ctl->n;
   if (c->ctl->pending_join == c)
     c->ctl->pending_join = NULL;
+  uv_timer_stop(&c->join_timer);
+  td__joinprobe_close(&c->probe);
+  if (c->join_admitted[0] != '\0') {
+    uint64_t peer = 0;
+    char why[256];
+    if (td__access_revoke(n->access, c->join_admitted, &peer, why, sizeof why) == 0)
+      td_log_info("join of %s failed: key %s no longer admitted", c->join_endpoint,
+                  c->join_admitted);
+    c->join_admitted[0] = '\0';
+  }
+  if (c->join_peer != 0 && td_members_find(n->members, c->join_peer) == NULL)
+    td__link_close_peer(n->net, c->join_peer);
+  td_log_warn("%s", msg);
+  respond(c, status, msg, NULL);
+}
+
+void td__control_join_refused(td__control_t *ctl, uint64_t peer, const char *reason) {
+  conn_t *c = ctl != NULL ? ctl->pending_join : NULL;
+  if (c == NULL || (c->join_peer != 0 && c->join_peer != peer))
+    return;
   char msg[512];
-  snprintf(msg, sizeof msg, "no answer from %s within %.0f s (is traind listening there?)",
-           c->join_endpoint, JOIN_TIMEOUT_MS / 1000.0);
-  respond(c, TD_EIO, msg, NULL);
+  int at = snprintf(msg, sizeof msg, "join refused by %s: ", c->join_endpoint);
+  snprintf(msg + at, sizeof msg - (size_t)at, "%.300s", reason);
+  for (char *p = msg + at; *p != '\0'; p++) /* a peer's text: one printable line */
+    if ((unsigned char)*p < 0x20 || *p == 0x7f)
+      *p = '?';
+  join_failed(c, TD_EINVAL, msg);
+}
+
+/* Every JOIN_TICK_MS of a pending join: what the probe saw, then the deadline. */
+static void on_join_tick(uv_timer_t *t) {
+  conn_t *c = t->data;
+  const char *ep = c->join_endpoint;
+  char msg[512];
+  td__probe_state_t st = c->probe != NULL ? td__joinprobe_poll(c->probe) : TD__PROBE_PENDING;
+  if (st == TD__PROBE_NOT_ADMITTED) {
+    snprintf(msg, sizeof msg, "join refused by %s: this node's key is not admitted there "
+             "(on that node run: trainctl allow '%s')", ep,
+             td__access_keypair(c->ctl->n->access)->pub);
+    join_failed(c, TD_EINVAL, msg);
+  } else if (st == TD__PROBE_KEY_MISMATCH) {
+    snprintf(msg, sizeof msg, "join failed: %s dropped the handshake: the server key given "
+             "does not match that node's key (run 'trainctl key' there)", ep);
+    join_failed(c, TD_ECONFIG, msg);
+  } else if (uv_now(t->loop) >= c->join_deadline_ms) {
+    bool reached = c->probe == NULL || td__joinprobe_reached(c->probe);
+    snprintf(msg, sizeof msg, "no answer from %s within %.0f s %s", ep,
+             JOIN_TIMEOUT_MS / 1000.0,
+             reached ? "(is traind listening there?)"
+                     : "(nothing accepts connections there: is traind listening there?)");
+    join_failed(c, TD_EIO, msg);
+  } else if (st == TD__PROBE_ACCEPTED) {
+    td__joinprobe_close(&c->probe); /* the welcome (or a refusal) is on its way */
+  }
 }
 
 /* Secure join: the node at `endpoint` must prove it holds `key`; the key is
@@ -168,9 +231,16 @@ static td__link_t *join_link(conn_t *c, const char *endpoint, const char *key) {
     respond(c, rc, why, NULL);
     return NULL;
   }
-  td__link_t *l = td__link_ensure(n->net, td_key_node_id(raw), endpoint);
+  if (!listed)
+    snprintf(c->join_admitted, sizeof c->join_admitted, "%s", key);
+  c->join_peer = td_key_node_id(raw);
+  td__link_t *l = td__link_ensure(n->net, c->join_peer, endpoint);
+  const td_keypair_t *kp = td__access_keypair(n->access);
+  if (l != NULL && td__joinprobe_open(&c->probe, endpoint, key, kp->pub, kp->secret) != 0)
+    td_log_warn("cannot watch the handshake with %s: a refusal will show as a timeout",
+                endpoint);
   if (l == NULL)
-    respond(c, TD_EIO, "cannot open a link to that endpoint", NULL);
+    join_failed(c, TD_EIO, "cannot open a link to that endpoint");
   return l;
 }
 
@@ -190,6 +260,7 @@ static void cmd_join(conn_t *c, const char *endpoint, const char *key) {
     return;
   }
   td__link_t *l;
+  snprintf(c->join_endpoint, sizeof c->join_endpoint, "%s", endpoint);
   if (td__access_secure(n->access)) {
     if ((l = join_link(c, endpoint, key)) == NULL)
       return;
@@ -202,9 +273,9 @@ static void cmd_join(conn_t *c, const char *endpoint, const char *key) {
       return;
     }
   }
-  snprintf(c->join_endpoint, sizeof c->join_endpoint, "%s", endpoint);
   c->ctl->pending_join = c;
-  uv_timer_start(&c->join_timer, on_join_timeout, JOIN_TIMEOUT_MS, 0);
+  c->join_deadline_ms = uv_now(&n->loop) + JOIN_TIMEOUT_MS;
+  uv_timer_start(&c->join_timer, on_join_tick, JOIN_TICK_MS, JOIN_TICK_MS);
   td__gossip_hello(n, l);
 }
 

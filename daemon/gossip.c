@@ -10,6 +10,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/error.h"
@@ -44,10 +45,14 @@ void td__gossip_hello(td__node_t *n, td__link_t *l) {
   td__link_send(n->net, l, &env);
 }
 
-static void send_welcome(td__node_t *n, td__link_t *l) {
+/* A welcome with `refused` set says no and lists nobody. */
+static void send_welcome(td__node_t *n, td__link_t *l, const char *refused) {
   Traind__PeerInfo infos[TD_MEMBERS_MAX], *ptrs[TD_MEMBERS_MAX];
   Traind__Welcome w = TRAIND__WELCOME__INIT;
-  fill_peer_infos(n, infos, ptrs, &w.n_peers);
+  if (refused != NULL)
+    w.refused = (char *)refused;
+  else
+    fill_peer_infos(n, infos, ptrs, &w.n_peers);
   w.peers = ptrs;
   w.run_round = n->session ? n->session->round : 0;
   Traind__Envelope env = TRAIND__ENVELOPE__INIT;
@@ -78,11 +83,11 @@ static void on_member_event(const td_member_t *m, td_member_event_t ev, void *us
   record_peer(n, m);
 }
 
-void td__gossip_heard(td__node_t *n, uint64_t peer, const char *endpoint) {
+bool td__gossip_heard(td__node_t *n, uint64_t peer, const char *endpoint) {
   td_member_event_t ev;
   if (td_members_heard(n->members, peer, endpoint, td_clock_mono_s(), &ev) != 0) {
     td_log_warn("membership table full (%d): ignoring %016" PRIx64, TD_MEMBERS_MAX, peer);
-    return;
+    return false;
   }
   td_member_t *m = td_members_find(n->members, peer);
   td__link_t *l = td__link_ensure(n->net, peer, m->endpoint[0] ? m->endpoint : endpoint);
@@ -95,6 +100,7 @@ void td__gossip_heard(td__node_t *n, uint64_t peer, const char *endpoint) {
     if (l != NULL)
       td__gossip_hello(n, l); /* make sure it knows us too */
   }
+  return true;
 }
 
 /* Second-hand news of peers (welcome, heartbeat gossip). */
@@ -152,14 +158,28 @@ void td__on_hello(td__node_t *n, const Traind__Envelope *env, td__link_t *l, siz
     td__drop(n, TD__DROP_MALFORMED, "hello without a tcp:// endpoint");
     return;
   }
-  td__gossip_heard(n, env->sender, env->hello->endpoint);
+  if (!td__gossip_heard(n, env->sender, env->hello->endpoint)) {
+    /* say why on a link of its own, so its `trainctl join` can tell the user */
+    char why[128];
+    snprintf(why, sizeof why, "cluster full (%zu nodes, the limit)",
+             td_members_count(n->members));
+    if ((l = td__link_ensure(n->net, env->sender, env->hello->endpoint)) != NULL)
+      send_welcome(n, l, why);
+    return;
+  }
   if ((l = td__link_find(n->net, env->sender)) != NULL)
-    send_welcome(n, l);
+    send_welcome(n, l, NULL);
 }
 
 void td__on_welcome(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes) {
   (void)l;
   (void)bytes;
+  if (env->welcome->refused != NULL && env->welcome->refused[0] != '\0') {
+    td_log_warn("peer %016" PRIx64 " does not take this node in: %s", env->sender,
+                env->welcome->refused);
+    td__control_join_refused(n->control, env->sender, env->welcome->refused);
+    return;
+  }
   const char *ep = NULL;
   for (size_t i = 0; i < env->welcome->n_peers; i++)
     if (env->welcome->peers[i]->node_id == env->sender)
