@@ -129,7 +129,7 @@ static void send_heartbeat(td__node_t *n, td__link_t *only) {
   hb.peers = ptrs;
   td__session_t *s = n->session;
   hb.round = s ? s->round : 0;
-  hb.run_state = s ? 1 : 0;
+  hb.run_state = s == NULL ? 0 : s->ready ? 2 : 1;
   hb.capacity = s ? s->capacity : 0; /* samples/s EWMA (weighted batching) */
   Traind__Envelope env = TRAIND__ENVELOPE__INIT;
   env.body_case = TRAIND__ENVELOPE__BODY_HEARTBEAT;
@@ -204,6 +204,7 @@ void td__on_heartbeat(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
     m->capacity = env->heartbeat->capacity;
   m->round = env->heartbeat->round;
   m->run_id = env->heartbeat->run_state ? env->run_id : 0;
+  m->run_ready = env->heartbeat->run_state == 2;
   m->reported = true;
   td__comeback_heard(n, env->sender, m->run_id, m->round);
   learn_peers(n, env->heartbeat->peers, env->heartbeat->n_peers);

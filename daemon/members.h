@@ -34,6 +34,7 @@ typedef struct {
   uint64_t round;    /* last round reported */
   uint64_t run_id;   /* run of its last heartbeat (0: idle) */
   bool reported;     /* a heartbeat arrived (run_id is known) */
+  bool run_ready;    /* its last heartbeat said its run's data and backend are ready */
   bool self;
 } td_member_t;
 

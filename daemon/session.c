@@ -281,7 +281,7 @@ static void on_run_events(td_run_t *run, void *user) {
       }
       break;
     case TD_RUN_FAILED:
-      if (!s->ready) /* it cannot take part at all (data, limits): nobody waits for it */
+      if (!s->ready && !s->unannounced) /* it cannot take part (data, limits): nobody waits */
         td__session_refuse(n, s->run_id, s->members, s->n_members, ev.message);
       td__session_finish(n, TD__RUN_FAILED, NAN, ev.message);
       return;
@@ -340,7 +340,7 @@ static int open_parts(td__session_t *s, const td_codec_spec_t *codec, char *why,
 
 int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
                       const uint64_t *members, size_t n_members, uint64_t first_round,
-                      uint64_t sponsor, char *why, size_t why_len) {
+                      uint64_t sponsor, bool held, char *why, size_t why_len) {
   td_runspec_t spec;
   int rc = parse_spec(n, spec_text, n_members, &spec, why, why_len);
   if (rc != 0)
@@ -384,12 +384,14 @@ int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
   for (size_t i = 0; i < TD_MEMBERS_MAX; i++)
     s->staleness[i] = -1;
   s->first_round = first_round;
+  s->unannounced = held;
   s->since[rank] = first_round;
   for (size_t i = 0; i < n_members; i++)
     s->since_at[i] = td_clock_mono_s();
   s->own_done = first_round - 1;
   td_run_opts_t opts = {.spec = &spec, .rank = (unsigned)rank, .nodes = (unsigned)n_members,
-                        .first_round = first_round, .max_rounds = n->policy.max_rounds,
+                        .first_round = first_round, .held = held,
+                        .max_rounds = n->policy.max_rounds,
                         .max_checkpoint_bytes = n->policy.max_checkpoint_bytes,
                         .loop = &n->loop,
                         .on_events = on_run_events, .user = s};
