@@ -34,9 +34,13 @@
 #include "daemon/log.h"
 #include "proto/control.h"
 
-/* A join waits this long for the welcome of the node it asked, reading its
- * handshake probe every JOIN_TICK_MS meanwhile. */
+/* A join waits JOIN_TIMEOUT_MS for the welcome of the node it asked, or
+ * JOIN_ACCEPTED_TIMEOUT_MS once that node's handshake accepted our key (it is
+ * there, only slow). Without a welcome after JOIN_PROBE_AFTER_MS, a probe
+ * (joinprobe.c) watches the handshake; it is read every JOIN_TICK_MS. */
 #define JOIN_TIMEOUT_MS 5000
+#define JOIN_ACCEPTED_TIMEOUT_MS 20000
+#define JOIN_PROBE_AFTER_MS 300
 #define JOIN_TICK_MS 50
 /* A start waits at most START_LOCAL_MS for this node's own data and backend
  * before it tells the members anyway, and answers within START_WAIT_MS (under
@@ -65,10 +69,12 @@ typedef struct conn {
   uint8_t *out;
   char join_endpoint[TD_ENDPOINT_MAX];
   /* a pending join: the key it admitted here (empty when it was listed
-   * already, or insecure), the node it stands for, the handshake probe and
-   * the join's deadline on the loop clock */
-  char join_admitted[TD_KEY_Z85_LEN + 1];
-  uint64_t join_peer, join_deadline_ms;
+   * already, or insecure), the key the node must hold (empty: insecure), the
+   * node it stands for, when it began on the loop clock, and its handshake
+   * probe (opened once, when the welcome is slow) */
+  char join_admitted[TD_KEY_Z85_LEN + 1], join_key[TD_KEY_Z85_LEN + 1];
+  uint64_t join_peer, join_began_ms;
+  bool join_probed, join_accepted;
   td__joinprobe_t *probe;
   /* a pending start: its run, the RunStart spec text until it is sent, the
    * members, and when the start began on the loop clock */
@@ -217,27 +223,44 @@ void td__control_join_refused(td__control_t *ctl, uint64_t peer, const char *rea
 /* Every JOIN_TICK_MS of a pending join: what the probe saw, then the deadline. */
 static void on_join_tick(uv_timer_t *t) {
   conn_t *c = t->data;
+  td__node_t *n = c->ctl->n;
   const char *ep = c->join_endpoint;
   char msg[512];
+  uint64_t waited = uv_now(t->loop) - c->join_began_ms;
+  if (!c->join_probed && c->join_key[0] != '\0' && waited >= JOIN_PROBE_AFTER_MS) {
+    const td_keypair_t *kp = td__access_keypair(n->access);
+    c->join_probed = true;
+    if (td__joinprobe_open(&c->probe, ep, c->join_key, kp->pub, kp->secret) != 0)
+      td_log_warn("cannot watch the handshake with %s: a refusal will show as a timeout", ep);
+  }
   td__probe_state_t st = c->probe != NULL ? td__joinprobe_poll(c->probe) : TD__PROBE_PENDING;
   if (st == TD__PROBE_NOT_ADMITTED) {
     snprintf(msg, sizeof msg, "join refused by %s: this node's key is not admitted there "
-             "(on that node run: trainctl allow '%s')", ep,
-             td__access_keypair(c->ctl->n->access)->pub);
+             "(on that node run: trainctl allow '%s')", ep, td__access_keypair(n->access)->pub);
     join_failed(c, TD_EINVAL, msg);
-  } else if (st == TD__PROBE_KEY_MISMATCH) {
+    return;
+  }
+  if (st == TD__PROBE_KEY_MISMATCH) {
     snprintf(msg, sizeof msg, "join failed: %s dropped the handshake: the server key given "
              "does not match that node's key (run 'trainctl key' there)", ep);
     join_failed(c, TD_ECONFIG, msg);
-  } else if (uv_now(t->loop) >= c->join_deadline_ms) {
+    return;
+  }
+  if (st == TD__PROBE_ACCEPTED) {
+    c->join_accepted = true; /* the welcome (or a refusal) is on its way */
+    td__joinprobe_close(&c->probe);
+  }
+  if (c->join_accepted && waited >= JOIN_ACCEPTED_TIMEOUT_MS) {
+    snprintf(msg, sizeof msg, "no welcome from %s within %.0f s, though it accepted this "
+             "node's key (see that node's log)", ep, JOIN_ACCEPTED_TIMEOUT_MS / 1000.0);
+    join_failed(c, TD_EIO, msg);
+  } else if (!c->join_accepted && waited >= JOIN_TIMEOUT_MS) {
     bool reached = c->probe == NULL || td__joinprobe_reached(c->probe);
     snprintf(msg, sizeof msg, "no answer from %s within %.0f s %s", ep,
              JOIN_TIMEOUT_MS / 1000.0,
              reached ? "(is traind listening there?)"
                      : "(nothing accepts connections there: is traind listening there?)");
     join_failed(c, TD_EIO, msg);
-  } else if (st == TD__PROBE_ACCEPTED) {
-    td__joinprobe_close(&c->probe); /* the welcome (or a refusal) is on its way */
   }
 }
 
@@ -268,11 +291,8 @@ static td__link_t *join_link(conn_t *c, const char *endpoint, const char *key) {
   if (!listed)
     snprintf(c->join_admitted, sizeof c->join_admitted, "%s", key);
   c->join_peer = td_key_node_id(raw);
+  snprintf(c->join_key, sizeof c->join_key, "%s", key);
   td__link_t *l = td__link_ensure(n->net, c->join_peer, endpoint);
-  const td_keypair_t *kp = td__access_keypair(n->access);
-  if (l != NULL && td__joinprobe_open(&c->probe, endpoint, key, kp->pub, kp->secret) != 0)
-    td_log_warn("cannot watch the handshake with %s: a refusal will show as a timeout",
-                endpoint);
   if (l == NULL)
     join_failed(c, TD_EIO, "cannot open a link to that endpoint");
   return l;
@@ -308,7 +328,7 @@ static void cmd_join(conn_t *c, const char *endpoint, const char *key) {
     }
   }
   c->ctl->pending_join = c;
-  c->join_deadline_ms = uv_now(&n->loop) + JOIN_TIMEOUT_MS;
+  c->join_began_ms = uv_now(&n->loop);
   uv_timer_start(&c->wait_timer, on_join_tick, JOIN_TICK_MS, JOIN_TICK_MS);
   td__gossip_hello(n, l);
 }
