@@ -35,11 +35,12 @@
 #include "proto/control.h"
 
 /* A join waits JOIN_TIMEOUT_MS for the welcome of the node it asked, or
- * JOIN_ACCEPTED_TIMEOUT_MS once that node's handshake accepted our key (it is
- * there, only slow). Without a welcome after JOIN_PROBE_AFTER_MS, a probe
- * (joinprobe.c) watches the handshake; it is read every JOIN_TICK_MS. */
+ * JOIN_SLOW_TIMEOUT_MS once something there took the connection (it may be
+ * there, only slow: valgrind, a loaded machine). Without a welcome after
+ * JOIN_PROBE_AFTER_MS, a probe (joinprobe.c) watches the handshake; it is read
+ * every JOIN_TICK_MS. */
 #define JOIN_TIMEOUT_MS 5000
-#define JOIN_ACCEPTED_TIMEOUT_MS 20000
+#define JOIN_SLOW_TIMEOUT_MS 20000
 #define JOIN_PROBE_AFTER_MS 300
 #define JOIN_TICK_MS 50
 /* A start waits at most START_LOCAL_MS for this node's own data and backend
@@ -250,18 +251,22 @@ static void on_join_tick(uv_timer_t *t) {
     c->join_accepted = true; /* the welcome (or a refusal) is on its way */
     td__joinprobe_close(&c->probe);
   }
-  if (c->join_accepted && waited >= JOIN_ACCEPTED_TIMEOUT_MS) {
+  bool reached = c->join_accepted || (c->probe != NULL && td__joinprobe_reached(c->probe));
+  if (waited < (reached ? JOIN_SLOW_TIMEOUT_MS : JOIN_TIMEOUT_MS))
+    return;
+  if (c->join_accepted)
     snprintf(msg, sizeof msg, "no welcome from %s within %.0f s, though it accepted this "
-             "node's key (see that node's log)", ep, JOIN_ACCEPTED_TIMEOUT_MS / 1000.0);
-    join_failed(c, TD_EIO, msg);
-  } else if (!c->join_accepted && waited >= JOIN_TIMEOUT_MS) {
-    bool reached = c->probe == NULL || td__joinprobe_reached(c->probe);
+             "node's key (see that node's log)", ep, JOIN_SLOW_TIMEOUT_MS / 1000.0);
+  else if (reached)
+    snprintf(msg, sizeof msg, "no answer from %s within %.0f s: something takes connections "
+             "there but does not finish the handshake (is traind listening there?)", ep,
+             JOIN_SLOW_TIMEOUT_MS / 1000.0);
+  else
     snprintf(msg, sizeof msg, "no answer from %s within %.0f s %s", ep,
              JOIN_TIMEOUT_MS / 1000.0,
-             reached ? "(is traind listening there?)"
-                     : "(nothing accepts connections there: is traind listening there?)");
-    join_failed(c, TD_EIO, msg);
-  }
+             c->probe != NULL ? "(nothing accepts connections there: is traind listening there?)"
+                              : "(is traind listening there?)");
+  join_failed(c, TD_EIO, msg);
 }
 
 /* Secure join: the node at `endpoint` must prove it holds `key`; the key is
