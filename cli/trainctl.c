@@ -538,8 +538,20 @@ static int cmd_start(int nargs, char **args) {
     req.n_settings = ns;
     req.ini_text = ini ? ini : "";
     rc = call(&req, &o);
-    if (rc == 0) {
-      printf("started run %s on %s nodes\n", jstr(o, "run_id"), jstr(o, "nodes"));
+    if (rc == 0) { /* one line: who runs it, who refused and why, who is not ready yet */
+      int nodes = (int)jnum(o, "nodes"), ready = (int)jnum(o, "ready");
+      int waiting = (int)jnum(o, "waiting");
+      const char *refused = jstr(o, "refused");
+      if (ready == nodes)
+        printf("started run %s on %d nodes", jstr(o, "run_id"), nodes);
+      else
+        printf("started run %s on %d of %d nodes", jstr(o, "run_id"), ready, nodes);
+      if (refused[0] != '\0' && strcmp(refused, "-") != 0)
+        printf("; it goes on without those that refused: %s", refused);
+      if (waiting > 0)
+        printf("; %d not ready after %.0f s (trainctl status follows them)", waiting,
+               jnum(o, "wait_s"));
+      printf("\n");
       json_object_put(o);
     }
   }

@@ -3,12 +3,20 @@
  * Threads: loop thread; a rounds query reads the ledger on the work pool
  * (ledgerq.c) and answers from its done callback. One connection carries one
  * framed request (proto/control.h) and one framed response. A connection
- * owns two libuv handles (its pipe and the timer of a pending `join`) and
- * may have one ledger query in flight; it is freed only when the last close
- * callback has run and no query still refers to it (libuv frees nothing a
- * handle uses before its close callback). A client that goes away before it
- * reads the answer is a closed client, nothing more: the daemon ignores
- * SIGPIPE (node.c) and a failed write just closes the connection. */
+ * owns two libuv handles (its pipe and the timer of a pending `join` or
+ * `start`) and may have one ledger query in flight; it is freed only when the
+ * last close callback has run and no query still refers to it (libuv frees
+ * nothing a handle uses before its close callback). A client that goes away
+ * before it reads the answer is a closed client, nothing more: the daemon
+ * ignores SIGPIPE (node.c) and a failed write just closes the connection.
+ *
+ * Both `join` and `start` answer only once they know how it went. A join
+ * watches the handshake (joinprobe.c) and waits for the welcome or a refusal;
+ * a failed one takes back the key it admitted. A start runs here first,
+ * unannounced, until its data and backend are ready, so a mistake this node
+ * can see (model vs dataset, a missing backend, its limits) starts nothing
+ * anywhere; then the members are told, and the answer waits until each has
+ * said ready (heartbeat run_state 2) or refused (RunRefused), bounded. */
 #include "daemon/internal.h"
 
 #include <errno.h>
@@ -23,10 +31,28 @@
 
 #include "common/error.h"
 #include "daemon/base/log.h"
+#include "daemon/net/joinprobe.h"
 #include "proto/control.h"
 
-/* A join waits this long for the welcome of the node it asked. */
+/* A join waits JOIN_TIMEOUT_MS for the welcome of the node it asked, or
+ * JOIN_SLOW_TIMEOUT_MS once something there took the connection (it may be
+ * there, only slow: valgrind, a loaded machine). Without a welcome after
+ * JOIN_PROBE_AFTER_MS, a probe (joinprobe.c) watches the handshake; it is read
+ * every JOIN_TICK_MS. */
 #define JOIN_TIMEOUT_MS 5000
+#define JOIN_SLOW_TIMEOUT_MS 20000
+#define JOIN_PROBE_AFTER_MS 300
+#define JOIN_TICK_MS 50
+/* A start waits at most START_LOCAL_MS for this node's own data and backend
+ * before it tells the members anyway, and answers within START_WAIT_MS (under
+ * trainctl's 30 s) whether or not every member has said ready or refused. */
+#define START_LOCAL_MS 12000
+#define START_WAIT_MS 25000
+/* Once told, the members have this long to show (heartbeat) that they hold
+ * the run before this node's first round goes anyway: an update of a run a
+ * node does not hold yet is dropped. */
+#define START_HOLD_MS 3000
+#define START_TICK_MS 100
 #define LISTEN_BACKLOG 16
 /* Smallest read buffer offered to libuv. */
 #define READ_CHUNK 4096
@@ -35,7 +61,7 @@ typedef struct conn {
   struct conn *next; /* the control's list of open connections */
   td__control_t *ctl;
   uv_pipe_t pipe;
-  uv_timer_t join_timer;
+  uv_timer_t wait_timer;
   unsigned refs; /* open handles + a query in flight */
   bool closing, responded;
   uint8_t *buf;
@@ -43,6 +69,21 @@ typedef struct conn {
   uv_write_t write_req;
   uint8_t *out;
   char join_endpoint[TD_ENDPOINT_MAX];
+  /* a pending join: the key it admitted here (empty when it was listed
+   * already, or insecure), the key the node must hold (empty: insecure), the
+   * node it stands for, when it began on the loop clock, and its handshake
+   * probe (opened once, when the welcome is slow) */
+  char join_admitted[TD_KEY_Z85_LEN + 1], join_key[TD_KEY_Z85_LEN + 1];
+  uint64_t join_peer, join_began_ms;
+  bool join_probed, join_accepted;
+  td__joinprobe_t *probe;
+  /* a pending start: its run, the RunStart spec text until it is sent, the
+   * members, and when the start began on the loop clock */
+  uint64_t start_run, start_began_ms, start_announced_ms;
+  bool start_released;
+  char *start_text;
+  uint64_t start_members[TD_MEMBERS_MAX];
+  size_t start_n;
 } conn_t;
 
 struct td__control {
@@ -62,6 +103,8 @@ static void conn_unref(conn_t *c) {
       *p = c->next;
       break;
     }
+  td__joinprobe_close(&c->probe);
+  free(c->start_text);
   free(c->buf);
   free(c->out);
   free(c);
@@ -75,7 +118,15 @@ static void conn_close(conn_t *c) {
   c->closing = true;
   if (c->ctl->pending_join == c)
     c->ctl->pending_join = NULL;
-  uv_close((uv_handle_t *)&c->join_timer, on_handle_closed);
+  td__session_t *s = c->start_text != NULL ? td__session_of(c->ctl->n, c->start_run) : NULL;
+  if (s != NULL) { /* trainctl left before the run was announced: nobody else knows it */
+    td_log_info("run %016" PRIx64 " stopped: its trainctl start went away", s->run_id);
+    td_run_stop(s->run);
+  } else if (c->start_run != 0 && !c->start_released &&
+             (s = td__session_of(c->ctl->n, c->start_run)) != NULL) {
+    td_run_go(s->run); /* announced: it goes on without the answer */
+  }
+  uv_close((uv_handle_t *)&c->wait_timer, on_handle_closed);
   uv_close((uv_handle_t *)&c->pipe, on_handle_closed);
 }
 
@@ -126,7 +177,8 @@ void td__control_welcome(td__control_t *ctl, uint64_t peer) {
   if (c == NULL)
     return;
   ctl->pending_join = NULL;
-  uv_timer_stop(&c->join_timer);
+  uv_timer_stop(&c->wait_timer);
+  td__joinprobe_close(&c->probe);
   json_object *o = json_object_new_object();
   json_object_object_add(o, "joined", json_object_new_string(c->join_endpoint));
   json_object_object_add(o, "seed_node", td__json_id(peer));
@@ -134,14 +186,87 @@ void td__control_welcome(td__control_t *ctl, uint64_t peer) {
   respond_json(c, o);
 }
 
-static void on_join_timeout(uv_timer_t *t) {
-  conn_t *c = t->data;
+/* A join that failed answers `msg` and takes back what it did here: the key
+ * it admitted and the link to that key's node. */
+static void join_failed(conn_t *c, int status, const char *msg) {
+  td__node_t *n = c->ctl->n;
   if (c->ctl->pending_join == c)
     c->ctl->pending_join = NULL;
+  uv_timer_stop(&c->wait_timer);
+  td__joinprobe_close(&c->probe);
+  if (c->join_admitted[0] != '\0') {
+    uint64_t peer = 0;
+    char why[256];
+    if (td__access_revoke(n->access, c->join_admitted, &peer, why, sizeof why) == 0)
+      td_log_info("join of %s failed: key %s no longer admitted", c->join_endpoint,
+                  c->join_admitted);
+    c->join_admitted[0] = '\0';
+  }
+  if (c->join_peer != 0 && td_members_find(n->members, c->join_peer) == NULL)
+    td__link_close_peer(n->net, c->join_peer);
+  td_log_warn("%s", msg);
+  respond(c, status, msg, NULL);
+}
+
+void td__control_join_refused(td__control_t *ctl, uint64_t peer, const char *reason) {
+  conn_t *c = ctl != NULL ? ctl->pending_join : NULL;
+  if (c == NULL || (c->join_peer != 0 && c->join_peer != peer))
+    return;
   char msg[512];
-  snprintf(msg, sizeof msg, "no answer from %s within %.0f s (is traind listening there?)",
-           c->join_endpoint, JOIN_TIMEOUT_MS / 1000.0);
-  respond(c, TD_EIO, msg, NULL);
+  int at = snprintf(msg, sizeof msg, "join refused by %s: ", c->join_endpoint);
+  snprintf(msg + at, sizeof msg - (size_t)at, "%.300s", reason);
+  for (char *p = msg + at; *p != '\0'; p++) /* a peer's text: one printable line */
+    if ((unsigned char)*p < 0x20 || *p == 0x7f)
+      *p = '?';
+  join_failed(c, TD_EINVAL, msg);
+}
+
+/* Every JOIN_TICK_MS of a pending join: what the probe saw, then the deadline. */
+static void on_join_tick(uv_timer_t *t) {
+  conn_t *c = t->data;
+  td__node_t *n = c->ctl->n;
+  const char *ep = c->join_endpoint;
+  char msg[512];
+  uint64_t waited = uv_now(t->loop) - c->join_began_ms;
+  if (!c->join_probed && c->join_key[0] != '\0' && waited >= JOIN_PROBE_AFTER_MS) {
+    const td_keypair_t *kp = td__access_keypair(n->access);
+    c->join_probed = true;
+    if (td__joinprobe_open(&c->probe, ep, c->join_key, kp->pub, kp->secret) != 0)
+      td_log_warn("cannot watch the handshake with %s: a refusal will show as a timeout", ep);
+  }
+  td__probe_state_t st = c->probe != NULL ? td__joinprobe_poll(c->probe) : TD__PROBE_PENDING;
+  if (st == TD__PROBE_NOT_ADMITTED) {
+    snprintf(msg, sizeof msg, "join refused by %s: this node's key is not admitted there "
+             "(on that node run: trainctl allow '%s')", ep, td__access_keypair(n->access)->pub);
+    join_failed(c, TD_EINVAL, msg);
+    return;
+  }
+  if (st == TD__PROBE_KEY_MISMATCH) {
+    snprintf(msg, sizeof msg, "join failed: %s dropped the handshake: the server key given "
+             "does not match that node's key (run 'trainctl key' there)", ep);
+    join_failed(c, TD_ECONFIG, msg);
+    return;
+  }
+  if (st == TD__PROBE_ACCEPTED) {
+    c->join_accepted = true; /* the welcome (or a refusal) is on its way */
+    td__joinprobe_close(&c->probe);
+  }
+  bool reached = c->join_accepted || (c->probe != NULL && td__joinprobe_reached(c->probe));
+  if (waited < (reached ? JOIN_SLOW_TIMEOUT_MS : JOIN_TIMEOUT_MS))
+    return;
+  if (c->join_accepted)
+    snprintf(msg, sizeof msg, "no welcome from %s within %.0f s, though it accepted this "
+             "node's key (see that node's log)", ep, JOIN_SLOW_TIMEOUT_MS / 1000.0);
+  else if (reached)
+    snprintf(msg, sizeof msg, "no answer from %s within %.0f s: something takes connections "
+             "there but does not finish the handshake (is traind listening there?)", ep,
+             JOIN_SLOW_TIMEOUT_MS / 1000.0);
+  else
+    snprintf(msg, sizeof msg, "no answer from %s within %.0f s %s", ep,
+             JOIN_TIMEOUT_MS / 1000.0,
+             c->probe != NULL ? "(nothing accepts connections there: is traind listening there?)"
+                              : "(is traind listening there?)");
+  join_failed(c, TD_EIO, msg);
 }
 
 /* Secure join: the node at `endpoint` must prove it holds `key`; the key is
@@ -168,9 +293,13 @@ static td__link_t *join_link(conn_t *c, const char *endpoint, const char *key) {
     respond(c, rc, why, NULL);
     return NULL;
   }
-  td__link_t *l = td__link_ensure(n->net, td_key_node_id(raw), endpoint);
+  if (!listed)
+    snprintf(c->join_admitted, sizeof c->join_admitted, "%s", key);
+  c->join_peer = td_key_node_id(raw);
+  snprintf(c->join_key, sizeof c->join_key, "%s", key);
+  td__link_t *l = td__link_ensure(n->net, c->join_peer, endpoint);
   if (l == NULL)
-    respond(c, TD_EIO, "cannot open a link to that endpoint", NULL);
+    join_failed(c, TD_EIO, "cannot open a link to that endpoint");
   return l;
 }
 
@@ -202,6 +331,7 @@ static void cmd_join(conn_t *c, const char *endpoint, const char *key) {
   if (!advertisable_to(c, endpoint))
     return;
   td__link_t *l;
+  snprintf(c->join_endpoint, sizeof c->join_endpoint, "%s", endpoint);
   if (td__access_secure(n->access)) {
     if ((l = join_link(c, endpoint, key)) == NULL)
       return;
@@ -214,9 +344,9 @@ static void cmd_join(conn_t *c, const char *endpoint, const char *key) {
       return;
     }
   }
-  snprintf(c->join_endpoint, sizeof c->join_endpoint, "%s", endpoint);
   c->ctl->pending_join = c;
-  uv_timer_start(&c->join_timer, on_join_timeout, JOIN_TIMEOUT_MS, 0);
+  c->join_began_ms = uv_now(&n->loop);
+  uv_timer_start(&c->wait_timer, on_join_tick, JOIN_TICK_MS, JOIN_TICK_MS);
   td__gossip_hello(n, l);
 }
 
@@ -230,6 +360,111 @@ static uint64_t fnv1a64(const void *data, size_t len, uint64_t h) {
     h *= FNV_PRIME;
   }
   return h;
+}
+
+/* Tell the members about the run started here (the RunStart kept until now). */
+static void announce(conn_t *c, td__session_t *s) {
+  Traind__RunStart rs = TRAIND__RUN_START__INIT;
+  rs.spec = c->start_text;
+  rs.members = c->start_members;
+  rs.n_members = c->start_n;
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_RUN_START;
+  env.run_start = &rs;
+  env.run_id = c->start_run;
+  td__transport_broadcast(c->ctl->n->net, &env);
+  s->unannounced = false;
+  free(c->start_text);
+  c->start_text = NULL;
+  c->start_announced_ms = uv_now(&c->ctl->n->loop);
+}
+
+/* The answer to a start once each member has said ready or refused (or the
+ * wait is over): a run nobody else takes part in is stopped and refused. */
+static void answer_start(conn_t *c, td__session_t *s, size_t ready, size_t refused,
+                         size_t waiting) {
+  uv_timer_stop(&c->wait_timer);
+  char msg[768];
+  if (refused > 0 && refused == s->n_members - 1) {
+    snprintf(msg, sizeof msg, "no other member can run it, so run %016" PRIx64 " is stopped: %s",
+             s->run_id, s->refused);
+    td_run_stop(s->run);
+    respond(c, TD_EINVAL, msg, NULL);
+    return;
+  }
+  json_object *o = json_object_new_object();
+  json_object_object_add(o, "run_id", td__json_id(s->run_id));
+  json_object_object_add(o, "nodes", json_object_new_int((int)s->n_members));
+  json_object_object_add(o, "ready", json_object_new_int((int)ready + 1));
+  json_object_object_add(o, "waiting", json_object_new_int((int)waiting));
+  json_object_object_add(o, "wait_s", json_object_new_double(START_WAIT_MS / 1000.0));
+  json_object_object_add(o, "refused", json_object_new_string(s->refused));
+  respond_json(c, o);
+}
+
+/* The answer to a start whose run finished before every member answered. */
+static void answer_ended(conn_t *c, const td__run_stats_t *last) {
+  size_t refused = 0;
+  for (const char *p = last->refused; (p = strstr(p, " refused: ")) != NULL; p++)
+    refused++;
+  json_object *o = json_object_new_object();
+  json_object_object_add(o, "run_id", td__json_id(last->run_id));
+  json_object_object_add(o, "nodes", json_object_new_int((int)last->nodes));
+  json_object_object_add(o, "ready", json_object_new_int((int)(last->nodes - refused)));
+  json_object_object_add(o, "waiting", json_object_new_int(0));
+  json_object_object_add(o, "refused", json_object_new_string(last->refused));
+  respond_json(c, o);
+}
+
+/* Every START_TICK_MS of a pending start: first this node's own set-up (a
+ * failure there is the answer, and nobody else heard of the run), then the
+ * members' heartbeats (ready) and refusals. */
+static void on_start_tick(uv_timer_t *t) {
+  conn_t *c = t->data;
+  td__node_t *n = c->ctl->n;
+  td__session_t *s = td__session_of(n, c->start_run);
+  uint64_t waited = uv_now(t->loop) - c->start_began_ms;
+  char msg[768];
+  if (s == NULL) { /* the run ended here before the answer */
+    uv_timer_stop(t);
+    const td__run_stats_t *last = n->last_run;
+    bool ours = last != NULL && last->run_id == c->start_run;
+    if (ours && c->start_text == NULL && last->state == TD__RUN_FINISHED) {
+      answer_ended(c, last); /* a short run, over already */
+      return;
+    }
+    snprintf(msg, sizeof msg, "%s%s",
+             c->start_text != NULL ? "run not started: " : "the run ended at once: ",
+             ours && last->error[0] ? last->error : "it ended before it began");
+    respond(c, TD_ECONFIG, msg, NULL);
+    return;
+  }
+  if (c->start_text != NULL) {
+    if (!s->ready && waited < START_LOCAL_MS)
+      return;
+    announce(c, s);
+  }
+  size_t ready = 0, refused = 0, waiting = 0, unheard = 0;
+  for (size_t i = 0; i < s->n_members; i++) {
+    const td_member_t *m = td_members_find(n->members, s->members[i]);
+    if (s->members[i] == n->node_id)
+      continue;
+    if (s->since[i] == UINT64_MAX)
+      refused++;
+    else if (m != NULL && m->run_id == s->run_id && m->run_ready)
+      ready++;
+    else
+      waiting++;
+    if (s->since[i] != UINT64_MAX && (m == NULL || m->run_id != s->run_id))
+      unheard++;
+  }
+  if (!c->start_released &&
+      (unheard == 0 || uv_now(t->loop) - c->start_announced_ms >= START_HOLD_MS)) {
+    c->start_released = true;
+    td_run_go(s->run);
+  }
+  if (c->start_released && (waiting == 0 || waited >= START_WAIT_MS))
+    answer_start(c, s, ready, refused, waiting);
 }
 
 static void cmd_start(conn_t *c, const Traind__ControlRequest *req) {
@@ -273,26 +508,18 @@ static void cmd_start(conn_t *c, const Traind__ControlRequest *req) {
   run_id = fnv1a64(&now, sizeof now, run_id);
   if (run_id == 0)
     run_id = 1;
-  rc = td__session_start(n, run_id, text, members, nm, 1, 0, why, sizeof why);
+  rc = td__session_start(n, run_id, text, members, nm, 1, 0, true, why, sizeof why);
   if (rc != 0) {
     free(text);
     respond(c, rc, why, NULL);
     return;
   }
-  Traind__RunStart rs = TRAIND__RUN_START__INIT;
-  rs.spec = text;
-  rs.members = members;
-  rs.n_members = nm;
-  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
-  env.body_case = TRAIND__ENVELOPE__BODY_RUN_START;
-  env.run_start = &rs;
-  env.run_id = run_id;
-  td__transport_broadcast(n->net, &env);
-  free(text);
-  json_object *o = json_object_new_object();
-  json_object_object_add(o, "run_id", td__json_id(run_id));
-  json_object_object_add(o, "nodes", json_object_new_int((int)nm));
-  respond_json(c, o);
+  c->start_run = run_id;
+  c->start_text = text;
+  memcpy(c->start_members, members, nm * sizeof *members);
+  c->start_n = nm;
+  c->start_began_ms = uv_now(&n->loop);
+  uv_timer_start(&c->wait_timer, on_start_tick, START_TICK_MS, START_TICK_MS);
 }
 
 static void cmd_stop(conn_t *c) {
@@ -495,8 +722,8 @@ static void on_connection(uv_stream_t *server, int status) {
   c->next = ctl->conns;
   ctl->conns = c;
   uv_pipe_init(&ctl->n->loop, &c->pipe, 0);
-  uv_timer_init(&ctl->n->loop, &c->join_timer);
-  c->pipe.data = c->join_timer.data = c;
+  uv_timer_init(&ctl->n->loop, &c->wait_timer);
+  c->pipe.data = c->wait_timer.data = c;
   c->refs = 2; /* the two handles */
   if (uv_accept(server, (uv_stream_t *)&c->pipe) != 0 ||
       uv_read_start((uv_stream_t *)&c->pipe, conn_alloc, conn_read) != 0)

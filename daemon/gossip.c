@@ -10,6 +10,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/error.h"
@@ -54,14 +55,19 @@ void td__gossip_hello(td__node_t *n, td__link_t *l) {
   td__link_send(n->net, l, &env);
 }
 
-static void send_welcome(td__node_t *n, td__link_t *l) {
+/* A welcome with `refused` set says no and lists nobody. */
+static void send_welcome(td__node_t *n, td__link_t *l, const char *refused) {
   Traind__PeerInfo infos[TD_MEMBERS_MAX], *ptrs[TD_MEMBERS_MAX];
   Traind__Welcome w = TRAIND__WELCOME__INIT;
-  const char *advertised = td__link_advertised(n->net, l);
-  if (advertised == NULL)
-    return;
-  fill_peer_infos(n, infos, ptrs, &w.n_peers);
-  advertise_self(n, ptrs, w.n_peers, advertised);
+  if (refused != NULL) {
+    w.refused = (char *)refused;
+  } else {
+    const char *advertised = td__link_advertised(n->net, l);
+    if (advertised == NULL)
+      return;
+    fill_peer_infos(n, infos, ptrs, &w.n_peers);
+    advertise_self(n, ptrs, w.n_peers, advertised);
+  }
   w.peers = ptrs;
   w.run_round = n->session ? n->session->round : 0;
   Traind__Envelope env = TRAIND__ENVELOPE__INIT;
@@ -92,11 +98,11 @@ static void on_member_event(const td_member_t *m, td_member_event_t ev, void *us
   record_peer(n, m);
 }
 
-void td__gossip_heard(td__node_t *n, uint64_t peer, const char *endpoint) {
+bool td__gossip_heard(td__node_t *n, uint64_t peer, const char *endpoint) {
   td_member_event_t ev;
   if (td_members_heard(n->members, peer, endpoint, td_clock_mono_s(), &ev) != 0) {
     td_log_warn("membership table full (%d): ignoring %016" PRIx64, TD_MEMBERS_MAX, peer);
-    return;
+    return false;
   }
   td_member_t *m = td_members_find(n->members, peer);
   td__link_t *l = td__link_ensure(n->net, peer, m->endpoint[0] ? m->endpoint : endpoint);
@@ -109,6 +115,7 @@ void td__gossip_heard(td__node_t *n, uint64_t peer, const char *endpoint) {
     if (l != NULL)
       td__gossip_hello(n, l); /* make sure it knows us too */
   }
+  return true;
 }
 
 /* Second-hand news of peers (welcome, heartbeat gossip). */
@@ -137,7 +144,7 @@ static void send_heartbeat(td__node_t *n, td__link_t *only) {
   hb.peers = ptrs;
   td__session_t *s = n->session;
   hb.round = s ? s->round : 0;
-  hb.run_state = s ? 1 : 0;
+  hb.run_state = s == NULL ? 0 : s->ready ? 2 : 1;
   hb.capacity = s ? s->capacity : 0; /* samples/s EWMA (weighted batching) */
   hb.ended_run = n->ended_run;
   Traind__Envelope env = TRAIND__ENVELOPE__INIT;
@@ -171,14 +178,29 @@ void td__on_hello(td__node_t *n, const Traind__Envelope *env, td__link_t *l, siz
     td__drop(&n->drops, TD__DROP_MALFORMED, "hello without a tcp:// endpoint");
     return;
   }
-  td__gossip_heard(n, env->sender, env->hello->endpoint);
+  if (!td__gossip_heard(n, env->sender, env->hello->endpoint)) {
+    /* say why on a link of its own, so its `trainctl join` can tell the user */
+    char why[128];
+    snprintf(why, sizeof why, "cluster full (%zu nodes, the limit)",
+             td_members_count(n->members));
+    if ((l = td__link_ensure(n->net, env->sender, env->hello->endpoint)) != NULL)
+      send_welcome(n, l, why);
+    return;
+  }
   if ((l = td__link_find(n->net, env->sender)) != NULL)
-    send_welcome(n, l);
+    send_welcome(n, l, NULL);
 }
 
 void td__on_welcome(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes) {
   (void)l;
   (void)bytes;
+  if (env->welcome->refused != NULL && env->welcome->refused[0] != '\0') {
+    td_log_warn("peer %016" PRIx64 " does not take this node in: %s", env->sender,
+                env->welcome->refused);
+    if (n->join_refused != NULL)
+      n->join_refused(n->control, env->sender, env->welcome->refused);
+    return;
+  }
   const char *ep = NULL;
   for (size_t i = 0; i < env->welcome->n_peers; i++)
     if (env->welcome->peers[i]->node_id == env->sender)
@@ -204,6 +226,7 @@ void td__on_heartbeat(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
     m->capacity = env->heartbeat->capacity;
   m->round = env->heartbeat->round;
   m->run_id = env->heartbeat->run_state ? env->run_id : 0;
+  m->run_ready = env->heartbeat->run_state == 2;
   m->reported = true;
   m->ended_run = env->heartbeat->ended_run;
   /* (a node that died in a run and finds it ended keeps it 'interrupted':

@@ -28,8 +28,9 @@ void td__gossip_hello(td__node_t *n, td__link_t *l);
 void td__gossip_greet_known(td__node_t *n);
 void td__gossip_tick(td__node_t *n);
 void td__gossip_leave(td__node_t *n, const char *why);
-/* Direct evidence that `peer` is alive (endpoint NULL: unchanged). */
-void td__gossip_heard(td__node_t *n, uint64_t peer, const char *endpoint);
+/* Direct evidence that `peer` is alive (endpoint NULL: unchanged). Returns
+ * false when a new peer finds the membership table full. */
+bool td__gossip_heard(td__node_t *n, uint64_t peer, const char *endpoint);
 void td__on_hello(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
 void td__on_welcome(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
 void td__on_heartbeat(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
@@ -41,6 +42,9 @@ void td__control_stop(td__control_t *c);
 void td__control_close(td__control_t **self_p);
 /* A welcome from `peer` answers a pending `trainctl join`. */
 void td__control_welcome(td__control_t *c, uint64_t peer);
+/* `peer` refused to take this node in (one line, from its welcome): the
+ * pending `trainctl join` fails with it and admits nothing. */
+void td__control_join_refused(td__control_t *c, uint64_t peer, const char *reason);
 
 json_object *td__status_json(td__node_t *n);
 json_object *td__status_peers(td__node_t *n);

@@ -183,6 +183,7 @@ static int node_open(td__node_t *n, const td_node_opts_t *opts, char *why, size_
   if ((rc = td__control_open(&n->control, n, why, why_len)) != 0)
     return rc;
   n->welcomed = td__control_welcome;
+  n->join_refused = td__control_join_refused;
   if (opts->metrics == NULL)
     return 0;
   if ((rc = td__monitor_open(&n->monitor, n, opts->metrics, why, why_len)) != 0)

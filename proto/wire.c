@@ -74,6 +74,8 @@ static int validate(const Traind__Envelope *e, char *why, size_t n) {
     return check_string(e->hello->endpoint, TD_WIRE_MAX_STRING, "hello endpoint", why, n);
   case TRAIND__ENVELOPE__BODY_WELCOME: {
     int rc = check_peers(e->welcome->peers, e->welcome->n_peers, why, n);
+    if (rc == 0)
+      rc = check_string(e->welcome->refused, TD_WIRE_MAX_STRING, "refusal reason", why, n);
     return rc ? rc : check_string(e->welcome->run_spec, TD_WIRE_MAX_SPEC, "run spec", why, n);
   }
   case TRAIND__ENVELOPE__BODY_HEARTBEAT:

@@ -35,6 +35,7 @@ typedef struct {
   uint64_t run_id;   /* run of its last heartbeat (0: idle) */
   uint64_t ended_run; /* the last run it says it ended (0: none) */
   bool reported;     /* a heartbeat arrived (run_id is known) */
+  bool run_ready;    /* its last heartbeat said its run's data and backend are ready */
   bool self;
 } td_member_t;
 

@@ -106,6 +106,7 @@ int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t wh
   run->rank = opts->rank;
   run->nodes = opts->nodes;
   run->first_round = opts->first_round > 1 ? opts->first_round : 1;
+  run->held = opts->held;
   run->max_rounds = opts->max_rounds;
   run->max_checkpoint_bytes = opts->max_checkpoint_bytes;
   run->checkpoint_acks = opts->checkpoint_acks;
@@ -213,6 +214,13 @@ void td_run_merge(td_run_t *run, const float *x, double lambda) {
     memcpy(run->merge, x, run->numel * sizeof(float));
     run->merge_lambda = lambda;
   }
+  pthread_mutex_unlock(&run->mu);
+}
+
+void td_run_go(td_run_t *run) {
+  pthread_mutex_lock(&run->mu);
+  run->held = false;
+  pthread_cond_broadcast(&run->cv);
   pthread_mutex_unlock(&run->mu);
 }
 

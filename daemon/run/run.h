@@ -89,6 +89,11 @@ typedef struct {
   /* Late join: > 1 when this node joins a running run at this round; the
    * compute thread loads the data, then waits for td_run_seed(). */
   uint64_t first_round;
+  /* Held: after READY the compute thread waits for td_run_go() before
+   * its first round (the node that starts a run tells the members only once
+   * its own data and backend are ready, and lets its first round go once
+   * they have heard). */
+  bool held;
   /* This node's limit on the rounds of a run (0: none): a run whose rounds,
    * derived from epochs once the dataset's size is known, exceed it fails
    * before its plan is allocated. */
@@ -172,6 +177,9 @@ void td_run_reconciled(td_run_t *run, uint64_t round, const float *mean);
  * Events are never dropped: when the loop falls behind, the compute thread
  * waits for room in its mailbox (until td_run_join() or td_run_close()). */
 void td_run_stop(td_run_t *run);
+/* Let a held run (td_run_opts_t.held) go on to its first round; idempotent.
+ * Any thread. */
+void td_run_go(td_run_t *run);
 /* Whether td_run_stop() was called (the thread may still be winding down). */
 bool td_run_stopping(td_run_t *run);
 

@@ -281,6 +281,18 @@ static td__run_flow_t set_up(td__compute_t *c) {
   return td__run_post(run, &ready) ? TD__RUN_GO_ON : TD__RUN_STOPPED;
 }
 
+/* A held run (td_run_go) waits after READY until the node that started
+ * it has told the members. */
+static td__run_flow_t wait_release(td__compute_t *c) {
+  td_run_t *run = c->run;
+  pthread_mutex_lock(&run->mu);
+  while (!run->stop && run->held)
+    pthread_cond_wait(&run->cv, &run->mu);
+  bool stopped = run->stop;
+  pthread_mutex_unlock(&run->mu);
+  return stopped ? TD__RUN_STOPPED : TD__RUN_GO_ON;
+}
+
 /* Late join, joining side: wait for the members' model, start from it, and
  * put the learning-rate schedule where the others are at the first round. */
 static td__run_flow_t wait_seed(td__compute_t *c) {
@@ -540,6 +552,8 @@ void *td__run_compute_main(void *arg) {
   td__compute_t c = {.run = arg};
   td_run_t *run = c.run;
   td__run_flow_t f = set_up(&c);
+  if (f == TD__RUN_GO_ON)
+    f = wait_release(&c);
   if (f == TD__RUN_GO_ON && run->first_round > 1)
     f = wait_seed(&c);
   for (uint64_t round = run->first_round; f == TD__RUN_GO_ON && round <= run->rounds; round++)

@@ -78,6 +78,7 @@ struct td_run {
   float *merge;         /* knowledge transfer: a better peer's model, pending */
   double merge_lambda;  /* > 0 while a merge is pending */
   float *seed;          /* late join: anchor (+ momentum) from a member, NULL until given */
+  bool held;            /* after READY, wait for td_run_go() */
   uint64_t want_anchor; /* post TD_RUN_ANCHOR once the anchor holds this round */
   uint64_t nodes_from;  /* from this round on, `nodes_next` nodes share the batch */
   unsigned nodes_next;

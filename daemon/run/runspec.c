@@ -408,9 +408,9 @@ static const run_key_t td__run_keys[] = {
     {"eval_every", KEY_UINT, F(eval_every), "10", 1, 100000000, NULL,
      "rounds between test evaluations (peer runs); on the CPU they run on a copy of the model "
      "in a thread of their own while training goes on"},
-    {"eval_nodes", KEY_UINT, F(eval_nodes), "0", 0, TD_MAX_NODES, NULL,
+    {"eval_nodes", KEY_UINT, F(eval_nodes), "1", 0, TD_MAX_NODES, NULL,
      "how many nodes (the lowest ranks) evaluate every eval_every rounds; 0: every node. Every "
-     "node evaluates after the last round"},
+     "node evaluates after the last round. One keeps the others' CPU for training"},
     {"checkpoint_every", KEY_UINT, F(checkpoint_every), "0", 0, 100000000, NULL,
      "rounds between checkpoints in the ledger (0: off)"},
     {"checkpoint_keep", KEY_UINT, F(checkpoint_keep), "3", 0, 100000000, NULL,

@@ -166,7 +166,7 @@ static void on_admission(td__node_t *n, const Traind__Envelope *env) {
     }
     char why[512] = "";
     if (td__session_start(n, env->run_id, rs->spec, rs->members, k, rs->join_round, env->sender,
-                          why, sizeof why) != 0)
+                          false, why, sizeof why) != 0)
       td__session_refuse(n, env->run_id, rs->members, k, why);
     return;
   }
@@ -212,7 +212,7 @@ void td__on_run_start(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
     return;
   }
   char why[512] = "";
-  if (td__session_start(n, env->run_id, rs->spec, rs->members, rs->n_members, 1, 0, why,
+  if (td__session_start(n, env->run_id, rs->spec, rs->members, rs->n_members, 1, 0, false, why,
                         sizeof why) != 0)
     td__session_refuse(n, env->run_id, rs->members, rs->n_members, why);
 }

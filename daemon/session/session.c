@@ -259,7 +259,7 @@ static void on_run_events(td_run_t *run, void *user) {
       }
       break;
     case TD_RUN_FAILED:
-      if (!s->ready) /* it cannot take part at all (data, limits): nobody waits for it */
+      if (!s->ready && !s->unannounced) /* it cannot take part (data, limits): nobody waits */
         td__session_refuse(n, s->run_id, s->members, s->n_members, ev.message);
       td__session_finish(n, TD__RUN_FAILED, NAN, ev.message);
       return;
@@ -339,7 +339,7 @@ static int check_run_id(td__node_t *n, uint64_t run_id, const char *spec_text, c
 
 int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
                       const uint64_t *members, size_t n_members, uint64_t first_round,
-                      uint64_t sponsor, char *why, size_t why_len) {
+                      uint64_t sponsor, bool held, char *why, size_t why_len) {
   int rc = check_run_id(n, run_id, spec_text, why, why_len);
   if (rc != 0)
     return rc;
@@ -388,12 +388,14 @@ int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
   for (size_t i = 0; i < TD_MEMBERS_MAX; i++)
     s->staleness[i] = -1;
   s->first_round = first_round;
+  s->unannounced = held;
   s->since[rank] = first_round;
   for (size_t i = 0; i < n_members; i++)
     s->since_at[i] = td_clock_mono_s();
   s->own_done = first_round - 1;
   td_run_opts_t opts = {.spec = &spec, .rank = (unsigned)rank, .nodes = (unsigned)n_members,
-                        .first_round = first_round, .max_rounds = n->policy.max_rounds,
+                        .first_round = first_round, .held = held,
+                        .max_rounds = n->policy.max_rounds,
                         .max_checkpoint_bytes = n->policy.max_checkpoint_bytes,
                         .checkpoint_acks = true, .loop = &n->loop,
                         .on_events = on_run_events, .user = s};

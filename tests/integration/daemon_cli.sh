@@ -83,9 +83,11 @@ ctl a status | grep -q '^backend cpu (auto: no usable GPU: ' \
 run missing "$TRAINCTL" --socket "$T/a/ctl" start --set dataset=csv:$T/missing.csv \
   --set model=mlp:2-8-2
 expect_error missing "missing.csv' is not a file under the data root"
-# a file the loader cannot parse fails the run cleanly, and says why
+# a file the loader cannot parse fails the run cleanly, and says why: start
+# itself answers with the reason (it waits for this node's data to load)
 printf 'not,a\nnumber,here\n' >"$T/bad.csv"
-ctl a start --set dataset=csv:$T/bad.csv --set model=mlp:2-8-2 >/dev/null || fail "start"
+run bad_data ctl a start --set dataset=csv:$T/bad.csv --set model=mlp:2-8-2
+expect_error bad_data "^trainctl: error: run not started: .*bad.csv:2: column 1 is not a number$"
 wait_run_state a failed 30 && pass "bad dataset: run failed" || fail "run did not fail"
 grep -q 'bad.csv' <<<"$(ctl a status --json)" && pass "status names the bad file" || fail "error text"
 

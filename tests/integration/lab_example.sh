@@ -43,6 +43,13 @@ check_run() {
   done
   [ "$(wc -l <"$out/summary.csv")" = 4 ] || fail "$name: summary.csv has $(wc -l <"$out/summary.csv") lines"
   grep -q 'codecs chosen per link' "$out/summary.txt" || fail "$name: no codecs in summary.txt"
+  # summary.csv: numbers only, with the samples every node trained on
+  if ! grep -q '%' "$out/summary.csv" && head -n1 "$out/summary.csv" | grep -q ',rounds,samples,' &&
+     awk -F, 'NR > 1 && !($8 > 0) { bad = 1 } END { exit bad }' "$out/summary.csv"; then
+    pass "$name: summary.csv holds numbers and a samples column"
+  else fail "$name: summary.csv:"; cat "$out/summary.csv"; fi
+  grep -qE '^VARIANT .* ROUNDS +SAMPLES ' "$out/summary.txt" \
+    || fail "$name: no SAMPLES column in the table: $(head -n3 "$out/summary.txt")"
   for i in 0 1 2 3; do
     [ "$(sqlite3 "$out/n$i/traind.db" 'SELECT count(*) FROM runs WHERE state = "finished"')" = 3 ] \
       || fail "$name: ledger n$i does not hold 3 finished runs"
@@ -51,6 +58,10 @@ check_run() {
      && [ "$(grep -c 'using 1:2' "$out/nodes-sync_none-loss.gp")" = 4 ]; then
     pass "$name: plots (3 variants by time, 4 nodes of sync_none)"
   else fail "$name: plots missing"; ls "$out"; fi
+  # the curves are named by the experiment's [variant] names
+  titles=$(grep 'using 1:2' "$out/accuracy-by-time.gp" | grep -o 'title "[^"]*"' | tr '\n' ' ')
+  [ "$titles" = 'title "sync_none" title "overlap_auto" title "overlap_nofill" ' ] \
+    && pass "$name: plot curves named by variant" || fail "$name: plot titles: $titles"
 }
 
 # 1. as root, on namespaces

@@ -169,8 +169,17 @@ for n in a b; do wait_run_state $n finished 120 && pass "async: $n finished with
 # rounds_from_epochs_unchecked: max_rounds held only for the rounds key; rounds
 # derived from epochs (and their per-round plan) went past it. 6 epochs of
 # 200 rows at batch 1, H = 1: 1200 rounds, over every node's 1000.
-ctl a start --set dataset=csv:$T/data/tiny.csv --set model=mlp:2-8-2 --set batch=1 \
-  --set local_steps=1 --set epochs=6 >/dev/null || fail "start the 6-epoch run"
+# trainctl start finds it on the starter once the dataset is loaded, and starts
+# nothing; the member that starts runs without checking them sends it to every
+# node, and each refuses it by itself.
+run own_epochs "$TRAINCTL" --socket "$T/a/ctl" start --set dataset=csv:$T/data/tiny.csv \
+  --set model=mlp:2-8-2 --set batch=1 --set local_steps=1 --set epochs=6
+expect_error own_epochs "^trainctl: error: run not started: epochs 6 make 1200 rounds, over \
+this node's limit 1000 \(--max-rounds\)$"
+TARGETS=()
+for n in a b c; do TARGETS+=("$(id_of $n)=$(endpoint_of $n),$(key_of $n)"); done
+"$PEER" "dataset = csv:$T/data/tiny.csv;model = mlp:2-8-2;batch = 1;local_steps = 1;epochs = 6" \
+  10 "${TARGETS[@]}" >/dev/null
 for n in a b c; do
   wait_run_state $n failed 60 || fail "epochs: $n did not refuse the run"
 done
@@ -189,7 +198,10 @@ done
 # 4,206,594 parameters, 16.0 MiB a checkpoint; 200 rows.
 BIG=(--set dataset=csv:$T/data/tiny.csv --set model=mlp:2-2048-2048-2 --set local_steps=1
      --set epochs=1 --set checkpoint_every=1 --set checkpoint_keep=0 --set round_timeout=30)
-ctl a start "${BIG[@]}" --set batch=8 >/dev/null || fail "start the 25-round epochs run"
+run own_big "$TRAINCTL" --socket "$T/a/ctl" start "${BIG[@]}" --set batch=8
+expect_error own_big "^trainctl: error: run not started: checkpoints: 25 of 16.0 MiB each"
+"$PEER" "dataset = csv:$T/data/tiny.csv;model = mlp:2-2048-2048-2;local_steps = 1;epochs = 1;\
+checkpoint_every = 1;checkpoint_keep = 0;round_timeout = 30;batch = 8" 10 "${TARGETS[@]}" >/dev/null
 for n in a b c; do
   wait_run_state $n failed 60 || fail "epochs checkpoints: $n did not refuse the run"
 done

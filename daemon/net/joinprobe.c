@@ -1,0 +1,121 @@
+/* joinprobe.c: a throwaway CURVE client whose socket monitor tells a join why
+ * the node it asked does not answer (joinprobe.h).
+ *
+ * Threads: loop thread; polled by control.c's join timer, never blocking
+ * (every receive is ZMQ_DONTWAIT). The probe has its own ZeroMQ context so
+ * the node's transport, its links and its ZAP handler stay untouched; the
+ * context's two threads live only as long as a pending join. */
+#include "daemon/net/joinprobe.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#define PROBE_MONITOR "inproc://traind-join-probe"
+/* ZMTP handshake events come as a 6-byte frame: event (16 bits), value (32). */
+#define EVENT_FRAME_BYTES 6
+
+struct td__joinprobe {
+  void *ctx, *dealer, *monitor;
+  td__probe_state_t state;
+  bool reached;
+};
+
+static void close_sockets(td__joinprobe_t *p) {
+  if (p->dealer != NULL)
+    zmq_close(p->dealer);
+  if (p->monitor != NULL)
+    zmq_close(p->monitor);
+  p->dealer = p->monitor = NULL;
+}
+
+int td__joinprobe_open(td__joinprobe_t **out, const char *endpoint, const char *server_key,
+                       const char *public_key, const char *secret_key) {
+  *out = NULL;
+  td__joinprobe_t *p = calloc(1, sizeof *p);
+  if (p == NULL || (p->ctx = zmq_ctx_new()) == NULL) {
+    free(p);
+    return -1;
+  }
+  int linger = 0;
+  p->dealer = zmq_socket(p->ctx, ZMQ_DEALER);
+  p->monitor = zmq_socket(p->ctx, ZMQ_PAIR);
+  bool ok = p->dealer != NULL && p->monitor != NULL &&
+            zmq_setsockopt(p->dealer, ZMQ_LINGER, &linger, sizeof linger) == 0 &&
+            zmq_setsockopt(p->dealer, ZMQ_CURVE_SERVERKEY, server_key, strlen(server_key) + 1) ==
+                0 &&
+            zmq_setsockopt(p->dealer, ZMQ_CURVE_PUBLICKEY, public_key, strlen(public_key) + 1) ==
+                0 &&
+            zmq_setsockopt(p->dealer, ZMQ_CURVE_SECRETKEY, secret_key, strlen(secret_key) + 1) ==
+                0 &&
+            zmq_socket_monitor(p->dealer, PROBE_MONITOR,
+                               ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                                   ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                                   ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                   ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) == 0 &&
+            zmq_setsockopt(p->monitor, ZMQ_LINGER, &linger, sizeof linger) == 0 &&
+            zmq_connect(p->monitor, PROBE_MONITOR) == 0 && zmq_connect(p->dealer, endpoint) == 0;
+  if (!ok) {
+    td__joinprobe_close(&p);
+    return -1;
+  }
+  *out = p;
+  return 0;
+}
+
+/* One event, its frames read whole; false when none is waiting. */
+static bool next_event(td__joinprobe_t *p, uint16_t *event, uint32_t *value) {
+  zmq_msg_t frame;
+  zmq_msg_init(&frame);
+  if (zmq_msg_recv(&frame, p->monitor, ZMQ_DONTWAIT) < 0) {
+    zmq_msg_close(&frame);
+    return false;
+  }
+  *event = 0;
+  *value = 0;
+  if (zmq_msg_size(&frame) >= EVENT_FRAME_BYTES) {
+    memcpy(event, zmq_msg_data(&frame), sizeof *event);
+    memcpy(value, (const uint8_t *)zmq_msg_data(&frame) + sizeof *event, sizeof *value);
+  }
+  bool more = zmq_msg_more(&frame);
+  zmq_msg_close(&frame);
+  while (more) { /* the endpoint frame */
+    zmq_msg_init(&frame);
+    more = zmq_msg_recv(&frame, p->monitor, ZMQ_DONTWAIT) >= 0 && zmq_msg_more(&frame);
+    zmq_msg_close(&frame);
+  }
+  return true;
+}
+
+td__probe_state_t td__joinprobe_poll(td__joinprobe_t *p) {
+  uint16_t event;
+  uint32_t value;
+  while (p->monitor != NULL && p->state == TD__PROBE_PENDING && next_event(p, &event, &value)) {
+    if (event == ZMQ_EVENT_CONNECTED)
+      p->reached = true;
+    else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+      p->state = TD__PROBE_ACCEPTED;
+    else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+      p->state = TD__PROBE_NOT_ADMITTED; /* the ZAP status: 300, 400 or 500 */
+    else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
+             event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
+      p->state = TD__PROBE_KEY_MISMATCH;
+  }
+  if (p->state != TD__PROBE_PENDING)
+    close_sockets(p); /* no reconnecting to a node that answered */
+  return p->state;
+}
+
+bool td__joinprobe_reached(const td__joinprobe_t *p) { return p->reached; }
+
+void td__joinprobe_close(td__joinprobe_t **self_p) {
+  td__joinprobe_t *p = *self_p;
+  if (p == NULL)
+    return;
+  *self_p = NULL;
+  close_sockets(p);
+  if (p->ctx != NULL)
+    zmq_ctx_term(p->ctx);
+  free(p);
+}

@@ -1,0 +1,40 @@
+/* joinprobe.h: watch one CURVE handshake with the node a `trainctl join`
+ * names, so the join can say why that node does not answer.
+ *
+ * Threads: loop thread (control.c). ZeroMQ answers a refused handshake with
+ * nothing the application sees: the link just reconnects. A probe opens one
+ * DEALER of its own, in a context of its own, with the same keys as the link,
+ * and reads that socket's monitor events: the handshake succeeded, the node
+ * refused our key (ZAP status 400: not on its allowlist), or it closed the
+ * connection mid-handshake (it could not decrypt our hello: the server key
+ * we were given is not its key). */
+#ifndef TD_DAEMON_JOINPROBE_H
+#define TD_DAEMON_JOINPROBE_H
+
+#include <stdbool.h>
+
+typedef struct td__joinprobe td__joinprobe_t;
+
+typedef enum {
+  TD__PROBE_PENDING,      /* no handshake finished yet */
+  TD__PROBE_ACCEPTED,     /* the handshake succeeded */
+  TD__PROBE_NOT_ADMITTED, /* the node's ZAP handler refused our key */
+  TD__PROBE_KEY_MISMATCH, /* the node dropped us mid-handshake: wrong server key */
+} td__probe_state_t;
+
+/* Connect a probe to `endpoint` as CURVE client of `server_key` with our
+ * pair (Z85 texts). Returns 0, or -1 when ZeroMQ cannot set it up (the join
+ * then goes on without a probe). The caller owns *out. */
+int td__joinprobe_open(td__joinprobe_t **out, const char *endpoint, const char *server_key,
+                       const char *public_key, const char *secret_key);
+
+/* Read the monitor events that came; the first decisive one stays the answer. */
+td__probe_state_t td__joinprobe_poll(td__joinprobe_t *p);
+
+/* Whether a TCP connection was ever made (something listens there). */
+bool td__joinprobe_reached(const td__joinprobe_t *p);
+
+/* Close the sockets and the context; NULL-safe, nulls the caller's pointer. */
+void td__joinprobe_close(td__joinprobe_t **self_p);
+
+#endif
