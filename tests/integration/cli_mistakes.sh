@@ -30,7 +30,10 @@ expect_error thread "d.ini:2: unknown key 'thread': did you mean 'threads'\? \(k
 
 # ---- a failed run: status --watch, show, --socket --------------------------------------
 printf 'not,a\nnumber,here\n' >"$T/bad.csv"
-ctl a start --set dataset=csv:$T/bad.csv --set model=mlp:2-8-2 >/dev/null || fail "start"
+# start loads the data on the starter first: the bad file is its answer (exit 1)
+out=$(ctl a start --set dataset=csv:$T/bad.csv --set model=mlp:2-8-2 2>&1) && fail "start took a bad csv"
+grep -q "^trainctl: error: run not started: .*bad.csv:2: column 1 is not a number$" <<<"$out" \
+  || fail "start: $out"
 wait_run_state a failed 30 || fail "the run on bad.csv did not fail"
 st=$(ctl a status --json)
 failed_id=$(json_field "$st" run_id)

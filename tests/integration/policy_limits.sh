@@ -194,22 +194,23 @@ done
 # epochs_checkpoints_counted_at_max_rounds: a run sized by epochs that keeps
 # every checkpoint was counted as max_rounds / checkpoint_every of them, so
 # any such run of a model over 64 KiB was refused here whatever its length.
-# Now its rounds are counted once the dataset is loaded. mlp:2-2048-2048-2:
-# 4,206,594 parameters, 16.0 MiB a checkpoint; 200 rows.
-BIG=(--set dataset=csv:$T/data/tiny.csv --set model=mlp:2-2048-2048-2 --set local_steps=1
+# Now its rounds are counted once the dataset is loaded. mlp:2-2000-2000-2:
+# 4,012,002 parameters, 15.3 MiB a checkpoint; 200 rows (a model that fits
+# the 256 MiB limit with its checkpoint copies counted).
+BIG=(--set dataset=csv:$T/data/tiny.csv --set model=mlp:2-2000-2000-2 --set local_steps=1
      --set epochs=1 --set checkpoint_every=1 --set checkpoint_keep=0 --set round_timeout=30)
 run own_big "$TRAINCTL" --socket "$T/a/ctl" start "${BIG[@]}" --set batch=8
-expect_error own_big "^trainctl: error: run not started: checkpoints: 25 of 16.0 MiB each"
-"$PEER" "dataset = csv:$T/data/tiny.csv;model = mlp:2-2048-2048-2;local_steps = 1;epochs = 1;\
+expect_error own_big "^trainctl: error: run not started: checkpoints: 25 of 15.3 MiB each"
+"$PEER" "dataset = csv:$T/data/tiny.csv;model = mlp:2-2000-2000-2;local_steps = 1;epochs = 1;\
 checkpoint_every = 1;checkpoint_keep = 0;round_timeout = 30;batch = 8" 10 "${TARGETS[@]}" >/dev/null
 for n in a b c; do
   wait_run_state $n failed 60 || fail "epochs checkpoints: $n did not refuse the run"
 done
 err=$(json_field "$(ctl c status --json)" error)
-grep -qE "checkpoints: 25 of 16.0 MiB each \(checkpoint_keep 0, checkpoint_every 1\) would hold 40[0-9] MiB .* limit of 64 MiB" <<<"$err" \
+grep -qE "checkpoints: 25 of 15.3 MiB each \(checkpoint_keep 0, checkpoint_every 1\) would hold 38[0-9] MiB .* limit of 64 MiB" <<<"$err" \
   && pass "epochs, every checkpoint: 25 rounds' worth refused once counted: $err" \
   || fail "epochs checkpoints: c's error is '$err'"
-[ "$(sql a "SELECT count(*) FROM checkpoints c JOIN runs r USING (run_id) WHERE r.spec LIKE '%2048-2048%'")" -eq 0 ] \
+[ "$(sql a "SELECT count(*) FROM checkpoints c JOIN runs r USING (run_id) WHERE r.spec LIKE '%2000-2000%'")" -eq 0 ] \
   || fail "epochs checkpoints: the refused run wrote checkpoints"
 ctl a start "${BIG[@]}" --set batch=100 >/dev/null || fail "start the 2-round epochs run"
 for n in a b; do # (c refuses batch 100, over its 32)
@@ -217,7 +218,7 @@ for n in a b; do # (c refuses batch 100, over its 32)
 done
 # (the ledger writes checkpoints in the background: "finished" can come first)
 for i in $(seq 150); do
-  held=$(sql b "SELECT count(*) || ' checkpoints of ' || max(length(blob)) || ' bytes' FROM checkpoints c JOIN runs r USING (run_id) WHERE r.spec LIKE '%2048-2048%'")
+  held=$(sql b "SELECT count(*) || ' checkpoints of ' || max(length(blob)) || ' bytes' FROM checkpoints c JOIN runs r USING (run_id) WHERE r.spec LIKE '%2000-2000%'")
   [ "${held%% *}" -ge 2 ] && break
   sleep 0.2
 done
