@@ -7,7 +7,9 @@
  *
  * Asserted: a sync round waits for every expected member's update and closes
  * on the last one, handing on the sample-weighted mean of the three deltas
- * as the round's average and its ledger row (round, samples, bytes); a
+ * as the round's average and its ledger row (round, samples, bytes); it
+ * waits for our own update even when every peer's is in (peers a round
+ * ahead); a
  * duplicate or late update is counted as a drop and closes nothing twice; a
  * member that refused the run or died is no longer waited for; at its
  * deadline a round closes without the late ones, recorded late, and not
@@ -92,18 +94,23 @@ static void send_filled(uint64_t peer, uint64_t round, float v) {
   free(d);
 }
 
-/* Round 1's average is the sample-weighted mean of our delta and the peers'
+/* Round r's average is the sample-weighted mean of our delta and the peers'
  * constant deltas (each member weighs 2 samples; padding stays zero). */
-static void assert_average(const float *peer_values, size_t n_peers) {
+static void assert_average_of(uint64_t r, const float *peer_values, size_t n_peers) {
   td__session_t *s = fx->n.session;
-  const float *own = td_run_delta(s->run, 1), *avg = td_run_avg(s->run, 1);
+  const float *own = td_run_delta(s->run, r), *avg = td_run_avg(s->run, r);
   double peer_sum = 0;
   for (size_t j = 0; j < n_peers; j++)
     peer_sum += peer_values[j];
   for (size_t i = 0; i < td_run_numel(s->run); i++) {
     double want = (own[i] + (is_param(i) ? peer_sum : 0)) / (double)(n_peers + 1);
-    ck_assert_msg(fabs(avg[i] - want) < 1e-5, "avg[%zu] = %g, want %g", i, avg[i], want);
+    ck_assert_msg(fabs(avg[i] - want) < 1e-5, "round %" PRIu64 ": avg[%zu] = %g, want %g", r,
+                  i, avg[i], want);
   }
+}
+
+static void assert_average(const float *peer_values, size_t n_peers) {
+  assert_average_of(1, peer_values, n_peers);
 }
 
 START_TEST(sync_round_closes_on_the_last_expected_update) {
@@ -136,6 +143,26 @@ START_TEST(sync_round_closes_on_the_last_expected_update) {
   ck_assert(o->row.ended >= o->row.started);
   /* the compute thread was released: it computes round 2 */
   session_node_pump(fx, own_round_sent, (void *)2, "own round 2");
+}
+END_TEST
+
+START_TEST(a_round_waits_for_our_own_update) {
+  td__session_t *s = start("sync", "");
+  session_node_pump(fx, own_round_sent, (void *)1, "own round 1");
+  /* both peers are a round ahead: their round 2 updates are in before round 1
+   * closes, while our compute thread still waits for round 1's average */
+  send_filled(PEER_A, 2, 0.25f);
+  send_filled(PEER_B, 2, 0.25f);
+  send_filled(PEER_A, 1, 1.0f);
+  send_filled(PEER_B, 1, -0.5f);
+  session_node_pump(fx, rounds_done_reach, (void *)2, "rounds 1 and 2 closed");
+  ck_assert_uint_eq(s->updates_received, 4);
+  const td__own_round_t *o = &s->own[2 % TD__RING];
+  ck_assert(o->row_written);
+  ck_assert_uint_eq(o->row.round, 2);
+  ck_assert_uint_eq(o->row.samples, 2); /* round 2 closed with our own update in it */
+  const float peers[] = {0.25f, 0.25f};
+  assert_average_of(2, peers, 2);
 }
 END_TEST
 
@@ -262,6 +289,7 @@ int main(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 600);
   tcase_add_test(tc, sync_round_closes_on_the_last_expected_update);
+  tcase_add_test(tc, a_round_waits_for_our_own_update);
   tcase_add_test(tc, duplicate_and_late_updates_close_nothing_twice);
   tcase_add_test(tc, a_member_that_refused_or_died_is_not_waited_for);
   tcase_add_test(tc, the_deadline_closes_a_round_without_the_late_ones);
