@@ -58,6 +58,27 @@ static bool drops_reach(void *arg) {
   return fx->n.drops.count[want[0]] >= want[1];
 }
 
+static void note_row(const td_ledger_round_t *r, void *user) {
+  td_ledger_round_t *found = user;
+  if (r->round == found->round)
+    *found = *r;
+}
+
+/* The row the ledger's writer thread stored for round `round` of RUN, read
+ * through a connection of its own; false while it is not there yet. */
+static bool ledger_row(uint64_t round, td_ledger_round_t *out) {
+  char path[128], why[256] = "";
+  snprintf(path, sizeof path, "%s/traind.db", fx->dir);
+  td_ledger_t *l = NULL;
+  ck_assert_msg(td_ledger_open(&l, path, why, sizeof why) == 0, "%s", why);
+  *out = (td_ledger_round_t){.round = round};
+  ck_assert_int_eq(td_ledger_rounds(l, RUN, 0, note_row, out), 0);
+  td_ledger_close(&l);
+  return out->run_id == RUN;
+}
+
+static bool ledger_has_round_1(void *arg) { return ledger_row(1, arg); }
+
 static bool waited_for(uint64_t peer) {
   uint64_t missing[4];
   size_t k = td_round_missing(fx->n.session->collector, missing, 4);
@@ -141,6 +162,10 @@ START_TEST(sync_round_closes_on_the_last_expected_update) {
   ck_assert_uint_eq(o->row.samples, 2);
   ck_assert_uint_gt(o->row.bytes_recv, 0);
   ck_assert(o->row.ended >= o->row.started);
+  td_ledger_round_t stored;
+  session_node_pump(fx, ledger_has_round_1, &stored, "round 1's row in the ledger");
+  ck_assert_uint_eq(stored.samples, 2);
+  ck_assert_uint_eq(stored.bytes_recv, o->row.bytes_recv);
   /* the compute thread was released: it computes round 2 */
   session_node_pump(fx, own_round_sent, (void *)2, "own round 2");
 }
@@ -214,7 +239,8 @@ START_TEST(a_member_that_refused_or_died_is_not_waited_for) {
   ck_assert_ptr_nonnull(strstr(s->refused, "dataset missing"));
   ck_assert(waited_for(PEER_A) && !waited_for(PEER_B)); /* nor in the next round */
 
-  /* round 2: PEER_A dies (gossip marks it and forgets it in the round) */
+  /* round 2: PEER_A leaves (gossip on its Leave or its death: the member
+   * table, then the round forgets it) */
   session_node_pump(fx, own_round_sent, (void *)2, "own round 2");
   td_members_left(fx->n.members, PEER_A);
   td__rounds_forget_peer(s, PEER_A);
