@@ -397,17 +397,26 @@ void td__rounds_tick(td__session_t *s) {
   td__rounds_try_close(s);
 }
 
+/* Member mi's update of `round` may still get its ledger row: none of a
+ * round as new or newer has one (a member's rounds come in order), so a
+ * member gets at most one row per round however often it sends one again. */
+static bool may_record(const td__session_t *s, size_t mi, uint64_t round) {
+  return mi < TD_MEMBERS_MAX && round > s->recorded_round[mi];
+}
+
 static void record_update(td__session_t *s, uint64_t peer, uint64_t peer_round,
                           int64_t staleness, uint64_t bytes, const char *codec) {
+  size_t i = td__session_member(s, peer);
+  if (!may_record(s, i, peer_round))
+    return;
+  s->recorded_round[i] = peer_round;
   td_ledger_update_t row = {
       .run_id = s->run_id,
       .round = s->spec.mode_kind == TD_MODE_ASYNC ? s->own_done : s->round,
       .peer = peer, .peer_round = peer_round, .staleness = staleness > 0 ? staleness : 0,
       .bytes = bytes, .ratio = (double)td_run_numel(s->run) * sizeof(float) / (double)bytes,
       .arrived = td_clock_wall_s()};
-  size_t i = td__session_member(s, peer);
-  if (i < TD_MEMBERS_MAX)
-    s->staleness[i] = row.staleness;
+  s->staleness[i] = row.staleness;
   td__ledger_update(s->node->ledger, &row, codec);
 }
 
@@ -599,7 +608,12 @@ void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, si
   case TD_CHUNK_DUPLICATE: td__drop(&n->drops, TD__DROP_DUPLICATE, NULL); break;
   case TD_CHUNK_AHEAD: td__drop(&n->drops, TD__DROP_AHEAD, "update beyond the round window"); break;
   case TD_CHUNK_LATE:
-    if (up->chunk == 0) { /* count and record only the first chunk of a late update */
+    /* the first chunk of a member's late update of a round is counted late
+     * and recorded; any chunk again of that round or an older one is only
+     * counted (a member sending past rounds over and over adds no rows) */
+    if (!may_record(s, mi, up->round)) {
+      td__drop(&n->drops, TD__DROP_DUPLICATE, NULL);
+    } else if (up->chunk == 0) {
       td__drop(&n->drops, TD__DROP_LATE, NULL);
       record_update(s, env->sender, up->round, (int64_t)s->round - (int64_t)up->round,
                     up->total_bytes, td__outbox_codec(s->outbox));

@@ -192,6 +192,8 @@ struct td__session {
                                      UINT64_MAX: it refused the run) */
   double since_at[TD_MEMBERS_MAX]; /* monotonic time since[] was set (0: the start) */
   bool away[TD_MEMBERS_MAX]; /* reachable but out of the run (comeback.c) until readmitted */
+  uint64_t recorded_round[TD_MEMBERS_MAX]; /* newest round of each member's with an update
+                                              row (rounds.c): one row per member and round */
   uint64_t heard_round[TD_MEMBERS_MAX]; /* the round each member's last heartbeat in this
                                            run named (comeback.c) */
   size_t n_members;
