@@ -50,6 +50,11 @@
 /* ...judged only from heartbeats this many periods after it was (re)admitted,
  * so one sent before it heard of the run does not count. */
 #define TD__AWAY_GRACE_BEATS 2
+/* Snapshot serving (transfer.c): a member is served at most this many copies
+ * of the newest version of each kind of blob (model, reconciliation message,
+ * hub mean); more is counted as a duplicate request. */
+#define TD__SERVE_COPIES 3
+#define TD__SERVE_KINDS 3
 typedef struct td__node td__node_t;
 typedef struct td__session td__session_t;
 typedef struct td__outbox td__outbox_t;
