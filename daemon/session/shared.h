@@ -50,6 +50,9 @@
 /* ...judged only from heartbeats this many periods after it was (re)admitted,
  * so one sent before it heard of the run does not count. */
 #define TD__AWAY_GRACE_BEATS 2
+/* ...and a member marked away more than this many times in one run is put
+ * out of it for its remainder (it says it is idle and never trains). */
+#define TD__AWAY_TIMES_MAX 3
 /* Snapshot serving (transfer.c): a member is served at most this many copies
  * of the newest version of each kind of blob (model, reconciliation message,
  * hub mean); more is counted as a duplicate request. */
@@ -197,6 +200,8 @@ struct td__session {
                                      UINT64_MAX: it refused the run) */
   double since_at[TD_MEMBERS_MAX]; /* monotonic time since[] was set (0: the start) */
   bool away[TD_MEMBERS_MAX]; /* reachable but out of the run (comeback.c) until readmitted */
+  unsigned away_times[TD_MEMBERS_MAX]; /* times each member was marked away (comeback.c) */
+  bool out[TD_MEMBERS_MAX]; /* away too often: out for the rest of the run, never readmitted */
   uint64_t recorded_round[TD_MEMBERS_MAX]; /* newest round of each member's with an update
                                               row (rounds.c): one row per member and round */
   uint64_t heard_round[TD_MEMBERS_MAX]; /* the round each member's last heartbeat in this
