@@ -84,10 +84,15 @@ void td__comeback_start(td__node_t *n) {
   }
 }
 
+bool td__comeback_fell_behind(size_t others, size_t ahead) {
+  return ahead >= 2 && ahead * 2 > others;
+}
+
 /* This node is the one left behind only when more than half of the run's
- * other members (those not refused, already in by our round) last said they
- * are that far ahead: a single member's claim, true or not, cannot push an
- * honest node out of its run. */
+ * other members (those not refused or put out, already in by our round) last
+ * said they are that far ahead, and more than one of them: a single member's
+ * claim, true or not, cannot push an honest node out of its run (in a run of
+ * two, nothing can: the node goes on at its deadlines). */
 static bool most_are_ahead(const td__session_t *s) {
   size_t others = 0, ahead = 0;
   for (size_t i = 0; i < s->n_members; i++) {
@@ -97,7 +102,7 @@ static bool most_are_ahead(const td__session_t *s) {
     if (s->heard_round[i] > s->round + TD__BEHIND_ROUNDS)
       ahead++;
   }
-  return ahead * 2 > others;
+  return td__comeback_fell_behind(others, ahead);
 }
 
 /* Member i was marked away once more than TD__AWAY_TIMES_MAX times: out of

@@ -387,6 +387,11 @@ void td__on_run_refused(td__node_t *n, const Traind__Envelope *env, td__link_t *
 void td__comeback_start(td__node_t *n);
 /* A heartbeat from `peer` says it runs run_id (0: none) at `round`. */
 void td__comeback_heard(td__node_t *n, uint64_t peer, uint64_t run_id, uint64_t round);
+/* Does this node conclude it fell behind its run, when `ahead` of its
+ * `others` fellow members say they are more than TD__BEHIND_ROUNDS ahead? Only
+ * when they are a majority of them and more than one: no single member's claim
+ * suffices. */
+bool td__comeback_fell_behind(size_t others, size_t ahead);
 
 /* ---- anchor reconciliation (reconcile.c) ------------------------------------------------ */
 
