@@ -25,9 +25,11 @@
  *  - heartbeats that put this node itself that far behind (it was the one
  *    paused): it abandons its session without ending the run, reports idle,
  *    and is taken back like a restarted node;
- *  - a member marked away more than TD__AWAY_TIMES_MAX times in the run (one
- *    that says it is idle and never trains, taken back and away in a loop)
- *    is put out of it for its remainder: never readmitted, never waited for;
+ *  - a member marked away more than TD__AWAY_TIMES_MAX times with no update
+ *    of its own in between (one that says it is idle and never trains, taken
+ *    back and away in a loop) is put out of the run for its remainder: never
+ *    readmitted, never waited for. A member that comes back and trains (a
+ *    restarted node) starts the count over with its first update (rounds.c);
  *  - readmission: a run_rejoined event records the gap (the rounds missed),
  *    and the ledger's run is 'running' again, its rounds continuing.
  * Like any late joiner, the returning node must have started its session
@@ -105,18 +107,19 @@ static bool most_are_ahead(const td__session_t *s) {
   return td__comeback_fell_behind(others, ahead);
 }
 
-/* Member i was marked away once more than TD__AWAY_TIMES_MAX times: out of
- * the run for its remainder, never readmitted, and no round waits for it. */
+/* Member i was marked away once more than TD__AWAY_TIMES_MAX times without
+ * an update in between: out of the run for its remainder, never readmitted,
+ * and no round waits for it. */
 static void put_out(td__session_t *s, size_t i, uint64_t at) {
   td__node_t *n = s->node;
   s->out[i] = true;
   s->away[i] = false;
   s->since[i] = UINT64_MAX;
-  td_log_warn("round %" PRIu64 ": member %016" PRIx64 " was away %u times: out of the run "
-              "for its remainder", at, s->members[i], s->away_times[i]);
-  td__ledger_event(n->ledger, "member_out", "%016" PRIx64 " was away %u times: out of run "
-                   "%016" PRIx64 " from round %" PRIu64, s->members[i], s->away_times[i],
-                   s->run_id, at);
+  td_log_warn("round %" PRIu64 ": member %016" PRIx64 " was away %u times without an update: "
+              "out of the run for its remainder", at, s->members[i], s->away_times[i]);
+  td__ledger_event(n->ledger, "member_out", "%016" PRIx64 " was away %u times without an "
+                   "update: out of run %016" PRIx64 " from round %" PRIu64, s->members[i],
+                   s->away_times[i], s->run_id, at);
   size_t used = strlen(s->refused);
   snprintf(s->refused + used, sizeof s->refused - used, "%snode %016" PRIx64 " put out: away %u "
            "times", used ? "; " : "", s->members[i], s->away_times[i]);

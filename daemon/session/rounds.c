@@ -475,6 +475,7 @@ static void decode_done(uv_work_t *req, int status) {
       update_rejected(s, job->peer, job->round, job->why);
     } else {
       s->updates_received++;
+      s->away_times[job->member] = 0; /* it trains: its away count starts over */
       record_update(s, job->peer, job->round, job->staleness, job->bytes,
                     td_codec_name(job->codec));
     }
@@ -490,6 +491,7 @@ static void decode_done(uv_work_t *req, int status) {
       update_rejected(s, job->peer, job->round, job->why);
     } else if (res == TD_CHUNK_COMPLETED) {
       s->updates_received++;
+      s->away_times[job->member] = 0; /* it trains: its away count starts over */
       record_update(s, job->peer, info.round, (int64_t)s->round - (int64_t)info.round,
                     info.bytes, td_codec_name(info.codec));
     } /* LATE: its round closed without it while it decoded */

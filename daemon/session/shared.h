@@ -50,8 +50,10 @@
 /* ...judged only from heartbeats this many periods after it was (re)admitted,
  * so one sent before it heard of the run does not count. */
 #define TD__AWAY_GRACE_BEATS 2
-/* ...and a member marked away more than this many times in one run is put
- * out of it for its remainder (it says it is idle and never trains). */
+/* ...and a member marked away more than this many times in a row with no
+ * update of its own in between is put out of the run for its remainder (it
+ * says it is idle and never trains); one that comes back and trains, as a
+ * restarted node does, starts the count over. */
 #define TD__AWAY_TIMES_MAX 3
 /* Snapshot serving (transfer.c): a member is served at most this many copies
  * of the newest version of each kind of blob (model, reconciliation message,
@@ -200,7 +202,8 @@ struct td__session {
                                      UINT64_MAX: it refused the run) */
   double since_at[TD_MEMBERS_MAX]; /* monotonic time since[] was set (0: the start) */
   bool away[TD_MEMBERS_MAX]; /* reachable but out of the run (comeback.c) until readmitted */
-  unsigned away_times[TD_MEMBERS_MAX]; /* times each member was marked away (comeback.c) */
+  unsigned away_times[TD_MEMBERS_MAX]; /* times each member was marked away since its last
+                                          update (comeback.c; rounds.c resets it) */
   bool out[TD_MEMBERS_MAX]; /* away too often: out for the rest of the run, never readmitted */
   uint64_t recorded_round[TD_MEMBERS_MAX]; /* newest round of each member's with an update
                                               row (rounds.c): one row per member and round */

@@ -11,8 +11,8 @@
  * near the run's end; async members drift apart by design, so one that is
  * behind but still running is not marked; a heartbeat from a node outside
  * the run, or from a member that refused it, changes nothing. A member
- * marked away more than TD__AWAY_TIMES_MAX times is put out of the run for
- * its remainder and never waited for again; this node concludes it fell
+ * marked away more than TD__AWAY_TIMES_MAX times with no update in between
+ * is put out of the run for its remainder and never waited for again; this node concludes it fell
  * behind only when a majority of its other members, and more than one of
  * them, say they are ahead (issue 37, rows 5 and 10). */
 #include <check.h>
