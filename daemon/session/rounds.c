@@ -580,8 +580,10 @@ void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, si
     return;
   }
   size_t mi = td__session_member(s, env->sender);
-  if (mi == TD_MEMBERS_MAX) {
-    td__drop(&n->drops, TD__DROP_NOT_MEMBER, "update from a node outside the run");
+  if (mi == TD_MEMBERS_MAX || s->out[mi]) { /* out: put out of the run (comeback.c) */
+    td__drop(&n->drops, TD__DROP_NOT_MEMBER, mi == TD_MEMBERS_MAX
+                                                 ? "update from a node outside the run"
+                                                 : NULL);
     return;
   }
   td__peer_report_t *rep = &s->peer_report[mi][up->round % TD__RING];
