@@ -397,11 +397,28 @@ void td__rounds_tick(td__session_t *s) {
   td__rounds_try_close(s);
 }
 
-/* Member mi's update of `round` may still get its ledger row: none of a
- * round as new or newer has one (a member's rounds come in order), so a
+/* Member mi's update of `round` may still get its ledger row: that round
+ * has none yet, and it is one of the 64 before the member's newest recorded
+ * one or newer (updates decoded on the pool may complete out of order). So a
  * member gets at most one row per round however often it sends one again. */
 static bool may_record(const td__session_t *s, size_t mi, uint64_t round) {
-  return mi < TD_MEMBERS_MAX && round > s->recorded_round[mi];
+  if (mi >= TD_MEMBERS_MAX || round == 0)
+    return false;
+  uint64_t newest = s->recorded_round[mi];
+  if (round > newest)
+    return true;
+  return newest - round < 64 && !(s->recorded_mask[mi] >> (newest - round) & 1);
+}
+
+/* Member mi's update of `round` got its row (may_record said it may). */
+static void note_recorded(td__session_t *s, size_t mi, uint64_t round) {
+  uint64_t newest = s->recorded_round[mi];
+  if (round > newest) {
+    s->recorded_mask[mi] = round - newest < 64 ? s->recorded_mask[mi] << (round - newest) : 0;
+    s->recorded_round[mi] = round;
+    newest = round;
+  }
+  s->recorded_mask[mi] |= UINT64_C(1) << (newest - round);
 }
 
 static void record_update(td__session_t *s, uint64_t peer, uint64_t peer_round,
@@ -409,7 +426,7 @@ static void record_update(td__session_t *s, uint64_t peer, uint64_t peer_round,
   size_t i = td__session_member(s, peer);
   if (!may_record(s, i, peer_round))
     return;
-  s->recorded_round[i] = peer_round;
+  note_recorded(s, i, peer_round);
   td_ledger_update_t row = {
       .run_id = s->run_id,
       .round = s->spec.mode_kind == TD_MODE_ASYNC ? s->own_done : s->round,

@@ -207,6 +207,7 @@ struct td__session {
   bool out[TD_MEMBERS_MAX]; /* away too often: out for the rest of the run, never readmitted */
   uint64_t recorded_round[TD_MEMBERS_MAX]; /* newest round of each member's with an update
                                               row (rounds.c): one row per member and round */
+  uint64_t recorded_mask[TD_MEMBERS_MAX]; /* bit k: round recorded_round - k has its row */
   uint64_t heard_round[TD_MEMBERS_MAX]; /* the round each member's last heartbeat in this
                                            run named (comeback.c) */
   size_t n_members;
