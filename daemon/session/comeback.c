@@ -25,6 +25,11 @@
  *  - heartbeats that put this node itself that far behind (it was the one
  *    paused): it abandons its session without ending the run, reports idle,
  *    and is taken back like a restarted node;
+ *  - a member marked away more than TD__AWAY_TIMES_MAX times with no update
+ *    of its own in between (one that says it is idle and never trains, taken
+ *    back and away in a loop) is put out of the run for its remainder: never
+ *    readmitted, never waited for. A member that comes back and trains (a
+ *    restarted node) starts the count over with its first update (rounds.c);
  *  - readmission: a run_rejoined event records the gap (the rounds missed),
  *    and the ledger's run is 'running' again, its rounds continuing.
  * Like any late joiner, the returning node must have started its session
@@ -36,6 +41,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "common/error.h"
 #include "daemon/base/log.h"
@@ -80,10 +86,15 @@ void td__comeback_start(td__node_t *n) {
   }
 }
 
+bool td__comeback_fell_behind(size_t others, size_t ahead) {
+  return ahead >= 2 && ahead * 2 > others;
+}
+
 /* This node is the one left behind only when more than half of the run's
- * other members (those not refused, already in by our round) last said they
- * are that far ahead: a single member's claim, true or not, cannot push an
- * honest node out of its run. */
+ * other members (those not refused or put out, already in by our round) last
+ * said they are that far ahead, and more than one of them: a single member's
+ * claim, true or not, cannot push an honest node out of its run (in a run of
+ * two, nothing can: the node goes on at its deadlines). */
 static bool most_are_ahead(const td__session_t *s) {
   size_t others = 0, ahead = 0;
   for (size_t i = 0; i < s->n_members; i++) {
@@ -93,7 +104,25 @@ static bool most_are_ahead(const td__session_t *s) {
     if (s->heard_round[i] > s->round + TD__BEHIND_ROUNDS)
       ahead++;
   }
-  return ahead * 2 > others;
+  return td__comeback_fell_behind(others, ahead);
+}
+
+/* Member i was marked away once more than TD__AWAY_TIMES_MAX times without
+ * an update in between: out of the run for its remainder, never readmitted,
+ * and no round waits for it. */
+static void put_out(td__session_t *s, size_t i, uint64_t at) {
+  td__node_t *n = s->node;
+  s->out[i] = true;
+  s->away[i] = false;
+  s->since[i] = UINT64_MAX;
+  td_log_warn("round %" PRIu64 ": member %016" PRIx64 " was away %u times without an update: "
+              "out of the run for its remainder", at, s->members[i], s->away_times[i]);
+  td__ledger_event(n->ledger, "member_out", "%016" PRIx64 " was away %u times without an "
+                   "update: out of run %016" PRIx64 " from round %" PRIu64, s->members[i],
+                   s->away_times[i], s->run_id, at);
+  size_t used = strlen(s->refused);
+  snprintf(s->refused + used, sizeof s->refused - used, "%snode %016" PRIx64 " put out: away %u "
+           "times", used ? "; " : "", s->members[i], s->away_times[i]);
 }
 
 void td__comeback_heard(td__node_t *n, uint64_t peer, uint64_t run_id, uint64_t round) {
@@ -135,6 +164,11 @@ void td__comeback_heard(td__node_t *n, uint64_t peer, uint64_t run_id, uint64_t 
   if (!idle && !(lockstep && round + TD__BEHIND_ROUNDS < s->round))
     return;
   s->away[i] = true;
+  if (++s->away_times[i] > TD__AWAY_TIMES_MAX) {
+    put_out(s, i, at);
+    td__rounds_forget_peer(s, peer);
+    return;
+  }
   char state[64];
   if (idle)
     snprintf(state, sizeof state, "not in the run");

@@ -176,6 +176,10 @@ static void on_admission(td__node_t *n, const Traind__Envelope *env) {
     return;
   }
   size_t mi = td__session_member(s, rs->joiner);
+  if (mi != TD_MEMBERS_MAX && s->out[mi]) { /* away too often (comeback.c): not taken back */
+    td__drop(&n->drops, TD__DROP_FORBIDDEN, "admission of a member put out of the run");
+    return;
+  }
   if (mi != TD_MEMBERS_MAX && s->since[mi] >= rs->join_round && s->since[mi] != UINT64_MAX &&
       !s->away[mi])
     return; /* already in, or a repeat of the admission */

@@ -422,18 +422,44 @@ void td__rounds_tick(td__session_t *s) {
   td__rounds_try_close(s);
 }
 
+/* Member mi's update of `round` may still get its ledger row: that round
+ * has none yet, and it is one of the 64 before the member's newest recorded
+ * one or newer (updates decoded on the pool may complete out of order). So a
+ * member gets at most one row per round however often it sends one again. */
+static bool may_record(const td__session_t *s, size_t mi, uint64_t round) {
+  if (mi >= TD_MEMBERS_MAX || round == 0)
+    return false;
+  uint64_t newest = s->recorded_round[mi];
+  if (round > newest)
+    return true;
+  return newest - round < 64 && !(s->recorded_mask[mi] >> (newest - round) & 1);
+}
+
+/* Member mi's update of `round` got its row (may_record said it may). */
+static void note_recorded(td__session_t *s, size_t mi, uint64_t round) {
+  uint64_t newest = s->recorded_round[mi];
+  if (round > newest) {
+    s->recorded_mask[mi] = round - newest < 64 ? s->recorded_mask[mi] << (round - newest) : 0;
+    s->recorded_round[mi] = round;
+    newest = round;
+  }
+  s->recorded_mask[mi] |= UINT64_C(1) << (newest - round);
+}
+
 static void record_update(td__session_t *s, uint64_t peer, uint64_t peer_round,
                           int64_t staleness, uint64_t bytes, const char *codec) {
+  size_t i = td__session_member(s, peer);
+  if (!may_record(s, i, peer_round))
+    return;
+  note_recorded(s, i, peer_round);
   td_ledger_update_t row = {
       .run_id = s->run_id,
       .round = s->spec.mode_kind == TD_MODE_ASYNC ? s->own_done : s->round,
       .peer = peer, .peer_round = peer_round, .staleness = staleness > 0 ? staleness : 0,
       .bytes = bytes, .ratio = (double)td_run_numel(s->run) * sizeof(float) / (double)bytes,
       .arrived = td_clock_wall_s()};
-  size_t i = td__session_member(s, peer);
-  if (i < TD_MEMBERS_MAX)
-    s->staleness[i] = row.staleness;
-  if (i < TD_MEMBERS_MAX && i < 64)
+  s->staleness[i] = row.staleness;
+  if (i < 64)
     s->heard |= 1ull << i;
   td__ledger_update(s->node->ledger, &row, codec);
 }
@@ -493,6 +519,7 @@ static void decode_done(uv_work_t *req, int status) {
       update_rejected(s, job->peer, job->round, job->why);
     } else {
       s->updates_received++;
+      s->away_times[job->member] = 0; /* it trains: its away count starts over */
       record_update(s, job->peer, job->round, job->staleness, job->bytes,
                     td_codec_name(job->codec));
     }
@@ -508,6 +535,7 @@ static void decode_done(uv_work_t *req, int status) {
       update_rejected(s, job->peer, job->round, job->why);
     } else if (res == TD_CHUNK_COMPLETED) {
       s->updates_received++;
+      s->away_times[job->member] = 0; /* it trains: its away count starts over */
       record_update(s, job->peer, info.round, (int64_t)s->round - (int64_t)info.round,
                     info.bytes, td_codec_name(info.codec));
     } /* LATE: its round closed without it while it decoded */
@@ -596,8 +624,10 @@ void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, si
     return;
   }
   size_t mi = td__session_member(s, env->sender);
-  if (mi == TD_MEMBERS_MAX) {
-    td__drop(&n->drops, TD__DROP_NOT_MEMBER, "update from a node outside the run");
+  if (mi == TD_MEMBERS_MAX || s->out[mi]) { /* out: put out of the run (comeback.c) */
+    td__drop(&n->drops, TD__DROP_NOT_MEMBER, mi == TD_MEMBERS_MAX
+                                                 ? "update from a node outside the run"
+                                                 : NULL);
     return;
   }
   td__peer_report_t *rep = &s->peer_report[mi][up->round % TD__RING];
@@ -626,7 +656,12 @@ void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, si
   case TD_CHUNK_DUPLICATE: td__drop(&n->drops, TD__DROP_DUPLICATE, NULL); break;
   case TD_CHUNK_AHEAD: td__drop(&n->drops, TD__DROP_AHEAD, "update beyond the round window"); break;
   case TD_CHUNK_LATE:
-    if (up->chunk == 0) { /* count and record only the first chunk of a late update */
+    /* the first chunk of a member's late update of a round is counted late
+     * and recorded; any chunk again of that round or an older one is only
+     * counted (a member sending past rounds over and over adds no rows) */
+    if (!may_record(s, mi, up->round)) {
+      td__drop(&n->drops, TD__DROP_DUPLICATE, NULL);
+    } else if (up->chunk == 0) {
       td__drop(&n->drops, TD__DROP_LATE, NULL);
       record_update(s, env->sender, up->round, (int64_t)s->round - (int64_t)up->round,
                     up->total_bytes, td__outbox_codec(s->outbox));

@@ -50,6 +50,16 @@
 /* ...judged only from heartbeats this many periods after it was (re)admitted,
  * so one sent before it heard of the run does not count. */
 #define TD__AWAY_GRACE_BEATS 2
+/* ...and a member marked away more than this many times in a row with no
+ * update of its own in between is put out of the run for its remainder (it
+ * says it is idle and never trains); one that comes back and trains, as a
+ * restarted node does, starts the count over. */
+#define TD__AWAY_TIMES_MAX 3
+/* Snapshot serving (transfer.c): a member is served at most this many copies
+ * of the newest version of each kind of blob (model, reconciliation message,
+ * hub mean); more is counted as a duplicate request. */
+#define TD__SERVE_COPIES 3
+#define TD__SERVE_KINDS 3
 typedef struct td__node td__node_t;
 typedef struct td__session td__session_t;
 typedef struct td__outbox td__outbox_t;
@@ -199,6 +209,12 @@ struct td__session {
                                      UINT64_MAX: it refused the run) */
   double since_at[TD_MEMBERS_MAX]; /* monotonic time since[] was set (0: the start) */
   bool away[TD_MEMBERS_MAX]; /* reachable but out of the run (comeback.c) until readmitted */
+  unsigned away_times[TD_MEMBERS_MAX]; /* times each member was marked away since its last
+                                          update (comeback.c; rounds.c resets it) */
+  bool out[TD_MEMBERS_MAX]; /* away too often: out for the rest of the run, never readmitted */
+  uint64_t recorded_round[TD_MEMBERS_MAX]; /* newest round of each member's with an update
+                                              row (rounds.c): one row per member and round */
+  uint64_t recorded_mask[TD_MEMBERS_MAX]; /* bit k: round recorded_round - k has its row */
   uint64_t heard_round[TD_MEMBERS_MAX]; /* the round each member's last heartbeat in this
                                            run named (comeback.c) */
   size_t n_members;
@@ -401,6 +417,11 @@ void td__on_run_refused(td__node_t *n, const Traind__Envelope *env, td__link_t *
 void td__comeback_start(td__node_t *n);
 /* A heartbeat from `peer` says it runs run_id (0: none) at `round`. */
 void td__comeback_heard(td__node_t *n, uint64_t peer, uint64_t run_id, uint64_t round);
+/* Does this node conclude it fell behind its run, when `ahead` of its
+ * `others` fellow members say they are more than TD__BEHIND_ROUNDS ahead? Only
+ * when they are a majority of them and more than one: no single member's claim
+ * suffices. */
+bool td__comeback_fell_behind(size_t others, size_t ahead);
 
 /* ---- anchor reconciliation (reconcile.c) ------------------------------------------------ */
 

@@ -12,7 +12,8 @@ void td__on_snapshot_request(td__node_t *n, const Traind__Envelope *env, td__lin
   (void)bytes;
   const Traind__SnapshotRequest *rq = env->snapshot_request;
   td__session_t *s = td__session_of(n, env->run_id);
-  bool member = s != NULL && td__session_member(s, env->sender) != TD_MEMBERS_MAX;
+  size_t mi = s != NULL ? td__session_member(s, env->sender) : TD_MEMBERS_MAX;
+  bool member = mi != TD_MEMBERS_MAX && !s->out[mi]; /* one put out is served nothing */
   if (rq->reconcile) {
     if (l == NULL || !member)
       td__drop(&n->drops, TD__DROP_WRONG_RUN, "reconciliation request for a round we do not hold");

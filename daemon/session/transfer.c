@@ -13,7 +13,14 @@
  * more than transfer_margin fetches that node's model and the compute thread
  * merges it before its next round. snapshots.c routes the messages: requests
  * for a late-join seed and for reconciliation messages go to join.c and
- * reconcile.c, the rest here (td__xfer_on_request, td__xfer_on_chunk). */
+ * reconcile.c, the rest here (td__xfer_on_request, td__xfer_on_chunk).
+ *
+ * What one member is served is bounded: per kind of blob (a model or seed,
+ * a reconciliation message, a hub's mean) only its newest version, and of
+ * that at most TD__SERVE_COPIES times the blob's bytes; a request beyond that
+ * (an older version, or the same one asked again and again) is counted as a
+ * duplicate and not answered. An honest receiver asks once and resumes from
+ * where it stopped, well inside the bound. */
 #include "daemon/session/shared.h"
 
 #include <inttypes.h>
@@ -31,6 +38,12 @@ typedef struct {
   bool have;
 } report_t;
 
+/* What one member was served of one kind of blob: its newest version (the
+ * round it is of) and the bytes of it so far. */
+typedef struct {
+  uint64_t round, bytes;
+} served_t;
+
 struct td__xfer {
   td__session_t *s;
   /* the incoming transfer */
@@ -44,6 +57,8 @@ struct td__xfer {
   uint64_t probe_round;
   double probe_loss;
   uint64_t transfers, snapshots_served;
+  /* by member index and blob kind (within_budget) */
+  served_t served[TD_MEMBERS_MAX][TD__SERVE_KINDS];
 };
 
 int td__xfer_open(td__xfer_t **out, td__session_t *s) {
@@ -77,8 +92,31 @@ void td__xfer_stats(const td__xfer_t *x, td__run_stats_t *out) {
   out->snapshots_served = x ? x->snapshots_served : 0;
 }
 
+/* May `l`'s peer be served `bytes` more of version `round` of a blob of
+ * `total` bytes of the kind tmpl names? Counts them when it may. */
+static bool within_budget(td__session_t *s, td__link_t *l, const Traind__SnapshotChunk *tmpl,
+                          uint64_t total, uint64_t bytes) {
+  size_t i = td__session_member(s, td__link_peer(l));
+  if (s->xfer == NULL || i == TD_MEMBERS_MAX)
+    return true; /* not a member's request: nothing to bound per member */
+  size_t kind = !tmpl->reconcile ? 0 : tmpl->mean_of == 0 ? 1 : 2;
+  served_t *b = &s->xfer->served[i][kind];
+  if (tmpl->round > b->round) { /* a newer version: a fresh budget */
+    b->round = tmpl->round;
+    b->bytes = 0;
+  }
+  if (tmpl->round < b->round || b->bytes + bytes > TD__SERVE_COPIES * total)
+    return false;
+  b->bytes += bytes;
+  return true;
+}
+
 void td__xfer_serve(td__session_t *s, td__link_t *l, const void *blob, uint64_t total,
                     uint64_t offset, const Traind__SnapshotChunk *tmpl, bool supersede) {
+  if (offset >= total || !within_budget(s, l, tmpl, total, total - offset)) {
+    td__drop(&s->node->drops, TD__DROP_DUPLICATE, NULL); /* asked more than it may be served */
+    return;
+  }
   if (supersede)
     td__link_drop_class(l, TD_PRIO_BULK);
   const uint8_t *src = blob;

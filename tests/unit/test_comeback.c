@@ -10,7 +10,11 @@
  * the grace beats after its (re)admission, in the run's first rounds, or
  * near the run's end; async members drift apart by design, so one that is
  * behind but still running is not marked; a heartbeat from a node outside
- * the run, or from a member that refused it, changes nothing. */
+ * the run, or from a member that refused it, changes nothing. A member
+ * marked away more than TD__AWAY_TIMES_MAX times with no update in between
+ * is put out of the run for its remainder and never waited for again; this node concludes it fell
+ * behind only when a majority of its other members, and more than one of
+ * them, say they are ahead (issue 37, rows 5 and 10). */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,6 +176,51 @@ START_TEST(strangers_and_refusers_change_nothing) {
 }
 END_TEST
 
+START_TEST(a_member_away_too_often_is_put_out) {
+  td__session_t *s = &fx->s;
+  for (unsigned k = 1; k <= TD__AWAY_TIMES_MAX; k++) {
+    td__comeback_heard(&fx->n, PEER_A, 0, 0); /* idle again */
+    ck_assert_msg(s->away[1] && !s->out[1], "away %u", k);
+    s->away[1] = false; /* taken back (join.c's add_member) at an earlier round */
+    s->since[1] = 5;
+    td_round_begin(s->collector, 10, (uint64_t[]){PEER_A, PEER_B}, 2);
+  }
+  td__comeback_heard(&fx->n, PEER_A, 0, 0); /* once more than allowed */
+  ck_assert(s->out[1]);
+  ck_assert(!s->away[1]); /* so the admitter never takes it back */
+  ck_assert_uint_eq(s->since[1], UINT64_MAX);
+  ck_assert_uint_eq(s->away_times[1], TD__AWAY_TIMES_MAX + 1);
+  ck_assert(!td__session_takes_part(s, 1, 0));
+  ck_assert(!waited_for(PEER_A));
+  ck_assert(waited_for(PEER_B));
+  ck_assert_ptr_nonnull(strstr(s->refused, "put out"));
+  td__comeback_heard(&fx->n, PEER_A, 0, 0); /* nothing changes any more */
+  ck_assert_uint_eq(s->away_times[1], TD__AWAY_TIMES_MAX + 1);
+}
+END_TEST
+
+START_TEST(ahead_needs_a_majority_of_more_than_one) {
+  ck_assert(!td__comeback_fell_behind(1, 1)); /* a run of two: the other's word alone */
+  ck_assert(!td__comeback_fell_behind(2, 1));
+  ck_assert(td__comeback_fell_behind(2, 2));
+  ck_assert(td__comeback_fell_behind(3, 2));
+  ck_assert(!td__comeback_fell_behind(4, 2));
+  ck_assert(td__comeback_fell_behind(4, 3));
+  ck_assert(!td__comeback_fell_behind(0, 0));
+}
+END_TEST
+
+START_TEST(one_member_claiming_far_ahead_does_not_push_the_node_out) {
+  fx->s.n_members = 2; /* a run of this node and PEER_A */
+  td__comeback_heard(&fx->n, PEER_A, RUN, 10 + 1000);
+  ck_assert_ptr_eq(fx->n.session, &fx->s); /* the session goes on */
+  ck_assert_uint_eq(fx->s.heard_round[1], 1010);
+  fx->s.n_members = 3; /* of three: one of two others is not a majority */
+  td__comeback_heard(&fx->n, PEER_A, RUN, 10 + 1000);
+  ck_assert_ptr_eq(fx->n.session, &fx->s);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("comeback");
   TCase *tc = tcase_create("core");
@@ -181,6 +230,9 @@ int main(void) {
   tcase_add_test(tc, nothing_is_judged_in_the_grace_beats_first_rounds_or_near_the_end);
   tcase_add_test(tc, async_members_drift_apart);
   tcase_add_test(tc, strangers_and_refusers_change_nothing);
+  tcase_add_test(tc, a_member_away_too_often_is_put_out);
+  tcase_add_test(tc, ahead_needs_a_majority_of_more_than_one);
+  tcase_add_test(tc, one_member_claiming_far_ahead_does_not_push_the_node_out);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
