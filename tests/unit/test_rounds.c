@@ -35,7 +35,7 @@ static td__session_t *start(const char *mode, const char *extra) {
   char why[256] = "";
   char *spec = session_node_spec(fx, mode, 5, extra);
   uint64_t members[] = {SELF, PEER_A, PEER_B};
-  ck_assert_msg(td__session_start(&fx->n, RUN, spec, members, 3, 1, 0, why, sizeof why) == 0,
+  ck_assert_msg(td__session_start(&fx->n, RUN, spec, members, 3, 1, 0, false, why, sizeof why) == 0,
                 "%s", why);
   free(spec);
   ck_assert_ptr_nonnull(fx->n.session);
@@ -206,11 +206,12 @@ START_TEST(duplicate_and_late_updates_close_nothing_twice) {
 
   send_filled(PEER_B, 1, -0.5f);
   session_node_pump(fx, rounds_done_reach, (void *)1, "round 1 closed");
-  /* round 1's updates once more, after it closed: late, counted, nothing closes */
+  /* round 1's updates once more, after it closed: repeats of what was already
+   * received, counted as duplicates (no ledger row), nothing closes */
   send_filled(PEER_A, 1, 1.0f);
   send_filled(PEER_B, 1, 1.0f);
-  uint64_t late[] = {TD__DROP_LATE, 2};
-  session_node_pump(fx, drops_reach, late, "the late updates counted");
+  uint64_t again[] = {TD__DROP_DUPLICATE, 3};
+  session_node_pump(fx, drops_reach, again, "the repeated updates counted");
   session_node_idle(fx, 0.1);
   ck_assert_uint_eq(s->rounds_done, 1);
   ck_assert_uint_eq(s->round, 2);

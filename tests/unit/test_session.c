@@ -32,7 +32,7 @@ static void teardown(void) {
 
 static int start_run(uint64_t run_id, const char *spec, const uint64_t *members, size_t n,
                      char *why, size_t why_len) {
-  return td__session_start(&fx->n, run_id, spec, members, n, 1, 0, why, why_len);
+  return td__session_start(&fx->n, run_id, spec, members, n, 1, 0, false, why, why_len);
 }
 
 static bool session_ended(void *arg) {
@@ -112,7 +112,7 @@ START_TEST(bad_starts_are_refused) {
   uint64_t me[] = {SELF};
   const char *outside = "model = mlp:3-3\ndataset = csv:/etc/passwd\nrounds = 2\n";
   ck_assert_int_ne(start_run(RUN, outside, me, 1, why, sizeof why), 0);
-  ck_assert_msg(strstr(why, "outside the data root") != NULL, "%s", why);
+  ck_assert_msg(strstr(why, "is not a file under the data root") != NULL, "%s", why);
   ck_assert_ptr_null(fx->n.session);
   td__run_stats_t st;
   td__session_stats(&fx->n, &st);
