@@ -5,7 +5,12 @@
  * through the cluster. Every heartbeat carries the sender's peer list, run
  * state, round and capacity; members.c turns silence into suspect and dead.
  * A restarted node says hello to the peers its ledger knew: that is how it
- * comes back. Every change of a member's state goes to the ledger. */
+ * comes back. Every change of a member's state goes to the ledger.
+ *
+ * A hello costs its sender a few bytes and its answer a full member list, so
+ * welcomes are rationed per link (WELCOME_BURST, then one per heartbeat): a
+ * member that floods hellos gets no more answers than one that says hello
+ * once per heartbeat, and the suppressed ones are counted as `flooded` drops. */
 #include "daemon/internal.h"
 
 #include <inttypes.h>
@@ -14,6 +19,9 @@
 
 #include "common/error.h"
 #include "daemon/base/log.h"
+
+/* Welcomes one link may get at once, and then one per heartbeat interval. */
+#define WELCOME_BURST 2.0
 
 static bool tcp_endpoint(const char *ep) { return ep != NULL && strncmp(ep, "tcp://", 6) == 0; }
 
@@ -171,8 +179,12 @@ void td__on_hello(td__node_t *n, const Traind__Envelope *env, td__link_t *l, siz
     return;
   }
   td__gossip_heard(n, env->sender, env->hello->endpoint);
-  if ((l = td__link_find(n->net, env->sender)) != NULL)
+  if ((l = td__link_find(n->net, env->sender)) == NULL)
+    return;
+  if (td__link_take_reply(l, 1.0 / n->heartbeat_s, WELCOME_BURST))
     send_welcome(n, l);
+  else
+    td__drop(&n->drops, TD__DROP_FLOODED, NULL); /* a hello flood: counted, not answered */
 }
 
 void td__on_welcome(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes) {

@@ -161,8 +161,23 @@ static int node_open(td__node_t *n, const td_node_opts_t *opts, char *why, size_
   snprintf(dbpath, sizeof dbpath, "%s/traind.db", n->data_dir);
   if ((rc = td__ledgerq_open(&n->ledger, &n->loop, dbpath, why, why_len)) != 0)
     return rc;
+  td__descriptors_t fds;
+  char note[256];
+  td__descriptors_init(&fds, note, sizeof note);
+  if (note[0] != '\0')
+    td_log_warn("%s", note);
+  td_log_info("descriptors: limit %" PRIu64 ", cap %" PRIu64 " (%" PRIu64 " kept for the ledger, "
+              "control, metrics and outgoing links, %" PRIu64 " for control clients, %" PRIu64
+              " for incoming peer connections: %" PRIu64 " per address, %" PRIu64
+              " in their handshake)",
+              fds.limit, fds.cap, fds.reserve, fds.control_clients, fds.inbound, fds.per_address,
+              fds.pending);
+  if (fds.tight)
+    td_log_warn("the descriptor limit (%" PRIu64 ") is too low to serve a full cluster and "
+                "withstand a connection flood: raise it (LimitNOFILE= in the systemd unit, "
+                "ulimit -n, or prlimit --nofile)", fds.limit);
   td__transport_opts_t net = {.loop = &n->loop, .node_id = n->node_id, .access = n->access,
-                              .drops = &n->drops, .listen = listen,
+                              .drops = &n->drops, .listen = listen, .descriptors = &fds,
                               .link_delay_s = opts->link_delay_ms / 1000.0,
                               .uplink_bps = opts->uplink_kbit * 1000.0,
                               .events = {.received = on_received, .user = n}};
