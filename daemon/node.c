@@ -178,6 +178,7 @@ static int node_open(td__node_t *n, const td_node_opts_t *opts, char *why, size_
                 "ulimit -n, or prlimit --nofile)", fds.limit);
   td__transport_opts_t net = {.loop = &n->loop, .node_id = n->node_id, .access = n->access,
                               .drops = &n->drops, .listen = listen, .descriptors = &fds,
+                              .heartbeat_s = n->heartbeat_s,
                               .link_delay_s = opts->link_delay_ms / 1000.0,
                               .uplink_bps = opts->uplink_kbit * 1000.0,
                               .events = {.received = on_received, .user = n}};

@@ -170,6 +170,7 @@ static json_object *descriptors_json(td__node_t *n) {
   json_object_object_add(o, "pending_cap", count(d->pending));
   json_object_object_add(o, "addresses", count(in.addresses));
   json_object_object_add(o, "shed", count(in.shed));
+  json_object_object_add(o, "idle_closed", count(in.idle_closed));
   json_object_object_add(o, "handshakes_limited", count(in.handshake_limited));
   return o;
 }

@@ -151,6 +151,7 @@ typedef struct {
   double link_delay_s;    /* user-space latency on outgoing update chunks */
   double uplink_bps;      /* > 0: pace every link queue's frames to this in total */
   const td__descriptors_t *descriptors; /* the inbound shares (copied) */
+  double heartbeat_s;     /* an inbound connection silent 40 of these (>= 10 s) is closed */
   td__transport_events_t events;
 } td__transport_opts_t;
 
@@ -160,6 +161,7 @@ typedef struct {
   uint64_t pending;   /* of which still in their handshake */
   uint64_t addresses; /* distinct remote addresses among them */
   uint64_t shed;      /* closed at accept: over a share of the budget */
+  uint64_t idle_closed; /* closed after a long silence */
   uint64_t handshake_limited; /* handshakes refused: one key connecting too often */
 } td__inbound_stats_t;
 

@@ -40,7 +40,13 @@
  * as if the peer had). A handshake that does not finish within
  * HANDSHAKE_TIMEOUT_MS is abandoned by libzmq, so a silent connection holds
  * its descriptor seconds, not forever. The descriptors are checked again on
- * every tick, so a lost event cannot leave a count wrong for long. */
+ * every tick, so a lost event cannot leave a count wrong for long.
+ *
+ * Idle connections: a link's DEALERs send a ZMTP ping every quarter of
+ * IDLE_CLOSE_MIN_S, so a connection of a live traind is never silent that long;
+ * an inbound connection that has received nothing for idle_close_s (an
+ * authenticated key holding sockets open and saying nothing) is shut down
+ * (TCP_INFO tells the kernel's time since the last data arrived). */
 #include "daemon/net/net.h"
 
 #include <inttypes.h>
@@ -51,6 +57,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <zmq.h>
 
 #include "common/error.h"
@@ -68,6 +75,10 @@
 #define MONITOR_ENDPOINT "inproc://traind-router-monitor"
 /* libzmq's default is 30 s: a connection that says nothing is closed sooner. */
 #define HANDSHAKE_TIMEOUT_MS 5000
+/* An inbound connection silent this long (and IDLE_CLOSE_BEATS heartbeats)
+ * is closed: a live traind pings more often. */
+#define IDLE_CLOSE_MIN_S 10.0
+#define IDLE_CLOSE_BEATS 40.0
 /* Inbound descriptors tracked (by number): those beyond are shed. */
 #define INBOUND_FD_MAX (1 << 20)
 
@@ -75,6 +86,7 @@
 typedef struct {
   uint8_t addr[16]; /* IPv6, or IPv4-mapped */
   bool open;
+  bool closing; /* shut down for its silence; its close is still to come */
 } inbound_fd_t;
 
 /* How many inbound connections one address holds (a chained hash). */
@@ -144,6 +156,8 @@ struct td__transport {
   address_count_t *by_address[ADDRESS_BUCKETS];
   uint64_t inbound, addresses, pending, shed;
   uint64_t shed_unsettled; /* shed ones whose failed handshake is still to come */
+  double idle_close_s;      /* an inbound connection silent this long is closed */
+  uint64_t idle_closed;
 };
 
 const char *td__transport_endpoint(const td__transport_t *t) { return t->endpoint; }
@@ -211,6 +225,11 @@ static void *open_dealer(td__transport_t *t, const char *endpoint, const char *s
   int linger = 0, hwm = LINK_SNDHWM_FRAMES;
   zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
   zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
+  /* pings keep an idle link's connections from looking abandoned to the
+   * peer (idle_close_s); a late pong is no reason to drop the connection */
+  int ping_ms = (int)(IDLE_CLOSE_MIN_S * 1000 / 4), pong_ms = (int)(IDLE_CLOSE_MIN_S * 1000 * 4);
+  zmq_setsockopt(s, ZMQ_HEARTBEAT_IVL, &ping_ms, sizeof ping_ms);
+  zmq_setsockopt(s, ZMQ_HEARTBEAT_TIMEOUT, &pong_ms, sizeof pong_ms);
   if (server_key[0] != '\0') {
     const td_keypair_t *kp = td__access_keypair(t->access);
     if (zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, server_key, TD_KEY_Z85_LEN + 1) != 0 ||
@@ -633,7 +652,6 @@ static void on_accepted(td__transport_t *t, int fd) {
                   " per address; closed so far: %" PRIu64 ")",
                   over, t->inbound, t->shares.inbound, t->pending, t->shares.pending,
                   t->shares.per_address, t->shed);
-    t->drops->count[TD__DROP_FLOODED]++;
     return;
   }
   t->fds[fd] = (inbound_fd_t){.open = true};
@@ -643,7 +661,17 @@ static void on_accepted(td__transport_t *t, int fd) {
   t->pending++;
 }
 
-/* Tick: forget descriptors that are closed or reused without an event. */
+/* Has this connection received nothing for idle_close_s? */
+static bool silent_too_long(const td__transport_t *t, int fd) {
+  struct tcp_info info;
+  socklen_t len = sizeof info;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0 || len < sizeof info)
+    return false;
+  return info.tcpi_last_data_recv > (uint32_t)(t->idle_close_s * 1000);
+}
+
+/* Tick: forget descriptors that are closed or reused without an event, and
+ * close the ones that have been silent too long. */
 static void recheck_inbound(td__transport_t *t) {
   uint8_t addr[16];
   size_t seen = 0;
@@ -651,8 +679,16 @@ static void recheck_inbound(td__transport_t *t) {
     if (!t->fds[fd].open)
       continue;
     seen++;
-    if (!inbound_address(t, (int)fd, addr) || memcmp(addr, t->fds[fd].addr, 16) != 0)
+    if (!inbound_address(t, (int)fd, addr) || memcmp(addr, t->fds[fd].addr, 16) != 0) {
       forget_inbound(t, (int)fd);
+    } else if (!t->fds[fd].closing && silent_too_long(t, (int)fd)) {
+      shutdown((int)fd, SHUT_RDWR); /* its DISCONNECTED event forgets it */
+      t->fds[fd].closing = true;
+      t->idle_closed++;
+      if (td__drop_should_log(t->idle_closed))
+        td_log_warn("closed an incoming connection silent for %.0f s (closed so far: %" PRIu64
+                    ")", t->idle_close_s, t->idle_closed);
+    }
   }
   if (t->pending > t->inbound)
     t->pending = t->inbound;
@@ -667,6 +703,7 @@ const td__descriptors_t *td__transport_descriptors(const td__transport_t *t) {
 void td__transport_inbound_stats(const td__transport_t *t, td__inbound_stats_t *out) {
   *out = (td__inbound_stats_t){.inbound = t->inbound, .pending = t->pending,
                                .addresses = t->addresses, .shed = t->shed,
+                               .idle_closed = t->idle_closed,
                                .handshake_limited = td__zap_limited(t->zap)};
 }
 
@@ -916,6 +953,7 @@ int td__transport_open(td__transport_t **out, const td__transport_opts_t *opts, 
   t->events = opts->events;
   t->link_delay_s = opts->link_delay_s;
   t->uplink_bps = opts->uplink_bps > 0 ? opts->uplink_bps : 0;
+  t->idle_close_s = fmax(IDLE_CLOSE_MIN_S, IDLE_CLOSE_BEATS * opts->heartbeat_s);
   if (opts->descriptors != NULL)
     t->shares = *opts->descriptors;
   else
