@@ -7,7 +7,7 @@
 #    2,000 connections from 127.0.0.3 that complete the CURVE handshake with
 #    an admitted (non-admin) key and then stay silent, all held open (what the
 #    node closes is opened again; the key's handshakes are rationed, and the
-#    silent ones that got in are closed after 10 s) while the test polls: every `trainctl
+#    silent ones that got in are closed after 20 s) while the test polls: every `trainctl
 #    status` answers, a's open descriptors (/proc/PID/fd) stay under the cap
 #    status reports, a and b see each other alive, and a new node c joins;
 #    afterwards no member was ever declared dead and status counts what it shed;
@@ -30,7 +30,11 @@ ulimit -Sn 1024
 python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.2",0))' 2>/dev/null ||
   { echo "skip: no 127.0.0.2 on this loopback"; exit 77; }
 
-for n in a b; do start_node $n || finish; done
+# traind's default heartbeat (500 ms: suspect after 1.5 s of silence, dead
+# after 3 s), not the 200 ms other tests use to go fast; the floods run
+# niced, so that they load the node more than the tests running beside this one
+HB="--heartbeat-ms 500"
+for n in a b; do start_node $n $HB || finish; done
 ctl b join "$(endpoint_of a)" >/dev/null || fail "b join a"
 for n in a b; do wait_peers $n 1 15 || fail "$n does not see its peer"; done
 [ "$failures" -eq 0 ] || finish
@@ -52,10 +56,10 @@ ctl a status | grep -q "^descriptors [0-9]* of $limit open, cap $cap" \
 read -r HPUB HSEC <<<"$("$FLOOD" --keygen)"
 ctl a allow "$HPUB" >/dev/null || fail "allow the flooding key"
 secs=$((POLLS + 10))
-"$FLOOD" raw "$(endpoint_of a)" "$RAW" "$secs" 127.0.0.2 >"$T/raw.out" 2>&1 &
+nice -n 10 "$FLOOD" raw "$(endpoint_of a)" "$RAW" "$secs" 127.0.0.2 >"$T/raw.out" 2>&1 &
 raw_pid=$!
 TD_PEER_PUBLIC=$HPUB TD_PEER_SECRET=$HSEC \
-  "$FLOOD" idle "$(endpoint_of a)" "$(key_of a)" "$IDLE" "$secs" 127.0.0.3 >"$T/idle.out" 2>&1 &
+  nice -n 10 "$FLOOD" idle "$(endpoint_of a)" "$(key_of a)" "$IDLE" "$secs" 127.0.0.3 >"$T/idle.out" 2>&1 &
 idle_pid=$!
 sleep 3 # the floods are open
 answered=0 most=0 alive_both=0 slowest_ms=0
@@ -71,7 +75,7 @@ for i in $(seq "$POLLS"); do
     [ "$(ctl b peers --json | grep -o '"state":"alive"' | wc -l)" -ge 1 ] &&
     alive_both=$((alive_both + 1))
   if [ "$i" -eq 3 ]; then
-    start_node c || fail "c did not start during the flood"
+    start_node c $HB || fail "c did not start during the flood"
     ctl c join "$(endpoint_of a)" >"$T/cjoin.out" 2>&1 || fail "c join a: $(cat "$T/cjoin.out")"
   fi
   sleep 1
@@ -94,7 +98,7 @@ limited=$(json_field "$d" handshakes_limited)
 idle_closed=$(json_field "$d" idle_closed)
 [ "${shed:-0}" -gt 0 ] && pass "a shed $shed connections at accept, refused $limited handshakes of a key that connects too often" \
   || fail "nothing shed: $d"
-# the authenticated ones that got in said nothing for 10 s (40 heartbeats, at least 10 s)
+# the authenticated ones that got in said nothing for 20 s (40 heartbeats, at least 10 s)
 [ "${idle_closed:-0}" -gt 0 ] && pass "a closed $idle_closed authenticated connections that stayed silent" \
   || fail "no silent connection closed: $d"
 for n in a b c; do
@@ -112,8 +116,8 @@ out=$(TD_PEER_PUBLIC=$MPUB TD_PEER_SECRET=$MSEC "$FLOOD" hello "$(endpoint_of b)
 elapsed=$(python3 -c "import time; print(time.time() - $start_s)")
 read -r _ _ sent _ welcomes <<<"${out//,/}"
 flooded1=$(json_field "$(sed -E 's/.*"drops":\{([^}]*)\}.*/{\1}/' <<<"$(ctl b status --json)")" flooded)
-# at most the burst of 2 and one per 200 ms heartbeat over the whole exchange
-bound=$(python3 -c "import math; print(2 + math.ceil($elapsed / 0.2) + 1)")
+# at most the burst of 2 and one per 500 ms heartbeat over the whole exchange
+bound=$(python3 -c "import math; print(2 + math.ceil($elapsed / 0.5) + 1)")
 [ "${welcomes:-0}" -ge 1 ] && [ "$welcomes" -le "$bound" ] \
   && pass "$sent hellos got $welcomes welcomes (bound $bound over ${elapsed%.*} s)" \
   || fail "$out: bound $bound"
