@@ -10,7 +10,9 @@
  * A hello costs its sender a few bytes and its answer a full member list, so
  * welcomes are rationed per link (WELCOME_BURST, then one per heartbeat): a
  * member that floods hellos gets no more answers than one that says hello
- * once per heartbeat, and the suppressed ones are counted as `flooded` drops. */
+ * once per heartbeat, and the suppressed ones are counted as `flooded` drops.
+ * A suppressed hello still says its sender is alive, but its endpoint is not
+ * taken: a stream of hellos naming new addresses would make the node redial. */
 #include "daemon/internal.h"
 
 #include <inttypes.h>
@@ -178,13 +180,22 @@ void td__on_hello(td__node_t *n, const Traind__Envelope *env, td__link_t *l, siz
     td__drop(&n->drops, TD__DROP_MALFORMED, "hello without a tcp:// endpoint");
     return;
   }
+  double per_s = 1.0 / n->heartbeat_s;
+  td__link_t *known = td__link_find(n->net, env->sender);
+  if (known != NULL && td_members_find(n->members, env->sender) != NULL &&
+      !td__link_take_reply(known, per_s, WELCOME_BURST)) {
+    /* a hello flood: counted, not answered, and its endpoint is not taken
+     * (each new one would make the link reconnect) */
+    td__gossip_heard(n, env->sender, NULL);
+    td__drop(&n->drops, TD__DROP_FLOODED, NULL);
+    return;
+  }
   td__gossip_heard(n, env->sender, env->hello->endpoint);
   if ((l = td__link_find(n->net, env->sender)) == NULL)
     return;
-  if (td__link_take_reply(l, 1.0 / n->heartbeat_s, WELCOME_BURST))
-    send_welcome(n, l);
-  else
-    td__drop(&n->drops, TD__DROP_FLOODED, NULL); /* a hello flood: counted, not answered */
+  if (l != known) /* a new link: its first welcome counts too */
+    td__link_take_reply(l, per_s, WELCOME_BURST);
+  send_welcome(n, l);
 }
 
 void td__on_welcome(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes) {
