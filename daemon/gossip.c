@@ -10,7 +10,10 @@
  * A hello costs its sender a few bytes and its answer a full member list, so
  * welcomes are rationed per link (WELCOME_BURST, then one per heartbeat): a
  * member that floods hellos gets no more answers than one that says hello
- * once per heartbeat, and the suppressed ones are counted as `flooded` drops.
+ * once per heartbeat, and the suppressed ones are counted as `flooded` drops;
+ * the last suppressed one is answered at the next tick the ration allows, so
+ * a hello that merely came close behind others (a join right after a
+ * restart's greetings) still gets its welcome.
  * A suppressed hello still says its sender is alive, but its endpoint is not
  * taken: a stream of hellos naming new addresses would make the node redial. */
 #include "daemon/internal.h"
@@ -188,6 +191,7 @@ void td__on_hello(td__node_t *n, const Traind__Envelope *env, td__link_t *l, siz
      * (each new one would make the link reconnect) */
     td__gossip_heard(n, env->sender, NULL);
     td__drop(&n->drops, TD__DROP_FLOODED, NULL);
+    td__link_set_reply_owed(known, true); /* the last one is answered at a later tick */
     return;
   }
   td__gossip_heard(n, env->sender, env->hello->endpoint);
@@ -195,6 +199,7 @@ void td__on_hello(td__node_t *n, const Traind__Envelope *env, td__link_t *l, siz
     return;
   if (l != known) /* a new link: its first welcome counts too */
     td__link_take_reply(l, per_s, WELCOME_BURST);
+  td__link_set_reply_owed(l, false);
   send_welcome(n, l);
 }
 
@@ -249,6 +254,15 @@ void td__on_leave(td__node_t *n, const Traind__Envelope *env, td__link_t *l, siz
 void td__gossip_tick(td__node_t *n) {
   td_members_tick(n->members, td_clock_mono_s(), on_member_event, n);
   send_heartbeat(n, NULL);
+  /* a hello that came while the ration was spent (a join right after a
+   * restart's greetings) still gets its welcome, one per link and tick */
+  for (size_t i = 0; i < td__transport_count(n->net); i++) {
+    td__link_t *l = td__transport_at(n->net, i);
+    if (td__link_reply_owed(l) && td__link_take_reply(l, 1.0 / n->heartbeat_s, WELCOME_BURST)) {
+      td__link_set_reply_owed(l, false);
+      send_welcome(n, l);
+    }
+  }
 }
 
 void td__gossip_leave(td__node_t *n, const char *why) {

@@ -248,5 +248,9 @@ void td__link_stats(td__link_t *l, td__link_stats_t *out);
 /* May this link get one more reply that its peer can ask for at will (a
  * welcome)? At most `burst`, refilled at `per_s`; false: suppress it. */
 bool td__link_take_reply(td__link_t *l, double per_s, double burst);
+/* A suppressed request still wants one answer, sent when the ration allows
+ * (however many were suppressed). */
+void td__link_set_reply_owed(td__link_t *l, bool owed);
+bool td__link_reply_owed(const td__link_t *l);
 
 #endif

@@ -121,6 +121,7 @@ struct td__link {
   uint64_t echo_us;            /* the peer's last heartbeat stamp (0: none yet) */
   double echo_heard_at;        /* when it came, mono seconds */
   double reply_tokens, reply_at; /* td__link_take_reply's bucket; reply_at 0: full */
+  bool reply_owed;
 };
 
 struct td__transport {
@@ -549,6 +550,9 @@ bool td__link_take_reply(td__link_t *l, double per_s, double burst) {
   l->reply_tokens -= 1.0;
   return true;
 }
+
+void td__link_set_reply_owed(td__link_t *l, bool owed) { l->reply_owed = owed; }
+bool td__link_reply_owed(const td__link_t *l) { return l->reply_owed; }
 
 /* ---- inbound connections: counted by address, shed over their share ---------------- */
 
