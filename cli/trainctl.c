@@ -189,6 +189,17 @@ static void ledger_line(json_object *o) {
          jnum(l, "buffer_bytes") / 1048576.0, lost);
 }
 
+/* "descriptors 23 of 65536 open, cap 61440; peer port 4 connections (cap 60992), 12 shed" */
+static void descriptors_line(json_object *o) {
+  json_object *d = NULL;
+  if (!json_object_object_get_ex(o, "descriptors", &d) || d == NULL)
+    return; /* an older traind */
+  printf("descriptors %s of %s open, cap %s; peer port %s connections (cap %s, %s per address), "
+         "%s shed\n",
+         jstr(d, "open"), jstr(d, "limit"), jstr(d, "cap"), jstr(d, "inbound"),
+         jstr(d, "inbound_cap"), jstr(d, "per_address_cap"), jstr(d, "shed"));
+}
+
 static int show_status(bool json, bool watch, double every_s) {
   Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
   req.command = TRAIND__CONTROL_REQUEST__COMMAND__STATUS;
@@ -242,6 +253,7 @@ static int show_status(bool json, bool watch, double every_s) {
         printf("untrained partitions no round trained: %s\n", jstr(run, "untrained"));
       print_outliers(run);
       printf("drops   %.0f bad or unexpected peer messages\n", dropped);
+      descriptors_line(o);
       ledger_line(o);
       if (np > 0) {
         printf("\n");

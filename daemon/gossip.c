@@ -5,7 +5,17 @@
  * through the cluster. Every heartbeat carries the sender's peer list, run
  * state, round and capacity; members.c turns silence into suspect and dead.
  * A restarted node says hello to the peers its ledger knew: that is how it
- * comes back. Every change of a member's state goes to the ledger. */
+ * comes back. Every change of a member's state goes to the ledger.
+ *
+ * A hello costs its sender a few bytes and its answer a full member list, so
+ * welcomes are rationed per link (WELCOME_BURST, then one per heartbeat): a
+ * member that floods hellos gets no more answers than one that says hello
+ * once per heartbeat, and the suppressed ones are counted as `flooded` drops;
+ * the last suppressed one is answered at the next tick the ration allows, so
+ * a hello that merely came close behind others (a join right after a
+ * restart's greetings) still gets its welcome.
+ * A suppressed hello still says its sender is alive, but its endpoint is not
+ * taken: a stream of hellos naming new addresses would make the node redial. */
 #include "daemon/internal.h"
 
 #include <inttypes.h>
@@ -15,6 +25,9 @@
 
 #include "common/error.h"
 #include "daemon/base/log.h"
+
+/* Welcomes one link may get at once, and then one per heartbeat interval. */
+#define WELCOME_BURST 2.0
 
 static bool tcp_endpoint(const char *ep) { return ep != NULL && strncmp(ep, "tcp://", 6) == 0; }
 
@@ -178,6 +191,17 @@ void td__on_hello(td__node_t *n, const Traind__Envelope *env, td__link_t *l, siz
     td__drop(&n->drops, TD__DROP_MALFORMED, "hello without a tcp:// endpoint");
     return;
   }
+  double per_s = 1.0 / n->heartbeat_s;
+  td__link_t *known = td__link_find(n->net, env->sender);
+  if (known != NULL && td_members_find(n->members, env->sender) != NULL &&
+      !td__link_take_reply(known, per_s, WELCOME_BURST)) {
+    /* a hello flood: counted, not answered, and its endpoint is not taken
+     * (each new one would make the link reconnect) */
+    td__gossip_heard(n, env->sender, NULL);
+    td__drop(&n->drops, TD__DROP_FLOODED, NULL);
+    td__link_set_reply_owed(known, true); /* the last one is answered at a later tick */
+    return;
+  }
   if (!td__gossip_heard(n, env->sender, env->hello->endpoint)) {
     /* say why on a link of its own, so its `trainctl join` can tell the user */
     char why[128];
@@ -187,8 +211,12 @@ void td__on_hello(td__node_t *n, const Traind__Envelope *env, td__link_t *l, siz
       send_welcome(n, l, why);
     return;
   }
-  if ((l = td__link_find(n->net, env->sender)) != NULL)
-    send_welcome(n, l, NULL);
+  if ((l = td__link_find(n->net, env->sender)) == NULL)
+    return;
+  if (l != known) /* a new link: its first welcome counts too */
+    td__link_take_reply(l, per_s, WELCOME_BURST);
+  td__link_set_reply_owed(l, false);
+  send_welcome(n, l, NULL);
 }
 
 void td__on_welcome(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes) {
@@ -255,6 +283,15 @@ void td__on_leave(td__node_t *n, const Traind__Envelope *env, td__link_t *l, siz
 void td__gossip_tick(td__node_t *n) {
   td_members_tick(n->members, td_clock_mono_s(), on_member_event, n);
   send_heartbeat(n, NULL);
+  /* a hello that came while the ration was spent (a join right after a
+   * restart's greetings) still gets its welcome, one per link and tick */
+  for (size_t i = 0; i < td__transport_count(n->net); i++) {
+    td__link_t *l = td__transport_at(n->net, i);
+    if (td__link_reply_owed(l) && td__link_take_reply(l, 1.0 / n->heartbeat_s, WELCOME_BURST)) {
+      td__link_set_reply_owed(l, false);
+      send_welcome(n, l, NULL);
+    }
+  }
 }
 
 void td__gossip_leave(td__node_t *n, const char *why) {

@@ -146,6 +146,21 @@ static void log_listening(td__node_t *n) {
               n->node_id, listen, shown, how, n->control_path, n->data_dir);
 }
 
+/* The descriptor budget the transport enforces (daemon/net/descriptors.c). */
+static void log_descriptors(td__node_t *n) {
+  const td__descriptors_t *fds = td__transport_descriptors(n->net);
+  td_log_info("descriptors: limit %" PRIu64 ", cap %" PRIu64 " (%" PRIu64 " kept for the ledger, "
+              "control, metrics and outgoing links, %" PRIu64 " for control clients, %" PRIu64
+              " for incoming peer connections: %" PRIu64 " per address, %" PRIu64
+              " in their handshake)",
+              fds->limit, fds->cap, fds->reserve, fds->control_clients, fds->inbound,
+              fds->per_address, fds->pending);
+  if (fds->tight)
+    td_log_warn("the descriptor limit (%" PRIu64 ") is too low to serve a full cluster and "
+                "withstand a connection flood: raise it (LimitNOFILE= in the systemd unit, "
+                "ulimit -n, or prlimit --nofile)", fds->limit);
+}
+
 /* Open the parts, in the order they depend on each other. */
 static int node_open(td__node_t *n, const td_node_opts_t *opts, char *why, size_t why_len) {
   td__policy_opts_t policy = {.max_model_mb = opts->max_model_mb, .max_batch = opts->max_batch,
@@ -166,8 +181,14 @@ static int node_open(td__node_t *n, const td_node_opts_t *opts, char *why, size_
   snprintf(dbpath, sizeof dbpath, "%s/traind.db", n->data_dir);
   if ((rc = td__ledgerq_open(&n->ledger, &n->loop, dbpath, why, why_len)) != 0)
     return rc;
+  td__descriptors_t fds;
+  char note[256];
+  td__descriptors_init(&fds, note, sizeof note);
+  if (note[0] != '\0')
+    td_log_warn("%s", note);
   td__transport_opts_t net = {.loop = &n->loop, .node_id = n->node_id, .access = n->access,
-                              .drops = &n->drops, .listen = listen,
+                              .drops = &n->drops, .listen = listen, .descriptors = &fds,
+                              .heartbeat_s = n->heartbeat_s,
                               .link_delay_s = opts->link_delay_ms / 1000.0,
                               .uplink_bps = opts->uplink_kbit * 1000.0,
                               .events = {.received = on_received, .user = n}};
@@ -227,6 +248,7 @@ int td_node_main(const td_node_opts_t *opts, char *why, size_t why_len) {
     td_log_set_tag(tag);
     write_endpoint_file(n);
     log_listening(n);
+    log_descriptors(n);
     if (td__access_secure(n->access))
       td_log_info("security: curve; key %s; %zu key(s) admitted (%s/" TD_ALLOWLIST_FILE ")",
                   td__access_keypair(n->access)->pub, td__access_count(n->access), n->data_dir);

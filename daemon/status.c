@@ -154,6 +154,30 @@ static json_object *ledger_json(td__node_t *n) {
   return o;
 }
 
+/* The descriptor budget (daemon/net/descriptors.c) and what uses it now. */
+static json_object *descriptors_json(td__node_t *n) {
+  const td__descriptors_t *d = td__transport_descriptors(n->net);
+  td__inbound_stats_t in;
+  td__transport_inbound_stats(n->net, &in);
+  long open_now = td__descriptors_open();
+  json_object *o = json_object_new_object();
+  json_object_object_add(o, "open", open_now >= 0 ? count((uint64_t)open_now) : NULL);
+  json_object_object_add(o, "limit", count(d->limit));
+  json_object_object_add(o, "cap", count(d->cap));
+  json_object_object_add(o, "reserve", count(d->reserve));
+  json_object_object_add(o, "control_clients_cap", count(d->control_clients));
+  json_object_object_add(o, "inbound", count(in.inbound));
+  json_object_object_add(o, "inbound_cap", count(d->inbound));
+  json_object_object_add(o, "per_address_cap", count(d->per_address));
+  json_object_object_add(o, "pending", count(in.pending));
+  json_object_object_add(o, "pending_cap", count(d->pending));
+  json_object_object_add(o, "addresses", count(in.addresses));
+  json_object_object_add(o, "shed", count(in.shed));
+  json_object_object_add(o, "idle_closed", count(in.idle_closed));
+  json_object_object_add(o, "handshakes_limited", count(in.handshake_limited));
+  return o;
+}
+
 json_object *td__status_json(td__node_t *n) {
   json_object *o = json_object_new_object();
   json_object_object_add(o, "node_id", td__json_id(n->node_id));
@@ -184,6 +208,7 @@ json_object *td__status_json(td__node_t *n) {
   for (int k = 0; k < TD__DROP_COUNT; k++)
     json_object_object_add(d, td__drop_name((td__drop_t)k), count(n->drops.count[k]));
   json_object_object_add(o, "drops", d);
+  json_object_object_add(o, "descriptors", descriptors_json(n));
   json_object_object_add(o, "ledger", ledger_json(n));
   return o;
 }

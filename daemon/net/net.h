@@ -34,7 +34,7 @@ typedef struct td__zap td__zap_t;
   X(WRONG_RUN, wrong_run) X(NOT_MEMBER, not_member) X(LATE, late) X(AHEAD, ahead)           \
   X(REJECTED, rejected) X(NONFINITE_LOCAL, nonfinite_local) X(DUPLICATE, duplicate)         \
   X(HANDSHAKE, handshake) X(UNKNOWN_KEY, unknown_key) X(FORBIDDEN, forbidden)             \
-  X(REUSED_RUN_ID, reused_run_id)
+  X(REUSED_RUN_ID, reused_run_id) X(FLOODED, flooded)
 #define TD__DROP_ENUM(u, l) TD__DROP_##u,
 typedef enum { TD__DROPS(TD__DROP_ENUM) TD__DROP_COUNT } td__drop_t;
 #undef TD__DROP_ENUM
@@ -50,6 +50,24 @@ void td__drop(td__drops_t *d, td__drop_t kind, const char *what);
 /* Log a refusal the caller counted itself, on the same rate limit as td__drop
  * but by `count` (so that one kind's flood cannot hide another's). */
 bool td__drop_should_log(uint64_t count);
+/* ---- the descriptor budget (descriptors.c) ------------------------------------------ */
+
+/* How the node shares its descriptors: `cap` of `limit` (the soft
+ * RLIMIT_NOFILE) are spent, `reserve` of them on its own files and outgoing
+ * links, `control_clients` on trainctl; the rest (`inbound`) on connections
+ * to the peer port, at most `per_address` from one address and `pending`
+ * still in their handshake. tight: the limit is too low to share. */
+typedef struct {
+  uint64_t limit, cap, reserve, control_clients, inbound, per_address, pending;
+  bool tight;
+} td__descriptors_t;
+/* Raise the soft descriptor limit to the hard one and plan the shares. A
+ * failure is not fatal: `note` says what happened ("" when nothing did). */
+void td__descriptors_init(td__descriptors_t *d, char *note, size_t note_len);
+/* The shares for a soft limit of `limit` descriptors (pure; for tests). */
+void td__descriptors_plan(td__descriptors_t *d, uint64_t limit);
+/* Descriptors this process has open now (/proc/self/fd); -1 when unknown. */
+long td__descriptors_open(void);
 /* ---- keys, allowlist and permissions (access.c) ------------------------------------ */
 
 typedef struct {
@@ -98,6 +116,8 @@ const td_allowed_key_t *td__access_at(const td__access_t *a, size_t i);
 int td__zap_open(td__zap_t **out, void *zctx, uv_loop_t *loop, td__access_t *access, char *why,
                  size_t why_len);
 void td__zap_drain(td__zap_t *z); /* NULL-safe: answer every pending request */
+/* Handshakes the ZAP handler refused because their key connected too often. */
+uint64_t td__zap_limited(const td__zap_t *z);
 void td__zap_stop(td__zap_t *z);  /* close its handle (shutdown) */
 void td__zap_close(td__zap_t **self_p);
 /* ---- transport (transport.c) -------------------------------------------------------- */
@@ -130,8 +150,20 @@ typedef struct {
   const char *listen;     /* tcp://HOST:PORT */
   double link_delay_s;    /* user-space latency on outgoing update chunks */
   double uplink_bps;      /* > 0: pace every link queue's frames to this in total */
+  const td__descriptors_t *descriptors; /* the inbound shares (copied) */
+  double heartbeat_s;     /* an inbound connection silent 40 of these (>= 10 s) is closed */
   td__transport_events_t events;
 } td__transport_opts_t;
+
+/* Inbound connections to the peer port, as the socket monitor saw them. */
+typedef struct {
+  uint64_t inbound;   /* open now */
+  uint64_t pending;   /* of which still in their handshake */
+  uint64_t addresses; /* distinct remote addresses among them */
+  uint64_t shed;      /* closed at accept: over a share of the budget */
+  uint64_t idle_closed; /* closed after a long silence */
+  uint64_t handshake_limited; /* handshakes refused: one key connecting too often */
+} td__inbound_stats_t;
 
 /* Bind and start receiving; TD_EIO + why when the address is unusable. */
 int td__transport_open(td__transport_t **out, const td__transport_opts_t *opts, char *why,
@@ -141,6 +173,9 @@ void td__transport_set_members(td__transport_t *t, td_members_t *members);
 /* Bytes of run traffic (updates, snapshots: every frame but control) sent
  * since the transport opened; the rounds take their share by difference. */
 uint64_t td__transport_run_bytes_sent(const td__transport_t *t);
+void td__transport_inbound_stats(const td__transport_t *t, td__inbound_stats_t *out);
+/* The descriptor shares the transport enforces (borrowed). */
+const td__descriptors_t *td__transport_descriptors(const td__transport_t *t);
 void td__transport_stop(td__transport_t *t); /* close its handles (shutdown) */
 void td__transport_close(td__transport_t **self_p); /* after the loop ended */
 /* The endpoint this node advertises by default (--advertise, the listen
@@ -210,5 +245,12 @@ void td__link_chunk_acked(td__transport_t *t, td__link_t *l, uint64_t seq);
 void td__link_echo_out(td__link_t *l, uint64_t *stamp_us, uint64_t *echo_us, uint64_t *hold_us);
 void td__link_echo_in(td__link_t *l, uint64_t stamp_us, uint64_t echo_us, uint64_t hold_us);
 void td__link_stats(td__link_t *l, td__link_stats_t *out);
+/* May this link get one more reply that its peer can ask for at will (a
+ * welcome)? At most `burst`, refilled at `per_s`; false: suppress it. */
+bool td__link_take_reply(td__link_t *l, double per_s, double burst);
+/* A suppressed request still wants one answer, sent when the ration allows
+ * (however many were suppressed). */
+void td__link_set_reply_owed(td__link_t *l, bool owed);
+bool td__link_reply_owed(const td__link_t *l);
 
 #endif

@@ -7,7 +7,13 @@
  * text as the User-Id, which libzmq then attaches to every message of that
  * connection (transport.c reads it back with zmq_msg_gets), or 400 and the
  * handshake fails. The REP socket is polled through ZMQ_FD on the libuv loop
- * like the ROUTER, drained while ZMQ_EVENTS reports input (edge-triggered). */
+ * like the ROUTER, drained while ZMQ_EVENTS reports input (edge-triggered).
+ *
+ * An admitted key may not open connections without end: each key has a
+ * bucket of KEY_HANDSHAKE_BURST handshakes refilled at KEY_HANDSHAKES_PER_S,
+ * and a handshake beyond it is refused like an unknown key (its connection
+ * closes; the client's libzmq retries later). Honest nodes open two
+ * connections to a peer and reconnect after a restart, far below that. */
 #include "daemon/net/net.h"
 
 #include <inttypes.h>
@@ -17,6 +23,7 @@
 #include <zmq.h>
 
 #include "common/error.h"
+#include "daemon/base/clock.h"
 #include "daemon/base/log.h"
 
 #define ZAP_ENDPOINT "inproc://zeromq.zap.01"
@@ -24,6 +31,16 @@
 #define ZAP_REQUEST_FRAMES 7
 #define ZAP_MAX_FRAMES 16
 #define REFUSAL_LOGS_IN_FULL 20
+/* Handshakes one admitted key may start at once, and per second after. */
+#define KEY_HANDSHAKE_BURST 32.0
+#define KEY_HANDSHAKES_PER_S 1.0
+/* Keys whose bucket is kept; the least recently used one is forgotten. */
+#define KEY_BUCKETS 64
+
+typedef struct {
+  uint8_t key[TD_KEY_BYTES];
+  double tokens, at; /* mono seconds of the last refill; 0: slot unused */
+} key_bucket_t;
 
 struct td__zap {
   td__access_t *access;
@@ -31,7 +48,37 @@ struct td__zap {
   uv_poll_t poll;
   bool polling;
   uint64_t refusals;
+  uint64_t limited; /* handshakes refused: their key connected too often */
+  key_bucket_t buckets[KEY_BUCKETS];
 };
+
+/* One handshake of `key` now, or false when its bucket is empty. */
+static bool take_handshake(td__zap_t *z, const uint8_t *key) {
+  double now = td_clock_mono_s();
+  key_bucket_t *b = NULL, *oldest = &z->buckets[0];
+  for (size_t i = 0; i < KEY_BUCKETS && b == NULL; i++) {
+    if (z->buckets[i].at > 0 && memcmp(z->buckets[i].key, key, TD_KEY_BYTES) == 0)
+      b = &z->buckets[i];
+    else if (z->buckets[i].at < oldest->at)
+      oldest = &z->buckets[i];
+  }
+  if (b == NULL) {
+    b = oldest;
+    memcpy(b->key, key, TD_KEY_BYTES);
+    b->tokens = KEY_HANDSHAKE_BURST;
+  } else {
+    b->tokens += (now - b->at) * KEY_HANDSHAKES_PER_S;
+    if (b->tokens > KEY_HANDSHAKE_BURST)
+      b->tokens = KEY_HANDSHAKE_BURST;
+  }
+  b->at = now;
+  if (b->tokens < 1.0)
+    return false;
+  b->tokens -= 1.0;
+  return true;
+}
+
+uint64_t td__zap_limited(const td__zap_t *z) { return z != NULL ? z->limited : 0; }
 
 static void send_reply(void *sock, const zmq_msg_t *request_id, const char *code,
                        const char *text, const char *user_id) {
@@ -82,7 +129,17 @@ static bool handle_one(td__zap_t *z) {
     char z85[TD_KEY_Z85_LEN + 1];
     zmq_z85_encode(z85, key, TD_KEY_BYTES);
     if (td__access_admits(z->access, key)) {
-      send_reply(z->sock, &f[1], "200", "OK", z85);
+      if (take_handshake(z, key)) {
+        send_reply(z->sock, &f[1], "200", "OK", z85);
+      } else {
+        z->limited++;
+        if (td__drop_should_log(z->limited))
+          td_log_warn("refused a connection from %s: key %s connects too often (more than "
+                      "%.0f handshakes at once, %.0f a second after; refused so far: %" PRIu64
+                      ")", peer_addr, z85, KEY_HANDSHAKE_BURST, KEY_HANDSHAKES_PER_S,
+                      z->limited);
+        send_reply(z->sock, &f[1], "400", "too many connections", "");
+      }
     } else {
       z->refusals++;
       if (z->refusals <= REFUSAL_LOGS_IN_FULL || z->refusals % 1000 == 0)
