@@ -44,14 +44,16 @@ const char *td_history_usage(void) {
          "  plot RUN... [--x time|round|samples|bytes]\n"
          "       [--y accuracy|loss|bpb|goodput|staleness|idle] [-o FILE.png|FILE.svg]\n"
          "       [--script FILE.gp] [--size WxH]  curves with gnuplot, one per run and node\n"
-         "  (runs/show/export/plot read ledgers directly, read-only: --db FILE and\n"
+         "  model RUN [--round R] -o FILE [--format safetensors]\n"
+         "                                 the run's kept model (or round R's checkpoint)\n"
+         "  (runs/show/export/plot/model read ledgers directly, read-only: --db FILE and\n"
          "  --data-dir DIR, repeatable, or RUN written DB:RUN; default the daemon's\n"
          "  DATA_DIR/traind.db. RUN is a unique prefix of a run id.)\n";
 }
 
 bool td_history_handles(const char *cmd) {
   return strcmp(cmd, "runs") == 0 || strcmp(cmd, "show") == 0 || strcmp(cmd, "export") == 0 ||
-         strcmp(cmd, "plot") == 0;
+         strcmp(cmd, "plot") == 0 || strcmp(cmd, "model") == 0;
 }
 
 /* ---- ledgers ---------------------------------------------------------------------------- */
@@ -699,6 +701,8 @@ int td_history_main(const char *cmd, int argc, char **argv) {
     return td__export_main(argc, argv);
   if (strcmp(cmd, "plot") == 0)
     return td__plot_main(argc, argv);
+  if (strcmp(cmd, "model") == 0)
+    return td__model_main(argc, argv);
   fprintf(stderr, "trainctl: error: unknown command '%s'\n", cmd);
   return 2;
 }

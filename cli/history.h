@@ -75,6 +75,8 @@ int td__plot_main(int argc, char **argv);
 /* The run's spec and figures as `trainctl show --json` prints them; caller
  * owns *out. 0, or 1 after printing why. */
 int td__hist_run_summary(const td__hist_run_t *r, json_object **out);
+/* `trainctl model` (cli/model.c). */
+int td__model_main(int argc, char **argv);
 /* `trainctl export` (cli/export.c). */
 int td__export_main(int argc, char **argv);
 /* A usage error: prints the usage line, returns 2. */

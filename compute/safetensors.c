@@ -529,3 +529,15 @@ int td_safetensors_load(const td_safetensors_t *st, const td_layout_t *layout, f
   }
   return 0;
 }
+
+int td_model_load_safetensors(td_model_t *m, const char *path, char *why, size_t why_len) {
+  td_safetensors_t *st = NULL;
+  int rc = td_safetensors_open(&st, path, why, why_len);
+  if (rc == 0)
+    rc = td_safetensors_load(st, td_model_layout(m), td_model_host_params(m), path, why,
+                             why_len);
+  td_safetensors_close(&st);
+  if (rc == 0)
+    rc = td_model_push(m, why, why_len);
+  return rc;
+}

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "compute/model.h"
 #include "compute/params.h"
 
 #define TD_SAFETENSORS_MAX_HEADER (100u << 20) /* the format's own limit: 100 MB */
@@ -63,5 +64,11 @@ const char *td_safetensors_meta(const td_safetensors_t *st, const char *key);
  * [64,784]"). Non-finite values are TD_ENUMERIC. params is untouched on error. */
 int td_safetensors_load(const td_safetensors_t *st, const td_layout_t *layout, float *params,
                         const char *label, char *why, size_t why_len);
+
+/* Start model m from the file at path (`init = FILE`): read, checked against
+ * m's layout, copied into its host parameters and pushed to its device.
+ * 0, or the reader's or td_safetensors_load()'s error with a why that names
+ * the file. */
+int td_model_load_safetensors(td_model_t *m, const char *path, char *why, size_t why_len);
 
 #endif

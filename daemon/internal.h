@@ -250,6 +250,17 @@ void td__ledger_link(td__ledgerq_t *q, const td_ledger_link_t *row, const char *
  * checkpoints (0: all). */
 void td__ledger_checkpoint(td__ledgerq_t *q, uint64_t run_id, uint64_t round, void *blob,
                            size_t bytes, unsigned keep);
+/* model_keep.c: the run's last model, held (takes blob) and written at the
+ * end of the session with its state and final metric; tensors as JSON
+ * ([{"name", "shape", "offset"}], caller frees; NULL: out of memory). */
+void td__model_hold(td__session_t *s, uint64_t round, float *blob);
+void td__model_keep(td__node_t *n, td__session_t *s, const char *state, double metric);
+char *td__layout_json(const td_layout_t *layout);
+/* The run's model row (one per run, replaced): takes `blob` (bytes) whatever
+ * happens; model and tensors (JSON) are copied. */
+void td__ledger_model(td__ledgerq_t *q, uint64_t run_id, uint64_t round, const char *state,
+                      double metric, const char *model, const char *tensors, void *blob,
+                      size_t bytes);
 void td__ledger_event(td__ledgerq_t *q, const char *kind, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Visit the known peers now, on this thread (start-up). */
@@ -447,6 +458,8 @@ struct td__session {
   td__xfer_t *xfer;
   td__join_t *join;
   td__reconcile_t *recon;
+  float *kept_model;   /* the model the run would keep now (model_keep.c), owned; NULL: none */
+  uint64_t kept_round; /* ... the round it holds */
 };
 
 /* A snapshot of a run's figures, for status (kept after the run ended). */
