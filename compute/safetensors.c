@@ -17,6 +17,7 @@
 #include <inttypes.h>
 #include <json-c/json.h>
 #include <math.h>
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -35,6 +36,7 @@ struct td_safetensors {
   td_tensor_info_t *tensors; /* offset: in floats from data */
   size_t n_meta;
   char **meta; /* key, value, key, value, ... */
+  char hash[TD_SAFETENSORS_HASH_HEX]; /* of the file's bytes; "" when parsed from memory */
 };
 
 /* ---- writing ---------------------------------------------------------------------------- */
@@ -449,11 +451,56 @@ int td_safetensors_open(td_safetensors_t **out, const char *path, char *why, siz
     got += (size_t)r;
   }
   close(fd);
+  unsigned char digest[32];
+  if (sodium_init() < 0 || crypto_generichash(digest, sizeof digest, file, len, NULL, 0) != 0) {
+    free(file);
+    return td_why(why, why_len, TD_EIO, "%s: cannot hash it (libsodium)", path);
+  }
   char inner[256];
   int rc = parse_owned(out, file, len, inner, sizeof inner);
   if (rc != 0)
     td_why(why, why_len, rc, "%s: %s", path, inner);
+  else
+    sodium_bin2hex((*out)->hash, sizeof (*out)->hash, digest, sizeof digest);
   return rc;
+}
+
+const char *td_safetensors_hash(const td_safetensors_t *st) { return st->hash; }
+
+int td_safetensors_file_hash(const char *path, char hex[TD_SAFETENSORS_HASH_HEX], char *why,
+                             size_t why_len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0)
+    return td_why(why, why_len, errno == ENOENT ? TD_ENOENT : TD_EIO, "cannot read %s: %s", path,
+                  strerror(errno));
+  struct stat sb;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    close(fd);
+    return td_why(why, why_len, TD_EIO, "%s is not a regular file", path);
+  }
+  crypto_generichash_state state;
+  unsigned char digest[32], buf[1 << 16];
+  if (sodium_init() < 0 || crypto_generichash_init(&state, NULL, 0, sizeof digest) != 0) {
+    close(fd);
+    return td_why(why, why_len, TD_EIO, "%s: cannot hash it (libsodium)", path);
+  }
+  for (;;) {
+    ssize_t r = read(fd, buf, sizeof buf);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0) {
+      int e = errno;
+      close(fd);
+      return td_why(why, why_len, TD_EIO, "cannot read %s: %s", path, strerror(e));
+    }
+    if (r == 0)
+      break;
+    crypto_generichash_update(&state, buf, (unsigned long long)r);
+  }
+  close(fd);
+  crypto_generichash_final(&state, digest, sizeof digest);
+  sodium_bin2hex(hex, TD_SAFETENSORS_HASH_HEX, digest, sizeof digest);
+  return 0;
 }
 
 size_t td_safetensors_count(const td_safetensors_t *st) { return st->n; }
@@ -530,9 +577,16 @@ int td_safetensors_load(const td_safetensors_t *st, const td_layout_t *layout, f
   return 0;
 }
 
-int td_model_load_safetensors(td_model_t *m, const char *path, char *why, size_t why_len) {
+int td_model_load_safetensors(td_model_t *m, const char *path, const char *want_hash, char *why,
+                              size_t why_len) {
   td_safetensors_t *st = NULL;
   int rc = td_safetensors_open(&st, path, why, why_len);
+  if (rc == 0 && want_hash != NULL && strcmp(want_hash, "none") != 0 &&
+      strcmp(want_hash, st->hash) != 0)
+    rc = td_why(why, why_len, TD_ECONFIG,
+                "%s is not the file the run was started with (BLAKE2b-256 %.16s... here, "
+                "%.16s... on the starting node): every member needs the same file",
+                path, st->hash, want_hash);
   if (rc == 0)
     rc = td_safetensors_load(st, td_model_layout(m), td_model_host_params(m), path, why,
                              why_len);

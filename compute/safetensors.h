@@ -65,10 +65,22 @@ const char *td_safetensors_meta(const td_safetensors_t *st, const char *key);
 int td_safetensors_load(const td_safetensors_t *st, const td_layout_t *layout, float *params,
                         const char *label, char *why, size_t why_len);
 
-/* Start model m from the file at path (`init = FILE`): read, checked against
- * m's layout, copied into its host parameters and pushed to its device.
- * 0, or the reader's or td_safetensors_load()'s error with a why that names
- * the file. */
-int td_model_load_safetensors(td_model_t *m, const char *path, char *why, size_t why_len);
+#define TD_SAFETENSORS_HASH_HEX 65 /* BLAKE2b-256 in hex, and its NUL */
+
+/* The file's BLAKE2b-256 (libsodium's crypto_generichash, 32 bytes) in
+ * lowercase hex, of the bytes td_safetensors_open() read. */
+const char *td_safetensors_hash(const td_safetensors_t *st);
+/* The same hash of the file at path, streamed (nothing parsed): a regular
+ * file only. 0, or TD_ENOENT / TD_EIO + why naming the file. */
+int td_safetensors_file_hash(const char *path, char hex[TD_SAFETENSORS_HASH_HEX], char *why,
+                             size_t why_len);
+
+/* Start model m from the file at path (`init = FILE`): read, its hash
+ * compared with want_hash (hex; NULL or "none": not checked), checked against
+ * m's layout, copied into its host parameters and pushed to its device. 0, or
+ * TD_ECONFIG for another hash, or the reader's or td_safetensors_load()'s
+ * error, with a why that names the file. */
+int td_model_load_safetensors(td_model_t *m, const char *path, const char *want_hash, char *why,
+                              size_t why_len);
 
 #endif

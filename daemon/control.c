@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "compute/safetensors.h"
 #include "daemon/log.h"
 #include "proto/control.h"
 
@@ -220,6 +221,21 @@ static uint64_t fnv1a64(const void *data, size_t len, uint64_t h) {
   return h;
 }
 
+/* init = FILE: the spec carries this node's file's hash, so that every member
+ * checks it holds the same file (the path resolved as its policy does). */
+static int init_hash(td__node_t *n, td_runspec_t *spec, char *why, size_t why_len) {
+  if (strcmp(spec->init, "none") == 0 || strcmp(spec->init_hash, "none") != 0)
+    return 0;
+  td_runspec_t resolved = *spec;
+  int rc = td__policy_check(&n->policy, &resolved, 1, why, why_len);
+  char hex[TD_SAFETENSORS_HASH_HEX];
+  if (rc == 0)
+    rc = td_safetensors_file_hash(resolved.init, hex, why, why_len);
+  if (rc == 0)
+    snprintf(spec->init_hash, sizeof spec->init_hash, "%s", hex);
+  return rc;
+}
+
 static void cmd_start(conn_t *c, const Traind__ControlRequest *req) {
   td__node_t *n = c->ctl->n;
   char why[768] = "";
@@ -244,6 +260,10 @@ static void cmd_start(conn_t *c, const Traind__ControlRequest *req) {
       snprintf(why, sizeof why, "run %016" PRIx64 " is still running (trainctl stop first)",
                n->session->run_id);
     respond(c, TD_EINVAL, why, NULL);
+    return;
+  }
+  if ((rc = init_hash(n, &spec, why, sizeof why)) != 0) {
+    respond(c, rc, why, NULL);
     return;
   }
   size_t need = td_runspec_format(&spec, NULL, 0) + 1;

@@ -262,7 +262,7 @@ static td__run_flow_t set_up(td__compute_t *c) {
   }
   c->params = td_model_host_params(model); /* the model's own buffer on the CPU */
   if (strcmp(sp->init, "none") != 0 &&
-      td_model_load_safetensors(model, sp->init, c->why, sizeof c->why) != 0) {
+      td_model_load_safetensors(model, sp->init, sp->init_hash, c->why, sizeof c->why) != 0) {
     char why[sizeof c->why];
     snprintf(why, sizeof why, "init: %s", c->why);
     snprintf(c->why, sizeof c->why, "%s", why);

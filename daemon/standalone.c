@@ -71,7 +71,8 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, char *why, s
   double init_loss = NAN, init_acc = NAN, init_bpb = NAN;
   if (strcmp(rs->init, "none") != 0) {
     char inner[512];
-    if ((rc = td_model_load_safetensors(td_trainer_model(tr), rs->init, inner, sizeof inner)) !=
+    if ((rc = td_model_load_safetensors(td_trainer_model(tr), rs->init, rs->init_hash, inner,
+                                        sizeof inner)) !=
         0) {
       td_why(why, why_len, rc, "init: %s", inner);
       goto done;

@@ -13,6 +13,9 @@
 #    before any step at the run's own final test accuracy, bit for bit;
 #  - a peer run with init = FILE starts from it (its first evaluation is at
 #    least that accuracy less a margin for one round of training);
+#  - on two nodes, the starting node puts its file's BLAKE2b-256 in the spec:
+#    a member whose file differs (one float changed) fails the run with one
+#    line, and with the same file both end on the same model;
 #  - init with another model's file fails the run with one line naming the
 #    first tensor that differs; init outside the data root is refused at
 #    start; trainctl model's errors are one line (no such run, a round with
@@ -195,6 +198,40 @@ out=$(ctl a start --set model=$MODEL --set init="$T/outside.safetensors" 2>&1) \
   && fail "init outside the data root started: $out"
 grep -q "init path '.*outside.safetensors' is outside the data root" <<<"$out" \
   && pass "init outside the data root refused: $out" || fail "init outside the root: '$out'"
+
+# ---- two nodes: every member must hold the same file, checked by hash
+mkdir -p "$T/rootb"
+start_node b --data-root "$T/rootb" || finish
+ctl b join "$(endpoint_of a)" >/dev/null || fail "b join a"
+wait_peers a 1 15 || fail "a does not see b"
+"$PY" - "$T/root/mlp.safetensors" "$T/rootb/mlp.safetensors" <<'EOF'
+import sys
+raw = bytearray(open(sys.argv[1], "rb").read())
+raw[-1] ^= 0x01  # one float of fc1.bias, a little different
+open(sys.argv[2], "wb").write(raw)
+EOF
+idle() { # NAME: wait until NAME runs nothing
+  local i
+  for i in $(seq 300); do
+    case "$(ctl "$1" status --json 2>/dev/null)" in *'"state":"running"'*) sleep 0.2 ;; *) return 0 ;; esac
+  done
+}
+start --set model=$MODEL --set init=mlp.safetensors --set rounds=1 --set local_steps=2 || finish
+wait_run_state b failed 60 || fail "b ran with another file"
+err=$(json_field "$(ctl b status --json)" error | sed 's#\\/#/#g')
+grep -q "^init: $T/rootb/mlp.safetensors is not the file the run was started with (BLAKE2b-256 [0-9a-f]\{16\}\.\.\. here, [0-9a-f]\{16\}\.\.\. on the starting node): every member needs the same file$" <<<"$err" \
+  && pass "another file on a member: $err" || fail "another file on b: '$err'"
+idle a; idle b
+cp "$T/root/mlp.safetensors" "$T/rootb/mlp.safetensors"
+start --set model=$MODEL --set init=mlp.safetensors --set rounds=2 --set local_steps=5 \
+  --set lr=0.01 --set eval_every=1 || finish
+for n in a b; do wait_run_state $n finished 120 || fail "same file: $n did not finish"; done
+[ "$(sql a "SELECT spec LIKE '%init_hash = ' || '%' FROM runs WHERE $(w "$run_id")")" = 1 ] \
+  && pass "the spec carries the file's hash" || fail "no init_hash in the spec"
+a1=$(json_field "$(ctl a status --json)" test_accuracy); b1=$(json_field "$(ctl b status --json)" test_accuracy)
+[ -n "$a1" ] && [ "$a1" = "$b1" ] && pass "same file on both: one model at the end ($a1)" \
+  || fail "same file: accuracies '$a1' '$b1'"
+kill "$(cat "$T/b.pid")"
 
 # ---- cnn, exported with the daemon down
 MODEL=cnn

@@ -48,7 +48,7 @@ int main(int argc, char **argv) {
   if (rc == 0)
     rc = td_model_open(&m, argv[1], be, rows, why, sizeof why);
   if (rc == 0)
-    rc = td_model_load_safetensors(m, argv[2], why, sizeof why);
+    rc = td_model_load_safetensors(m, argv[2], NULL, why, sizeof why);
   int correct = 0;
   double loss_sum = 0;
   if (rc == 0)

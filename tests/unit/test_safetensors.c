@@ -91,6 +91,11 @@ START_TEST(round_trip_cnn) {
   ck_assert_ptr_null(td_safetensors_meta(st, "nope"));
   ck_assert_int_eq(td_safetensors_load(st, layout, back, "F", why, sizeof why), 0);
   ck_assert_int_eq(memcmp(params, back, numel * sizeof(float)), 0);
+  /* the hash of what was read is the streamed hash of the file */
+  char hex[TD_SAFETENSORS_HASH_HEX];
+  ck_assert_int_eq(td_safetensors_file_hash(tmp_path, hex, why, sizeof why), 0);
+  ck_assert_uint_eq(strlen(hex), 64);
+  ck_assert_str_eq(hex, td_safetensors_hash(st));
 
   /* the same file into a model of another shape: one line naming the first tensor */
   td_layout_t *other = NULL;
