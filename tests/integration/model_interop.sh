@@ -224,14 +224,38 @@ grep -q "^init: $T/rootb/mlp.safetensors is not the file the run was started wit
 idle a; idle b
 cp "$T/root/mlp.safetensors" "$T/rootb/mlp.safetensors"
 start --set model=$MODEL --set init=mlp.safetensors --set rounds=2 --set local_steps=5 \
-  --set lr=0.01 --set eval_every=1 || finish
+  --set lr=0.01 --set eval_every=1 --set checkpoint_every=1 || finish
 for n in a b; do wait_run_state $n finished 120 || fail "same file: $n did not finish"; done
 [ "$(sql a "SELECT spec LIKE '%init_hash = ' || '%' FROM runs WHERE $(w "$run_id")")" = 1 ] \
   && pass "the spec carries the file's hash" || fail "no init_hash in the spec"
 a1=$(json_field "$(ctl a status --json)" test_accuracy); b1=$(json_field "$(ctl b status --json)" test_accuracy)
 [ -n "$a1" ] && [ "$a1" = "$b1" ] && pass "same file on both: one model at the end ($a1)" \
   || fail "same file: accuracies '$a1' '$b1'"
+# --round R: that round's checkpoint, named and shaped like the final model
+run ckpt tcm "$run_id" --round 1 -o "$T/ckpt1.safetensors"
+if [ "$(rc_of ckpt)" = 0 ] && grep -q "round 1 (checkpoint), 4 tensors" "$T/ckpt.out" &&
+   "$PY" -c '
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n]); assert h["__metadata__"]["round"] == "1", h["__metadata__"]
+assert h["fc0.weight"]["shape"] == [64, 784], h' "$T/ckpt1.safetensors"; then
+  pass "--round 1: $(cat "$T/ckpt.out")"
+else fail "--round 1"; cat "$T/ckpt.out" "$T/ckpt.err"; fi
 kill "$(cat "$T/b.pid")"
+for i in $(seq 50); do kill -0 "$(cat "$T/b.pid")" 2>/dev/null || break; sleep 0.1; done
+
+# a stopped run keeps the model of the last round it applied
+start --set model=$MODEL --set rounds=100000 --set local_steps=1 --set eval_every=100000 \
+  --set slowdown=20 || finish
+for i in $(seq 300); do
+  [ "$(sql a "SELECT count(*) FROM rounds WHERE $(w "$run_id")" 2>/dev/null)" -ge 2 ] && break
+  sleep 0.1
+done
+ctl a stop >/dev/null || fail "stop"
+wait_run_state a stopped 60 || fail "the run did not stop"
+row=$(sql a "SELECT state, round >= 2 FROM models WHERE $(w "$run_id")")
+[ "$row" = "stopped|1" ] && pass "a stopped run keeps its last model (state|round >= 2: $row)" \
+  || fail "stopped run's models row: '$row'"
 
 # ---- cnn, exported with the daemon down
 MODEL=cnn
