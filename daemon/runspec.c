@@ -46,7 +46,7 @@ static int check_init(td_runspec_t *rs, const char *v, char *why, size_t n) {
   if (strcmp(v, "none") == 0 || (len > ext && strcmp(v + len - ext, ".safetensors") == 0))
     return 0;
   return td_why(why, n, TD_ECONFIG,
-                "init '%.64s': takes none or FILE.safetensors (trainctl model RUN -o "
+                "'%.64s' is neither none nor a FILE.safetensors (trainctl model RUN -o "
                 "FILE.safetensors writes one)",
                 v);
 }
@@ -56,7 +56,7 @@ static int check_init_hash(td_runspec_t *rs, const char *v, char *why, size_t n)
   size_t len = strlen(v);
   if (strcmp(v, "none") == 0 || (len == 64 && strspn(v, "0123456789abcdef") == 64))
     return 0;
-  return td_why(why, n, TD_ECONFIG, "init_hash '%.80s': takes none or 64 lowercase hex digits", v);
+  return td_why(why, n, TD_ECONFIG, "'%.80s' is neither none nor 64 lowercase hex digits", v);
 }
 
 static int check_partition(td_runspec_t *rs, const char *v, char *why, size_t n) {
