@@ -35,7 +35,7 @@ static td__session_t *start(const char *mode, const char *extra) {
   char why[256] = "";
   char *spec = session_node_spec(fx, mode, 5, extra);
   uint64_t members[] = {SELF, PEER_A, PEER_B};
-  ck_assert_msg(td__session_start(&fx->n, RUN, spec, members, 3, 1, 0, why, sizeof why) == 0,
+  ck_assert_msg(td__session_start(&fx->n, RUN, spec, members, 3, 1, 0, false, why, sizeof why) == 0,
                 "%s", why);
   free(spec);
   ck_assert_ptr_nonnull(fx->n.session);

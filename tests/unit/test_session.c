@@ -32,7 +32,7 @@ static void teardown(void) {
 
 static int start_run(uint64_t run_id, const char *spec, const uint64_t *members, size_t n,
                      char *why, size_t why_len) {
-  return td__session_start(&fx->n, run_id, spec, members, n, 1, 0, why, why_len);
+  return td__session_start(&fx->n, run_id, spec, members, n, 1, 0, false, why, why_len);
 }
 
 static bool session_ended(void *arg) {
