@@ -188,10 +188,11 @@ from=$(acc_of "$mlp_run"); got=$(acc_of "$run_id")
 awk -v a="$got" -v b="$from" 'BEGIN { exit !(a >= b - 0.03) }' \
   && pass "peer run with init=: starts from the file (test accuracy $got after one short round; file $from)" \
   || fail "peer run with init=: $got, the file scores $from"
-start --set model=mlp:784-32-10 --set init=mlp.safetensors --set rounds=1 --set local_steps=2 || finish
-wait_run_state a failed 60 || fail "a mismatched init did not fail the run"
-err=$(json_field "$(ctl a status --json)" error | sed 's#\\/#/#g')
-[ "$err" = "init: tensor fc0.weight has shape [64,784] in $T/root/mlp.safetensors, the model wants [32,784]" ] \
+# start loads the model on the starting node before it answers: the
+# mismatch is start's own one-line error
+err=$(ctl a start --set model=mlp:784-32-10 --set init=mlp.safetensors --set rounds=1 \
+  --set local_steps=2 2>&1) && fail "a mismatched init started: $err"
+[ "$err" = "trainctl: error: run not started: init: tensor fc0.weight has shape [64,784] in $T/root/mlp.safetensors, the model wants [32,784]" ] \
   && pass "mismatched init: $err" || fail "mismatched init: '$err'"
 cp "$T/root/mlp.safetensors" "$T/outside.safetensors"
 out=$(ctl a start --set model=$MODEL --set init="$T/outside.safetensors" 2>&1) \
@@ -216,7 +217,12 @@ idle() { # NAME: wait until NAME runs nothing
     case "$(ctl "$1" status --json 2>/dev/null)" in *'"state":"running"'*) sleep 0.2 ;; *) return 0 ;; esac
   done
 }
-start --set model=$MODEL --set init=mlp.safetensors --set rounds=1 --set local_steps=2 || finish
+# start waits for the members and names b's refusal: the run is stopped (no
+# other member) or goes on without b, as the answers arrive
+out=$(ctl a start --set model=$MODEL --set init=mlp.safetensors --set rounds=1 \
+  --set local_steps=2 2>&1)
+grep -q "node [0-9a-f]\{16\} refused: init: $T/rootb/mlp.safetensors is not the file the run was started with" <<<"$out" \
+  && pass "start names the member with another file: $out" || fail "start with another file on b: '$out'"
 wait_run_state b failed 60 || fail "b ran with another file"
 err=$(json_field "$(ctl b status --json)" error | sed 's#\\/#/#g')
 grep -q "^init: $T/rootb/mlp.safetensors is not the file the run was started with (BLAKE2b-256 [0-9a-f]\{16\}\.\.\. here, [0-9a-f]\{16\}\.\.\. on the starting node): every member needs the same file$" <<<"$err" \
