@@ -208,8 +208,8 @@ int td_model_main(int argc, char **argv) {
                            "checkpoints: trainctl model %s -o FILE without --round)",
                            r->id, round, r->ledger->path, r->id);
   else if (rc == 0 && !m.found)
-    rc = td__ledgers_err("no model stored for run %s in %s (a run keeps its model, tensor names and "
-                           "shapes with it, when it ends; "
+    rc = td__ledgers_err("no model stored for run %s in %s (a run keeps its model, tensor "
+                           "names and shapes with it, when it ends; "
                            "this one %s)",
                            r->id, r->ledger->path,
                       strcmp(r->state, "running") == 0 ? "is still running"

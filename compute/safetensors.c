@@ -40,7 +40,7 @@ struct td_safetensors {
   char hash[TD_SAFETENSORS_HASH_HEX]; /* of the file's bytes; "" when parsed from memory */
 };
 
-/* ---- writing (common/safetensors_write.c) ---------------------------------------------------------------------------- */
+/* ---- writing (common/safetensors_write.c) ---------------------------------------- */
 
 static uint32_t get_le32(const uint8_t *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;

@@ -8,7 +8,8 @@
  * join), reconcile.c (anchor reconciliation), snapshots.c (which of those
  * three a snapshot message is for), comeback.c (members that fall out of a
  * run and come back into it), model_keep.c (the model a run leaves in the
- * ledger) and policy.c (this node's limits over run specs). The session's core (members, rounds, the own-round ring) is shared
+ * ledger) and policy.c (this node's limits over run specs). The session's
+ * core (members, rounds, the own-round ring) is shared
  * by these parts; their own state (the outbox, the transfer, the join, the
  * reconciliation) is opaque and reached only through the calls declared
  * here. They use the layers below (run/, net/, store/, base/) and never the
