@@ -11,7 +11,7 @@
  * ControlResponse back, whose payload is JSON. trainctl renders it as a table,
  * as CSV or as JSON, and exits 0 on success, 1 with a one-line reason when the
  * daemon refuses or is not running, 2 on a usage error. The ledger commands
- * (cli/history.h, cli/export.h, cli/plot.h) read ledgers directly; with
+ * (cli/history.h, cli/export.h, cli/plot.h, cli/model.h) read ledgers directly; with
  * --socket, the ledger of the daemon at that socket. */
 #include <errno.h>
 #include <json-c/json.h>
@@ -29,6 +29,7 @@
 
 #include "cli/export.h"
 #include "cli/history.h"
+#include "cli/model.h"
 #include "cli/ledgers.h"
 #include "cli/plot.h"
 #include "common/numfmt.h"
@@ -704,6 +705,8 @@ static const command_t COMMANDS[] = {
      "RUN... [--x time|round|samples|bytes] [--y accuracy|loss|bpb|goodput|staleness|idle]"
      " [-o FILE.png|FILE.svg] [--script FILE.gp] [--size WxH]",
      "curves with gnuplot, one per run and node", READS_LEDGER},
+    {"model", td_model_main, "RUN [--round R] -o FILE [--format safetensors]",
+     "the run's kept model (or round R's checkpoint) as safetensors", READS_LEDGER},
     {"help", cmd_help, "[COMMAND]", "every command, or one command's usage", LOCAL},
 };
 #define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])

@@ -611,6 +611,10 @@ int td_model_eval(td_model_t *m, const td_batch_t *batch, double *loss_sum, int 
   return 0;
 }
 
+const float *td_model_logits(const td_model_t *m) {
+  return m->device ? NULL : m->tensors[m->nodes[m->n_nodes - 1].out].v;
+}
+
 int td_model_train_batch(td_model_t *m, const float *x, const int32_t *y, int rows,
                          double *loss, int *correct) {
   if (m != NULL && m->input != TD_INPUT_FEATURES)

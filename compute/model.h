@@ -1,7 +1,7 @@
 /* model.h: models built from a spec string, over the flat parameter buffer.
  *
  * Spec forms (the run key `model`):
- *   mlp:IN-H1-...-OUT   dense layers with ReLU between them (fc0.weight, fc0.bias, ...)
+ *   mlp:IN-H1-...-OUT   dense layers with ReLU between them
  *   cnn                 = layers:input(1,28,28) conv(32,3,pad=1) relu maxpool(2)
  *                         conv(64,3,pad=1) relu maxpool(2) flatten dense(128) relu dense(10)
  *                         (421,642 parameters)
@@ -25,6 +25,15 @@
  * A list that does not connect (conv after flatten, a window larger than its
  * input, groups that do not divide the channels, a residual block that changes
  * the shape) is TD_ECONFIG with a one-line why naming the item.
+ *
+ * Tensor names say the layer: dense layers fcN.weight [OUT, IN] / fcN.bias,
+ * convolutions convN.weight [OUT, C, K, K] / convN.bias, gnN and lnN
+ * (.weight, .bias) for the norms, N counting each kind from 0 in list order
+ * (mlp: fc0 ... fcL); gpt: wte.weight [256, W], wpe.weight [T, W],
+ * blocks.I.ln1, blocks.I.attn.qkv [3W, W], blocks.I.attn.proj [W, W],
+ * blocks.I.ln2, blocks.I.mlp.fc [4W, W], blocks.I.mlp.proj [W, 4W] (.weight,
+ * .bias each) and ln_f; the head is wte itself (tied), so it has no tensor.
+ * The qkv output is q, k, v in that order, each W wide, head h at h*W/H.
  *
  * Weights are (out x in) row-major (a conv weight out x in x k x k, so it is
  * also the out x in*k*k matrix of its GEMM), each followed by its bias, in one
@@ -64,6 +73,9 @@ typedef struct {
   const int32_t *targets;
 } td_batch_t;
 
+/* The parameter layout (names, shapes, offsets) of the model `spec` builds,
+ * without its buffers. Caller owns *out. TD_ECONFIG + why on a bad spec. */
+int td_model_spec_layout(const char *spec, td_layout_t **out, char *why, size_t why_len);
 /* Validate a spec without building anything; TD_ECONFIG + why on error. */
 int td_model_check_spec(const char *spec, char *why, size_t why_len);
 /* What td_model_open(spec, batch) would allocate, computed from the spec alone
@@ -125,6 +137,9 @@ int td_model_max_batch(const td_model_t *m);
 int td_model_train(td_model_t *m, const td_batch_t *batch, double *loss, int *correct);
 /* Forward only; adds the SUM of per-position losses to *loss_sum and hits to *correct. */
 int td_model_eval(td_model_t *m, const td_batch_t *batch, double *loss_sum, int *correct);
+/* The logits of the last td_model_eval() (rows x context x classes floats,
+ * row-major), borrowed until the next step; NULL on a device backend. */
+const float *td_model_logits(const td_model_t *m);
 /* The feature-model forms of the two above (TD_EINVAL on a token model). */
 int td_model_train_batch(td_model_t *m, const float *x, const int32_t *y, int rows,
                          double *loss, int *correct);

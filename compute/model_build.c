@@ -58,9 +58,12 @@ static int build_dense(td_model_t *m, int in, int units, const char *prefix, int
   td__node_t *n = new_node(m, N_DENSE, in);
   if (n == NULL)
     return td_why(why, why_len, TD_ECONFIG, "too many layers (at most %d)", TD__MAX_NODES);
-  snprintf(name, sizeof name, "%s%d.weight", prefix, index);
+  char num[16] = ""; /* index < 0: the prefix is the whole name */
+  if (index >= 0)
+    snprintf(num, sizeof num, "%d", index);
+  snprintf(name, sizeof name, "%s%s.weight", prefix, num);
   n->w = add_param(m, name, 2, (uint32_t)units, (uint32_t)f, 0, 0);
-  snprintf(name, sizeof name, "%s%d.bias", prefix, index);
+  snprintf(name, sizeof name, "%s%s.bias", prefix, num);
   n->b = n->w < 0 ? n->w : add_param(m, name, 1, (uint32_t)units, 0, 0, 0);
   if (n->b < 0)
     return td_why(why, why_len, n->b, "cannot lay out %s%d", prefix, index);
@@ -463,20 +466,20 @@ static int build_gpt(td_model_t *m, const char *spec, const char *args, char *wh
   if (x < 0)
     return x;
   td__node_t *embed = n;
-  embed->w = add_param(m, "wte", 2, TD__VOCAB, (uint32_t)c, 0, 0);
-  embed->w2 = embed->w < 0 ? embed->w : add_param(m, "wpe", 2, (uint32_t)t, (uint32_t)c, 0, 0);
+  embed->w = add_param(m, "wte.weight", 2, TD__VOCAB, (uint32_t)c, 0, 0);
+  embed->w2 = embed->w < 0 ? embed->w : add_param(m, "wpe.weight", 2, (uint32_t)t, (uint32_t)c, 0, 0);
   if (embed->w2 < 0)
     return td_why(why, why_len, embed->w2, "cannot lay out the embeddings");
   embed->init = INIT_GPT;
   int wte = embed->w;
   char name[TD_TENSOR_NAME_MAX];
   for (int l = 0; l < layers; l++) {
-    snprintf(name, sizeof name, "h%d.ln1", l);
+    snprintf(name, sizeof name, "blocks.%d.ln1", l);
     int h = build_layernorm(m, x, name, why, why_len);
     if (h < 0)
       return h;
-    snprintf(name, sizeof name, "h%d.qkv", l);
-    int qkv = build_dense(m, h, 3 * c, name, 0, why, why_len);
+    snprintf(name, sizeof name, "blocks.%d.attn.qkv", l);
+    int qkv = build_dense(m, h, 3 * c, name, -1, why, why_len);
     if (qkv < 0)
       return qkv;
     m->nodes[m->n_nodes - 1].init = INIT_GPT;
@@ -485,8 +488,8 @@ static int build_gpt(td_model_t *m, const char *spec, const char *args, char *wh
       return a;
     n->heads = (int)heads;
     n->aux_floats = (size_t)heads * (size_t)t * (size_t)t;
-    snprintf(name, sizeof name, "h%d.proj", l);
-    int pr = build_dense(m, a, c, name, 0, why, why_len);
+    snprintf(name, sizeof name, "blocks.%d.attn.proj", l);
+    int pr = build_dense(m, a, c, name, -1, why, why_len);
     if (pr < 0)
       return pr;
     m->nodes[m->n_nodes - 1].init = INIT_GPT_PROJ;
@@ -494,12 +497,12 @@ static int build_gpt(td_model_t *m, const char *spec, const char *args, char *wh
     if (x2 < 0)
       return x2;
     n->in2 = pr;
-    snprintf(name, sizeof name, "h%d.ln2", l);
+    snprintf(name, sizeof name, "blocks.%d.ln2", l);
     int h2 = build_layernorm(m, x2, name, why, why_len);
     if (h2 < 0)
       return h2;
-    snprintf(name, sizeof name, "h%d.fc", l);
-    int fc = build_dense(m, h2, 4 * c, name, 0, why, why_len);
+    snprintf(name, sizeof name, "blocks.%d.mlp.fc", l);
+    int fc = build_dense(m, h2, 4 * c, name, -1, why, why_len);
     if (fc < 0)
       return fc;
     m->nodes[m->n_nodes - 1].init = INIT_GPT;
@@ -507,8 +510,8 @@ static int build_gpt(td_model_t *m, const char *spec, const char *args, char *wh
     if (gl < 0)
       return gl;
     n->act = TD_ACT_GELU;
-    snprintf(name, sizeof name, "h%d.fcproj", l);
-    int fp = build_dense(m, gl, c, name, 0, why, why_len);
+    snprintf(name, sizeof name, "blocks.%d.mlp.proj", l);
+    int fp = build_dense(m, gl, c, name, -1, why, why_len);
     if (fp < 0)
       return fp;
     m->nodes[m->n_nodes - 1].init = INIT_GPT_PROJ;
@@ -517,7 +520,7 @@ static int build_gpt(td_model_t *m, const char *spec, const char *args, char *wh
       return x;
     n->in2 = fp;
   }
-  int hf = build_layernorm(m, x, "lnf", why, why_len);
+  int hf = build_layernorm(m, x, "ln_f", why, why_len);
   if (hf < 0)
     return hf;
   /* the head: logits = h wte^T, the token table tied, no bias */
@@ -587,6 +590,21 @@ int td_model_check_spec(const char *spec, char *why, size_t why_len) {
   if (m == NULL)
     return td_why(why, why_len, TD_ENOMEM, "out of memory");
   int rc = td__model_build(m, spec, why, why_len);
+  td_layout_free(&m->layout);
+  free(m);
+  return rc < 0 ? rc : 0;
+}
+
+int td_model_spec_layout(const char *spec, td_layout_t **out, char *why, size_t why_len) {
+  *out = NULL;
+  td_model_t *m = calloc(1, sizeof *m);
+  if (m == NULL)
+    return td_why(why, why_len, TD_ENOMEM, "out of memory");
+  int rc = td__model_build(m, spec, why, why_len);
+  if (rc >= 0) {
+    *out = m->layout;
+    m->layout = NULL;
+  }
   td_layout_free(&m->layout);
   free(m);
   return rc < 0 ? rc : 0;

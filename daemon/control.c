@@ -32,6 +32,7 @@
 #include "common/error.h"
 #include "daemon/base/log.h"
 #include "daemon/net/joinprobe.h"
+#include "compute/safetensors.h"
 #include "proto/control.h"
 
 /* A join waits JOIN_TIMEOUT_MS for the welcome of the node it asked, or
@@ -467,6 +468,21 @@ static void on_start_tick(uv_timer_t *t) {
     answer_start(c, s, ready, refused, waiting);
 }
 
+/* init = FILE: the spec carries this node's file's hash, so that every member
+ * checks it holds the same file (the path resolved as its policy does). */
+static int init_hash(td__node_t *n, td_runspec_t *spec, char *why, size_t why_len) {
+  if (strcmp(spec->init, "none") == 0 || strcmp(spec->init_hash, "none") != 0)
+    return 0;
+  td_runspec_t resolved = *spec;
+  int rc = td__policy_check(&n->policy, &resolved, 1, why, why_len);
+  char hex[TD_SAFETENSORS_HASH_HEX];
+  if (rc == 0)
+    rc = td_safetensors_file_hash(resolved.init, hex, why, why_len);
+  if (rc == 0)
+    snprintf(spec->init_hash, sizeof spec->init_hash, "%s", hex);
+  return rc;
+}
+
 static void cmd_start(conn_t *c, const Traind__ControlRequest *req) {
   td__node_t *n = c->ctl->n;
   char why[768] = "";
@@ -491,6 +507,10 @@ static void cmd_start(conn_t *c, const Traind__ControlRequest *req) {
       snprintf(why, sizeof why, "run %016" PRIx64 " is still running (trainctl stop first)",
                n->session->run_id);
     respond(c, TD_EINVAL, why, NULL);
+    return;
+  }
+  if ((rc = init_hash(n, &spec, why, sizeof why)) != 0) {
+    respond(c, rc, why, NULL);
     return;
   }
   size_t need = td_runspec_format(&spec, NULL, 0) + 1;

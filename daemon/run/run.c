@@ -110,6 +110,7 @@ int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t wh
   run->max_rounds = opts->max_rounds;
   run->max_checkpoint_bytes = opts->max_checkpoint_bytes;
   run->checkpoint_acks = opts->checkpoint_acks;
+  run->keep_model = opts->keep_model;
   run->local_batch = td_steps_split_batch(run->spec.batch, run->rank, run->nodes);
   run->slowdown = td_runspec_slowdown(&run->spec, run->rank);
   run->loop = opts->loop;

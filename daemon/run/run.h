@@ -42,6 +42,9 @@ typedef enum {
   TD_RUN_ROUND_DONE, /* local steps of `round` done; delta ready */
   TD_RUN_EVAL,       /* anchor after `round` evaluated */
   TD_RUN_CHECKPOINT, /* blob: a copy of the anchor after `round` (loop owns it) */
+  TD_RUN_MODEL,      /* opts.keep_model only; blob: the model the run ends with, after `round` (loop owns it):
+                        after the last round before FINISHED, the consensus; before
+                        STOPPED, the anchor of the last round applied (round 0: none) */
   TD_RUN_ANCHOR,     /* late join: blob: the anchor holding `round` (then the outer
                         momentum when the run has one), td_run_anchor_bytes(); loop owns it */
   TD_RUN_RECONCILE,  /* the anchor holds `round`, a reconciliation round; blob: anchor -
@@ -76,7 +79,7 @@ typedef struct {
   unsigned swap_step;   /* ROUND_DONE: overlap: the steps taken before the predecessor's
                            average was swapped in (overlap_early); `steps` when it was not
                            swapped in during the steps (at the round's end, or before it) */
-  float *blob;          /* CHECKPOINT: td_run_numel() floats, malloc'd, owned by the receiver */
+  float *blob;          /* CHECKPOINT, MODEL: td_run_numel() floats, malloc'd, owned by the receiver */
   char backend[16];     /* READY: the compute backend's name (cpu, cuda) */
   char message[256];    /* FAILED: why; READY: the backend and why it was chosen */
 } td_run_event_t;
@@ -107,6 +110,8 @@ typedef struct {
    * for the next one only then, so one checkpoint copy at most is on its way
    * to the ledger, whatever checkpoint_every asks. false: never waits. */
   bool checkpoint_acks;
+  /* Post TD_RUN_MODEL (the model the run ends with) before FINISHED and STOPPED. */
+  bool keep_model;
   uv_loop_t *loop;
   /* Called on the loop thread whenever events are queued; drain them with
    * td_run_next_event(). */

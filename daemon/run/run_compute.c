@@ -29,6 +29,7 @@
 #include "common/error.h"
 #include "compute/data/shard.h"
 #include "compute/data/text.h"
+#include "compute/safetensors.h"
 #include "compute/trainer.h"
 #include "daemon/base/clock.h"
 #include "daemon/run/run_compute.h"
@@ -260,6 +261,13 @@ static td__run_flow_t set_up(td__compute_t *c) {
     return td__compute_fail(c);
   }
   c->params = td_model_host_params(model); /* the model's own buffer on the CPU */
+  if (strcmp(sp->init, "none") != 0 &&
+      td_model_load_safetensors(model, sp->init, sp->init_hash, c->why, sizeof c->why) != 0) {
+    char why[sizeof c->why];
+    snprintf(why, sizeof why, "init: %s", c->why);
+    snprintf(c->why, sizeof c->why, "%s", why);
+    return td__compute_fail(c);
+  }
   memcpy(run->anchor, c->params, run->numel * sizeof(float));
   memcpy(run->start, c->params, run->numel * sizeof(float));
   if (run->init != NULL)
@@ -543,6 +551,10 @@ static td__run_flow_t run_round(td__compute_t *c, uint64_t round) {
   }
   if (f == TD__RUN_GO_ON)
     f = td__compute_push(c); /* the host copy changed: the evaluation and next steps use it */
+  if (f == TD__RUN_GO_ON && round == c->run->rounds && c->run->keep_model) { /* its model */
+    td_run_event_t ev = {.kind = TD_RUN_MODEL, .round = round};
+    f = td__run_post_copy(c->run, &ev, "the final model", c->params, c->run->numel, NULL, 0);
+  }
   if (f == TD__RUN_GO_ON)
     f = round_end(c, round);
   return f;
@@ -556,9 +568,16 @@ void *td__run_compute_main(void *arg) {
     f = wait_release(&c);
   if (f == TD__RUN_GO_ON && run->first_round > 1)
     f = wait_seed(&c);
+  uint64_t applied = 0; /* the last round whose outer step the anchor holds */
   for (uint64_t round = run->first_round; f == TD__RUN_GO_ON && round <= run->rounds; round++)
-    f = run_round(&c, round);
+    if ((f = run_round(&c, round)) == TD__RUN_GO_ON)
+      applied = round;
   td__run_eval_close(&c.eval); /* before STOPPED: nothing of the run outlives it */
+  if (f == TD__RUN_STOPPED && applied > 0 && run->keep_model) { /* not after a failure */
+    const float *model = run->spec.mode_kind == TD_MODE_ASYNC ? run->start : run->anchor;
+    td_run_event_t ev = {.kind = TD_RUN_MODEL, .round = applied};
+    td__run_post_copy(run, &ev, "the last model", model, run->numel, NULL, 0);
+  }
   if (f == TD__RUN_STOPPED) {
     td_run_event_t ev = {.kind = TD_RUN_STOPPED};
     td__run_post(run, &ev); /* fails only when closing: nobody to tell */

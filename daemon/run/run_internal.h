@@ -41,6 +41,7 @@ struct td_run {
   uint64_t max_rounds;  /* this node's limit (0: none) */
   uint64_t max_checkpoint_bytes; /* this node's limit (0: none) */
   bool checkpoint_acks;          /* td_run_opts_t.checkpoint_acks */
+  bool keep_model;               /* post TD_RUN_MODEL at the end */
   /* set by the compute thread before READY, then read-only */
   uint64_t rounds;
   unsigned *steps_of; /* H of round r at [r - 1] */

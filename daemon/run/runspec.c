@@ -46,6 +46,25 @@ static int check_model(td_runspec_t *rs, const char *v, char *why, size_t n) {
   return td_model_check_spec(v, why, n);
 }
 
+static int check_init(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  (void)rs;
+  size_t len = strlen(v), ext = strlen(".safetensors");
+  if (strcmp(v, "none") == 0 || (len > ext && strcmp(v + len - ext, ".safetensors") == 0))
+    return 0;
+  return td_why(why, n, TD_ECONFIG,
+                "'%.64s' is neither none nor a FILE.safetensors (trainctl model RUN -o "
+                "FILE.safetensors writes one)",
+                v);
+}
+
+static int check_init_hash(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  (void)rs;
+  size_t len = strlen(v);
+  if (strcmp(v, "none") == 0 || (len == 64 && strspn(v, "0123456789abcdef") == 64))
+    return 0;
+  return td_why(why, n, TD_ECONFIG, "'%.80s' is neither none nor 64 lowercase hex digits", v);
+}
+
 static int check_partition(td_runspec_t *rs, const char *v, char *why, size_t n) {
   td_partition_t p;
   (void)rs;
@@ -313,6 +332,13 @@ bad:
 static const run_key_t td__run_keys[] = {
     {"model", KEY_STR, F(model), "mlp:784-256-128-10", 0, 0, check_model,
      "model spec: mlp:IN-H1-...-OUT | cnn | resnet | gpt:L-W-H-T | layers:..."},
+    {"init", KEY_STR, F(init), "none", 0, 0, check_init,
+     "start from these weights instead of the seed's: a safetensors file with every tensor of "
+     "the model (trainctl model writes one); a peer run reads it under each node's data root, "
+     "and every member must hold the same file"},
+    {"init_hash", KEY_STR, F(init_hash), "none", 0, 0, check_init_hash,
+     "the init file's BLAKE2b-256 in hex: the node that starts a peer run sets it from its "
+     "own file, and every member refuses a file with another"},
     {"dataset", KEY_STR, F(dataset), "auto", 0, 0, check_dataset,
      "auto (text:fortunes for a gpt model, else fashion-mnist) | fashion-mnist"
      " | idx:TRAIN_IMAGES,TRAIN_LABELS[,TEST_IMAGES,TEST_LABELS] | csv:TRAIN[,TEST]"

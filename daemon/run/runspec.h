@@ -57,6 +57,9 @@ typedef struct {
   unsigned reconcile_via_kind;          /* td_recon_via_t (scheduler/recon.h) */
   char aggregate[TD_RUNSPEC_STR_MAX];   /* mean | clip:C | trimmed:B | median */
   char norm_bound[TD_RUNSPEC_STR_MAX];  /* auto | off | R */
+  char init[TD_RUNSPEC_STR_MAX];        /* none | FILE.safetensors: the weights to start from */
+  char init_hash[TD_RUNSPEC_STR_MAX];   /* none | the init file's BLAKE2b-256 (hex), set by the
+                                           starting node; each member checks its own file */
   td_agg_spec_t agg;                    /* from both; norm_bound -1 = auto (td_runspec_agg) */
   double outer_lr, outer_momentum, outer_clip;
   bool outer_nesterov;

@@ -19,6 +19,7 @@
 #include "compute/data/dataset.h"
 #include "common/error.h"
 #include "compute/data/shard.h"
+#include "compute/safetensors.h"
 #include "compute/trainer.h"
 
 static long peak_rss_kb(void) {
@@ -66,6 +67,22 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, char *why, s
   const td_dataset_t *eval_set = test != NULL ? test : train;
   if (test != NULL && (rc = td_trainer_check_dataset(tr, test, why, why_len)) != 0)
     goto done;
+  /* init = FILE: start from it, and say what it scores before any step */
+  double init_loss = NAN, init_acc = NAN, init_bpb = NAN;
+  if (strcmp(rs->init, "none") != 0) {
+    char inner[512];
+    if ((rc = td_model_load_safetensors(td_trainer_model(tr), rs->init, rs->init_hash, inner,
+                                        sizeof inner)) !=
+        0) {
+      td_why(why, why_len, rc, "init: %s", inner);
+      goto done;
+    }
+    rc = text ? td_trainer_evaluate_text(tr, td_text_data(data.text_valid),
+                                         td_text_bytes(data.text_valid), &init_bpb, why, why_len)
+              : td_trainer_evaluate(tr, eval_set, &init_loss, &init_acc, why, why_len);
+    if (rc != 0)
+      goto done;
+  }
   unsigned long spe = td_trainer_steps_per_epoch(tr);
   size_t params = td_layout_param_count(td_model_layout(td_trainer_model(tr)));
   fprintf(out, "traind standalone: %s (%zu parameters) on %s, partition %s node %u/%u\n", rs->model,
@@ -81,6 +98,11 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, char *why, s
             "  %zu training samples, %zu %s samples, batch %u, %lu steps/epoch, backend %s\n",
             td_dataset_rows(train), td_dataset_rows(eval_set),
             test ? "test" : "training (no test set)", rs->batch, spe, td_backend_name(be));
+  if (strcmp(rs->init, "none") != 0 && text)
+    fprintf(out, "  init %s: valid_bpb %.6f before training\n", rs->init, init_bpb);
+  else if (strcmp(rs->init, "none") != 0)
+    fprintf(out, "  init %s: %s_loss %.6f  %s_acc %.6f before training\n", rs->init,
+            test ? "test" : "train", init_loss, test ? "test" : "train", init_acc);
   fflush(out);
 
   double total_seconds = 0, train_loss = 0, train_acc = 0, eval_loss = 0, eval_acc = 0;
@@ -164,6 +186,15 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, char *why, s
       json_object_object_add(o, "eval_set", json_object_new_string(test ? "test" : "train"));
       json_object_object_add(o, "test_loss", json_object_new_double(eval_loss));
       json_object_object_add(o, "test_accuracy", json_object_new_double(eval_acc));
+    }
+    if (strcmp(rs->init, "none") != 0) { /* the loaded model, before any step */
+      json_object_object_add(o, "init", json_object_new_string(rs->init));
+      if (text)
+        json_object_object_add(o, "init_test_bpb", json_object_new_double(init_bpb));
+      else {
+        json_object_object_add(o, "init_test_loss", json_object_new_double(init_loss));
+        json_object_object_add(o, "init_test_accuracy", json_object_new_double(init_acc));
+      }
     }
     json_object_object_add(o, "train_seconds", json_object_new_double(total_seconds));
     json_object_object_add(o, "samples_per_s",

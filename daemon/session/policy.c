@@ -78,12 +78,12 @@ int td__policy_init(td__policy_t *p, const td__policy_opts_t *o, char *why, size
 }
 
 /* Resolve one dataset path under the root into `out`; 0 or TD_ECONFIG + why. */
-static int resolve_path(const td__policy_t *p, const char *path, size_t len, char *out,
-                        char *why, size_t why_len) {
+static int resolve_path(const td__policy_t *p, const char *what, const char *path, size_t len,
+                        char *out, char *why, size_t why_len) {
   char joined[PATH_MAX * 2];
   int q = len > SPEC_QUOTE_MAX ? SPEC_QUOTE_MAX : (int)len;
   if (len == 0 || len >= PATH_MAX)
-    return td_why(why, why_len, TD_ECONFIG, "dataset path '%.*s' is empty or too long", q, path);
+    return td_why(why, why_len, TD_ECONFIG, "%s path '%.*s' is empty or too long", what, q, path);
   if (path[0] == '/')
     snprintf(joined, sizeof joined, "%.*s", (int)len, path);
   else
@@ -96,10 +96,10 @@ static int resolve_path(const td__policy_t *p, const char *path, size_t len, cha
   if (realpath(joined, out) == NULL ||
       strncmp(out, p->data_root, root_len) != 0 ||
       (out[root_len] != '/' && !(root_len == 1 && p->data_root[0] == '/')))
-    return td_why(why, why_len, TD_ECONFIG, "dataset path '%.*s' is not a file under the data "
-                  "root %s", q, path, p->data_root);
+    return td_why(why, why_len, TD_ECONFIG, "%s path '%.*s' is not a file under the data root %s",
+                  what, q, path, p->data_root);
   if (stat(out, &st) != 0 || !S_ISREG(st.st_mode))
-    return td_why(why, why_len, TD_ECONFIG, "dataset path '%.*s' is not a regular file", q, path);
+    return td_why(why, why_len, TD_ECONFIG, "%s path '%.*s' is not a regular file", what, q, path);
   return 0;
 }
 
@@ -122,7 +122,7 @@ static int check_dataset(const td__policy_t *p, td_runspec_t *spec, char *why, s
   for (;;) {
     size_t len = strcspn(s, ",");
     char real[PATH_MAX];
-    int rc = resolve_path(p, s, len, real, why, why_len);
+    int rc = resolve_path(p, "dataset", s, len, real, why, why_len);
     if (rc != 0)
       return rc;
     int w = snprintf(resolved + used, sizeof resolved - used, "%s%s", real,
@@ -135,6 +135,25 @@ static int check_dataset(const td__policy_t *p, td_runspec_t *spec, char *why, s
     s += len + 1;
   }
   memcpy(spec->dataset, resolved, used + 1);
+  return 0;
+}
+
+/* init = FILE: a file under the data root like a dataset's, resolved in place. */
+static int check_init(const td__policy_t *p, td_runspec_t *spec, char *why, size_t why_len) {
+  if (strcmp(spec->init, "none") == 0)
+    return 0;
+  if (p->data_root[0] == '\0')
+    return td_why(why, why_len, TD_ECONFIG,
+                  "init '%.*s' names a file, and this node reads no files for runs: its "
+                  "operator set no --data-root",
+                  SPEC_QUOTE_MAX, spec->init);
+  char real[PATH_MAX];
+  int rc = resolve_path(p, "init", spec->init, strlen(spec->init), real, why, why_len);
+  if (rc != 0)
+    return rc;
+  if (strlen(real) >= sizeof spec->init)
+    return td_why(why, why_len, TD_ECONFIG, "the init path is too long once resolved");
+  snprintf(spec->init, sizeof spec->init, "%s", real);
   return 0;
 }
 
@@ -178,6 +197,8 @@ int td__policy_check(const td__policy_t *p, td_runspec_t *spec, size_t n_members
                   SPEC_QUOTE_MAX, spec->model, spec->batch, (bytes + (1u << 20) - 1) >> 20,
                   params, p->max_bytes >> 20);
   if ((rc = check_checkpoints(p, spec, params, why, why_len)) != 0)
+    return rc;
+  if ((rc = check_init(p, spec, why, why_len)) != 0)
     return rc;
   return check_dataset(p, spec, why, why_len);
 }

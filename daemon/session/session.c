@@ -99,6 +99,7 @@ static void session_free(td__session_t *s) {
   td_round_close(&s->collector);
   td_run_close(&s->run); /* last: the layout the collectors borrow */
   free(s->spec_text);
+  free(s->kept_model);
   free(s);
 }
 
@@ -115,6 +116,7 @@ void td__session_finish(td__node_t *n, td__run_state_t state, double test_accura
   char untrained[192], who[256];
   untrained_text(s, untrained, sizeof untrained, false);
   untrained_text(s, who, sizeof who, true);
+  td__model_keep(n, s, name, isnan(s->test_bpb) ? test_accuracy : s->test_bpb);
   td__ledger_run_end_untrained(n->ledger, s->run_id, name, test_accuracy, untrained);
   n->ended_run = s->run_id;
   if (who[0] != '\0' && state != TD__RUN_MISSED) {
@@ -232,13 +234,21 @@ static void on_run_events(td_run_t *run, void *user) {
     case TD_RUN_PROBE: td__xfer_probe(s, &ev); break;
     case TD_RUN_ANCHOR: td__join_anchor(s, &ev); break;
     case TD_RUN_RECONCILE: td__reconcile_own(s, &ev); break;
-    case TD_RUN_CHECKPOINT:
-      td__ledger_checkpoint(n->ledger, s->run_id, ev.round, ev.blob,
-                            td_run_numel(run) * sizeof(float), s->spec.checkpoint_keep);
+    case TD_RUN_MODEL: td__model_hold(s, ev.round, ev.blob); break;
+    case TD_RUN_CHECKPOINT: {
+      size_t bytes = td_run_numel(run) * sizeof(float);
+      float *copy = malloc(bytes); /* a failed run keeps its last checkpoint's model */
+      if (copy != NULL) {
+        memcpy(copy, ev.blob, bytes);
+        td__model_hold(s, ev.round, copy);
+      }
+      td__ledger_checkpoint(n->ledger, s->run_id, ev.round, ev.blob, bytes,
+                            s->spec.checkpoint_keep);
       s->checkpoint_out = true;
       td__ledgerq_flush(n->ledger);
       checkpoints_settled(n);
       break;
+    }
     case TD_RUN_EVAL:
     case TD_RUN_FINISHED:
       s->last_eval_acc = ev.accuracy;
@@ -397,7 +407,7 @@ int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
                         .first_round = first_round, .held = held,
                         .max_rounds = n->policy.max_rounds,
                         .max_checkpoint_bytes = n->policy.max_checkpoint_bytes,
-                        .checkpoint_acks = true, .loop = &n->loop,
+                        .checkpoint_acks = true, .keep_model = true, .loop = &n->loop,
                         .on_events = on_run_events, .user = s};
   if ((rc = td_run_start(&s->run, &opts, why, why_len)) != 0 ||
       (rc = open_parts(s, &codec, why, why_len)) != 0) {

@@ -7,8 +7,9 @@
  * transfer.c (resumable blob transfer and knowledge transfer), join.c (late
  * join), reconcile.c (anchor reconciliation), snapshots.c (which of those
  * three a snapshot message is for), comeback.c (members that fall out of a
- * run and come back into it) and policy.c (this node's limits over run
- * specs). The session's core (members, rounds, the own-round ring) is shared
+ * run and come back into it), model_keep.c (the model a run leaves in the
+ * ledger) and policy.c (this node's limits over run specs). The session's
+ * core (members, rounds, the own-round ring) is shared
  * by these parts; their own state (the outbox, the transfer, the join, the
  * reconciliation) is opaque and reached only through the calls declared
  * here. They use the layers below (run/, net/, store/, base/) and never the
@@ -264,6 +265,8 @@ struct td__session {
   td__xfer_t *xfer;
   td__join_t *join;
   td__reconcile_t *recon;
+  float *kept_model;   /* the model the run would keep now (model_keep.c), owned; NULL: none */
+  uint64_t kept_round; /* ... the round it holds */
 };
 
 /* A snapshot of a run's figures, for status (kept after the run ended). */
@@ -433,4 +436,16 @@ void td__reconcile_request(td__session_t *s, td__link_t *l, const Traind__Snapsh
 void td__reconcile_chunk(td__session_t *s, const Traind__Envelope *env);
 void td__reconcile_tick(td__session_t *s);
 void td__reconcile_stats(const td__reconcile_t *r, td__run_stats_t *out);
+
+/* ---- the model a run keeps (model_keep.c) ------------------------------------------------ */
+
+/* Hold `blob` (taken; the previous one is freed) as the model of `round` the
+ * run would keep if it ended now. */
+void td__model_hold(td__session_t *s, uint64_t round, float *blob);
+/* The session ends in `state` with `metric`: queue the held model (if any)
+ * as the run's models row, named and shaped by the run's layout. */
+void td__model_keep(td__node_t *n, td__session_t *s, const char *state, double metric);
+/* A layout's tensors as JSON ([{"name", "shape", "offset"}]); caller frees;
+ * NULL when out of memory. */
+char *td__layout_json(const td_layout_t *layout);
 #endif

@@ -57,6 +57,10 @@ static const char *const migrations[] = {
     "ALTER TABLE rounds ADD COLUMN members TEXT;"
     "ALTER TABLE rounds ADD COLUMN partitions TEXT;"
     "ALTER TABLE runs ADD COLUMN untrained TEXT;",
+    /* 4 -> 5: every run's last consensus model, whatever checkpoint_every says */
+    "CREATE TABLE models (run_id INTEGER PRIMARY KEY, round INTEGER NOT NULL,"
+    "  state TEXT NOT NULL, metric REAL, model TEXT NOT NULL, tensors TEXT NOT NULL,"
+    "  blob BLOB NOT NULL);",
 };
 #define N_MIGRATIONS (sizeof migrations / sizeof migrations[0])
 
@@ -70,7 +74,8 @@ static const char *const migrations[] = {
 
 enum {
   ST_RUN_START, ST_RUN_END, ST_PEER, ST_ROUND, ST_UPDATE, ST_LINK, ST_EVENT, ST_CKPT_PUT,
-  ST_CKPT_PRUNE, ST_CKPT_GET, ST_ROUNDS, ST_EVAL, ST_RUNS, ST_UNTRAINED, ST_COUNT_
+  ST_CKPT_PRUNE, ST_CKPT_GET, ST_ROUNDS, ST_EVAL, ST_RUNS, ST_UNTRAINED, ST_MODEL_PUT,
+  ST_COUNT_
 };
 static const char *const statements[ST_COUNT_] = {
     /* a run id names one spec forever, and an ended run stays ended: only a
@@ -109,6 +114,9 @@ static const char *const statements[ST_COUNT_] = {
     [ST_EVAL] = "UPDATE rounds SET eval_acc = ?3, eval_bpb = ?4 WHERE run_id = ?1 AND round = ?2",
     [ST_RUNS] = "SELECT run_id, spec, state FROM runs",
     [ST_UNTRAINED] = "UPDATE runs SET untrained = ?2 WHERE run_id = ?1 AND state IN " OPEN_STATES,
+    /* one row per run, replaced while the run is open (written before its end) */
+    [ST_MODEL_PUT] = "INSERT OR REPLACE INTO models SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7 WHERE "
+                     RUN_OPEN,
 };
 
 struct td_ledger {
@@ -500,6 +508,19 @@ int td_ledger_checkpoint_put(td_ledger_t *l, uint64_t run_id, uint64_t round, co
   return step_done(l, ST_CKPT_PRUNE);
 }
 
+int td_ledger_model_put(td_ledger_t *l, const td_ledger_model_t *m) {
+  sqlite3_stmt *st = l->st[ST_MODEL_PUT];
+  sqlite3_reset(st);
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)m->run_id);
+  sqlite3_bind_int64(st, 2, (sqlite3_int64)m->round);
+  sqlite3_bind_text(st, 3, m->state, -1, SQLITE_STATIC);
+  bind_real_or_null(st, 4, m->metric);
+  sqlite3_bind_text(st, 5, m->model, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 6, m->tensors, -1, SQLITE_STATIC);
+  sqlite3_bind_blob64(st, 7, m->blob, m->bytes, SQLITE_STATIC);
+  return step_done(l, ST_MODEL_PUT);
+}
+
 int td_ledger_checkpoint_latest(td_ledger_t *l, uint64_t run_id, uint64_t *round, void **blob,
                                 size_t *bytes) {
   sqlite3_stmt *st = l->st[ST_CKPT_GET];
@@ -610,7 +631,7 @@ int td_ledger_runs_interrupt(td_ledger_t *l, double at, td_ledger_run_fn fn, voi
 
 int64_t td_ledger_count(td_ledger_t *l, const char *table) {
   static const char *const known[] = {"runs", "peers", "rounds", "updates", "links", "events",
-                                      "checkpoints"};
+                                      "checkpoints", "models"};
   for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
     if (strcmp(table, known[i]) != 0)
       continue;

@@ -3,8 +3,9 @@
  * One database per node in WAL mode, its schema versioned with PRAGMA
  * user_version and migrated forward on open. It records runs, peers, every
  * round (with the members and partitions whose updates it averaged), every
- * update received (with its staleness), link measurements, events and
- * checkpoints. History is append-only: an ended run's rows are final. Statements are prepared once; callers group the
+ * update received (with its staleness), link measurements, events,
+ * checkpoints and each run's last model (models). History is append-only:
+ * an ended run's rows are final. Statements are prepared once; callers group the
  * writes of one round in td_ledger_begin()/td_ledger_commit() so a round costs
  * one transaction. A ledger handle is used by one thread at a time (the
  * daemon's work pool serialises its writes). */
@@ -15,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TD_LEDGER_SCHEMA_VERSION 4
+#define TD_LEDGER_SCHEMA_VERSION 5
 /* Room for the node ids of a round's members as text ("id,id,..." in hex):
  * TD_MAX_NODES (proto/limits.h) ids of 16 digits and a comma each. */
 #define TD_LEDGER_MEMBERS_TEXT (32 * 17 + 1)
@@ -122,6 +123,19 @@ int td_ledger_checkpoint_put(td_ledger_t *l, uint64_t run_id, uint64_t round, co
 /* Latest checkpoint of a run: TD_ENOENT when there is none. Caller owns *blob. */
 int td_ledger_checkpoint_latest(td_ledger_t *l, uint64_t run_id, uint64_t *round, void **blob,
                                 size_t *bytes);
+
+/* A run's model as it ended (or its last checkpoint's), one row per run. */
+typedef struct {
+  uint64_t run_id, round;
+  const char *state;   /* the run's end state, or "running" at a checkpoint */
+  double metric;       /* test accuracy, or bits per byte for a text run; NaN: none */
+  const char *model;   /* the model spec (the run key `model`) */
+  const char *tensors; /* JSON: [{"name", "shape", "offset"}] in layout order */
+  const void *blob;    /* the flat parameter buffer, layout order, padding included */
+  size_t bytes;
+} td_ledger_model_t;
+/* Store (replace) the run's model row. All fields borrowed. */
+int td_ledger_model_put(td_ledger_t *l, const td_ledger_model_t *m);
 
 /* Rounds of a run in ascending order, the last `last` of them (0 = all). */
 typedef void (*td_ledger_round_fn)(const td_ledger_round_t *r, void *user);

@@ -39,14 +39,15 @@
 #include "daemon/base/log.h"
 
 typedef enum {
-  OP_RUN_START, OP_RUN_END, OP_PEER, OP_ROUND, OP_UPDATE, OP_EVENT, OP_CKPT, OP_LINK, OP_EVAL,
+  OP_RUN_START, OP_RUN_END, OP_PEER, OP_ROUND, OP_UPDATE, OP_EVENT, OP_CKPT, OP_LINK, OP_EVAL, OP_MODEL,
   OP_KINDS_ /* the number of kinds: keep it last */
 } op_kind_t;
 
 static const char *const op_names[OP_KINDS_] = {
     [OP_RUN_START] = "run start", [OP_RUN_END] = "run end", [OP_PEER] = "peer",
     [OP_ROUND] = "round", [OP_UPDATE] = "update", [OP_EVENT] = "event",
-    [OP_CKPT] = "checkpoint", [OP_LINK] = "link", [OP_EVAL] = "evaluation"};
+    [OP_CKPT] = "checkpoint", [OP_LINK] = "link", [OP_EVAL] = "evaluation",
+    [OP_MODEL] = "model"};
 
 static const char *op_name(op_kind_t kind) { return op_names[kind] ? op_names[kind] : "other"; }
 
@@ -66,6 +67,7 @@ typedef struct ledger_op {
     td_ledger_update_t update;
     td_ledger_link_t link;
     struct { uint64_t run_id, round; void *blob; size_t bytes; unsigned keep; } ckpt;
+    struct { uint64_t run_id, round; void *blob; size_t bytes; double metric; char *model; } model;
   } u;
 } ledger_op_t;
 
@@ -149,6 +151,8 @@ static void seen_load(uint64_t run_id, const char *spec, const char *state, void
 
 static size_t op_bytes(const ledger_op_t *op) {
   size_t n = sizeof *op + (op->text ? strlen(op->text) + 1 : 0);
+  if (op->kind == OP_MODEL)
+    return n + op->u.model.bytes + strlen(op->u.model.model) + 1;
   return op->kind == OP_CKPT ? n + op->u.ckpt.bytes : n;
 }
 
@@ -156,6 +160,10 @@ static void free_op(ledger_op_t *op) {
   free(op->text);
   if (op->kind == OP_CKPT)
     free(op->u.ckpt.blob);
+  if (op->kind == OP_MODEL) {
+    free(op->u.model.blob);
+    free(op->u.model.model);
+  }
   free(op);
 }
 
@@ -267,6 +275,13 @@ static int apply_op(td_ledger_t *l, ledger_op_t *op) {
   case OP_CKPT:
     return td_ledger_checkpoint_put(l, op->u.ckpt.run_id, op->u.ckpt.round, op->u.ckpt.blob,
                                     op->u.ckpt.bytes, op->u.ckpt.keep);
+  case OP_MODEL: {
+    td_ledger_model_t m = {.run_id = op->u.model.run_id, .round = op->u.model.round,
+                           .state = op->name, .metric = op->u.model.metric,
+                           .model = op->u.model.model, .tensors = text,
+                           .blob = op->u.model.blob, .bytes = op->u.model.bytes};
+    return td_ledger_model_put(l, &m);
+  }
   case OP_LINK:
     op->u.link.codec = op->name;
     return td_ledger_link_add(l, &op->u.link);
@@ -636,6 +651,27 @@ void td__ledger_checkpoint(td__ledgerq_t *q, uint64_t run_id, uint64_t round, vo
   op->u.ckpt.blob = blob;
   op->u.ckpt.bytes = bytes;
   op->u.ckpt.keep = keep;
+}
+
+void td__ledger_model(td__ledgerq_t *q, uint64_t run_id, uint64_t round, const char *state,
+                      double metric, const char *model, const char *tensors, void *blob,
+                      size_t bytes) {
+  char *model_copy = strdup(model), *tensors_copy = strdup(tensors);
+  ledger_op_t *op = model_copy && tensors_copy ? op_new(q, OP_MODEL) : NULL;
+  if (op == NULL) {
+    free(blob);
+    free(model_copy);
+    free(tensors_copy);
+    return;
+  }
+  op->u.model.run_id = run_id;
+  op->u.model.round = round;
+  op->u.model.blob = blob;
+  op->u.model.bytes = bytes;
+  op->u.model.metric = metric;
+  op->u.model.model = model_copy;
+  op->text = tensors_copy;
+  snprintf(op->name, sizeof op->name, "%s", state);
 }
 
 void td__ledger_event(td__ledgerq_t *q, const char *kind, const char *fmt, ...) {

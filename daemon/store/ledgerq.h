@@ -79,6 +79,11 @@ void td__ledger_link(td__ledgerq_t *q, const td_ledger_link_t *row, const char *
  * checkpoints (0: all). */
 void td__ledger_checkpoint(td__ledgerq_t *q, uint64_t run_id, uint64_t round, void *blob,
                            size_t bytes, unsigned keep);
+/* The run's model row (one per run, replaced while the run is open): takes
+ * `blob` (bytes) whatever happens; model and tensors (JSON) are copied. */
+void td__ledger_model(td__ledgerq_t *q, uint64_t run_id, uint64_t round, const char *state,
+                      double metric, const char *model, const char *tensors, void *blob,
+                      size_t bytes);
 void td__ledger_event(td__ledgerq_t *q, const char *kind, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Visit the known peers now, on this thread (start-up). */
