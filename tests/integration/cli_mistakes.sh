@@ -23,7 +23,7 @@ export TRAIND_DATA_DIR="$T/elsewhere" # never the ledger these tests mean
 # ---- keys ------------------------------------------------------------------------------
 start_node a --data-root "$T" || finish
 run codc ctl a start --set codc=topk:0.01
-expect_error codc "^trainctl: error: unknown key 'codc': did you mean 'codec'\? \(known: model, dataset, partition, .*, codec, .*, checkpoint_every, checkpoint_keep, round_timeout\)$"
+expect_error codc "^trainctl: error: unknown key 'codc': did you mean 'codec'\? \(known: model, .*dataset, partition, .*, codec, .*, checkpoint_every, checkpoint_keep, round_timeout\)$"
 printf '[daemon]\nthread = 2\n' >"$T/d.ini"
 run thread "$TRAIND" --config "$T/d.ini"
 expect_error thread "d.ini:2: unknown key 'thread': did you mean 'threads'\? \(known: data_dir, listen, .*, insecure, insecure_force\)$"

@@ -43,12 +43,17 @@ acc=$(sql a "SELECT test_accuracy FROM runs WHERE $w")
 rc=$(rank_of c)
 ab=$(for n in a b; do id_of $n; echo; done | sort | paste -sd, -)
 parts_ab=$(for n in a b; do rank_of $n; done | sort -n | paste -sd, -)
+# (the starter waits, bounded, for every member to hold the run before its
+# first round, and c never answers: b's first rounds may close on the round
+# timeout without a, and its ledger says so. c's partition is in no round.)
+cid=$(id_of c)
 for n in a b; do
-  bad=$(sql $n "SELECT count(*) FROM rounds WHERE $w AND (members IS NOT '$ab' OR partitions IS NOT '$parts_ab')")
+  bad=$(sql $n "SELECT count(*) FROM rounds WHERE $w AND (instr(members, '$cid') > 0 OR ','||partitions||',' LIKE '%,$rc,%' OR members IS NULL)")
+  both=$(sql $n "SELECT count(*) FROM rounds WHERE $w AND members IS '$ab' AND partitions IS '$parts_ab'")
   total=$(sql $n "SELECT count(*) FROM rounds WHERE $w")
-  [ "$total" -eq 30 ] && [ "$bad" -eq 0 ] \
-    && pass "$n's ledger: all 30 rounds record members $ab, partitions $parts_ab" \
-    || fail "$n's ledger: $bad of $total rounds do not record members $ab / partitions $parts_ab: $(sql $n "SELECT round, members, partitions FROM rounds WHERE $w LIMIT 3")"
+  [ "$total" -eq 30 ] && [ "$bad" -eq 0 ] && [ "$both" -ge 25 ] \
+    && pass "$n's ledger: no round of 30 records c or partition $rc; $both record members $ab, partitions $parts_ab" \
+    || fail "$n's ledger: $bad of $total rounds record c or no members, $both record both a and b: $(sql $n "SELECT round, members, partitions FROM rounds WHERE $w LIMIT 3")"
   u=$(sql $n "SELECT untrained FROM runs WHERE $w")
   [ "$u" = "$rc" ] && pass "$n's ledger: partition $rc (c's) never trained" \
     || fail "$n's ledger: untrained '$u', not c's partition $rc"
