@@ -1,7 +1,8 @@
 /* net.h: the links to the other nodes, as the daemon's upper layers see them.
  *
  * daemon/net/ holds the transport (transport.c: one link per peer, ZeroMQ
- * sockets, pacing, goodput), who may connect and what they may ask
+ * sockets, pacing, goodput), the peer port's flood defences (inbound.c:
+ * connection shares, silent connections), who may connect and what they may ask
  * (access.c, zap.c) and the drop counters every refused peer message goes
  * to (drops.c). Nothing here calls a part above it: received envelopes go up
  * through the callback given at open. Loop thread, unless it says otherwise. */

@@ -31,22 +31,9 @@
  * sender is the key libzmq authenticated on its connection (the User-Id the
  * ZAP handler set), not the envelope's sender field, which is overwritten.
  *
- * Floods (descriptors.c plans the shares): libzmq accepts every TCP
- * connection itself, so the socket monitor reports each accepted descriptor
- * and its close. Every inbound connection is counted by remote address; one
- * that would take its address past the per-address share, the inbound share,
- * or the handshakes in progress past theirs is shut down at once (shutdown(2)
- * on libzmq's descriptor: libzmq sees the end of the stream and closes it,
- * as if the peer had). A handshake that does not finish within
- * HANDSHAKE_TIMEOUT_MS is abandoned by libzmq, so a silent connection holds
- * its descriptor seconds, not forever. The descriptors are checked again on
- * every tick, so a lost event cannot leave a count wrong for long.
- *
- * Idle connections: a link's DEALERs send a ZMTP ping every quarter of
- * IDLE_CLOSE_MIN_S, so a connection of a live traind is never silent that long;
- * an inbound connection that has received nothing for idle_close_s (an
- * authenticated key holding sockets open and saying nothing) is shut down
- * (TCP_INFO tells the kernel's time since the last data arrived). */
+ * Floods and silent connections (inbound.c): the socket monitor on the
+ * ROUTER counts every inbound connection against the descriptor shares and
+ * sheds the ones over them; the tick closes the long-silent ones. */
 #include "daemon/net/net.h"
 
 #include <inttypes.h>
@@ -54,16 +41,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <zmq.h>
 
 #include "common/error.h"
 #include "daemon/base/clock.h"
 #include "daemon/base/log.h"
 #include "daemon/net/advertise.h"
+#include "daemon/net/inbound.h"
 #include "scheduler/budget.h"
 #include "scheduler/pathrtt.h"
 
@@ -72,30 +57,8 @@
 #define ZMQ_MAX_FRAME_BYTES (16 << 20)
 #define LINK_SNDHWM_FRAMES 4000
 #define ROUTER_RCVHWM_FRAMES 20000
-#define MONITOR_ENDPOINT "inproc://traind-router-monitor"
 /* libzmq's default is 30 s: a connection that says nothing is closed sooner. */
 #define HANDSHAKE_TIMEOUT_MS 5000
-/* An inbound connection silent this long (and IDLE_CLOSE_BEATS heartbeats)
- * is closed: a live traind pings more often. */
-#define IDLE_CLOSE_MIN_S 10.0
-#define IDLE_CLOSE_BEATS 40.0
-/* Inbound descriptors tracked (by number): those beyond are shed. */
-#define INBOUND_FD_MAX (1 << 20)
-
-/* One inbound connection's remote address, by its descriptor number. */
-typedef struct {
-  uint8_t addr[16]; /* IPv6, or IPv4-mapped */
-  bool open;
-  bool closing; /* shut down for its silence; its close is still to come */
-} inbound_fd_t;
-
-/* How many inbound connections one address holds (a chained hash). */
-typedef struct address_count {
-  uint8_t addr[16];
-  uint64_t count;
-  struct address_count *next;
-} address_count_t;
-#define ADDRESS_BUCKETS 4096
 
 typedef struct {
   double sent_at; /* mono seconds; 0 when acked or never sent */
@@ -131,10 +94,10 @@ struct td__transport {
   td__drops_t *drops;    /* borrowed */
   td__transport_events_t events;
   uint64_t run_bytes_sent; /* every frame but control, since open */
-  void *zctx, *router, *monitor;
+  void *zctx, *router;
   td__access_t *access;
   td__zap_t *zap; /* NULL when insecure */
-  uv_poll_t router_poll, monitor_poll;
+  uv_poll_t router_poll;
   uv_timer_t pump_timer; /* next time a queued frame becomes sendable */
   double link_delay_s;
   /* --uplink-kbit: the queued frames of all links share this many bits per
@@ -149,16 +112,7 @@ struct td__transport {
   bool advertise_by_route; /* wildcard bound, no --advertise: per peer, by route */
   td__link_t links[MAX_LINKS];
   size_t n_links;
-  /* inbound connections (the socket monitor's view) and their shares */
-  td__descriptors_t shares;
-  int listen_port; /* network order; an accepted descriptor's local port */
-  inbound_fd_t *fds; /* by descriptor number, fd_cap of them */
-  size_t fd_cap;
-  address_count_t *by_address[ADDRESS_BUCKETS];
-  uint64_t inbound, addresses, pending, shed;
-  uint64_t shed_unsettled; /* shed ones whose failed handshake is still to come */
-  double idle_close_s;      /* an inbound connection silent this long is closed */
-  uint64_t idle_closed;
+  td__inbound_t *inbound; /* the peer port's inbound connections, under their shares */
 };
 
 const char *td__transport_endpoint(const td__transport_t *t) { return t->endpoint; }
@@ -227,8 +181,9 @@ static void *open_dealer(td__transport_t *t, const char *endpoint, const char *s
   zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
   zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
   /* pings keep an idle link's connections from looking abandoned to the
-   * peer (idle_close_s); a late pong is no reason to drop the connection */
-  int ping_ms = (int)(IDLE_CLOSE_MIN_S * 1000 / 4), pong_ms = (int)(IDLE_CLOSE_MIN_S * 1000 * 4);
+   * peer (inbound.c closes silent ones); a late pong is no reason to drop the connection */
+  int ping_ms = (int)(TD__IDLE_CLOSE_MIN_S * 1000 / 4),
+      pong_ms = (int)(TD__IDLE_CLOSE_MIN_S * 1000 * 4);
   zmq_setsockopt(s, ZMQ_HEARTBEAT_IVL, &ping_ms, sizeof ping_ms);
   zmq_setsockopt(s, ZMQ_HEARTBEAT_TIMEOUT, &pong_ms, sizeof pong_ms);
   if (server_key[0] != '\0') {
@@ -554,162 +509,15 @@ bool td__link_take_reply(td__link_t *l, double per_s, double burst) {
 void td__link_set_reply_owed(td__link_t *l, bool owed) { l->reply_owed = owed; }
 bool td__link_reply_owed(const td__link_t *l) { return l->reply_owed; }
 
-/* ---- inbound connections: counted by address, shed over their share ---------------- */
-
-static size_t address_hash(const uint8_t addr[16]) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (int i = 0; i < 16; i++)
-    h = (h ^ addr[i]) * 1099511628211ull;
-  return (size_t)(h % ADDRESS_BUCKETS);
-}
-
-static address_count_t **address_slot(td__transport_t *t, const uint8_t addr[16]) {
-  address_count_t **p = &t->by_address[address_hash(addr)];
-  while (*p != NULL && memcmp((*p)->addr, addr, 16) != 0)
-    p = &(*p)->next;
-  return p;
-}
-
-static uint64_t address_count(td__transport_t *t, const uint8_t addr[16]) {
-  address_count_t *a = *address_slot(t, addr);
-  return a != NULL ? a->count : 0;
-}
-
-/* Count one more (true) or one fewer connection from addr. */
-static void address_add(td__transport_t *t, const uint8_t addr[16], bool more) {
-  address_count_t **p = address_slot(t, addr);
-  if (more) {
-    if (*p == NULL) {
-      address_count_t *a = calloc(1, sizeof *a);
-      if (a == NULL)
-        return;
-      memcpy(a->addr, addr, 16);
-      *p = a;
-      t->addresses++;
-    }
-    (*p)->count++;
-  } else if (*p != NULL && --(*p)->count == 0) {
-    address_count_t *a = *p;
-    *p = a->next;
-    free(a);
-    t->addresses--;
-  }
-}
-
-/* The remote address of `fd` when it is a TCP connection accepted on our
- * peer port (the number may name another file by the time an event is read). */
-static bool inbound_address(const td__transport_t *t, int fd, uint8_t addr[16]) {
-  struct stat st;
-  struct sockaddr_storage local, remote;
-  socklen_t llen = sizeof local, rlen = sizeof remote;
-  if (fd < 0 || fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode) ||
-      getsockname(fd, (struct sockaddr *)&local, &llen) != 0 ||
-      getpeername(fd, (struct sockaddr *)&remote, &rlen) != 0)
-    return false;
-  int port = local.ss_family == AF_INET    ? ((struct sockaddr_in *)&local)->sin_port
-             : local.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&local)->sin6_port
-                                           : -1;
-  if (port != t->listen_port)
-    return false;
-  memset(addr, 0, 16);
-  if (remote.ss_family == AF_INET) {
-    addr[10] = addr[11] = 0xff;
-    memcpy(addr + 12, &((struct sockaddr_in *)&remote)->sin_addr, 4);
-  } else if (remote.ss_family == AF_INET6) {
-    memcpy(addr, &((struct sockaddr_in6 *)&remote)->sin6_addr, 16);
-  } else {
-    return false;
-  }
-  return true;
-}
-
-static void forget_inbound(td__transport_t *t, int fd) {
-  if (fd < 0 || (size_t)fd >= t->fd_cap || !t->fds[fd].open)
-    return;
-  t->fds[fd].open = false;
-  address_add(t, t->fds[fd].addr, false);
-  t->inbound--;
-}
-
-/* libzmq accepted `fd`: count it, or shut it down when over a share. */
-static void on_accepted(td__transport_t *t, int fd) {
-  uint8_t addr[16];
-  forget_inbound(t, fd); /* its close went unreported: the number is reused */
-  if (!inbound_address(t, fd, addr))
-    return; /* gone already */
-  const char *over = NULL;
-  if ((size_t)fd >= t->fd_cap)
-    over = "descriptor number";
-  else if (t->inbound >= t->shares.inbound)
-    over = "inbound connections";
-  else if (address_count(t, addr) >= t->shares.per_address)
-    over = "connections from one address";
-  else if (t->pending >= t->shares.pending)
-    over = "handshakes in progress";
-  if (over != NULL) {
-    shutdown(fd, SHUT_RDWR);
-    t->shed++;
-    t->shed_unsettled++;
-    if (td__drop_should_log(t->shed))
-      td_log_warn("closed an incoming connection at once: over the budget of %s (inbound %" PRIu64
-                  " of %" PRIu64 ", in handshake %" PRIu64 " of %" PRIu64 ", %" PRIu64
-                  " per address; closed so far: %" PRIu64 ")",
-                  over, t->inbound, t->shares.inbound, t->pending, t->shares.pending,
-                  t->shares.per_address, t->shed);
-    return;
-  }
-  t->fds[fd] = (inbound_fd_t){.open = true};
-  memcpy(t->fds[fd].addr, addr, 16);
-  address_add(t, addr, true);
-  t->inbound++;
-  t->pending++;
-}
-
-/* Has this connection received nothing for idle_close_s? */
-static bool silent_too_long(const td__transport_t *t, int fd) {
-  struct tcp_info info;
-  socklen_t len = sizeof info;
-  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0 || len < sizeof info)
-    return false;
-  return info.tcpi_last_data_recv > (uint32_t)(t->idle_close_s * 1000);
-}
-
-/* Tick: forget descriptors that are closed or reused without an event, and
- * close the ones that have been silent too long. */
-static void recheck_inbound(td__transport_t *t) {
-  uint8_t addr[16];
-  size_t seen = 0;
-  for (size_t fd = 0; fd < t->fd_cap && seen < t->inbound; fd++) {
-    if (!t->fds[fd].open)
-      continue;
-    seen++;
-    if (!inbound_address(t, (int)fd, addr) || memcmp(addr, t->fds[fd].addr, 16) != 0) {
-      forget_inbound(t, (int)fd);
-    } else if (!t->fds[fd].closing && silent_too_long(t, (int)fd)) {
-      shutdown((int)fd, SHUT_RDWR); /* its DISCONNECTED event forgets it */
-      t->fds[fd].closing = true;
-      t->idle_closed++;
-      if (td__drop_should_log(t->idle_closed))
-        td_log_warn("closed an incoming connection silent for %.0f s (closed so far: %" PRIu64
-                    ")", t->idle_close_s, t->idle_closed);
-    }
-  }
-  if (t->pending > t->inbound)
-    t->pending = t->inbound;
-  if (t->inbound == 0)
-    t->shed_unsettled = 0;
-}
-
 const td__descriptors_t *td__transport_descriptors(const td__transport_t *t) {
-  return &t->shares;
+  return td__inbound_shares(t->inbound);
 }
 
 void td__transport_inbound_stats(const td__transport_t *t, td__inbound_stats_t *out) {
-  *out = (td__inbound_stats_t){.inbound = t->inbound, .pending = t->pending,
-                               .addresses = t->addresses, .shed = t->shed,
-                               .idle_closed = t->idle_closed,
-                               .handshake_limited = td__zap_limited(t->zap)};
+  td__inbound_stats(t->inbound, out);
+  out->handshake_limited = td__zap_limited(t->zap);
 }
+
 
 /* ---- receiving --------------------------------------------------------------------- */
 
@@ -787,68 +595,11 @@ static void on_router_readable(uv_poll_t *h, int status, int events) {
   drain_router(h->data);
 }
 
-/* Socket monitor: count connections that fail the ZMTP handshake (random
- * bytes, wrong protocol): libzmq drops them before any message exists. */
-static void drain_monitor(td__transport_t *t) {
-  if (t->monitor == NULL)
-    return;
-  for (;;) {
-    int ev = 0;
-    size_t sz = sizeof ev;
-    if (zmq_getsockopt(t->monitor, ZMQ_EVENTS, &ev, &sz) != 0 || !(ev & ZMQ_POLLIN))
-      return;
-    zmq_msg_t frame;
-    zmq_msg_init(&frame);
-    if (zmq_msg_recv(&frame, t->monitor, ZMQ_DONTWAIT) < 0) {
-      zmq_msg_close(&frame);
-      return;
-    }
-    uint16_t event = 0;
-    uint32_t value = 0;
-    if (zmq_msg_size(&frame) >= 6) {
-      memcpy(&event, zmq_msg_data(&frame), 2);
-      memcpy(&value, (const uint8_t *)zmq_msg_data(&frame) + 2, 4);
-    }
-    bool more = zmq_msg_more(&frame);
-    zmq_msg_close(&frame);
-    while (more) {
-      zmq_msg_init(&frame);
-      if (zmq_msg_recv(&frame, t->monitor, ZMQ_DONTWAIT) < 0) {
-        zmq_msg_close(&frame);
-        break;
-      }
-      more = zmq_msg_more(&frame);
-      zmq_msg_close(&frame);
-    }
-    if (event == ZMQ_EVENT_ACCEPTED) {
-      on_accepted(t, (int)value);
-    } else if (event == ZMQ_EVENT_DISCONNECTED) {
-      forget_inbound(t, (int)value);
-    } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
-      t->pending -= t->pending > 0;
-    } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
-               event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
-               event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
-      if (t->shed_unsettled > 0) /* one we shut down: never counted in progress */
-        t->shed_unsettled--;
-      else
-        t->pending -= t->pending > 0;
-      td__drop(t->drops, TD__DROP_HANDSHAKE, "connection failed the ZMTP handshake");
-    }
-  }
-}
-
-static void on_monitor_readable(uv_poll_t *h, int status, int events) {
-  (void)status;
-  (void)events;
-  drain_monitor(h->data);
-}
 
 void td__transport_tick(td__transport_t *t) {
   td__zap_drain(t->zap);
   drain_router(t);
-  drain_monitor(t);
-  recheck_inbound(t);
+  td__inbound_tick(t->inbound);
   for (size_t i = 0; i < t->n_links; i++) /* acks lost with a dead peer */
     if (td_linkq_expire(t->links[i].q, td_clock_mono_s(), TD__LINK_EXPIRE_S) > 0)
       td__link_pump(t, &t->links[i]);
@@ -910,23 +661,10 @@ static int bind_router(td__transport_t *t, const char *listen, char *why, size_t
   zmq_getsockopt(t->router, ZMQ_LAST_ENDPOINT, t->endpoint, &sz);
   choose_default_advertised(t);
   char host[TD_ENDPOINT_MAX], port[16];
+  int listen_port = 0;
   if (td_advertise_split(t->listen_endpoint, host, sizeof host, port, sizeof port))
-    t->listen_port = (int)htons((uint16_t)atoi(port));
-  if (zmq_socket_monitor(t->router, MONITOR_ENDPOINT,
-                         ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
-                             ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) == 0) {
-    t->monitor = zmq_socket(t->zctx, ZMQ_PAIR);
-    /* libzmq's I/O thread blocks on a full monitor pipe: never let it fill */
-    int unlimited = 0;
-    if (t->monitor != NULL)
-      zmq_setsockopt(t->monitor, ZMQ_RCVHWM, &unlimited, sizeof unlimited);
-    if (t->monitor == NULL || zmq_connect(t->monitor, MONITOR_ENDPOINT) != 0) {
-      zmq_close(t->monitor);
-      t->monitor = NULL;
-    }
-  }
+    listen_port = (int)htons((uint16_t)atoi(port));
+  td__inbound_watch(t->inbound, t->zctx, t->router, listen_port);
   return 0;
 }
 
@@ -957,24 +695,17 @@ int td__transport_open(td__transport_t **out, const td__transport_opts_t *opts, 
   t->events = opts->events;
   t->link_delay_s = opts->link_delay_s;
   t->uplink_bps = opts->uplink_bps > 0 ? opts->uplink_bps : 0;
-  t->idle_close_s = fmax(IDLE_CLOSE_MIN_S, IDLE_CLOSE_BEATS * opts->heartbeat_s);
-  if (opts->descriptors != NULL)
-    t->shares = *opts->descriptors;
-  else
-    td__descriptors_plan(&t->shares, 1024);
-  t->fd_cap = t->shares.limit < INBOUND_FD_MAX ? (size_t)t->shares.limit : INBOUND_FD_MAX;
-  t->fds = calloc(t->fd_cap, sizeof *t->fds);
+  int inbound_rc =
+      td__inbound_open(&t->inbound, t->loop, opts->descriptors, opts->heartbeat_s, t->drops);
   const char *listen = opts->listen;
   t->zctx = zmq_ctx_new();
   *out = t; /* closed by td__transport_close() whatever happens */
-  if (t->fds == NULL)
+  if (inbound_rc != 0)
     return td_why(why, why_len, TD_ENOMEM, "out of memory");
   int rc = bind_router(t, listen, why, why_len);
   if (rc != 0)
     return rc;
   poll_socket(t, t->router, &t->router_poll, on_router_readable);
-  if (t->monitor)
-    poll_socket(t, t->monitor, &t->monitor_poll, on_monitor_readable);
   uv_timer_init(t->loop, &t->pump_timer);
   t->pump_timer.data = t;
   return 0;
@@ -1005,8 +736,7 @@ void td__transport_stop(td__transport_t *t) {
   t->stopped = true;
   td__zap_stop(t->zap);
   uv_close((uv_handle_t *)&t->router_poll, NULL);
-  if (t->monitor)
-    uv_close((uv_handle_t *)&t->monitor_poll, NULL);
+  td__inbound_stop(t->inbound);
   uv_close((uv_handle_t *)&t->pump_timer, NULL);
 }
 
@@ -1022,19 +752,11 @@ void td__transport_close(td__transport_t **self_p) {
     }
     td_linkq_close(&t->links[i].q);
   }
-  if (t->monitor)
-    zmq_close(t->monitor);
+  td__inbound_close(&t->inbound); /* its monitor socket, before the context ends */
   if (t->router)
     zmq_close(t->router);
   td__zap_close(&t->zap);
   if (t->zctx)
     zmq_ctx_term(t->zctx);
-  for (size_t b = 0; b < ADDRESS_BUCKETS; b++)
-    while (t->by_address[b] != NULL) {
-      address_count_t *a = t->by_address[b];
-      t->by_address[b] = a->next;
-      free(a);
-    }
-  free(t->fds);
   free(t);
 }
