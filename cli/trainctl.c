@@ -8,7 +8,8 @@
  *
  * A daemon command is one request over the daemon's local control socket (a
  * 4-byte big-endian length, then a protobuf ControlRequest) and one framed
- * ControlResponse back, whose payload is JSON. trainctl renders it as a table,
+ * ControlResponse back, whose payload is JSON (cli/client.h asks; status,
+ * peers and rounds print through cli/views.h). trainctl renders it as a table,
  * as CSV or as JSON, and exits 0 on success, 1 with a one-line reason when the
  * daemon refuses or is not running, 2 on a usage error. The ledger commands
  * (cli/history.h, cli/export.h, cli/plot.h, cli/model.h) read ledgers directly; with
@@ -18,329 +19,29 @@
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "cli/client.h"
 #include "cli/export.h"
 #include "cli/history.h"
 #include "cli/model.h"
 #include "cli/ledgers.h"
 #include "cli/plot.h"
-#include "common/numfmt.h"
+#include "cli/views.h"
 #include "common/suggest.h"
 #include "common/textfile.h"
 #include "proto/control.h"
-#include "proto/wire.h"
 
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
 
-static const char *socket_path;
 static bool socket_given; /* --socket on the command line (not the default) */
-static int timeout_ms = TD_CONTROL_TIMEOUT_MS;
-
-static int die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int die(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fputs("trainctl: error: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  return 1;
-}
-
-/* One request, one response (proto/control.h). On success *json holds the
- * payload (caller frees) and *total the row count of a paged answer; else 1
- * with the reason in why (the daemon's refusal, or why it did not answer). */
-static int request(Traind__ControlRequest *req, json_object **json, uint64_t *total, char *why,
-                   size_t why_len) {
-  Traind__ControlResponse *resp = NULL;
-  if (td_control_call(socket_path, req, timeout_ms, &resp, why, why_len) != 0)
-    return 1;
-  if (resp->status != 0) {
-    snprintf(why, why_len, "%s", resp->error && resp->error[0] ? resp->error : "request refused");
-    td_wire_free_response(&resp);
-    return 1;
-  }
-  *json = json_tokener_parse(resp->json ? resp->json : "null");
-  if (total != NULL)
-    *total = resp->total;
-  td_wire_free_response(&resp);
-  if (*json == NULL) {
-    snprintf(why, why_len, "traind answered with malformed JSON");
-    return 1;
-  }
-  return 0;
-}
-
-/* request(), the reason printed as trainctl's one-line error. */
-static int call_paged(Traind__ControlRequest *req, json_object **json, uint64_t *total) {
-  char why[1024];
-  return request(req, json, total, why, sizeof why) != 0 ? die("%s", why) : 0;
-}
-
-static int call(Traind__ControlRequest *req, json_object **json) {
-  return call_paged(req, json, NULL);
-}
-
-static const char *jstr(json_object *o, const char *key) {
-  json_object *v;
-  if (!json_object_object_get_ex(o, key, &v) || v == NULL)
-    return "-";
-  return json_object_get_string(v);
-}
-
-static double jnum(json_object *o, const char *key) {
-  json_object *v;
-  if (!json_object_object_get_ex(o, key, &v) || v == NULL)
-    return NAN;
-  return json_object_get_double(v);
-}
-
-/* v with `decimals` decimals in at most `width` characters (a diverged loss
- * is 1.235e+30, not 31 digits), or "-" when the daemon sent none. */
-static void fmt_num(char *buf, size_t len, double v, int decimals, int width) {
-  if (isnan(v))
-    snprintf(buf, len, "-");
-  else
-    td_numfmt_bounded(buf, len, v, decimals, width);
-}
-
-/* Members whose updates the run's aggregation refused; a suspect one is
- * refused round after round (rejected, clipped, or its samples cut). */
-static void print_outliers(json_object *run) {
-  json_object *arr = NULL;
-  if (!json_object_object_get_ex(run, "outliers", &arr) || arr == NULL)
-    return;
-  size_t n = json_object_array_length(arr);
-  if (n > 0 || strcmp(jstr(run, "aggregate"), "mean") != 0)
-    printf("aggregate %s\n", jstr(run, "aggregate"));
-  for (size_t i = 0; i < n; i++) {
-    json_object *m = json_object_array_get_idx(arr, i), *suspect = NULL;
-    bool is_suspect = json_object_object_get_ex(m, "suspect", &suspect) &&
-                      json_object_get_boolean(suspect);
-    printf("%s %s: %.0f rejected, %.0f clipped, %.0f samples clamped (%.0f rounds in a row)\n",
-           is_suspect ? "suspect" : "outlier", jstr(m, "node_id"), jnum(m, "rejected"),
-           jnum(m, "clipped"), jnum(m, "clamped"), jnum(m, "streak"));
-  }
-}
-
-static void print_peers(json_object *peers) {
-  printf("%-16s  %-24s  %-7s  %7s  %7s  %12s  %12s  %-12s  %10s  %10s\n", "NODE", "ENDPOINT",
-         "STATE", "HEARD_S", "RTT_MS", "BYTES_SENT", "BYTES_RECV", "CODEC", "RATIO_SENT",
-         "RATIO_RECV");
-  size_t n = json_object_array_length(peers);
-  for (size_t i = 0; i < n; i++) {
-    json_object *p = json_object_array_get_idx(peers, i);
-    char rs[32], rr[32], rtt[32];
-    fmt_num(rs, sizeof rs, jnum(p, "ratio_sent"), 1, 9);
-    fmt_num(rr, sizeof rr, jnum(p, "ratio_recv"), 1, 9);
-    fmt_num(rtt, sizeof rtt, jnum(p, "path_rtt_ms"), 1, 7);
-    printf("%-16s  %-24s  %-7s  %7.1f  %7s  %12.0f  %12.0f  %-12s  %9sx  %9sx\n",
-           jstr(p, "node_id"), jstr(p, "endpoint"), jstr(p, "state"), jnum(p, "last_heard_s"), rtt,
-           jnum(p, "bytes_sent"), jnum(p, "bytes_recv"), jstr(p, "codec"), rs, rr);
-  }
-  if (n == 0)
-    printf("(no peers: trainctl join tcp://HOST:PORT)\n");
-}
-
-static void run_line(json_object *run, char *buf, size_t len) {
-  char loss[32], acc[32], test[32];
-  fmt_num(loss, sizeof loss, jnum(run, "loss"), 4, 10);
-  fmt_num(acc, sizeof acc, jnum(run, "eval_accuracy"), 4, 10);
-  fmt_num(test, sizeof test, jnum(run, "test_accuracy"), 4, 10);
-  char rounds[32];
-  fmt_num(rounds, sizeof rounds, jnum(run, "rounds") > 0 ? jnum(run, "rounds") : NAN, 0, 12);
-  if (!isnan(jnum(run, "eval_bpb"))) { /* a text run: bits per byte, no accuracy */
-    fmt_num(acc, sizeof acc, jnum(run, "eval_bpb"), 4, 10);
-    fmt_num(test, sizeof test, jnum(run, "test_bpb"), 4, 10);
-    snprintf(buf, len, "run %s  %-8s  round %.0f/%s  loss %s  eval_bpb %s  test_bpb %s",
-             jstr(run, "run_id"), jstr(run, "state"), jnum(run, "round"), rounds, loss, acc, test);
-    return;
-  }
-  snprintf(buf, len, "run %s  %-8s  round %.0f/%s  loss %s  eval_acc %s  test_acc %s",
-           jstr(run, "run_id"), jstr(run, "state"), jnum(run, "round"), rounds, loss, acc, test);
-}
-
-/* "ledger  ok", or degraded with the cause and what is kept in memory. */
-static void ledger_line(json_object *o) {
-  json_object *l = NULL;
-  if (!json_object_object_get_ex(o, "ledger", &l) || l == NULL)
-    return;
-  double dropped = jnum(l, "dropped_rows"), refused = jnum(l, "refused_rows");
-  char lost[128] = "";
-  if (dropped > 0 || refused > 0)
-    snprintf(lost, sizeof lost, "; %.0f rows dropped, %.0f refused since start", dropped, refused);
-  if (strcmp(jstr(l, "state"), "degraded") != 0) {
-    printf("ledger  ok%s\n", lost);
-    return;
-  }
-  printf("ledger  degraded: %s for %.0f s (%s), %.0f failed writes; %.0f rows kept in memory"
-         " (%.1f of %.0f MiB)%s\n",
-         jstr(l, "cause"), jnum(l, "degraded_s"), jstr(l, "detail"), jnum(l, "failed_writes"),
-         jnum(l, "pending_rows"), jnum(l, "pending_bytes") / 1048576.0,
-         jnum(l, "buffer_bytes") / 1048576.0, lost);
-}
-
-/* "descriptors 23 of 65536 open, cap 61440; peer port 4 connections (cap 60992), 12 shed" */
-static void descriptors_line(json_object *o) {
-  json_object *d = NULL;
-  if (!json_object_object_get_ex(o, "descriptors", &d) || d == NULL)
-    return; /* an older traind */
-  printf("descriptors %s of %s open, cap %s; peer port %s connections (cap %s, %s per address), "
-         "%s shed\n",
-         jstr(d, "open"), jstr(d, "limit"), jstr(d, "cap"), jstr(d, "inbound"),
-         jstr(d, "inbound_cap"), jstr(d, "per_address_cap"), jstr(d, "shed"));
-}
-
-static int show_status(bool json, bool watch, double every_s) {
-  Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
-  req.command = TRAIND__CONTROL_REQUEST__COMMAND__STATUS;
-  char last[512] = "";
-  for (;;) {
-    json_object *o = NULL;
-    int rc = call(&req, &o);
-    if (rc != 0)
-      return rc;
-    json_object *run = NULL, *peers = NULL, *drops = NULL;
-    json_object_object_get_ex(o, "run", &run);
-    json_object_object_get_ex(o, "peers", &peers);
-    json_object_object_get_ex(o, "drops", &drops);
-    if (json) {
-      printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
-    } else if (watch) {
-      char line[512];
-      run_line(run, line, sizeof line);
-      if (strcmp(line, last) != 0) {
-        time_t t = time(NULL);
-        char ts[16];
-        strftime(ts, sizeof ts, "%H:%M:%S", localtime(&t));
-        printf("%s  %s\n", ts, line);
-        snprintf(last, sizeof last, "%s", line);
-      }
-    } else {
-      size_t np = peers ? json_object_array_length(peers) : 0, alive = 0;
-      for (size_t i = 0; i < np; i++)
-        alive += strcmp(jstr(json_object_array_get_idx(peers, i), "state"), "alive") == 0;
-      double dropped = 0;
-      json_object_object_foreach(drops, k, v) {
-        (void)k;
-        dropped += json_object_get_double(v);
-      }
-      char line[512];
-      run_line(run, line, sizeof line);
-      printf("node    %s  %s  security %s\n", jstr(o, "node_id"), jstr(o, "endpoint"),
-             jstr(o, "security"));
-      const char *listen = jstr(o, "listen");
-      if (strcmp(listen, "-") != 0 && strcmp(listen, jstr(o, "endpoint")) != 0)
-        printf("listen  %s (advertising %s)\n", listen, jstr(o, "endpoint"));
-      printf("peers   %zu (%zu alive)\n", np, alive);
-      printf("%s\n", line);
-      if (strcmp(jstr(run, "backend_reason"), "-") != 0)
-        printf("backend %s\n", jstr(run, "backend_reason"));
-      if (strcmp(jstr(run, "error"), "-") != 0)
-        printf("error   %s\n", jstr(run, "error"));
-      if (strcmp(jstr(run, "refused"), "-") != 0)
-        printf("refused %s\n", jstr(run, "refused"));
-      if (strcmp(jstr(run, "untrained"), "-") != 0)
-        printf("untrained partitions no round trained: %s\n", jstr(run, "untrained"));
-      print_outliers(run);
-      printf("drops   %.0f bad or unexpected peer messages\n", dropped);
-      descriptors_line(o);
-      ledger_line(o);
-      if (np > 0) {
-        printf("\n");
-        print_peers(peers);
-      }
-    }
-    if (fflush(stdout) != 0 || ferror(stdout)) { /* `| head` closed it: end quietly */
-      json_object_put(o);
-      return 0;
-    }
-    const char *state = jstr(run, "state");
-    bool running = strcmp(state, "running") == 0;
-    rc = 0;
-    if (watch && strcmp(state, "failed") == 0) /* a script waiting on the run learns it failed */
-      rc = strcmp(jstr(run, "error"), "-") != 0
-               ? die("run %s failed: %s", jstr(run, "run_id"), jstr(run, "error"))
-               : die("run %s failed (traind gave no reason: see its log)", jstr(run, "run_id"));
-    json_object_put(o);
-    if (!watch || !running)
-      return rc;
-    struct timespec ts = {.tv_sec = (time_t)every_s,
-                          .tv_nsec = (long)((every_s - (double)(time_t)every_s) * 1e9)};
-    nanosleep(&ts, NULL);
-  }
-}
-
-/* rounds --csv: the ledger's own columns, as `trainctl export RUN --table
- * rounds` writes them, read from the ledger in the daemon's data dir. */
-static int rounds_csv(unsigned last) {
-  Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
-  req.command = TRAIND__CONTROL_REQUEST__COMMAND__STATUS;
-  json_object *o = NULL, *run = NULL;
-  int rc = call(&req, &o);
-  if (rc != 0)
-    return rc;
-  json_object_object_get_ex(o, "run", &run);
-  const char *id = jstr(run, "run_id");
-  rc = td_export_rounds_csv(jstr(o, "data_dir"), strcmp(id, "-") != 0 ? id : NULL, last);
-  json_object_put(o);
-  return rc;
-}
-
-static int show_rounds(unsigned last, bool csv, bool json) {
-  if (csv)
-    return rounds_csv(last);
-  Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
-  req.command = TRAIND__CONTROL_REQUEST__COMMAND__ROUNDS;
-  req.last = last;
-  req.page_size = TD_CONTROL_ROUNDS_PAGE;
-  json_object *arr = json_object_new_array();
-  for (uint64_t total = 1; req.page_from < total;) { /* page by page: no answer too large */
-    json_object *page = NULL;
-    int rc = call_paged(&req, &page, &total);
-    if (rc != 0) {
-      json_object_put(arr);
-      return rc;
-    }
-    size_t got = json_object_array_length(page);
-    for (size_t i = 0; i < got; i++)
-      json_object_array_add(arr, json_object_get(json_object_array_get_idx(page, i)));
-    json_object_put(page);
-    if (got == 0)
-      break;
-    req.page_from += got;
-  }
-  size_t n = json_object_array_length(arr);
-  if (json) {
-    printf("%s\n", json_object_to_json_string_ext(arr, JSON_C_TO_STRING_PLAIN));
-  } else {
-    printf("%6s  %8s  %8s  %8s  %12s  %12s  %9s  %8s\n", "ROUND", "SAMPLES", "LOSS", "EVAL_ACC",
-           "BYTES_SENT", "BYTES_RECV", "COMPUTE_S", "WAIT_S");
-    for (size_t i = 0; i < n; i++) {
-      json_object *r = json_object_array_get_idx(arr, i);
-      char loss[32], acc[32];
-      fmt_num(loss, sizeof loss, jnum(r, "loss"), 4, 8);
-      fmt_num(acc, sizeof acc, jnum(r, "eval_acc"), 4, 8);
-      printf("%6.0f  %8.0f  %8s  %8s  %12.0f  %12.0f  %9.3f  %8.3f\n", jnum(r, "round"),
-             jnum(r, "samples"), loss, acc, jnum(r, "bytes_sent"), jnum(r, "bytes_recv"),
-             jnum(r, "compute_s"), jnum(r, "wait_s"));
-    }
-    if (n == 0)
-      printf("(no rounds recorded yet)\n");
-  }
-  json_object_put(arr);
-  return 0;
-}
 
 /* The largest run file: traind reads run files with the same bound (TD_RUNSPEC_FILE_MAX). */
 #define RUN_FILE_MAX_BYTES ((size_t)1 << 20)
@@ -350,7 +51,7 @@ static int show_rounds(unsigned last, bool csv, bool json) {
 static char *read_file(const char *path, int *rc) {
   char why[600] = "", *text = NULL;
   if (td_textfile_read(path, RUN_FILE_MAX_BYTES, "a run file", &text, why, sizeof why) != 0)
-    *rc = die("%s", why);
+    *rc = td__cli_die("%s", why);
   return text;
 }
 
@@ -377,14 +78,14 @@ static int cmd_key(int nargs, char **args) {
   if (nargs > (json ? 1 : 0))
     return usage_error("key");
   req.command = TRAIND__CONTROL_REQUEST__COMMAND__KEY;
-  if ((rc = call(&req, &o)) != 0)
+  if ((rc = td__cli_call(&req, &o)) != 0)
     return rc;
   if (json) {
     printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
   } else {
     /* single-quoted: Z85 keys hold < > & ( # $ ! that a shell would act on;
      * allow and join take the key with its quotes too */
-    printf("'%s'\n", jstr(o, "key"));
+    printf("'%s'\n", td__cli_jstr(o, "key"));
     if (isatty(STDOUT_FILENO))
       printf("(paste it with its single quotes: a key holds characters such as < > & ( # $ ! "
              "that the shell would act on)\n");
@@ -401,9 +102,9 @@ static int allow_one(const char *key, bool admin, char *node_id, size_t id_len, 
   req.key = (char *)key;
   req.admin = admin;
   json_object *o = NULL;
-  if (request(&req, &o, NULL, why, why_len) != 0)
+  if (td__cli_request(&req, &o, NULL, why, why_len) != 0)
     return 1;
-  snprintf(node_id, id_len, "%s", jstr(o, "node_id"));
+  snprintf(node_id, id_len, "%s", td__cli_jstr(o, "node_id"));
   json_object_put(o);
   return 0;
 }
@@ -416,7 +117,7 @@ static int allow_one(const char *key, bool admin, char *node_id, size_t id_len, 
 static int allow_file(const char *path, bool admin) {
   FILE *f = fopen(path, "r");
   if (f == NULL)
-    return die("cannot open %s: %s", path, strerror(errno));
+    return td__cli_die("cannot open %s: %s", path, strerror(errno));
   char line[512], why[1024], node[32];
   unsigned lineno = 0, admitted = 0, refused = 0;
   while (fgets(line, sizeof line, f) != NULL) {
@@ -425,7 +126,7 @@ static int allow_file(const char *path, bool admin) {
       int ch;
       while ((ch = fgetc(f)) != EOF && ch != '\n')
         ;
-      die("%s:%u: line too long (one key of 40 characters per line)", path, lineno);
+      td__cli_die("%s:%u: line too long (one key of 40 characters per line)", path, lineno);
       refused++;
       continue;
     }
@@ -440,10 +141,10 @@ static int allow_file(const char *path, bool admin) {
     if (word[0] == '#' && strlen(key) != 40)
       continue;
     if (*rest != '\0' && *rest != '#') {
-      die("%s:%u: expected one key per line (then at most a # comment)", path, lineno);
+      td__cli_die("%s:%u: expected one key per line (then at most a # comment)", path, lineno);
       refused++;
     } else if (allow_one(key, admin, node, sizeof node, why, sizeof why) != 0) {
-      die("%s:%u: %s", path, lineno, why);
+      td__cli_die("%s:%u: %s", path, lineno, why);
       refused++;
     } else {
       printf("admitted key of node %s%s (%s:%u)\n", node, admin ? " (admin)" : "", path, lineno);
@@ -453,11 +154,11 @@ static int allow_file(const char *path, bool admin) {
   bool read_error = ferror(f) != 0;
   fclose(f);
   if (read_error)
-    return die("cannot read %s: %s", path, strerror(errno));
+    return td__cli_die("cannot read %s: %s", path, strerror(errno));
   if (admitted + refused == 0)
-    return die("%s holds no key (one per line; # starts a comment)", path);
+    return td__cli_die("%s holds no key (one per line; # starts a comment)", path);
   if (refused > 0)
-    return die("%u of %u keys in %s refused (see the lines above); the others are admitted",
+    return td__cli_die("%u of %u keys in %s refused (see the lines above); the others are admitted",
                refused, admitted + refused, path);
   return 0;
 }
@@ -490,9 +191,9 @@ static int allow_or_revoke(bool allow, int nargs, char **args) {
                       : TRAIND__CONTROL_REQUEST__COMMAND__REVOKE;
   req.key = unquote_key(key);
   req.admin = admin;
-  if ((rc = call(&req, &o)) != 0)
+  if ((rc = td__cli_call(&req, &o)) != 0)
     return rc;
-  printf("%s key of node %s%s\n", allow ? "admitted" : "revoked", jstr(o, "node_id"),
+  printf("%s key of node %s%s\n", allow ? "admitted" : "revoked", td__cli_jstr(o, "node_id"),
          admin ? " (admin)" : "");
   json_object_put(o);
   return 0;
@@ -513,12 +214,12 @@ static int cmd_join(int nargs, char **args) {
   req.command = TRAIND__CONTROL_REQUEST__COMMAND__JOIN;
   req.endpoint = args[0];
   req.key = nargs == 2 ? unquote_key(args[1]) : "";
-  if ((rc = call(&req, &o)) != 0)
+  if ((rc = td__cli_call(&req, &o)) != 0)
     return rc;
   json_object *peers = NULL;
   json_object_object_get_ex(o, "peers", &peers);
-  printf("joined %s (node %s); %zu peers known\n", jstr(o, "joined"), jstr(o, "seed_node"),
-         peers ? json_object_array_length(peers) : 0);
+  printf("joined %s (node %s); %zu peers known\n", td__cli_jstr(o, "joined"),
+         td__cli_jstr(o, "seed_node"), peers ? json_object_array_length(peers) : 0);
   json_object_put(o);
   return 0;
 }
@@ -550,20 +251,20 @@ static int cmd_start(int nargs, char **args) {
     req.settings = settings;
     req.n_settings = ns;
     req.ini_text = ini ? ini : "";
-    rc = call(&req, &o);
+    rc = td__cli_call(&req, &o);
     if (rc == 0) { /* one line: who runs it, who refused and why, who is not ready yet */
-      int nodes = (int)jnum(o, "nodes"), ready = (int)jnum(o, "ready");
-      int waiting = (int)jnum(o, "waiting");
-      const char *refused = jstr(o, "refused");
+      int nodes = (int)td__cli_jnum(o, "nodes"), ready = (int)td__cli_jnum(o, "ready");
+      int waiting = (int)td__cli_jnum(o, "waiting");
+      const char *refused = td__cli_jstr(o, "refused");
       if (ready == nodes)
-        printf("started run %s on %d nodes", jstr(o, "run_id"), nodes);
+        printf("started run %s on %d nodes", td__cli_jstr(o, "run_id"), nodes);
       else
-        printf("started run %s on %d of %d nodes", jstr(o, "run_id"), ready, nodes);
+        printf("started run %s on %d of %d nodes", td__cli_jstr(o, "run_id"), ready, nodes);
       if (refused[0] != '\0' && strcmp(refused, "-") != 0)
         printf("; it goes on without those that refused: %s", refused);
       if (waiting > 0)
         printf("; %d not ready after %.0f s (trainctl status follows them)", waiting,
-               jnum(o, "wait_s"));
+               td__cli_jnum(o, "wait_s"));
       printf("\n");
       json_object_put(o);
     }
@@ -593,7 +294,7 @@ static int cmd_status(int nargs, char **args) {
       return usage_error("status");
     }
   }
-  return show_status(json, watch, every);
+  return td__views_status(json, watch, every);
 }
 
 static int cmd_rounds(int nargs, char **args) {
@@ -616,7 +317,7 @@ static int cmd_rounds(int nargs, char **args) {
       return usage_error("rounds");
     }
   }
-  return show_rounds(last, csv, json);
+  return td__views_rounds(last, csv, json);
 }
 
 /* peers, stop and leave: one request, [--json] the only option. */
@@ -629,18 +330,18 @@ static int simple_request(const char *name, Traind__ControlRequest__Command comm
   if (nargs > (json ? 1 : 0))
     return usage_error(name);
   req.command = command;
-  if ((rc = call(&req, &o)) != 0)
+  if ((rc = td__cli_call(&req, &o)) != 0)
     return rc;
   if (json) {
     printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
   } else if (command == TRAIND__CONTROL_REQUEST__COMMAND__PEERS) {
     json_object *peers = NULL;
     json_object_object_get_ex(o, "peers", &peers);
-    print_peers(peers);
+    td__views_peers(peers);
   } else if (command == TRAIND__CONTROL_REQUEST__COMMAND__STOP) {
-    printf("stopping run %s\n", jstr(o, "stopping"));
+    printf("stopping run %s\n", td__cli_jstr(o, "stopping"));
   } else {
-    printf("node %s left the cluster and is shutting down\n", jstr(o, "left"));
+    printf("node %s left the cluster and is shutting down\n", td__cli_jstr(o, "left"));
   }
   json_object_put(o);
   return 0;
@@ -797,12 +498,12 @@ static int use_daemon_ledger(void) {
   Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
   req.command = TRAIND__CONTROL_REQUEST__COMMAND__STATUS;
   json_object *o = NULL;
-  int rc = call(&req, &o);
+  int rc = td__cli_call(&req, &o);
   if (rc != 0)
     return rc;
-  const char *dir = jstr(o, "data_dir");
+  const char *dir = td__cli_jstr(o, "data_dir");
   if (strcmp(dir, "-") == 0)
-    rc = die("traind at %s did not say where its data dir is", socket_path);
+    rc = td__cli_die("traind at %s did not say where its data dir is", td__cli_socket());
   else
     td__ledgers_use_data_dir(dir);
   json_object_put(o);
@@ -819,6 +520,8 @@ static bool stdout_reader_gone(void) {
 
 int main(int argc, char **argv) {
   static char default_socket[700];
+  const char *socket_path;
+  int timeout_ms = TD_CONTROL_TIMEOUT_MS;
   const char *env = getenv("TRAIND_SOCKET");
   if (env != NULL && env[0] != '\0') {
     socket_path = env;
@@ -868,6 +571,7 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  td__cli_set_target(socket_path, timeout_ms);
   if (i >= argc) {
     fprintf(stderr, "trainctl: error: no command given (trainctl help lists every command; "
                     "trainctl status shows this node)\n");
@@ -883,6 +587,6 @@ int main(int argc, char **argv) {
   }
   int rc = c->run(argc - i - 1, argv + i + 1);
   if ((fflush(stdout) != 0 || ferror(stdout)) && !stdout_reader_gone() && rc == 0)
-    rc = die("cannot write to stdout: %s", strerror(errno));
+    rc = td__cli_die("cannot write to stdout: %s", strerror(errno));
   return rc;
 }
