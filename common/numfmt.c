@@ -12,6 +12,8 @@ static const char *non_finite(char *buf, size_t len, double v) {
 }
 
 const char *td_numfmt_exact(char *buf, size_t len, double v) {
+  if (buf == NULL || len == 0)
+    return "";
   if (!isfinite(v))
     return non_finite(buf, len, v);
   for (int digits = 15; digits <= 17; digits++) {
@@ -23,6 +25,8 @@ const char *td_numfmt_exact(char *buf, size_t len, double v) {
 }
 
 const char *td_numfmt_bounded(char *buf, size_t len, double v, int decimals, int width) {
+  if (buf == NULL || len == 0)
+    return "";
   if (!isfinite(v))
     return non_finite(buf, len, v);
   int n = snprintf(buf, len, "%.*f", decimals, v);

@@ -12,7 +12,7 @@
 #include <stddef.h>
 
 /* v in its shortest round-trip form into buf (len >= 32 always fits);
- * returns buf. */
+ * returns buf ("" for a NULL or empty buf). */
 const char *td_numfmt_exact(char *buf, size_t len, double v);
 /* v with `decimals` decimals when that fits in `width` characters, else in
  * %g form with as many significant digits as fit (at least 1); returns buf. */
