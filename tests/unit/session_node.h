@@ -20,6 +20,7 @@
 
 #include "daemon/session/shared.h"
 #include "proto/limits.h"
+#include "tests/unit/loop_node.h"
 
 #define SELF 1
 #define PEER_A 2
@@ -34,10 +35,6 @@ typedef struct {
   td__node_t n;
 } session_node_t;
 
-static inline void session_node_on_received(void *user, const Traind__Envelope *env, size_t bytes) {
-  (void)user, (void)env, (void)bytes; /* nothing is sent to this node */
-}
-
 static inline void session_node_write_csv(const char *dir, const char *name, int rows, int salt) {
   char path[128];
   snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -49,28 +46,15 @@ static inline void session_node_write_csv(const char *dir, const char *name, int
 }
 
 static inline void session_node_open(session_node_t *sn, const char *tag) {
-  snprintf(sn->dir, sizeof sn->dir, "/tmp/td_%s.XXXXXX", tag);
-  ck_assert_ptr_nonnull(mkdtemp(sn->dir));
+  td__node_t *n = &sn->n;
+  loop_node_open(n, sn->dir, sizeof sn->dir, tag, SELF);
   session_node_write_csv(sn->dir, "train.csv", 60, 0);
   session_node_write_csv(sn->dir, "test.csv", 30, 1);
-  td__node_t *n = &sn->n;
-  char why[256] = "", path[128];
-  ck_assert_int_eq(uv_loop_init(&n->loop), 0);
-  n->node_id = SELF;
+  char why[256] = "";
   n->heartbeat_s = 0.2;
   n->threads = 1;
   td__policy_opts_t po = {.data_root = sn->dir};
   ck_assert_msg(td__policy_init(&n->policy, &po, why, sizeof why) == 0, "%s", why);
-  ck_assert_msg(td__access_open(&n->access, sn->dir, true, why, sizeof why) == 0, "%s", why);
-  snprintf(path, sizeof path, "%s/traind.db", sn->dir);
-  ck_assert_msg(td__ledgerq_open(&n->ledger, &n->loop, path, why, sizeof why) == 0, "%s", why);
-  td__transport_opts_t net = {.loop = &n->loop, .node_id = SELF, .access = n->access,
-                              .drops = &n->drops, .listen = "tcp://127.0.0.1:0",
-                              .events = {.received = session_node_on_received, .user = n}};
-  ck_assert_msg(td__transport_open(&n->net, &net, why, sizeof why) == 0, "%s", why);
-  ck_assert_int_eq(td_members_open(&n->members, SELF, td__transport_endpoint(n->net), 3.0, 6.0),
-                   0);
-  td__transport_set_members(n->net, n->members);
   double now = td_clock_mono_s();
   ck_assert_int_eq(td_members_learn(n->members, PEER_A, "tcp://127.0.0.1:9", now), 1);
   ck_assert_int_eq(td_members_learn(n->members, PEER_B, "tcp://127.0.0.1:8", now), 1);
@@ -80,19 +64,10 @@ static inline void session_node_close(session_node_t *sn) {
   td__node_t *n = &sn->n;
   if (n->session != NULL)
     td__session_finish(n, TD__RUN_STOPPED, NAN, "the test ended");
-  td__transport_stop(n->net);
-  td__ledgerq_stop(n->ledger);
-  uv_run(&n->loop, UV_RUN_DEFAULT); /* pool jobs still holding the session end here */
-  td__transport_close(&n->net);
-  td__ledgerq_close(&n->ledger);
-  td_members_close(&n->members);
-  td__access_close(&n->access);
+  loop_node_stop(n); /* pool jobs still holding the session end here */
   free(n->last_run);
   n->last_run = NULL;
-  uv_loop_close(&n->loop);
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", sn->dir);
-  ck_assert_int_eq(system(cmd), 0);
+  loop_node_free(n, sn->dir);
 }
 
 /* The spec text of a run on the fixture's dataset: 3 features, 3 classes,

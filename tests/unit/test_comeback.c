@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "daemon/session/shared.h"
+#include "tests/unit/loop_node.h"
 
 #define SELF 1
 #define PEER_A 2
@@ -36,30 +37,12 @@ typedef struct {
 
 static fixture_t *fx;
 
-static void on_received(void *user, const Traind__Envelope *env, size_t bytes) {
-  (void)user, (void)env, (void)bytes; /* nothing is sent to this node */
-}
-
 static void setup(void) {
   fx = calloc(1, sizeof *fx);
   ck_assert_ptr_nonnull(fx);
-  snprintf(fx->dir, sizeof fx->dir, "/tmp/td_comeback.XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(fx->dir));
   td__node_t *n = &fx->n;
-  char why[256] = "", path[128];
-  ck_assert_int_eq(uv_loop_init(&n->loop), 0);
-  n->node_id = SELF;
+  loop_node_open(n, fx->dir, sizeof fx->dir, "comeback", SELF);
   n->heartbeat_s = 0.2;
-  ck_assert_msg(td__access_open(&n->access, fx->dir, true, why, sizeof why) == 0, "%s", why);
-  snprintf(path, sizeof path, "%s/traind.db", fx->dir);
-  ck_assert_msg(td__ledgerq_open(&n->ledger, &n->loop, path, why, sizeof why) == 0, "%s", why);
-  td__transport_opts_t net = {.loop = &n->loop, .node_id = SELF, .access = n->access,
-                              .drops = &n->drops, .listen = "tcp://127.0.0.1:0",
-                              .events = {.received = on_received, .user = n}};
-  ck_assert_msg(td__transport_open(&n->net, &net, why, sizeof why) == 0, "%s", why);
-  ck_assert_int_eq(td_members_open(&n->members, SELF, td__transport_endpoint(n->net), 3.0, 6.0),
-                   0);
-  td__transport_set_members(n->net, n->members);
   double now = td_clock_mono_s();
   ck_assert_int_eq(td_members_learn(n->members, PEER_A, "tcp://127.0.0.1:9", now), 1);
   ck_assert_int_eq(td_members_learn(n->members, PEER_B, "tcp://127.0.0.1:8", now), 1);
@@ -96,17 +79,8 @@ static void teardown(void) {
   td__join_close(&fx->s.join);
   td_round_close(&fx->s.collector);
   td_layout_free(&fx->layout);
-  td__transport_stop(n->net);
-  td__ledgerq_stop(n->ledger);
-  uv_run(&n->loop, UV_RUN_DEFAULT);
-  td__transport_close(&n->net);
-  td__ledgerq_close(&n->ledger);
-  td_members_close(&n->members);
-  td__access_close(&n->access);
-  uv_loop_close(&n->loop);
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", fx->dir);
-  ck_assert_int_eq(system(cmd), 0);
+  loop_node_stop(n);
+  loop_node_free(n, fx->dir);
   free(fx);
 }
 

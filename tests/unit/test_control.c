@@ -22,6 +22,7 @@
 
 #include "common/error.h"
 #include "daemon/internal.h"
+#include "tests/unit/loop_node.h"
 #include "proto/control.h"
 
 typedef struct {
@@ -32,10 +33,6 @@ typedef struct {
 
 static fixture_t *fx;
 
-static void on_received(void *user, const Traind__Envelope *env, size_t bytes) {
-  (void)user, (void)env, (void)bytes; /* nothing is sent to this node */
-}
-
 /* The node's shutdown, as the test sees it: noted, and the socket closed. */
 static void note_shutdown(td__node_t *n, const char *why) {
   snprintf(fx->shutdown_why, sizeof fx->shutdown_why, "%s", why);
@@ -45,44 +42,21 @@ static void note_shutdown(td__node_t *n, const char *why) {
 static void setup(void) {
   fx = calloc(1, sizeof *fx);
   ck_assert_ptr_nonnull(fx);
-  snprintf(fx->dir, sizeof fx->dir, "/tmp/td_control.XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(fx->dir));
   td__node_t *n = &fx->n;
-  char why[256] = "", path[128];
-  ck_assert_int_eq(uv_loop_init(&n->loop), 0);
+  loop_node_open(n, fx->dir, sizeof fx->dir, "control", 0);
+  n->shutdown = note_shutdown;
   snprintf(n->data_dir, sizeof n->data_dir, "%s", fx->dir);
   snprintf(n->control_path, sizeof n->control_path, "%s/ctl", fx->dir);
-  ck_assert_msg(td__access_open(&n->access, fx->dir, false, why, sizeof why) == 0, "%s", why);
-  n->node_id = td__access_node_id(n->access);
-  n->shutdown = note_shutdown;
-  snprintf(path, sizeof path, "%s/traind.db", fx->dir);
-  ck_assert_msg(td__ledgerq_open(&n->ledger, &n->loop, path, why, sizeof why) == 0, "%s", why);
-  td__transport_opts_t net = {.loop = &n->loop, .node_id = n->node_id, .access = n->access,
-                              .drops = &n->drops, .listen = "tcp://127.0.0.1:0",
-                              .events = {.received = on_received, .user = n}};
-  ck_assert_msg(td__transport_open(&n->net, &net, why, sizeof why) == 0, "%s", why);
-  ck_assert_int_eq(td_members_open(&n->members, n->node_id, td__transport_endpoint(n->net), 3.0,
-                                   6.0),
-                   0);
-  td__transport_set_members(n->net, n->members);
+  char why[256] = "";
   ck_assert_msg(td__control_open(&n->control, n, why, sizeof why) == 0, "%s", why);
 }
 
 static void teardown(void) {
   td__node_t *n = &fx->n;
   td__control_stop(n->control);
-  td__transport_stop(n->net);
-  td__ledgerq_stop(n->ledger);
-  uv_run(&n->loop, UV_RUN_DEFAULT);
+  loop_node_stop(n);
   td__control_close(&n->control);
-  td__transport_close(&n->net);
-  td__ledgerq_close(&n->ledger);
-  td_members_close(&n->members);
-  td__access_close(&n->access);
-  uv_loop_close(&n->loop);
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", fx->dir);
-  ck_assert_int_eq(system(cmd), 0);
+  loop_node_free(n, fx->dir);
   free(fx);
 }
 

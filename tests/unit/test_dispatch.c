@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "daemon/internal.h"
+#include "tests/unit/loop_node.h"
 
 typedef struct {
   char dir[64];
@@ -29,48 +30,19 @@ typedef struct {
 
 static fixture_t *fx;
 
-static void on_received(void *user, const Traind__Envelope *env, size_t bytes) {
-  (void)user, (void)env, (void)bytes; /* nothing is sent to this node */
-}
-
 static void setup(void) {
   fx = calloc(1, sizeof *fx);
   ck_assert_ptr_nonnull(fx);
-  snprintf(fx->dir, sizeof fx->dir, "/tmp/td_dispatch.XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(fx->dir));
   td__node_t *n = &fx->n;
-  char why[256] = "", path[128];
-  ck_assert_int_eq(uv_loop_init(&n->loop), 0);
-  ck_assert_msg(td__access_open(&n->access, fx->dir, false, why, sizeof why) == 0, "%s", why);
-  n->node_id = td__access_node_id(n->access);
-  snprintf(path, sizeof path, "%s/traind.db", fx->dir);
-  ck_assert_msg(td__ledgerq_open(&n->ledger, &n->loop, path, why, sizeof why) == 0, "%s", why);
-  td__transport_opts_t net = {.loop = &n->loop, .node_id = n->node_id, .access = n->access,
-                              .drops = &n->drops, .listen = "tcp://127.0.0.1:0",
-                              .events = {.received = on_received, .user = n}};
-  ck_assert_msg(td__transport_open(&n->net, &net, why, sizeof why) == 0, "%s", why);
-  ck_assert_int_eq(td_members_open(&n->members, n->node_id, td__transport_endpoint(n->net), 3.0,
-                                   6.0),
-                   0);
-  td__transport_set_members(n->net, n->members);
+  loop_node_open(n, fx->dir, sizeof fx->dir, "dispatch", 0);
   fx->member = 0x1111222233334444ull;
   ck_assert_int_eq(td_members_learn(n->members, fx->member, "tcp://127.0.0.1:9", td_clock_mono_s()),
                    1);
 }
 
 static void teardown(void) {
-  td__node_t *n = &fx->n;
-  td__transport_stop(n->net);
-  td__ledgerq_stop(n->ledger);
-  uv_run(&n->loop, UV_RUN_DEFAULT);
-  td__transport_close(&n->net);
-  td__ledgerq_close(&n->ledger);
-  td_members_close(&n->members);
-  td__access_close(&n->access);
-  uv_loop_close(&n->loop);
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", fx->dir);
-  ck_assert_int_eq(system(cmd), 0);
+  loop_node_stop(&fx->n);
+  loop_node_free(&fx->n, fx->dir);
   free(fx);
 }
 
