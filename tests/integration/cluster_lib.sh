@@ -22,14 +22,15 @@ cleanup_nodes() {
 }
 trap cleanup_nodes EXIT
 
-# start_node NAME [TRAIND ARGS...]: traind in the background; waits for its
+# start_node NAME [TRAIND ARGS...]: traind in the background (heartbeats every
+# HEARTBEAT_MS, 200 unless set: a peer silent for 6 of them is dead); waits for its
 # control socket.
 start_node() {
   local name=$1
   shift
   mkdir -p "$T/$name"
   "$TRAIND" --data-dir "$T/$name" --listen tcp://127.0.0.1:0 --control "$T/$name/ctl" \
-    --heartbeat-ms 200 --threads 1 --log-level info "$@" >>"$T/$name.log" 2>&1 &
+    --heartbeat-ms "${HEARTBEAT_MS:-200}" --threads 1 --log-level info "$@" >>"$T/$name.log" 2>&1 &
   echo $! >"$T/$name.pid"
   case " ${NODES[*]} " in *" $name "*) ;; *) NODES+=("$name") ;; esac
   local i

@@ -20,6 +20,10 @@
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
 POISON="${top_builddir:-$(pwd)}/tests/integration/traind_poison"
 HONEST=(a b c)
+# 240 rounds per run and seven runs: on a loaded CI machine (sanitizers, two
+# tests at once) a node can stall past 6 x 200 ms and be taken for dead, which
+# this test is not about; 600 ms beats give it 3.6 s
+HEARTBEAT_MS=600
 
 # the hook lives only in the test program
 grep -q TD_POISON_FILE "$POISON" || fail "traind_poison has no poison hook"
