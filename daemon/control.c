@@ -373,7 +373,18 @@ static void announce(conn_t *c, td__session_t *s) {
   env.body_case = TRAIND__ENVELOPE__BODY_RUN_START;
   env.run_start = &rs;
   env.run_id = c->start_run;
-  td__transport_broadcast(c->ctl->n->net, &env);
+  td__node_t *n = c->ctl->n;
+  td__transport_broadcast(n->net, &env);
+  /* a member silent now (stopped, suspended, stalled past the dead mark while
+   * this node set the run up) still gets the run: its connection holds the
+   * message until it resumes, and it then learns the run's fate from us */
+  for (size_t i = 0; i < c->start_n; i++) {
+    uint64_t id = c->start_members[i];
+    td__link_t *l = id != n->node_id && !td_members_reachable(n->members, id)
+                        ? td__link_find(n->net, id) : NULL;
+    if (l != NULL)
+      td__link_send(n->net, l, &env);
+  }
   s->unannounced = false;
   free(c->start_text);
   c->start_text = NULL;
