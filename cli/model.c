@@ -178,6 +178,8 @@ static int write_onnx(const td__ledgers_run_t *r, const stored_t *m, const td_st
                       .floats = m->bytes / sizeof(float),
                       .meta = meta,
                       .n_meta = n_meta};
+  if (td_onnx_check(&o, why, sizeof why) != 0)
+    return td__ledgers_err("run %s: %s", r->id, why);
   if (td_onnx_input_stats(m->model, dataset, &o.normalize, &o.mean, &o.std, why, sizeof why) !=
       0)
     return td__ledgers_err("run %s: cannot find the input normalisation its training applied "

@@ -364,6 +364,17 @@ static int check_tensors(const td_layout_t *layout, const td_onnx_opts_t *o, cha
   return 0;
 }
 
+int td_onnx_check(const td_onnx_opts_t *o, char *why, size_t why_len) {
+  if (o == NULL || o->spec == NULL || (o->n_tensors > 0 && o->tensors == NULL))
+    return td_why(why, why_len, TD_EINVAL, "nothing to check");
+  td_layout_t *layout = NULL;
+  int rc = td_model_spec_layout(o->spec, &layout, why, why_len);
+  if (rc == 0)
+    rc = check_tensors(layout, o, why, why_len);
+  td_layout_free(&layout);
+  return rc;
+}
+
 static Onnx__ValueInfoProto *value_info(graph_t *g, const char *name, int32_t elem,
                                         size_t ndim, const int64_t *dims, const char *doc) {
   Onnx__ValueInfoProto *vi = g_alloc(g, sizeof *vi);

@@ -45,6 +45,12 @@ typedef struct {
 int td_onnx_input_stats(const char *spec, const char *dataset, bool *normalize, double *mean,
                         double *std, char *why, size_t why_len);
 
+/* Whether o's stored tensor list is the layout o->spec builds, in order, with
+ * its shapes, every tensor inside the buffer (what td_onnx_write checks
+ * first; this lets a caller check before it loads a dataset). 0, TD_ESHAPE
+ * with why naming the first tensor that differs, TD_ECONFIG for a bad spec. */
+int td_onnx_check(const td_onnx_opts_t *o, char *why, size_t why_len);
+
 /* Write the ONNX file of o->spec to path. Every stored tensor must be the one
  * the spec lays out, in order, with its shape, and lie inside the buffer:
  * otherwise TD_ESHAPE with why naming the first that differs. TD_ECONFIG for

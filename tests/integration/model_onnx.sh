@@ -13,7 +13,8 @@
 #    windows for the gpt; its logits match traind's (td_logits on the
 #    safetensors export of the same run) within 1e-4;
 #  - a models row whose tensors do not match its model spec is refused with
-#    one line naming the first tensor that differs, and so is an unknown
+#    one line naming the first tensor that differs, and so are a run whose
+#    dataset is gone (the graph needs its normalisation) and an unknown
 #    format.
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
 LOGITS="${top_builddir:-$(pwd)}/tests/integration/td_logits"
@@ -107,6 +108,7 @@ check_family() { # NAME MODEL KIND DATASET
 
 train mlp:784-32-10 dataset="$SMALL" rounds=2 local_steps=10 batch=64 lr=0.1 \
   && check_family mlp mlp:784-32-10 flat "$SMALL"
+mlp_run=$run_id
 train cnn dataset="$SMALL" rounds=1 local_steps=4 batch=32 lr=0.05 \
   && check_family cnn cnn images "$SMALL"
 train resnet dataset="$SMALL" rounds=1 local_steps=2 batch=16 lr=0.05 \
@@ -136,6 +138,16 @@ run short tcm "$gpt_run" -o "$T/bad.onnx" --format onnx
 grep -q "run $gpt_run: the ledger's tensor list of its model is damaged" "$T/short.err" \
   && [ "$(wc -l <"$T/short.err")" = 1 ] && pass "a truncated blob: $(cat "$T/short.err")" \
   || fail "a truncated blob: $(cat "$T/short.err")"
+# the normalisation comes from the run's dataset: gone, it is one line (and
+# safetensors, which needs no data, still works)
+mv "$T/root/train-images.idx" "$T/train-images.idx"
+run nodata tcm "$mlp_run" -o "$T/nodata.onnx" --format onnx
+grep -q "^trainctl: error: run $mlp_run: cannot find the input normalisation its training applied (the ONNX graph starts with it): .*train-images.idx" "$T/nodata.err" \
+  && [ "$(wc -l <"$T/nodata.err")" = 1 ] && [ ! -e "$T/nodata.onnx" ] \
+  && pass "dataset gone: $(cat "$T/nodata.err")" || fail "dataset gone: '$(cat "$T/nodata.err")'"
+run nodata_st tcm "$mlp_run" -o "$T/nodata.safetensors"
+[ "$(rc_of nodata_st)" = 0 ] && pass "dataset gone: safetensors still exports" \
+  || fail "dataset gone: safetensors: $(cat "$T/nodata_st.err")"
 run badfmt tcm "$gpt_run" -o "$T/x.bin" --format tflite
 expect_line badfmt "unknown model format 'tflite' (safetensors, onnx)"
 finish
