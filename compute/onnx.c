@@ -33,10 +33,10 @@
 #include "compute/model_internal.h"
 #include "proto/onnx.pb-c.h"
 
-#define TD__ONNX_IR_VERSION 8     /* the IR of opset 17 (ONNX 1.12) */
-#define TD__NORM_EPS 1e-5f        /* as compute/cpu/layer_norm.c */
+#define TD__ONNX_IR_VERSION 8 /* the IR of opset 17 (ONNX 1.12) */
+#define TD__NORM_EPS 1e-5f    /* as compute/cpu/layer_norm.c */
 #define TD__GELU_K 0.7978845608028654f
-#define TD__MASKED (-1e9f)        /* added to a future position's score: exp() of it is 0 */
+#define TD__MASKED (-1e9f) /* added to a future position's score: exp() of it is 0 */
 #define TD__ONNX_MAX_BYTES ((size_t)2047 << 20) /* protobuf's 2 GiB, less room for the graph */
 
 typedef struct {
@@ -50,22 +50,26 @@ typedef struct {
   bool oom;
 } graph_t;
 
-static bool grow(void ***arr, size_t *cap, size_t need) {
+/* arr (of *cap elements of elem bytes) with room for need: arr itself, a
+ * larger copy (*cap updated), or NULL (arr untouched) when out of memory. */
+static void *grow(void *arr, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap)
-    return true;
+    return arr;
   size_t cap2 = *cap ? *cap * 2 : 64;
-  void **p = realloc(*arr, cap2 * sizeof *p);
-  if (p == NULL)
-    return false;
-  *arr = p;
-  *cap = cap2;
-  return true;
+  void *p = realloc(arr, cap2 * elem);
+  if (p != NULL)
+    *cap = cap2;
+  return p;
 }
 
 static void *g_alloc(graph_t *g, size_t bytes) {
+  void **blocks =
+      g->oom ? NULL : grow(g->blocks, &g->cap_blocks, g->n_blocks + 1, sizeof *g->blocks);
   void *p = NULL;
-  if (!g->oom && grow(&g->blocks, &g->cap_blocks, g->n_blocks + 1))
+  if (blocks != NULL) {
+    g->blocks = blocks;
     p = calloc(1, bytes > 0 ? bytes : 1);
+  }
   if (p == NULL) {
     g->oom = true;
     return NULL;
@@ -100,11 +104,13 @@ static Onnx__NodeProto *g_node(graph_t *g, const char *op_type, const char *stem
                                const char *const *in, size_t n_in, size_t n_out) {
   Onnx__NodeProto *n = g_alloc(g, sizeof *n);
   char **ins = g_alloc(g, n_in * sizeof *ins), **outs = g_alloc(g, n_out * sizeof *outs);
-  if (n == NULL || ins == NULL || outs == NULL ||
-      !grow((void ***)&g->nodes, &g->cap_nodes, g->n_nodes + 1)) {
+  Onnx__NodeProto **nodes =
+      g->oom ? NULL : grow(g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof *g->nodes);
+  if (n == NULL || ins == NULL || outs == NULL || nodes == NULL) {
     g->oom = true;
     return NULL;
   }
+  g->nodes = nodes;
   onnx__node_proto__init(n);
   unsigned id = g->counter++;
   for (size_t i = 0; i < n_in; i++) {
@@ -140,8 +146,7 @@ static const char *op3(graph_t *g, const char *op_type, const char *stem, const 
 static Onnx__AttributeProto *g_attr(graph_t *g, const char *name) {
   Onnx__NodeProto *n = g->n_nodes > 0 && !g->oom ? g->nodes[g->n_nodes - 1] : NULL;
   Onnx__AttributeProto *a = g_alloc(g, sizeof *a);
-  Onnx__AttributeProto **list =
-      n != NULL ? g_alloc(g, (n->n_attribute + 1) * sizeof *list) : NULL;
+  Onnx__AttributeProto **list = n != NULL ? g_alloc(g, (n->n_attribute + 1) * sizeof *list) : NULL;
   if (a == NULL || list == NULL)
     return NULL;
   onnx__attribute_proto__init(a);
@@ -197,11 +202,13 @@ static Onnx__TensorProto *g_init(graph_t *g, const char *name, int32_t type, siz
   int64_t *d = g_alloc(g, ndim * sizeof *d);
   uint8_t *raw = g_alloc(g, bytes);
   char *nm = g_str(g, "%s", name);
-  if (t == NULL || d == NULL || raw == NULL || nm == NULL ||
-      !grow((void ***)&g->inits, &g->cap_inits, g->n_inits + 1)) {
+  Onnx__TensorProto **inits =
+      g->oom ? NULL : grow(g->inits, &g->cap_inits, g->n_inits + 1, sizeof *g->inits);
+  if (t == NULL || d == NULL || raw == NULL || nm == NULL || inits == NULL) {
     g->oom = true;
     return NULL;
   }
+  g->inits = inits;
   onnx__tensor_proto__init(t);
   memcpy(d, dims, ndim * sizeof *d);
   t->dims = d;
@@ -219,8 +226,8 @@ static Onnx__TensorProto *g_init(graph_t *g, const char *name, int32_t type, siz
 /* An initializer of float32 values, little-endian whatever the host. */
 static const char *init_f32(graph_t *g, const char *name, size_t ndim, const int64_t *dims,
                             const float *v, size_t count) {
-  Onnx__TensorProto *t = g_init(g, name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, ndim, dims,
-                                count * 4);
+  Onnx__TensorProto *t =
+      g_init(g, name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, ndim, dims, count * 4);
   if (t == NULL)
     return NULL;
   for (size_t i = 0; i < count; i++) {
@@ -243,8 +250,10 @@ static const char *const_i64(graph_t *g, size_t n, const int64_t *v) {
   size_t len = strlen(name);
   for (size_t i = 0; i < n && len < sizeof name; i++)
     len += (size_t)snprintf(name + len, sizeof name - len, "_%" PRId64, v[i]);
-  if (len >= sizeof name)
-    return g->oom = true, NULL; /* not reached: at most five small values */
+  if (len >= sizeof name) { /* not reached: at most five small values */
+    g->oom = true;
+    return NULL;
+  }
   const Onnx__TensorProto *t = find_init(g, name);
   if (t != NULL)
     return t->name;
@@ -311,8 +320,10 @@ static const char *attention(graph_t *g, const char *qkv, int t, int c, int head
   const char *mask = find_init(g, name) != NULL ? find_init(g, name)->name : NULL;
   if (mask == NULL) {
     float *m = malloc((size_t)t * (size_t)t * sizeof *m);
-    if (m == NULL)
-      return g->oom = true, NULL;
+    if (m == NULL) {
+      g->oom = true;
+      return NULL;
+    }
     for (int i = 0; i < t; i++)
       for (int j = 0; j < t; j++)
         m[(size_t)i * (size_t)t + (size_t)j] = j <= i ? 0.0f : TD__MASKED;
@@ -342,8 +353,8 @@ static int check_tensors(const td_layout_t *layout, const td_onnx_opts_t *o, cha
   for (size_t i = 0; i < n; i++) {
     const td_tensor_info_t *want = td_layout_tensor(layout, i);
     const td_st_tensor_t *have = &o->tensors[i];
-    bool same = have->name != NULL && strcmp(have->name, want->name) == 0 &&
-                have->ndim == want->ndim;
+    bool same =
+        have->name != NULL && strcmp(have->name, want->name) == 0 && have->ndim == want->ndim;
     for (uint32_t d = 0; same && d < want->ndim; d++)
       same = have->shape[d] == want->shape[d];
     char a[96] = "", b[96] = "";
@@ -375,8 +386,8 @@ int td_onnx_check(const td_onnx_opts_t *o, char *why, size_t why_len) {
   return rc;
 }
 
-static Onnx__ValueInfoProto *value_info(graph_t *g, const char *name, int32_t elem,
-                                        size_t ndim, const int64_t *dims, const char *doc) {
+static Onnx__ValueInfoProto *value_info(graph_t *g, const char *name, int32_t elem, size_t ndim,
+                                        const int64_t *dims, const char *doc) {
   Onnx__ValueInfoProto *vi = g_alloc(g, sizeof *vi);
   Onnx__TypeProto *type = g_alloc(g, sizeof *type);
   Onnx__TypeProto__Tensor *tt = g_alloc(g, sizeof *tt);
@@ -437,7 +448,8 @@ static void build_graph(graph_t *g, const td_model_t *m, const td_onnx_opts_t *o
     val[0] = "tokens";
     rank[0] = 2;
   } else {
-    const int64_t image[4] = {0, x0->c, x0->h, x0->w}, flat_dims[2] = {0, (int64_t)td__tensor_f(x0)};
+    const int64_t image[4] = {0, x0->c, x0->h, x0->w},
+                  flat_dims[2] = {0, (int64_t)td__tensor_f(x0)};
     size_t len = (size_t)snprintf(
         doc, sizeof doc, "float32 %s as the dataset reader yields them (IDX pixels: byte / 255)",
         x0->image ? "images [batch, C, H, W]" : "features [batch, F]");
@@ -452,10 +464,10 @@ static void build_graph(graph_t *g, const td_model_t *m, const td_onnx_opts_t *o
     rank[0] = x0->image ? 4 : 2;
     if (o->normalize) {
       double std = o->std > 0 && isfinite(o->std) ? o->std : 1.0; /* as td_dataset_normalize */
-      val[0] = op2(g, "Div", "input_normalized",
-                   op2(g, "Sub", "input_centered", "input",
-                       const_f32(g, "input_mean", (float)o->mean)),
-                   const_f32(g, "input_std", (float)std));
+      val[0] =
+          op2(g, "Div", "input_normalized",
+              op2(g, "Sub", "input_centered", "input", const_f32(g, "input_mean", (float)o->mean)),
+              const_f32(g, "input_std", (float)std));
     }
   }
   for (int i = 0; i < m->n_nodes && !g->oom; i++) {
@@ -567,8 +579,10 @@ static void build_graph(graph_t *g, const td_model_t *m, const td_onnx_opts_t *o
     val[n->out] = y;
     rank[n->out] = r;
   }
-  if (g->oom || g->n_nodes == 0)
-    return g->oom = true, (void)0;
+  if (g->oom || g->n_nodes == 0) {
+    g->oom = true;
+    return;
+  }
   /* the last node makes the logits: name its output so */
   Onnx__NodeProto *last = g->nodes[g->n_nodes - 1];
   last->output[0] = (char *)"logits";
@@ -582,8 +596,7 @@ static void build_graph(graph_t *g, const td_model_t *m, const td_onnx_opts_t *o
                              "probabilities)");
 }
 
-static int write_file(const char *path, const uint8_t *buf, size_t len, char *why,
-                      size_t why_len) {
+static int write_file(const char *path, const uint8_t *buf, size_t len, char *why, size_t why_len) {
   FILE *f = fopen(path, "wb");
   if (f == NULL)
     return td_why(why, why_len, TD_EIO, "cannot write %s: %s", path, strerror(errno));
@@ -625,8 +638,8 @@ int td_onnx_write(const char *path, const td_onnx_opts_t *o, char *why, size_t w
     int64_t dims[TD_TENSOR_MAX_DIMS];
     for (uint32_t d = 0; d < t->ndim; d++)
       dims[d] = t->shape[d];
-    param_name[i] = init_f32(&g, t->name, t->ndim, dims, o->params + o->tensors[i].offset,
-                             t->numel);
+    param_name[i] =
+        init_f32(&g, t->name, t->ndim, dims, o->params + o->tensors[i].offset, t->numel);
   }
   Onnx__ValueInfoProto *input = NULL, *output = NULL;
   if (rc == 0 && !g.oom)

@@ -24,7 +24,9 @@
 
 static char tmp_path[256];
 
-static void setup(void) { snprintf(tmp_path, sizeof tmp_path, "/tmp/td_onnx_%d.onnx", (int)getpid()); }
+static void setup(void) {
+  snprintf(tmp_path, sizeof tmp_path, "/tmp/td_onnx_%d.onnx", (int)getpid());
+}
 static void teardown(void) { unlink(tmp_path); }
 
 typedef struct {
@@ -46,8 +48,8 @@ static void stored_open(stored_t *s, const char *spec) {
   s->params = calloc(s->floats, sizeof *s->params);
   for (size_t i = 0; i < s->n; i++) {
     const td_tensor_info_t *t = td_layout_tensor(s->layout, i);
-    s->tensors[i] = (td_st_tensor_t){.name = t->name, .ndim = t->ndim, .offset = t->offset,
-                                     .numel = t->numel};
+    s->tensors[i] =
+        (td_st_tensor_t){.name = t->name, .ndim = t->ndim, .offset = t->offset, .numel = t->numel};
     for (uint32_t d = 0; d < t->ndim; d++)
       s->tensors[i].shape[d] = t->shape[d];
     for (size_t j = 0; j < t->numel; j++)
@@ -93,8 +95,7 @@ static const Onnx__TensorProto *init_named(const Onnx__GraphProto *g, const char
 static void check_batch_dim(const Onnx__ValueInfoProto *v, size_t ndim) {
   const Onnx__TensorShapeProto *shape = v->type->tensor_type->shape;
   ck_assert_uint_eq(shape->n_dim, ndim);
-  ck_assert_int_eq(shape->dim[0]->value_case,
-                   ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM);
+  ck_assert_int_eq(shape->dim[0]->value_case, ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM);
   ck_assert_str_eq(shape->dim[0]->dim_param, "batch");
 }
 
@@ -102,9 +103,16 @@ START_TEST(mlp_graph_says_what_it_is) {
   stored_t s;
   stored_open(&s, "mlp:6-5-3");
   td_st_meta_t kv[] = {{"producer", "traind"}, {"model", "mlp:6-5-3"}};
-  td_onnx_opts_t o = {.spec = "mlp:6-5-3", .tensors = s.tensors, .n_tensors = s.n,
-                      .params = s.params, .floats = s.floats, .normalize = true, .mean = 0.5,
-                      .std = 2.0, .meta = kv, .n_meta = 2};
+  td_onnx_opts_t o = {.spec = "mlp:6-5-3",
+                      .tensors = s.tensors,
+                      .n_tensors = s.n,
+                      .params = s.params,
+                      .floats = s.floats,
+                      .normalize = true,
+                      .mean = 0.5,
+                      .std = 2.0,
+                      .meta = kv,
+                      .n_meta = 2};
   char why[256] = "";
   ck_assert_msg(td_onnx_write(tmp_path, &o, why, sizeof why) == 0, "%s", why);
   Onnx__ModelProto *m = read_back();
@@ -159,8 +167,11 @@ END_TEST
 START_TEST(gpt_reads_tokens_through_a_causal_mask) {
   stored_t s;
   stored_open(&s, "gpt:1-8-2-4");
-  td_onnx_opts_t o = {.spec = "gpt:1-8-2-4", .tensors = s.tensors, .n_tensors = s.n,
-                      .params = s.params, .floats = s.floats};
+  td_onnx_opts_t o = {.spec = "gpt:1-8-2-4",
+                      .tensors = s.tensors,
+                      .n_tensors = s.n,
+                      .params = s.params,
+                      .floats = s.floats};
   char why[256] = "";
   ck_assert_msg(td_onnx_write(tmp_path, &o, why, sizeof why) == 0, "%s", why);
   Onnx__ModelProto *m = read_back();
@@ -208,8 +219,11 @@ static void expect_refused(const td_onnx_opts_t *o, const char *path, int code, 
 START_TEST(a_row_that_is_not_the_spec_is_refused) {
   stored_t s;
   stored_open(&s, "mlp:6-5-3");
-  td_onnx_opts_t o = {.spec = "mlp:6-5-3", .tensors = s.tensors, .n_tensors = s.n,
-                      .params = s.params, .floats = s.floats};
+  td_onnx_opts_t o = {.spec = "mlp:6-5-3",
+                      .tensors = s.tensors,
+                      .n_tensors = s.n,
+                      .params = s.params,
+                      .floats = s.floats};
   s.tensors[2].shape[0] = 4; /* fc1.weight [4, 5] */
   expect_refused(&o, tmp_path, TD_ESHAPE,
                  "stored tensor 2 is fc1.weight [4,5], the model 'mlp:6-5-3' wants fc1.weight "
@@ -219,7 +233,8 @@ START_TEST(a_row_that_is_not_the_spec_is_refused) {
   expect_refused(&o, tmp_path, TD_ESHAPE, "stored tensor 1 is fc0.gamma [5]");
   s.tensors[1].name = td_layout_tensor(s.layout, 1)->name;
   o.n_tensors = 3;
-  expect_refused(&o, tmp_path, TD_ESHAPE, "the stored model has 3 tensors, the model 'mlp:6-5-3' lays out 4");
+  expect_refused(&o, tmp_path, TD_ESHAPE,
+                 "the stored model has 3 tensors, the model 'mlp:6-5-3' lays out 4");
   o.n_tensors = s.n;
   o.floats = s.tensors[3].offset + 1; /* fc1.bias runs past the buffer */
   expect_refused(&o, tmp_path, TD_ESHAPE, "stored tensor fc1.bias lies past the end");
