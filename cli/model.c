@@ -271,7 +271,7 @@ int td_model_main(int argc, char **argv) {
         {"run_id", r->id},       {"round", round_s},      {"state", m.state},
         {text ? "test_bpb" : "test_accuracy", metric_s}};
     size_t n_meta = sizeof meta / sizeof meta[0] - (isnan(m.metric) ? 1 : 0);
-    if (onnx)
+    if (onnx) /* the metadata less "format: pt", which is safetensors' own */
       rc = write_onnx(r, &m, tensors, n_tensors, meta + 1, n_meta - 1, path);
     else if (td_st_write(path, tensors, n_tensors, m.blob, meta, n_meta, why, sizeof why) != 0)
       rc = td__ledgers_err("%s", why);

@@ -27,7 +27,6 @@ done
 [ -n "$PY" ] || { echo "skipped: needs python3 with numpy and onnx (python3-numpy, python3-onnx)"; exit 77; }
 command -v sqlite3 >/dev/null || { echo "skipped: needs sqlite3"; exit 77; }
 MNIST_DIR=${TRAIND_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
-[ -f "$MNIST_DIR/t10k-images-idx3-ubyte.gz" ] || { echo "skipped: needs dataset-fashion-mnist"; exit 77; }
 ROWS=200
 expect_line() { # NAME TEXT: failed (no signal) with exactly TEXT, one line, on stderr
   local rc
