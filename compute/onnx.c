@@ -210,7 +210,8 @@ static Onnx__TensorProto *g_init(graph_t *g, const char *name, int32_t type, siz
   }
   g->inits = inits;
   onnx__tensor_proto__init(t);
-  memcpy(d, dims, ndim * sizeof *d);
+  if (ndim > 0) /* a scalar has no dims (and dims may be NULL) */
+    memcpy(d, dims, ndim * sizeof *d);
   t->dims = d;
   t->n_dims = ndim;
   t->has_data_type = true;
