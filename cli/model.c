@@ -1,15 +1,18 @@
-/* model.c: `trainctl model RUN [--round R] -o FILE [--format safetensors]`.
+/* model.c: `trainctl model RUN [--round R] -o FILE [--format safetensors|onnx]`.
  *
  * Reads a run's model from a node ledger, read-only, daemon up or down (the
  * ledgers as cli/ledgers.h finds them), and writes it as safetensors
- * (common/safetensors_write.h): the run's kept model (the ledger's `models`
- * row: its final consensus model, or its last one when it was stopped or
- * failed), or with --round R that row or the checkpoint of round R. The
- * tensor names, shapes and offsets come from the row's `tensors` JSON, which
- * the daemon wrote from the layout it trained, so trainctl needs no model
- * code (cli/ uses only proto/ and common/: scripts/layers.txt); a checkpoint
- * has the same layout as its run's kept model. The ledger is not trusted:
- * every tensor must lie inside the stored buffer. Runs on trainctl's thread. */
+ * (common/safetensors_write.h) or as an ONNX inference graph
+ * (compute/onnx.h): the run's kept model (the ledger's `models` row: its
+ * final consensus model, or its last one when it was stopped or failed), or
+ * with --round R that row or the checkpoint of round R. The tensor names,
+ * shapes and offsets come from the row's `tensors` JSON, which the daemon
+ * wrote from the layout it trained, so safetensors needs no model code; ONNX
+ * needs the graph, which compute/onnx.c builds from the row's model spec
+ * after checking the stored tensors against it, and the input normalisation
+ * the run applied, which it computes from the run's dataset again. The ledger
+ * is not trusted: every tensor must lie inside the stored buffer. Runs on
+ * trainctl's thread. */
 #include "cli/model.h"
 
 #include <inttypes.h>
@@ -21,6 +24,7 @@
 
 #include "cli/ledgers.h"
 #include "common/safetensors_write.h"
+#include "compute/onnx.h"
 
 #define MAX_TENSORS 4096 /* as the safetensors reader's limit */
 
@@ -155,8 +159,39 @@ static int parse_tensors(const char *run, const char *text, size_t floats, json_
   return 0;
 }
 
+#define TD__STR2(x) #x
+#define TD__STR(x) TD__STR2(x)
+
+/* The ONNX file of the stored model: its graph from the row's model spec,
+ * checked tensor by tensor against the stored list, and the input
+ * normalisation of the run's dataset. 0, or 1 after printing why. */
+static int write_onnx(const td__ledgers_run_t *r, const stored_t *m, const td_st_tensor_t *tensors,
+                      size_t n_tensors, const td_st_meta_t *meta, size_t n_meta,
+                      const char *path) {
+  char dataset[TD__LEDGERS_VALUE_MAX] = "auto", why[512];
+  if (!td__ledgers_spec_get(r->spec, "dataset", dataset, sizeof dataset))
+    snprintf(dataset, sizeof dataset, "auto");
+  td_onnx_opts_t o = {.spec = m->model,
+                      .tensors = tensors,
+                      .n_tensors = n_tensors,
+                      .params = m->blob,
+                      .floats = m->bytes / sizeof(float),
+                      .meta = meta,
+                      .n_meta = n_meta};
+  if (td_onnx_check(&o, why, sizeof why) != 0)
+    return td__ledgers_err("run %s: %s", r->id, why);
+  if (td_onnx_input_stats(m->model, dataset, &o.normalize, &o.mean, &o.std, why, sizeof why) !=
+      0)
+    return td__ledgers_err("run %s: cannot find the input normalisation its training applied "
+                           "(the ONNX graph starts with it): %s",
+                           r->id, why);
+  if (td_onnx_write(path, &o, why, sizeof why) != 0)
+    return td__ledgers_err("run %s: %s", r->id, why);
+  return 0;
+}
+
 int td_model_main(int argc, char **argv) {
-  static const char use[] = "trainctl model RUN [--round R] -o FILE [--format safetensors] "
+  static const char use[] = "trainctl model RUN [--round R] -o FILE [--format safetensors|onnx] "
                             "[--db FILE | --data-dir DIR]...";
   td__ledgers_set_t set = {0};
   const char *arg = NULL, *path = NULL, *format = "safetensors", *round_text = NULL;
@@ -182,8 +217,9 @@ int td_model_main(int argc, char **argv) {
   }
   if (rc == 0 && (arg == NULL || path == NULL))
     rc = td__ledgers_usage(use);
-  if (rc == 0 && strcmp(format, "safetensors") != 0) {
-    fprintf(stderr, "trainctl: error: unknown model format '%s' (safetensors)\n", format);
+  bool onnx = strcmp(format, "onnx") == 0;
+  if (rc == 0 && !onnx && strcmp(format, "safetensors") != 0) {
+    fprintf(stderr, "trainctl: error: unknown model format '%s' (safetensors, onnx)\n", format);
     rc = 2;
   }
   int64_t round = -1;
@@ -235,12 +271,15 @@ int td_model_main(int argc, char **argv) {
         {"run_id", r->id},       {"round", round_s},      {"state", m.state},
         {text ? "test_bpb" : "test_accuracy", metric_s}};
     size_t n_meta = sizeof meta / sizeof meta[0] - (isnan(m.metric) ? 1 : 0);
-    if (td_st_write(path, tensors, n_tensors, m.blob, meta, n_meta, why, sizeof why) != 0)
+    if (onnx) /* the metadata less "format: pt", which is safetensors' own */
+      rc = write_onnx(r, &m, tensors, n_tensors, meta + 1, n_meta - 1, path);
+    else if (td_st_write(path, tensors, n_tensors, m.blob, meta, n_meta, why, sizeof why) != 0)
       rc = td__ledgers_err("%s", why);
-    else
+    if (rc == 0)
       printf("wrote %s: model %s of run %s, round %" PRId64 " (%s), %zu tensors, %zu "
-             "parameters\n",
-             path, m.model, r->id, m.round, m.state, n_tensors, params);
+             "parameters%s\n",
+             path, m.model, r->id, m.round, m.state, n_tensors, params,
+             onnx ? ", ONNX opset " TD__STR(TD_ONNX_OPSET) : "");
   }
   free(tensors);
   json_object_put(root);

@@ -406,8 +406,8 @@ static const command_t COMMANDS[] = {
      "RUN... [--x time|round|samples|bytes] [--y accuracy|loss|bpb|goodput|staleness|idle]"
      " [-o FILE.png|FILE.svg] [--script FILE.gp] [--size WxH]",
      "curves with gnuplot, one per run and node", READS_LEDGER},
-    {"model", td_model_main, "RUN [--round R] -o FILE [--format safetensors]",
-     "the run's kept model (or round R's checkpoint) as safetensors", READS_LEDGER},
+    {"model", td_model_main, "RUN [--round R] -o FILE [--format safetensors|onnx]",
+     "the run's kept model (or round R's checkpoint) as safetensors or ONNX", READS_LEDGER},
     {"help", cmd_help, "[COMMAND]", "every command, or one command's usage", LOCAL},
 };
 #define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])

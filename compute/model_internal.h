@@ -1,6 +1,7 @@
 /* model_internal.h: the model's graph, shared by compute/model.c (buffers,
- * forward, backward) and compute/model_build.c (spec -> graph). Private to
- * those two files: everything else sees the opaque td_model_t of model.h. */
+ * forward, backward) and compute/model_build.c (spec -> graph), and read by
+ * compute/onnx.c (graph -> ONNX operators). Private to those three files:
+ * everything else sees the opaque td_model_t of model.h. */
 #ifndef TD_MODEL_INTERNAL_H
 #define TD_MODEL_INTERNAL_H
 

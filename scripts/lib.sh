@@ -11,7 +11,7 @@ TD_PACKAGES=(
   libuv1-dev libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev
   libopenblas-dev zlib1g-dev libinih-dev libjson-c-dev libsodium-dev libmicrohttpd-dev check
   sqlite3 iproute2 procps dataset-fashion-mnist fortunes-min fortunes gnuplot-nox prometheus valgrind
-  curl universal-ctags python3 python3-numpy
+  curl universal-ctags python3 python3-numpy python3-onnx
 )
 
 td_log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }

@@ -177,8 +177,8 @@ run noround tcm "$mlp_run" --round 2 -o "$T/x.safetensors"
 expect_error noround "run $mlp_run has no model of round 2"
 run nowrite tcm "$mlp_run" -o "$T/nodir/x.safetensors"
 expect_error nowrite "cannot write $T/nodir/x.safetensors: No such file or directory"
-run badfmt tcm "$mlp_run" -o "$T/x.onnx" --format onnx
-expect_error badfmt "unknown model format 'onnx'"
+run badfmt tcm "$mlp_run" -o "$T/x.tflite" --format tflite
+expect_error badfmt "unknown model format 'tflite'"
 
 # ---- a peer run from the exported mlp; a wrong file; a file outside the data root
 start --set model=$MODEL --set init=mlp.safetensors --set rounds=1 --set local_steps=5 \
