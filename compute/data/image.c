@@ -50,8 +50,8 @@ static int check_size(const char *name, const char *kind, uint32_t width, uint32
 
 /* ---- PNG ------------------------------------------------------------------------ */
 
-static int png_begin(png_image *img, const uint8_t *bytes, size_t len, const char *name,
-                     char *why, size_t why_len) {
+static int png_begin(png_image *img, const uint8_t *bytes, size_t len, const char *name, char *why,
+                     size_t why_len) {
   memset(img, 0, sizeof *img);
   img->version = PNG_IMAGE_VERSION;
   if (!png_image_begin_read_from_memory(img, bytes, len)) {
@@ -106,8 +106,7 @@ static void jpeg_message(j_common_ptr cinfo, int level) {
 }
 
 static void jpeg_progress(j_common_ptr cinfo) {
-  if (cinfo->is_decompressor &&
-      ((j_decompress_ptr)cinfo)->input_scan_number > TD__JPEG_MAX_SCANS) {
+  if (cinfo->is_decompressor && ((j_decompress_ptr)cinfo)->input_scan_number > TD__JPEG_MAX_SCANS) {
     jpeg_guard_t *g = (jpeg_guard_t *)cinfo->err;
     snprintf(g->message, sizeof g->message, "more than %d scans", TD__JPEG_MAX_SCANS);
     longjmp(g->escape, 1);
@@ -228,9 +227,8 @@ int td_image_probe(td_image_info_t *info, const uint8_t *bytes, size_t len, cons
   return 0;
 }
 
-int td_image_decode(float *out, int channels, uint32_t width, uint32_t height,
-                    const uint8_t *bytes, size_t len, const char *name, char *why,
-                    size_t why_len) {
+int td_image_decode(float *out, int channels, uint32_t width, uint32_t height, const uint8_t *bytes,
+                    size_t len, const char *name, char *why, size_t why_len) {
   if (channels != 1 && channels != 3)
     return td_why(why, why_len, TD_EINVAL, "%s: images decode to 1 or 3 channels, not %d", name,
                   channels);
@@ -248,9 +246,8 @@ int td_image_decode(float *out, int channels, uint32_t width, uint32_t height,
   if (pixels == NULL)
     return td_why(why, why_len, TD_ENOMEM, "%s: out of memory for %ux%u pixels", name, width,
                   height);
-  rc = info.format == TD_IMAGE_PNG
-           ? png_decode(pixels, channels, bytes, len, name, why, why_len)
-           : jpeg_decode(pixels, channels, bytes, len, name, why, why_len);
+  rc = info.format == TD_IMAGE_PNG ? png_decode(pixels, channels, bytes, len, name, why, why_len)
+                                   : jpeg_decode(pixels, channels, bytes, len, name, why, why_len);
   if (rc == 0)
     for (int c = 0; c < channels; c++)
       for (size_t i = 0; i < plane; i++)

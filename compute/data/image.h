@@ -49,8 +49,7 @@ int td_image_probe(td_image_info_t *info, const uint8_t *bytes, size_t len, cons
  * width x height: a different size is TD_ESHAPE + why (nothing is resized).
  * TD_ECORRUPT for a bad or truncated file, TD_ENOMEM. out must hold
  * channels * height * width floats and is written only on success. */
-int td_image_decode(float *out, int channels, uint32_t width, uint32_t height,
-                    const uint8_t *bytes, size_t len, const char *name, char *why,
-                    size_t why_len);
+int td_image_decode(float *out, int channels, uint32_t width, uint32_t height, const uint8_t *bytes,
+                    size_t len, const char *name, char *why, size_t why_len);
 
 #endif

@@ -10,7 +10,8 @@
  * and its size checked against the dataset's before one byte of feature
  * memory is allocated, and only then are the images decoded, each straight
  * into its row. Files are read whole (at most TD_IMAGE_MAX_FILE_BYTES)
- * through td_file_read_all: non-blocking, regular files only. */
+ * through td_file_read_all_nofollow: non-blocking, regular files only, and
+ * a link swapped in after the listing is refused when it is opened. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -181,8 +182,8 @@ static int probe_all(const entry_list_t *l, td_image_shape_t *shape, char *why, 
     uint8_t *bytes = NULL;
     size_t len = 0;
     td_image_info_t info;
-    int rc = td_file_read_all(l->items[i].path, TD_IMAGE_MAX_FILE_BYTES, &bytes, &len, why,
-                              why_len);
+    int rc = td_file_read_all_nofollow(l->items[i].path, TD_IMAGE_MAX_FILE_BYTES, &bytes, &len, why,
+                                       why_len);
     if (rc == 0)
       rc = td_image_probe(&info, bytes, len, l->items[i].path, why, why_len);
     free(bytes);
@@ -217,7 +218,8 @@ static int decode_all(const entry_list_t *l, const td_image_shape_t *shape, td_d
     size_t row = e->test ? test_row++ : train_row++;
     uint8_t *bytes = NULL;
     size_t len = 0;
-    int rc = td_file_read_all(e->path, TD_IMAGE_MAX_FILE_BYTES, &bytes, &len, why, why_len);
+    int rc =
+        td_file_read_all_nofollow(e->path, TD_IMAGE_MAX_FILE_BYTES, &bytes, &len, why, why_len);
     if (rc == 0)
       rc = td_image_decode(td_dataset_features(ds) + row * dim, shape->channels,
                            (uint32_t)shape->width, (uint32_t)shape->height, bytes, len, e->path,
@@ -276,9 +278,9 @@ int td_dataset_load_images(td_dataset_t **train, td_dataset_t **test, const char
     rc = collect(&entries, test_dir, &test_classes, 0, 1, why, why_len);
   if (rc == 0)
     rc = probe_all(&entries, &want, why, why_len);
-  if (rc == 0 && (uint64_t)want.channels * (uint64_t)want.height * (uint64_t)want.width >
-                     TD_DATASET_MAX_DIM)
-    rc = td_why(why, why_len, TD_ESHAPE, "%d x %d x %d values per image, more than %u", 
+  if (rc == 0 &&
+      (uint64_t)want.channels * (uint64_t)want.height * (uint64_t)want.width > TD_DATASET_MAX_DIM)
+    rc = td_why(why, why_len, TD_ESHAPE, "%d x %d x %d values per image, more than %u",
                 want.channels, want.height, want.width, TD_DATASET_MAX_DIM);
   size_t n_train = entries.count - entries.n_test;
   if (rc == 0 && n_train == 0)

@@ -103,8 +103,11 @@ static int set_dtype(td_npy_header_t *h, const char *descr) {
     const char *descr;
     td_npy_dtype_t dtype;
     unsigned bytes;
-  } known[] = {{"<f4", TD_NPY_F4, 4}, {"|u1", TD_NPY_U1, 1}, {"<u1", TD_NPY_U1, 1},
-               {"<i4", TD_NPY_I4, 4}, {"<i8", TD_NPY_I8, 8}};
+  } known[] = {{"<f4", TD_NPY_F4, 4},
+               {"|u1", TD_NPY_U1, 1},
+               {"<u1", TD_NPY_U1, 1},
+               {"<i4", TD_NPY_I4, 4},
+               {"<i8", TD_NPY_I8, 8}};
   for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
     if (strcmp(descr, known[i].descr) == 0) {
       h->dtype = known[i].dtype;
@@ -115,8 +118,7 @@ static int set_dtype(td_npy_header_t *h, const char *descr) {
 }
 
 /* The dict itself; on failure why says which part is wrong. */
-static int parse_dict(td_npy_header_t *h, scan_t *s, const char *name, char *why,
-                      size_t why_len) {
+static int parse_dict(td_npy_header_t *h, scan_t *s, const char *name, char *why, size_t why_len) {
   int have_descr = 0, have_order = 0, have_shape = 0;
   char key[32], descr[32];
   if (!take(s, '{'))
@@ -126,8 +128,7 @@ static int parse_dict(td_npy_header_t *h, scan_t *s, const char *name, char *why
       return td_why(why, why_len, TD_ECORRUPT, "%s: .npy header: expected a quoted key", name);
     if (strcmp(key, "descr") == 0 && !have_descr) {
       if (!take_string(s, descr, sizeof descr))
-        return td_why(why, why_len, TD_ECORRUPT, "%s: .npy header: 'descr' is not a string",
-                      name);
+        return td_why(why, why_len, TD_ECORRUPT, "%s: .npy header: 'descr' is not a string", name);
       if (!set_dtype(h, descr))
         return td_why(why, why_len, TD_ECORRUPT,
                       "%s: .npy dtype '%s' is not read (accepted: '<f4' float32, '|u1' uint8, "
@@ -147,24 +148,25 @@ static int parse_dict(td_npy_header_t *h, scan_t *s, const char *name, char *why
     } else if (strcmp(key, "shape") == 0 && !have_shape) {
       if (!take_shape(s, h))
         return td_why(why, why_len, TD_ECORRUPT,
-                      "%s: .npy header: 'shape' is not a tuple of at most %d whole numbers",
-                      name, TD_NPY_MAX_DIMS);
+                      "%s: .npy header: 'shape' is not a tuple of at most %d whole numbers", name,
+                      TD_NPY_MAX_DIMS);
       have_shape = 1;
     } else {
-      return td_why(why, why_len, TD_ECORRUPT,
-                    "%s: .npy header: unexpected or repeated key '%s'", name, key);
+      return td_why(why, why_len, TD_ECORRUPT, "%s: .npy header: unexpected or repeated key '%s'",
+                    name, key);
     }
     if (!take(s, ',')) {
       if (!take(s, '}'))
-        return td_why(why, why_len, TD_ECORRUPT,
-                      "%s: .npy header: expected ',' or '}' after '%s'", name, key);
+        return td_why(why, why_len, TD_ECORRUPT, "%s: .npy header: expected ',' or '}' after '%s'",
+                      name, key);
       break;
     }
   }
   if (!have_descr || !have_order || !have_shape)
-    return td_why(why, why_len, TD_ECORRUPT,
-                  "%s: .npy header lacks '%s'", name,
-                  !have_descr ? "descr" : !have_order ? "fortran_order" : "shape");
+    return td_why(why, why_len, TD_ECORRUPT, "%s: .npy header lacks '%s'", name,
+                  !have_descr   ? "descr"
+                  : !have_order ? "fortran_order"
+                                : "shape");
   skip_blanks(s);
   if (s->p + 1 != s->end || *s->p != '\n')
     return td_why(why, why_len, TD_ECORRUPT,
@@ -172,8 +174,8 @@ static int parse_dict(td_npy_header_t *h, scan_t *s, const char *name, char *why
   return 0;
 }
 
-int td_npy_parse_header(td_npy_header_t *h, const uint8_t *bytes, size_t len,
-                        uint64_t file_bytes, const char *name, char *why, size_t why_len) {
+int td_npy_parse_header(td_npy_header_t *h, const uint8_t *bytes, size_t len, uint64_t file_bytes,
+                        const char *name, char *why, size_t why_len) {
   memset(h, 0, sizeof *h);
   if (len > file_bytes)
     len = (size_t)file_bytes;
@@ -192,17 +194,16 @@ int td_npy_parse_header(td_npy_header_t *h, const uint8_t *bytes, size_t len,
                  (uint64_t)bytes[11] << 24;
   } else {
     return td_why(why, why_len, TD_ECORRUPT,
-                  "%s: .npy format version %u.%u is not read (versions 1 and 2 are)", name,
-                  major, bytes[7]);
+                  "%s: .npy format version %u.%u is not read (versions 1 and 2 are)", name, major,
+                  bytes[7]);
   }
   if (header_len > TD_NPY_MAX_HEADER_BYTES)
     return td_why(why, why_len, TD_ECORRUPT, "%s: .npy header of %llu bytes, over the limit %u",
                   name, (unsigned long long)header_len, TD_NPY_MAX_HEADER_BYTES);
   if (prefix + header_len > len)
     return td_why(why, why_len, TD_ECORRUPT,
-                  "%s: truncated: the .npy header declares %llu bytes, the file holds %llu",
-                  name, (unsigned long long)header_len,
-                  (unsigned long long)(file_bytes - prefix));
+                  "%s: truncated: the .npy header declares %llu bytes, the file holds %llu", name,
+                  (unsigned long long)header_len, (unsigned long long)(file_bytes - prefix));
   scan_t s = {(const char *)bytes + prefix, (const char *)bytes + prefix + header_len};
   int rc = parse_dict(h, &s, name, why, why_len);
   if (rc != 0)
@@ -276,8 +277,7 @@ int td_npy_labels(const td_npy_header_t *h, const uint8_t *src, size_t count, ui
                                         : (int64_t)le64(src + 8 * i);
     if (v < 0 || v >= TD_DATASET_MAX_CLASSES)
       return td_why(why, why_len, TD_ECORRUPT, "%s: label %lld in row %llu is outside [0, %d)",
-                    name, (long long)v, (unsigned long long)(first + i),
-                    TD_DATASET_MAX_CLASSES);
+                    name, (long long)v, (unsigned long long)(first + i), TD_DATASET_MAX_CLASSES);
     dst[i] = (int32_t)v;
     if (dst[i] > *max_label)
       *max_label = dst[i];

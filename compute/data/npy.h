@@ -25,12 +25,12 @@ typedef enum { TD_NPY_F4 = 1, TD_NPY_U1, TD_NPY_I4, TD_NPY_I8 } td_npy_dtype_t;
 typedef struct {
   td_npy_dtype_t dtype;
   unsigned elem_bytes;
-  int ndim;                        /* 0 for a scalar */
+  int ndim; /* 0 for a scalar */
   uint64_t shape[TD_NPY_MAX_DIMS];
-  uint64_t rows;                   /* shape[0] (1 for a scalar) */
-  uint64_t row_values;             /* product of shape[1..] (1 when ndim <= 1) */
-  uint64_t header_bytes;           /* where the data starts */
-  uint64_t data_bytes;             /* rows * row_values * elem_bytes */
+  uint64_t rows;         /* shape[0] (1 for a scalar) */
+  uint64_t row_values;   /* product of shape[1..] (1 when ndim <= 1) */
+  uint64_t header_bytes; /* where the data starts */
+  uint64_t data_bytes;   /* rows * row_values * elem_bytes */
 } td_npy_header_t;
 
 /* Parse the header at the start of bytes[0..len) of a file of file_bytes
@@ -42,8 +42,8 @@ typedef struct {
  * TD_DATASET_MAX_ROWS, values per row beyond TD_DATASET_MAX_DIM (products
  * are computed without overflow), and a file whose data is not exactly
  * data_bytes long. */
-int td_npy_parse_header(td_npy_header_t *h, const uint8_t *bytes, size_t len,
-                        uint64_t file_bytes, const char *name, char *why, size_t why_len);
+int td_npy_parse_header(td_npy_header_t *h, const uint8_t *bytes, size_t len, uint64_t file_bytes,
+                        const char *name, char *why, size_t why_len);
 
 /* Convert count values of a features array starting at value index `first`
  * from their file bytes (src, count * elem_bytes) into floats: float32 as

@@ -25,6 +25,7 @@
 
 #include "common/error.h"
 #include "compute/data/dataset.h"
+#include "compute/data/file.h"
 #include "compute/data/image.h"
 
 static char tmp_dir[256];
@@ -505,6 +506,25 @@ START_TEST(folder_refusals_name_the_file) {
 }
 END_TEST
 
+/* A file listed as regular and swapped for a link before it is read. */
+START_TEST(a_link_swapped_in_after_the_listing_is_not_followed) {
+  put_image("x.png", 4, 4, 1);
+  ck_assert_int_eq(symlink(tmp_path("x.png"), tmp_path("y.png")), 0);
+  uint8_t *bytes = NULL;
+  size_t len = 0;
+  char why[1200];
+  ck_assert_int_eq(
+      td_file_read_all_nofollow(tmp_path("y.png"), 1 << 20, &bytes, &len, why, sizeof why),
+      TD_EIO);
+  ck_assert_msg(strstr(why, "y.png: it is a symbolic link") != NULL, "%s", why);
+  ck_assert_ptr_null(bytes);
+  ck_assert_int_eq(
+      td_file_read_all_nofollow(tmp_path("x.png"), 1 << 20, &bytes, &len, why, sizeof why), 0);
+  ck_assert_int_eq(td_image_sniff(bytes, len), TD_IMAGE_PNG);
+  free(bytes);
+}
+END_TEST
+
 static Suite *images_suite(void) {
   Suite *s = suite_create("images");
   TCase *decode = tcase_create("decode");
@@ -524,6 +544,7 @@ static Suite *images_suite(void) {
   tcase_add_test(folders, a_folder_per_class_with_every_fifth_file_held_out);
   tcase_add_test(folders, a_test_dir_and_the_spec_form);
   tcase_add_test(folders, folder_refusals_name_the_file);
+  tcase_add_test(folders, a_link_swapped_in_after_the_listing_is_not_followed);
   suite_add_tcase(s, folders);
   return s;
 }
