@@ -1,5 +1,6 @@
 /* images.c: the images:DIR[,TEST_DIR] dataset, folders of PNG and JPEG
- * files, one folder per class (td_dataset_load_images in dataset.h).
+ * files, one folder per class (images.h; td_dataset_load_images in
+ * dataset.h wraps what it returns).
  *
  * The folders are listed first, names sorted in byte order (strcmp), so the
  * class ids and the row order never depend on the file system. Entries are
@@ -22,9 +23,9 @@
 #include <unistd.h>
 
 #include "common/error.h"
-#include "compute/data/dataset_impl.h"
 #include "compute/data/file.h"
 #include "compute/data/image.h"
+#include "compute/data/images.h"
 
 /* Without a TEST_DIR, file i of each class (name order) is a test image
  * when i % TD__IMAGES_TEST_EVERY == TD__IMAGES_TEST_EVERY - 1: 20 %. */
@@ -208,28 +209,46 @@ static int probe_all(const entry_list_t *l, td_image_shape_t *shape, char *why, 
 }
 
 /* Pass 2: decode each image into its row of train or test. */
-static int decode_all(const entry_list_t *l, const td_image_shape_t *shape, td_dataset_t *train,
-                      td_dataset_t *test, char *why, size_t why_len) {
+static int decode_all(const entry_list_t *l, const td_image_shape_t *shape, td__image_rows_t *train,
+                      td__image_rows_t *test, char *why, size_t why_len) {
   size_t dim = (size_t)shape->channels * (size_t)shape->height * (size_t)shape->width;
   size_t train_row = 0, test_row = 0;
   for (size_t i = 0; i < l->count; i++) {
     const image_entry_t *e = &l->items[i];
-    td_dataset_t *ds = e->test ? test : train;
+    td__image_rows_t *set = e->test ? test : train;
     size_t row = e->test ? test_row++ : train_row++;
     uint8_t *bytes = NULL;
     size_t len = 0;
     int rc =
         td_file_read_all_nofollow(e->path, TD_IMAGE_MAX_FILE_BYTES, &bytes, &len, why, why_len);
     if (rc == 0)
-      rc = td_image_decode(td_dataset_features(ds) + row * dim, shape->channels,
-                           (uint32_t)shape->width, (uint32_t)shape->height, bytes, len, e->path,
-                           why, why_len);
+      rc = td_image_decode(set->x + row * dim, shape->channels, (uint32_t)shape->width,
+                           (uint32_t)shape->height, bytes, len, e->path, why, why_len);
     free(bytes);
     if (rc != 0)
       return rc;
-    td_dataset_labels(ds)[row] = e->label;
+    set->y[row] = e->label;
   }
   return 0;
+}
+
+/* rows x dim floats and rows labels; 0, or -1 when they cannot be had. */
+static int rows_alloc(td__image_rows_t *set, size_t rows, size_t dim) {
+  memset(set, 0, sizeof *set);
+  if (rows == 0)
+    return 0;
+  if (dim == 0 || rows > SIZE_MAX / sizeof(float) / dim)
+    return -1;
+  set->x = malloc(rows * dim * sizeof(float));
+  set->y = malloc(rows * sizeof(int32_t));
+  set->rows = rows;
+  return set->x != NULL && set->y != NULL ? 0 : -1;
+}
+
+static void rows_free(td__image_rows_t *set) {
+  free(set->x);
+  free(set->y);
+  memset(set, 0, sizeof *set);
 }
 
 static int same_classes(const name_list_t *a, const char *dir_a, const name_list_t *b,
@@ -244,12 +263,13 @@ static int same_classes(const name_list_t *a, const char *dir_a, const name_list
   return 0;
 }
 
-int td_dataset_load_images(td_dataset_t **train, td_dataset_t **test, const char *dir,
-                           const char *test_dir, const td_image_shape_t *shape, char *why,
-                           size_t why_len) {
-  if (train == NULL || test == NULL)
-    return TD_EINVAL;
-  *train = *test = NULL;
+int td__images_load(td__image_rows_t *train, td__image_rows_t *test, size_t *dim, int *classes_out,
+                    const char *dir, const char *test_dir, const td_image_shape_t *shape, char *why,
+                    size_t why_len) {
+  memset(train, 0, sizeof *train);
+  memset(test, 0, sizeof *test);
+  *dim = 0;
+  *classes_out = 0;
   if (dir == NULL)
     return td_why(why, why_len, TD_EINVAL, "images loader needs a folder");
   td_image_shape_t want = {0, 0, 0};
@@ -286,27 +306,22 @@ int td_dataset_load_images(td_dataset_t **train, td_dataset_t **test, const char
   if (rc == 0 && n_train == 0)
     rc = td_why(why, why_len, TD_ECORRUPT, "%s leaves no training images", dir);
   if (rc == 0) {
-    size_t dim = (size_t)want.channels * (size_t)want.height * (size_t)want.width;
-    *train = td__dataset_new(n_train, dim);
-    if (*train != NULL && entries.n_test > 0)
-      *test = td__dataset_new(entries.n_test, dim);
-    if (*train == NULL || (entries.n_test > 0 && *test == NULL))
+    *dim = (size_t)want.channels * (size_t)want.height * (size_t)want.width;
+    if (rows_alloc(train, n_train, *dim) != 0 || rows_alloc(test, entries.n_test, *dim) != 0)
       rc = td_why(why, why_len, TD_ENOMEM, "out of memory for %zu images of %zu values",
-                  entries.count, dim);
+                  entries.count, *dim);
   }
   if (rc == 0)
-    rc = decode_all(&entries, &want, *train, *test, why, why_len);
-  if (rc == 0) {
-    td__dataset_set_classes(*train, (int)classes.count);
-    if (*test != NULL)
-      td__dataset_set_classes(*test, (int)classes.count);
-  }
+    rc = decode_all(&entries, &want, train, test, why, why_len);
+  *classes_out = (int)classes.count;
   entries_free(&entries);
   names_free(&classes);
   names_free(&test_classes);
   if (rc != 0) {
-    td_dataset_close(train);
-    td_dataset_close(test);
+    rows_free(train);
+    rows_free(test);
+    *dim = 0;
+    *classes_out = 0;
   }
   return rc;
 }
