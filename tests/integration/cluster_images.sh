@@ -10,8 +10,8 @@
 #    whose input(1,28,28) is not 16x16;
 #  - npy:X,Y,TX,TY written by NumPy (float32 X, int64 Y) on one node
 #    (standalone): test accuracy >= 0.9;
-#  - hostile files in a class folder are refused by `trainctl start` with one
-#    line naming the file: a PNG whose header declares 60000x60000 pixels, a
+#  - `trainctl start` refuses with one line naming the file: the cnn (its
+#    input(1,28,28) is not 16x16), and hostile files in a class folder: a PNG whose header declares 60000x60000 pixels, a
 #    truncated JPEG, and a symbolic link out of the data root.
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
 MKIMAGES="${top_builddir:-$(pwd)}/tests/integration/td_mkimages"
@@ -88,6 +88,12 @@ hostile() { # NAME FILE EXPECTED-TEXT
   fi
   rm -f "$file"
 }
+# a peer run converts to the model's input too: cnn reads 1x28x28
+run cnn_peer ctl a start --set dataset=images:img --set model=cnn --set epochs=1
+[ "$(rc_of cnn_peer)" = 1 ] && [ "$(wc -l <"$T/cnn_peer.err")" = 1 ] &&
+  grep -q "img/blue/0000.png: 16x16 pixels, but the model reads 28x28" "$T/cnn_peer.err" \
+  && pass "cnn_peer: $(cat "$T/cnn_peer.err")" \
+  || { fail "cnn_peer: exit $(rc_of cnn_peer)"; cat "$T/cnn_peer.err"; }
 good=$T/data/img/red/0000.png
 python3 -c '
 import struct, sys, zlib
