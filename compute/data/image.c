@@ -113,8 +113,8 @@ static void jpeg_progress(j_common_ptr cinfo) {
   }
 }
 
-/* The header of a JPEG; colour is 1 for three components. A JPEG the loader
- * cannot turn into grey or RGB (CMYK, YCCK, two components) is refused. */
+/* Set up cinfo with the error, warning and scan guards, the memory cap and
+ * bytes as its source, and read the header (errors long-jump to g). */
 static void jpeg_header_of(struct jpeg_decompress_struct *cinfo, jpeg_guard_t *g,
                            const uint8_t *bytes, size_t len) {
   cinfo->err = jpeg_std_error(&g->pub);
@@ -128,6 +128,7 @@ static void jpeg_header_of(struct jpeg_decompress_struct *cinfo, jpeg_guard_t *g
   jpeg_read_header(cinfo, TRUE);
 }
 
+/* Whether libjpeg can give grey and RGB from it: not CMYK, YCCK or two components. */
 static int jpeg_color_ok(const struct jpeg_decompress_struct *cinfo) {
   return (cinfo->jpeg_color_space == JCS_GRAYSCALE && cinfo->num_components == 1) ||
          ((cinfo->jpeg_color_space == JCS_YCbCr || cinfo->jpeg_color_space == JCS_RGB) &&

@@ -14,6 +14,7 @@
  * through td_file_read_all_nofollow: non-blocking, regular files only, and
  * a link swapped in after the listing is refused when it is opened. */
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -76,9 +77,16 @@ static int list_dir(name_list_t *out, const char *dir, int want_dirs, size_t lim
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
   DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
   if (d == NULL) {
+    int err = errno;
     if (fd >= 0)
       close(fd);
-    return td_why(why, why_len, TD_ENOENT, "cannot open the folder %s: %m", dir);
+    if (err == ELOOP)
+      return td_why(why, why_len, TD_EIO,
+                    "%s is a symbolic link; an images dataset reads only "
+                    "real folders and files",
+                    dir);
+    return td_why(why, why_len, err == ENOENT || err == ENOTDIR ? TD_ENOENT : TD_EIO,
+                  "cannot open the folder %s: %s", dir, strerror(err));
   }
   int rc = 0;
   struct dirent *e;
@@ -87,7 +95,7 @@ static int list_dir(name_list_t *out, const char *dir, int want_dirs, size_t lim
       continue;
     struct stat st;
     if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
-      rc = td_why(why, why_len, TD_EIO, "cannot stat %s/%s: %m", dir, e->d_name);
+      rc = td_why(why, why_len, TD_EIO, "cannot stat %s/%s: %s", dir, e->d_name, strerror(errno));
     else if (S_ISLNK(st.st_mode))
       rc = td_why(why, why_len, TD_EIO,
                   "%s/%s is a symbolic link; an images dataset reads only real folders and "
