@@ -76,6 +76,11 @@ typedef struct {
 /* The parameter layout (names, shapes, offsets) of the model `spec` builds,
  * without its buffers. Caller owns *out. TD_ECONFIG + why on a bad spec. */
 int td_model_spec_layout(const char *spec, td_layout_t **out, char *why, size_t why_len);
+/* The input shape of the model `spec` builds: *channels, *height, *width
+ * for an image input (layers:, cnn, resnet), all 0 for flat features (mlp,
+ * input(F)) and token input (gpt). TD_ECONFIG + why on a bad spec. */
+int td_model_spec_input_shape(const char *spec, int *channels, int *height, int *width,
+                              char *why, size_t why_len);
 /* Validate a spec without building anything; TD_ECONFIG + why on error. */
 int td_model_check_spec(const char *spec, char *why, size_t why_len);
 /* What td_model_open(spec, batch) would allocate, computed from the spec alone

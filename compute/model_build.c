@@ -609,3 +609,20 @@ int td_model_spec_layout(const char *spec, td_layout_t **out, char *why, size_t 
   free(m);
   return rc < 0 ? rc : 0;
 }
+
+int td_model_spec_input_shape(const char *spec, int *channels, int *height, int *width,
+                              char *why, size_t why_len) {
+  *channels = *height = *width = 0;
+  td_model_t *m = calloc(1, sizeof *m);
+  if (m == NULL)
+    return td_why(why, why_len, TD_ENOMEM, "out of memory");
+  int rc = td__model_build(m, spec, why, why_len);
+  if (rc >= 0 && m->input == TD_INPUT_FEATURES && m->n_tensors > 0 && m->tensors[0].image) {
+    *channels = m->tensors[0].c;
+    *height = m->tensors[0].h;
+    *width = m->tensors[0].w;
+  }
+  td_layout_free(&m->layout);
+  free(m);
+  return rc < 0 ? rc : 0;
+}

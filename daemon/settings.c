@@ -52,7 +52,8 @@ static const config_key_t keys[] = {
                           "(checkpoint_keep of them, or every one with checkpoint_keep = 0); a "
                           "run over it is refused (default 2048)"},
     {"data_root", "directory whose regular files runs may name as datasets (csv:, idx:, "
-                  "text:PATH); default none: only fashion-mnist and text:fortunes"},
+                  "npy:, text:PATH) and whose folders images:DIR may name; default none: "
+                  "only fashion-mnist and text:fortunes"},
     {"insecure", "true: plain TCP between peers, no keys, ids not authenticated; refused "
                  "unless listen is a loopback address (default false: CURVE)"},
     {"insecure_force", "true: allow insecure on a non-loopback address (default false)"},

@@ -9,7 +9,7 @@ TD_BUILD=${TRAIND_BUILD_DIR:-$TD_ROOT/build}
 TD_PACKAGES=(
   build-essential autoconf automake libtool pkg-config
   libuv1-dev libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev
-  libopenblas-dev zlib1g-dev libinih-dev libjson-c-dev libsodium-dev libmicrohttpd-dev check
+  libopenblas-dev zlib1g-dev libinih-dev libjson-c-dev libsodium-dev libmicrohttpd-dev libpng-dev libjpeg62-turbo-dev check
   sqlite3 iproute2 procps dataset-fashion-mnist fortunes-min fortunes gnuplot-nox prometheus valgrind
   curl universal-ctags python3 python3-numpy python3-onnx
 )

@@ -1,7 +1,8 @@
 /* dataset.h: labelled datasets held in memory as float features + int32 labels.
  *
- * Loads IDX files (plain or gzip, via zlib) and CSV files (label first), resolves
- * the run key `dataset` (fashion-mnist | idx:... | csv:...), normalises features
+ * Loads IDX files (plain or gzip, via zlib), CSV files (label first), NumPy
+ * .npy pairs and folders of PNG/JPEG images, resolves the run key `dataset`
+ * (fashion-mnist | idx:... | csv:... | npy:... | images:...), normalises features
  * and shuffles rows in place so a training step reads a contiguous batch with no
  * copy. A dataset owns its feature and label arrays. Nothing here trusts a file:
  * sizes in headers are checked against the bytes actually present. */
@@ -38,14 +39,47 @@ int td_dataset_load_idx(td_dataset_t **out, const char *images_path, const char 
  * Every row must have the same number of columns. Caller owns *out. */
 int td_dataset_load_csv(td_dataset_t **out, const char *path, char *why, size_t why_len);
 
+/* Load a NumPy pair: X.npy (float32 or uint8, shape (N, ...): each item is
+ * flattened; uint8 is scaled to [0, 1]) and Y.npy (int64, int32 or uint8,
+ * shape (N,)); formats v1 and v2, little-endian, C order (compute/data/npy.h).
+ * Errors as td_dataset_load_idx. Caller owns *out. */
+int td_dataset_load_npy(td_dataset_t **out, const char *x_path, const char *y_path, char *why,
+                        size_t why_len);
+
+/* What the images of an images:DIR dataset become: channels (1 grey or 3
+ * RGB) x height x width, channels first. All zero: taken from the files. */
+typedef struct {
+  int channels, height, width;
+} td_image_shape_t;
+
+/* Load an images dataset (compute/data/images.c): DIR holds one folder per
+ * class (class ids = the folders' names in byte order), each holding PNG or
+ * JPEG files; hidden names (".x") are skipped, anything else that is not a
+ * folder / regular file (a symbolic link, a stray file at the top) is
+ * refused. Every image must be exactly shape's height x width; channels
+ * converts colour to grey or grey to RGB. With a zero shape the first image
+ * sets the size, and the set is RGB if any image is in colour, else grey.
+ * With test_dir (same class folders) it is the test set; without, the test
+ * set is every fifth file of each class in name order (index % 5 == 4),
+ * NULL when that is none. Caller owns both results. */
+int td_dataset_load_images(td_dataset_t **train, td_dataset_t **test, const char *dir,
+                           const char *test_dir, const td_image_shape_t *shape, char *why,
+                           size_t why_len);
+
 /* Resolve a `dataset` run key into a train and a test set:
  *   fashion-mnist                         Debian's package (TD_FASHION_MNIST_DIR)
  *   idx:TRAIN_IMAGES,TRAIN_LABELS[,TEST_IMAGES,TEST_LABELS]
  *   csv:TRAIN_PATH[,TEST_PATH]
+ *   npy:TRAIN_X,TRAIN_Y[,TEST_X,TEST_Y]
+ *   images:DIR[,TEST_DIR]
  * Without a test set, *test is set to NULL. A missing fashion-mnist file names
  * the path and the Debian package in why. Caller owns both results. */
 int td_dataset_open(td_dataset_t **train, td_dataset_t **test, const char *spec, char *why,
                     size_t why_len);
+/* td_dataset_open, with the shape images:DIR datasets are converted to
+ * (NULL or all zero: taken from the files); the other forms ignore it. */
+int td_dataset_open_as(td_dataset_t **train, td_dataset_t **test, const char *spec,
+                       const td_image_shape_t *images_as, char *why, size_t why_len);
 
 /* NULL-safe; sets *self_p to NULL. */
 void td_dataset_close(td_dataset_t **self_p);

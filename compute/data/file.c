@@ -25,11 +25,13 @@ static const char *kind_of(mode_t mode) {
   return "not a regular file";
 }
 
-int td_file_open_regular(int *fd_out, const char *path, uint64_t max_bytes, uint64_t *bytes,
-                         char *why, size_t why_len) {
+static int open_regular(int *fd_out, const char *path, int extra_flags, uint64_t max_bytes,
+                        uint64_t *bytes, char *why, size_t why_len) {
   *fd_out = -1;
   *bytes = 0;
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY | extra_flags);
+  if (fd < 0 && errno == ELOOP && (extra_flags & O_NOFOLLOW))
+    return td_why(why, why_len, TD_EIO, "cannot read %s: it is a symbolic link", path);
   if (fd < 0)
     return td_why(why, why_len, errno == ENOENT || errno == ENOTDIR ? TD_ENOENT : TD_EIO,
                   "cannot open %s: %s", path, strerror(errno));
@@ -54,13 +56,18 @@ int td_file_open_regular(int *fd_out, const char *path, uint64_t max_bytes, uint
   return 0;
 }
 
-int td_file_read_all(const char *path, size_t max_bytes, uint8_t **data, size_t *len, char *why,
-                     size_t why_len) {
+int td_file_open_regular(int *fd_out, const char *path, uint64_t max_bytes, uint64_t *bytes,
+                         char *why, size_t why_len) {
+  return open_regular(fd_out, path, 0, max_bytes, bytes, why, why_len);
+}
+
+static int read_all(const char *path, int extra_flags, size_t max_bytes, uint8_t **data,
+                    size_t *len, char *why, size_t why_len) {
   *data = NULL;
   *len = 0;
   int fd;
   uint64_t size;
-  int rc = td_file_open_regular(&fd, path, max_bytes, &size, why, why_len);
+  int rc = open_regular(&fd, path, extra_flags, max_bytes, &size, why, why_len);
   if (rc != 0)
     return rc;
   uint8_t *buf = malloc((size_t)size + 1);
@@ -90,4 +97,14 @@ int td_file_read_all(const char *path, size_t max_bytes, uint8_t **data, size_t 
   *data = buf;
   *len = got;
   return 0;
+}
+
+int td_file_read_all(const char *path, size_t max_bytes, uint8_t **data, size_t *len, char *why,
+                     size_t why_len) {
+  return read_all(path, 0, max_bytes, data, len, why, why_len);
+}
+
+int td_file_read_all_nofollow(const char *path, size_t max_bytes, uint8_t **data, size_t *len,
+                              char *why, size_t why_len) {
+  return read_all(path, O_NOFOLLOW, max_bytes, data, len, why, why_len);
 }

@@ -26,4 +26,10 @@ int td_file_open_regular(int *fd_out, const char *path, uint64_t max_bytes, uint
 int td_file_read_all(const char *path, size_t max_bytes, uint8_t **data, size_t *len, char *why,
                      size_t why_len);
 
+/* td_file_read_all, refusing (TD_EIO) a path whose last component is a
+ * symbolic link: for files found by listing a folder (images:DIR), where a
+ * link swapped in after the listing must not lead out of the data root. */
+int td_file_read_all_nofollow(const char *path, size_t max_bytes, uint8_t **data, size_t *len,
+                              char *why, size_t why_len);
+
 #endif

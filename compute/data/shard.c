@@ -29,7 +29,8 @@ static int open_text(td_shard_t *out, const td_shard_opts_t *o, const td_partiti
 
 static int open_labelled(td_shard_t *out, const td_shard_opts_t *o, const td_partition_t *part,
                          char *why, size_t why_len) {
-  int rc = td_dataset_open(&out->train, &out->test, o->dataset, why, why_len);
+  int rc = td_dataset_open_as(&out->train, &out->test, o->dataset, &o->images_as, why,
+                              why_len);
   if (rc != 0)
     return rc;
   double mean, std;

@@ -22,6 +22,8 @@ typedef struct {
   const char *partition; /* run key `partition` */
   unsigned rank, nodes;  /* this node's place: rank < nodes */
   uint64_t seed;         /* run seed: the partition depends on it and nothing else */
+  td_image_shape_t images_as; /* what images:DIR becomes: the model's input(C,H,W);
+                                 all zero for a model with flat input (mlp) */
 } td_shard_opts_t;
 
 /* What a node trains and evaluates on. Exactly one family is set: labelled

@@ -29,6 +29,7 @@
 #include "common/error.h"
 #include "compute/data/shard.h"
 #include "compute/data/text.h"
+#include "compute/model.h"
 #include "compute/safetensors.h"
 #include "compute/trainer.h"
 #include "daemon/base/clock.h"
@@ -200,7 +201,11 @@ static td__run_flow_t set_up(td__compute_t *c) {
   c->why[0] = '\0';
   td_shard_opts_t shard = {.dataset = td_runspec_dataset(sp), .partition = sp->partition,
                            .rank = run->rank, .nodes = run->nodes, .seed = sp->seed};
-  if (td_shard_open(&c->data, &shard, c->why, sizeof c->why) != 0)
+  /* images:DIR becomes what the model reads (input(C,H,W)) */
+  td_image_shape_t *as = &shard.images_as;
+  if (td_model_spec_input_shape(sp->model, &as->channels, &as->height, &as->width, c->why,
+                                sizeof c->why) != 0 ||
+      td_shard_open(&c->data, &shard, c->why, sizeof c->why) != 0)
     return td__compute_fail(c);
   c->train = c->data.train;
   c->test = c->data.test;

@@ -87,12 +87,14 @@ static int check_dataset(td_runspec_t *rs, const char *v, char *why, size_t n) {
   if (strcmp(v, "auto") == 0 || strcmp(v, "fashion-mnist") == 0 ||
       (strncmp(v, "idx:", 4) == 0 && v[4] != '\0') ||
       (strncmp(v, "csv:", 4) == 0 && v[4] != '\0') ||
+      (strncmp(v, "npy:", 4) == 0 && v[4] != '\0') ||
+      (strncmp(v, "images:", 7) == 0 && v[7] != '\0') ||
       (strncmp(v, "text:", 5) == 0 && v[5] != '\0'))
     return 0;
   return td_why(why, n, TD_ECONFIG,
                 "unknown dataset '%s' (accepted: auto, fashion-mnist, idx:TRAIN_IMAGES,TRAIN_LABELS"
-                "[,TEST_IMAGES,TEST_LABELS], csv:TRAIN[,TEST], text:fortunes, "
-                "text:PATH[,VALID_PATH])",
+                "[,TEST_IMAGES,TEST_LABELS], csv:TRAIN[,TEST], npy:TRAIN_X,TRAIN_Y[,TEST_X,"
+                "TEST_Y], images:DIR[,TEST_DIR], text:fortunes, text:PATH[,VALID_PATH])",
                 v);
 }
 
@@ -342,6 +344,8 @@ static const run_key_t td__run_keys[] = {
     {"dataset", KEY_STR, F(dataset), "auto", 0, 0, check_dataset,
      "auto (text:fortunes for a gpt model, else fashion-mnist) | fashion-mnist"
      " | idx:TRAIN_IMAGES,TRAIN_LABELS[,TEST_IMAGES,TEST_LABELS] | csv:TRAIN[,TEST]"
+     " | npy:TRAIN_X,TRAIN_Y[,TEST_X,TEST_Y] | images:DIR[,TEST_DIR] (a folder per class of"
+     " PNG/JPEG, converted to the model's input(C,H,W), never resized)"
      " | text:fortunes | text:PATH[,VALID_PATH] (bytes as tokens; 10% held out without "
      "VALID_PATH)"},
     {"partition", KEY_STR, F(partition), "iid", 0, 0, check_partition,

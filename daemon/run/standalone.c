@@ -19,6 +19,7 @@
 #include "compute/data/dataset.h"
 #include "common/error.h"
 #include "compute/data/shard.h"
+#include "compute/model.h"
 #include "compute/safetensors.h"
 #include "compute/trainer.h"
 
@@ -41,7 +42,12 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, char *why, s
     goto done;
   td_shard_opts_t shard = {.dataset = td_runspec_dataset(rs), .partition = rs->partition,
                            .rank = rs->node_rank, .nodes = rs->node_count, .seed = rs->seed};
-  rc = td_shard_open(&data, &shard, why, why_len);
+  /* images:DIR becomes what the model reads (input(C,H,W)) */
+  td_image_shape_t *as = &shard.images_as;
+  rc = td_model_spec_input_shape(rs->model, &as->channels, &as->height, &as->width, why,
+                                 why_len);
+  if (rc == 0)
+    rc = td_shard_open(&data, &shard, why, why_len);
   if (rc != 0)
     goto done;
   td_dataset_t *train = data.train, *test = data.test;

@@ -13,14 +13,16 @@
  * Datasets are accepted by name (fashion-mnist, text:fortunes), or as files
  * under the data root the operator configured (--data-root); without one, no
  * path at all. A path is resolved with realpath (relative paths against the
- * root), must stay inside the root and must be a regular file (one reason
- * for a path that does not exist and one outside the root); the spec's
+ * root), must stay inside the root and must be a regular file, or a folder
+ * for images:DIR (one reason for a path that does not exist and one outside
+ * the root); the spec's
  * dataset is rewritten to the resolved paths so the loader opens what was
  * checked. A refusal's reason names the key, the asked value and the limit,
  * never anything read from a file. */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,9 +79,10 @@ int td__policy_init(td__policy_t *p, const td__policy_opts_t *o, char *why, size
   return 0;
 }
 
-/* Resolve one dataset path under the root into `out`; 0 or TD_ECONFIG + why. */
+/* Resolve one dataset path under the root into `out`: a regular file, or a
+ * folder when want_dir (images:DIR); 0 or TD_ECONFIG + why. */
 static int resolve_path(const td__policy_t *p, const char *what, const char *path, size_t len,
-                        char *out, char *why, size_t why_len) {
+                        bool want_dir, char *out, char *why, size_t why_len) {
   char joined[PATH_MAX * 2];
   int q = len > SPEC_QUOTE_MAX ? SPEC_QUOTE_MAX : (int)len;
   if (len == 0 || len >= PATH_MAX)
@@ -98,7 +101,9 @@ static int resolve_path(const td__policy_t *p, const char *what, const char *pat
       (out[root_len] != '/' && !(root_len == 1 && p->data_root[0] == '/')))
     return td_why(why, why_len, TD_ECONFIG, "%s path '%.*s' is not a file under the data root %s",
                   what, q, path, p->data_root);
-  if (stat(out, &st) != 0 || !S_ISREG(st.st_mode))
+  if (want_dir && (stat(out, &st) != 0 || !S_ISDIR(st.st_mode)))
+    return td_why(why, why_len, TD_ECONFIG, "%s path '%.*s' is not a folder", what, q, path);
+  if (!want_dir && (stat(out, &st) != 0 || !S_ISREG(st.st_mode)))
     return td_why(why, why_len, TD_ECONFIG, "%s path '%.*s' is not a regular file", what, q, path);
   return 0;
 }
@@ -117,12 +122,15 @@ static int check_dataset(const td__policy_t *p, td_runspec_t *spec, char *why, s
                   SPEC_QUOTE_MAX, d);
   char resolved[TD_RUNSPEC_STR_MAX];
   size_t used = (size_t)(colon - d) + 1;
+  /* images:DIR[,TEST_DIR] names folders; the loader refuses symbolic links
+   * inside them, so what it reads stays under the root too */
+  bool images = strncmp(d, "images:", 7) == 0;
   memcpy(resolved, d, used);
   const char *s = colon + 1;
   for (;;) {
     size_t len = strcspn(s, ",");
     char real[PATH_MAX];
-    int rc = resolve_path(p, "dataset", s, len, real, why, why_len);
+    int rc = resolve_path(p, "dataset", s, len, images, real, why, why_len);
     if (rc != 0)
       return rc;
     int w = snprintf(resolved + used, sizeof resolved - used, "%s%s", real,
@@ -148,7 +156,7 @@ static int check_init(const td__policy_t *p, td_runspec_t *spec, char *why, size
                   "operator set no --data-root",
                   SPEC_QUOTE_MAX, spec->init);
   char real[PATH_MAX];
-  int rc = resolve_path(p, "init", spec->init, strlen(spec->init), real, why, why_len);
+  int rc = resolve_path(p, "init", spec->init, strlen(spec->init), false, real, why, why_len);
   if (rc != 0)
     return rc;
   if (strlen(real) >= sizeof spec->init)

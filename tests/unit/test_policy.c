@@ -2,7 +2,7 @@
  * checked before anything of a run is allocated: each limit refuses with
  * TD_ERANGE and a reason that names the key, the value and the limit; a
  * dataset that names files is refused without a data root, outside it, or
- * when it is not a regular file, and accepted under it with its path
+ * when it is not a regular file (a folder for images:), and accepted under it with its path
  * rewritten to the resolved one; a named dataset needs no root; a path that
  * does not exist and one outside the root read the same. The memory estimate
  * counts the copies of the model a checkpoint holds on its way to the ledger
@@ -126,6 +126,24 @@ START_TEST(file_datasets_stay_under_the_root) {
 }
 END_TEST
 
+START_TEST(an_images_dataset_names_folders_under_the_root) {
+  td__policy_t p = policy(&(td__policy_opts_t){.max_model_mb = 64, .data_root = root});
+  char why[256] = "";
+  td_runspec_t spec = small_spec();
+  snprintf(spec.dataset, sizeof spec.dataset, "images:sub,sub");
+  ck_assert_msg(td__policy_check(&p, &spec, 2, why, sizeof why) == 0, "%s", why);
+  ck_assert_int_eq(strncmp(spec.dataset, "images:", 7), 0);
+  ck_assert_int_eq(strncmp(spec.dataset + 7, p.data_root, strlen(p.data_root)), 0);
+  ck_assert_ptr_nonnull(strstr(spec.dataset, "/sub,"));
+  snprintf(spec.dataset, sizeof spec.dataset, "images:train.csv"); /* a file, not a folder */
+  ck_assert_int_eq(td__policy_check(&p, &spec, 2, why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, "is not a folder"));
+  snprintf(spec.dataset, sizeof spec.dataset, "images:..");
+  ck_assert_int_eq(td__policy_check(&p, &spec, 2, why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, "is not a file under the data root"));
+}
+END_TEST
+
 START_TEST(a_data_root_must_be_a_directory) {
   td__policy_t p;
   char why[256] = "", file[96];
@@ -214,6 +232,7 @@ int main(void) {
   tcase_add_test(tc, limits_refuse_with_the_key_the_value_and_the_limit);
   tcase_add_test(tc, file_datasets_need_a_data_root);
   tcase_add_test(tc, file_datasets_stay_under_the_root);
+  tcase_add_test(tc, an_images_dataset_names_folders_under_the_root);
   tcase_add_test(tc, a_data_root_must_be_a_directory);
   suite_add_tcase(s, tc);
   TCase *memory = tcase_create("memory");
