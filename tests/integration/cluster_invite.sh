@@ -74,6 +74,17 @@ grep -q "invite key .* has expired" "$T/n0.log" && pass "n0 logged the expired i
 lists_key n0 "$(key_of late)" && fail "a refused invite admitted its node" \
   || pass "neither refused invite admitted anything"
 
+# a forged join string: a real one with its secret changed
+ctl n0 invite >"$T/real" || fail "invite"
+[ "$(tail -c 2 "$T/real" | head -c 1)" = 0 ] && digit=1 || digit=0
+forged=$(sed "s/.\$/$digit/" "$T/real")
+run forged "$TRAINCTL" --socket "$T/late/ctl" join "$forged"
+expect_error forged "join refused by .*: the invite was used already, has expired or was not made"
+lists_key n0 "$(key_of late)" && fail "a forged invite admitted its node" \
+  || pass "the forged invite admitted nothing"
+lists_key late "$(key_of n0)" && fail "the failed joins left n0's key listed on late" \
+  || pass "late took back the inviter's key after each failed join"
+
 # ---- a member without admin cannot admit or revoke for the cluster --------------------------
 run noadmin "$TRAINCTL" --socket "$T/n2/ctl" invite
 expect_error noadmin "admitted without admin: only an admin node can invite"
