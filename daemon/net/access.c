@@ -179,6 +179,11 @@ uint64_t td__access_sender(td__access_t *a, const char *user_id, uint64_t claime
   return k->node_id;
 }
 
+bool td__access_is_admin(const td__access_t *a, uint64_t peer) {
+  const td_allowed_key_t *k = a->secure ? td_allowlist_find_id(a->allowed, peer) : NULL;
+  return k != NULL && k->admin;
+}
+
 bool td__access_may_run(td__access_t *a, uint64_t peer) {
   if (!a->secure)
     return true;

@@ -100,6 +100,8 @@ bool td__access_admits(td__access_t *a, const uint8_t raw[TD_KEY_BYTES]);
  * (any more). A sender field that disagrees is counted and logged. Insecure:
  * `claimed`. */
 uint64_t td__access_sender(td__access_t *a, const char *user_id, uint64_t claimed);
+/* `peer`'s key is marked admin here (secure mode only; nothing counted). */
+bool td__access_is_admin(const td__access_t *a, uint64_t peer);
 /* May `peer` start or stop runs on this node? (a refusal is counted) */
 bool td__access_may_run(td__access_t *a, uint64_t peer);
 /* Admit a key (admin: may start and stop runs) and save the allowlist. */
