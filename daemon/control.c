@@ -12,7 +12,9 @@
  *
  * Both `join` and `start` answer only once they know how it went. A join
  * watches the handshake (joinprobe.c) and waits for the welcome or a refusal;
- * a failed one takes back the key it admitted. A start runs here first,
+ * a failed one takes back the key it admitted. A join by invite first
+ * presents the invite on the probe's own connection and applies the signed
+ * admissions granted (admit.c), then goes on as a join by key. A start runs here first,
  * unannounced, until its data and backend are ready, so a mistake this node
  * can see (model vs dataset, a missing backend, its limits) starts nothing
  * anywhere; then the members are told, and the answer waits until each has

@@ -1,6 +1,7 @@
 /* internal.h: what the node's own files share: node.c (start-up, shutdown,
  * the heartbeat that calls every part's tick), dispatch.c (which handler a
- * received message goes to), gossip.c (membership traffic), control.c and
+ * received message goes to), gossip.c (membership traffic), admit.c
+ * (admission by invite, signed admissions and revocations), control.c and
  * status.c (trainctl's commands and their JSON) and monitor.c (the figures
  * `--metrics` serves).
  *
