@@ -262,7 +262,7 @@ static int cmd_join(int nargs, char **args) {
   Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
   json_object *o = NULL;
   int rc;
-  bool by_invite = nargs == 1 && strncmp(args[0], "tcp://", 6) != 0;
+  bool by_invite = nargs == 1 && strncmp(args[0], "ti1,", 4) == 0; /* trainctl invite's */
   if (nargs != 1 && nargs != 2) {
     fprintf(stderr, "trainctl: error: usage: trainctl join tcp://HOST:PORT [KEY] | "
                     "trainctl join INVITE\n");

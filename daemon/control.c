@@ -486,7 +486,8 @@ static void cmd_join(conn_t *c, const char *endpoint, const char *key, const cha
   }
   if (endpoint == NULL || strncmp(endpoint, "tcp://", 6) != 0 ||
       strlen(endpoint) >= TD_ENDPOINT_MAX || strchr(endpoint + 6, ':') == NULL) {
-    respond(c, TD_ECONFIG, "join needs an endpoint of the form tcp://HOST:PORT", NULL);
+    respond(c, TD_ECONFIG, "join needs an endpoint of the form tcp://HOST:PORT, or a join "
+            "string from trainctl invite (ti1,...)", NULL);
     return;
   }
   if (strcmp(endpoint, td__transport_endpoint(n->net)) == 0) {
