@@ -193,8 +193,12 @@ static int allow_or_revoke(bool allow, int nargs, char **args) {
   req.admin = admin;
   if ((rc = td__cli_call(&req, &o)) != 0)
     return rc;
-  printf("%s key of node %s%s\n", allow ? "admitted" : "revoked", td__cli_jstr(o, "node_id"),
-         admin ? " (admin)" : "");
+  json_object *spread = NULL;
+  json_object_object_get_ex(o, "spread", &spread);
+  printf("%s key of node %s%s%s\n", allow ? "admitted" : "revoked", td__cli_jstr(o, "node_id"),
+         admin ? " (admin)" : "",
+         spread && json_object_get_boolean(spread) ? "; signed revocation sent to every member"
+                                                   : "");
   json_object_put(o);
   return 0;
 }
@@ -203,16 +207,70 @@ static int cmd_allow(int nargs, char **args) { return allow_or_revoke(true, narg
 
 static int cmd_revoke(int nargs, char **args) { return allow_or_revoke(false, nargs, args); }
 
+/* "30", "30s", "10m", "1h", "2d" -> seconds; 0 on anything else. */
+static uint32_t parse_duration_s(const char *s) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  double unit = strcmp(end, "") == 0 || strcmp(end, "s") == 0 ? 1
+                : strcmp(end, "m") == 0                     ? 60
+                : strcmp(end, "h") == 0                     ? 3600
+                : strcmp(end, "d") == 0                     ? 86400
+                                                            : 0;
+  if (errno != 0 || end == s || !(v > 0) || unit == 0 || v * unit > 4e9)
+    return 0;
+  return v * unit < 1 ? 1 : (uint32_t)(v * unit);
+}
+
+static int cmd_invite(int nargs, char **args) {
+  Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
+  json_object *o = NULL;
+  int rc;
+  req.command = TRAIND__CONTROL_REQUEST__COMMAND__INVITE;
+  req.count = 1;
+  for (int a = 0; a < nargs; a++) {
+    if (strcmp(args[a], "--admin") == 0) {
+      req.admin = true;
+    } else if (strcmp(args[a], "--ttl") == 0 && a + 1 < nargs) {
+      if ((req.ttl_s = parse_duration_s(args[++a])) == 0) {
+        fprintf(stderr, "trainctl: error: --ttl takes a duration such as 90s, 30m, 1h or 2d\n");
+        return 2;
+      }
+    } else if (strcmp(args[a], "--count") == 0 && a + 1 < nargs) {
+      char *end;
+      unsigned long v = strtoul(args[++a], &end, 10);
+      if (*end != '\0' || v == 0 || v > 64) {
+        fprintf(stderr, "trainctl: error: --count takes 1 to 64 (one invite per new node)\n");
+        return 2;
+      }
+      req.count = (uint32_t)v;
+    } else {
+      return usage_error("invite");
+    }
+  }
+  if ((rc = td__cli_call(&req, &o)) != 0)
+    return rc;
+  json_object *list = NULL;
+  json_object_object_get_ex(o, "invites", &list);
+  for (size_t i = 0; list != NULL && i < json_object_array_length(list); i++)
+    printf("%s\n", json_object_get_string(json_object_array_get_idx(list, i)));
+  json_object_put(o);
+  return 0;
+}
+
 static int cmd_join(int nargs, char **args) {
   Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
   json_object *o = NULL;
   int rc;
+  bool by_invite = nargs == 1 && strncmp(args[0], "ti1,", 4) == 0; /* trainctl invite's */
   if (nargs != 1 && nargs != 2) {
-    fprintf(stderr, "trainctl: error: usage: trainctl join tcp://HOST:PORT [KEY]\n");
+    fprintf(stderr, "trainctl: error: usage: trainctl join tcp://HOST:PORT [KEY] | "
+                    "trainctl join INVITE\n");
     return 2;
   }
   req.command = TRAIND__CONTROL_REQUEST__COMMAND__JOIN;
-  req.endpoint = args[0];
+  req.endpoint = by_invite ? "" : args[0];
+  req.invite = by_invite ? args[0] : "";
   req.key = nargs == 2 ? unquote_key(args[1]) : "";
   if ((rc = td__cli_call(&req, &o)) != 0)
     return rc;
@@ -378,8 +436,12 @@ typedef struct {
 } command_t;
 
 static const command_t COMMANDS[] = {
-    {"join", cmd_join, "tcp://HOST:PORT [KEY]",
-     "join the cluster of the node at that endpoint, whose public key is KEY", ASKS_DAEMON},
+    {"join", cmd_join, "tcp://HOST:PORT [KEY] | INVITE",
+     "join the cluster of the node at that endpoint, whose public key is KEY, or by an invite "
+     "from trainctl invite", ASKS_DAEMON},
+    {"invite", cmd_invite, "[--admin] [--ttl 1h] [--count N]",
+     "print N one-time join strings for new nodes (admin: they may start runs and invite)",
+     ASKS_DAEMON},
     {"start", cmd_start, "[RUN.ini] [--set key=value]...", "start a run on every live member",
      ASKS_DAEMON},
     {"status", cmd_status, "[--json] [--watch [S]]",

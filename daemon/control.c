@@ -12,7 +12,9 @@
  *
  * Both `join` and `start` answer only once they know how it went. A join
  * watches the handshake (joinprobe.c) and waits for the welcome or a refusal;
- * a failed one takes back the key it admitted. A start runs here first,
+ * a failed one takes back the key it admitted. A join by invite first
+ * presents the invite on the probe's own connection and applies the signed
+ * admissions granted (admit.c), then goes on as a join by key. A start runs here first,
  * unannounced, until its data and backend are ready, so a mistake this node
  * can see (model vs dataset, a missing backend, its limits) starts nothing
  * anywhere; then the members are told, and the answer waits until each has
@@ -22,12 +24,14 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <json-c/json.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "common/error.h"
 #include "daemon/base/log.h"
@@ -78,6 +82,8 @@ typedef struct conn {
   uint64_t join_peer, join_began_ms;
   bool join_probed, join_accepted;
   td__joinprobe_t *probe;
+  /* a join by invite: first its request and grant on the probe's connection */
+  bool join_by_invite;
   /* a pending start: its run, the RunStart spec text until it is sent, the
    * members, and when the start began on the loop clock */
   uint64_t start_run, start_began_ms, start_announced_ms;
@@ -222,6 +228,77 @@ void td__control_join_refused(td__control_t *ctl, uint64_t peer, const char *rea
   join_failed(c, TD_EINVAL, msg);
 }
 
+/* A join by invite, while its request is out: a refused handshake, a
+ * grant (then the join goes on as a join by key), or the deadline. */
+static void invite_tick(conn_t *c, uint64_t waited) {
+  td__node_t *n = c->ctl->n;
+  const char *ep = c->join_endpoint;
+  char msg[600];
+  td__probe_state_t st = td__joinprobe_poll(c->probe);
+  if (st == TD__PROBE_NOT_ADMITTED) {
+    snprintf(msg, sizeof msg, "join refused by %s: the invite was used already, has expired or "
+             "was not made there (ask an admin for a new one: trainctl invite)", ep);
+    join_failed(c, TD_EINVAL, msg);
+    return;
+  }
+  if (st == TD__PROBE_KEY_MISMATCH) {
+    snprintf(msg, sizeof msg, "join failed: the node at %s does not hold the key the invite "
+             "names (is the endpoint right?)", ep);
+    join_failed(c, TD_ECONFIG, msg);
+    return;
+  }
+  size_t len = 0;
+  uint8_t *buf = malloc(TD_WIRE_MAX_MESSAGE);
+  bool got = buf != NULL && td__joinprobe_recv(c->probe, buf, TD_WIRE_MAX_MESSAGE, &len) == 0;
+  if (got) {
+    Traind__Envelope *env = NULL;
+    char why[256];
+    bool bad = len > TD_WIRE_MAX_MESSAGE || td_wire_unpack(&env, buf, len, why, sizeof why) != 0 ||
+               env->body_case != TRAIND__ENVELOPE__BODY_JOIN_GRANT;
+    free(buf);
+    if (bad) {
+      td_wire_free(&env);
+      snprintf(msg, sizeof msg, "join failed: %s answered the invite with something else "
+               "than a grant", ep);
+      join_failed(c, TD_EPROTO, msg);
+      return;
+    }
+    if (env->join_grant->refused != NULL && env->join_grant->refused[0] != '\0') {
+      int at = snprintf(msg, sizeof msg, "join refused by %s: ", ep);
+      snprintf(msg + at, sizeof msg - (size_t)at, "%.300s", env->join_grant->refused);
+      for (char *p = msg + at; *p != '\0'; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+          *p = '?';
+      td_wire_free(&env);
+      join_failed(c, TD_EINVAL, msg);
+      return;
+    }
+    size_t applied = td__admit_apply_grant(n, env->join_grant, c->join_peer);
+    td_log_info("invite accepted by %s: %zu admission record(s) applied", ep, applied);
+    td_wire_free(&env);
+    td__joinprobe_close(&c->probe);
+    c->join_by_invite = false;
+    c->join_probed = false; /* the join by key may probe its own handshake */
+    c->join_admitted[0] = '\0'; /* the inviter stays listed: it admitted us */
+    c->join_began_ms = uv_now(&n->loop);
+    td__link_t *l = td__link_ensure(n->net, c->join_peer, ep);
+    if (l == NULL) {
+      join_failed(c, TD_EIO, "cannot open a link to that endpoint");
+      return;
+    }
+    td__gossip_hello(n, l);
+    return;
+  }
+  free(buf);
+  if (waited >= JOIN_SLOW_TIMEOUT_MS) {
+    snprintf(msg, sizeof msg, "no answer to the invite from %s within %.0f s %s", ep,
+             JOIN_SLOW_TIMEOUT_MS / 1000.0,
+             td__joinprobe_reached(c->probe) ? "(see that node's log)"
+                                             : "(is traind listening there?)");
+    join_failed(c, TD_EIO, msg);
+  }
+}
+
 /* Every JOIN_TICK_MS of a pending join: what the probe saw, then the deadline. */
 static void on_join_tick(uv_timer_t *t) {
   conn_t *c = t->data;
@@ -229,6 +306,10 @@ static void on_join_tick(uv_timer_t *t) {
   const char *ep = c->join_endpoint;
   char msg[512];
   uint64_t waited = uv_now(t->loop) - c->join_began_ms;
+  if (c->join_by_invite) {
+    invite_tick(c, waited);
+    return;
+  }
   if (!c->join_probed && c->join_key[0] != '\0' && waited >= JOIN_PROBE_AFTER_MS) {
     const td_keypair_t *kp = td__access_keypair(n->access);
     c->join_probed = true;
@@ -314,11 +395,99 @@ static bool advertisable_to(conn_t *c, const char *endpoint) {
   return rc == 0;
 }
 
-static void cmd_join(conn_t *c, const char *endpoint, const char *key) {
+/* Join by invite: list the inviter as admin (it will sign our admission),
+ * then present the invite's one-time key and our request on a connection of
+ * its own (invite_tick goes on from there). */
+static void cmd_join_invite(conn_t *c, const char *invite) {
   td__node_t *n = c->ctl->n;
+  char why[256], endpoint[TD_ENDPOINT_MAX], inviter[TD_KEY_Z85_LEN + 1];
+  uint8_t inviter_raw[TD_KEY_BYTES], inviter_sign[TD__SIGN_KEY_BYTES], secret[TD_KEY_BYTES],
+      invite_pub[TD_KEY_BYTES];
+  const td_keypair_t *kp = td__access_keypair(n->access);
+  if (!td__access_secure(n->access)) {
+    respond(c, TD_EINVAL, "this node runs --insecure: invites need CURVE keys", NULL);
+    return;
+  }
+  if (td__join_string_parse(invite, endpoint, sizeof endpoint, inviter_raw, inviter_sign, secret,
+                            why, sizeof why) != 0) {
+    respond(c, TD_ECONFIG, why, NULL);
+    return;
+  }
+  if (memcmp(inviter_raw, kp->pub_raw, TD_KEY_BYTES) == 0) {
+    respond(c, TD_ECONFIG, "this invite was made by this node: use it on the new node", NULL);
+    return;
+  }
+  if (c->ctl->pending_join != NULL) {
+    respond(c, TD_EINVAL, "another join is in progress", NULL);
+    return;
+  }
+  if (!advertisable_to(c, endpoint))
+    return;
+  zmq_z85_encode(inviter, inviter_raw, TD_KEY_BYTES);
+  const td_allowed_key_t *listed = NULL;
+  for (size_t i = 0; i < td__access_count(n->access) && listed == NULL; i++)
+    if (strcmp(td__access_at(n->access, i)->z85, inviter) == 0)
+      listed = td__access_at(n->access, i);
+  int rc = 0;
+  if (listed == NULL || !listed->admin)
+    rc = td__access_allow(n->access, inviter, true, why, sizeof why);
+  if (rc != 0) {
+    respond(c, rc, why, NULL);
+    return;
+  }
+  if (listed == NULL)
+    snprintf(c->join_admitted, sizeof c->join_admitted, "%s", inviter);
+  td__admission_t *adm = td__access_admission(n->access);
+  td__admission_bind(adm, inviter_raw, inviter_sign);
+  snprintf(c->join_endpoint, sizeof c->join_endpoint, "%s", endpoint);
+  snprintf(c->join_key, sizeof c->join_key, "%s", inviter);
+  c->join_peer = td_key_node_id(inviter_raw);
+  c->join_by_invite = c->join_probed = true;
+  crypto_scalarmult_base(invite_pub, secret);
+  char invite_pub_z85[TD_KEY_Z85_LEN + 1], secret_z85[TD_KEY_Z85_LEN + 1];
+  zmq_z85_encode(invite_pub_z85, invite_pub, TD_KEY_BYTES);
+  zmq_z85_encode(secret_z85, secret, TD_KEY_BYTES);
+  sodium_memzero(secret, sizeof secret);
+  uint8_t proof_msg[TD__JOIN_PROOF_BYTES], proof[TD__SIGNATURE_BYTES];
+  td__join_proof_message(invite_pub, kp->pub_raw, proof_msg);
+  td__admission_sign_message(adm, proof_msg, sizeof proof_msg, proof);
+  Traind__JoinRequest jr = TRAIND__JOIN_REQUEST__INIT;
+  jr.key = (ProtobufCBinaryData){.len = TD_KEY_BYTES, .data = (uint8_t *)kp->pub_raw};
+  jr.sign_key = (ProtobufCBinaryData){.len = TD__SIGN_KEY_BYTES,
+                                      .data = (uint8_t *)td__admission_sign_pub(adm)};
+  jr.proof = (ProtobufCBinaryData){.len = sizeof proof, .data = proof};
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_JOIN_REQUEST;
+  env.join_request = &jr;
+  env.sender = n->node_id;
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  rc = td_wire_pack(&env, &buf, &len);
+  if (rc == 0)
+    rc = td__joinprobe_open(&c->probe, endpoint, inviter, invite_pub_z85, secret_z85);
+  if (rc == 0)
+    rc = td__joinprobe_send(c->probe, buf, len);
+  free(buf);
+  sodium_memzero(secret_z85, sizeof secret_z85);
+  c->ctl->pending_join = c;
+  if (rc != 0) {
+    join_failed(c, TD_EIO, "cannot open a connection to present the invite");
+    return;
+  }
+  c->join_began_ms = uv_now(&n->loop);
+  uv_timer_start(&c->wait_timer, on_join_tick, JOIN_TICK_MS, JOIN_TICK_MS);
+}
+
+static void cmd_join(conn_t *c, const char *endpoint, const char *key, const char *invite) {
+  td__node_t *n = c->ctl->n;
+  if (invite != NULL && invite[0] != '\0') {
+    cmd_join_invite(c, invite);
+    return;
+  }
   if (endpoint == NULL || strncmp(endpoint, "tcp://", 6) != 0 ||
       strlen(endpoint) >= TD_ENDPOINT_MAX || strchr(endpoint + 6, ':') == NULL) {
-    respond(c, TD_ECONFIG, "join needs an endpoint of the form tcp://HOST:PORT", NULL);
+    respond(c, TD_ECONFIG, "join needs an endpoint of the form tcp://HOST:PORT, or a join "
+            "string from trainctl invite (ti1,...)", NULL);
     return;
   }
   if (strcmp(endpoint, td__transport_endpoint(n->net)) == 0) {
@@ -628,16 +797,16 @@ static void cmd_revoke(conn_t *c, const char *key) {
   }
   td_log_info("revoked key %s (node %016" PRIx64 ")", key, peer);
   td__ledger_event(n->ledger, "key_revoked", "%s %016" PRIx64, key, peer);
-  td_member_t *m = td_members_find(n->members, peer);
-  if (m != NULL && !m->self) {
-    td_members_left(n->members, peer);
-    td__ledger_peer(n->ledger, m);
-  }
-  if (n->session != NULL)
-    td__rounds_forget_peer(n->session, peer);
-  td__link_close_peer(n->net, peer);
+  td__admit_forget(n, peer);
+  /* an admin's revocation is signed and ends that member on every node */
+  uint8_t raw[TD_KEY_BYTES];
+  bool spread = td__access_self_admin(n->access) &&
+                td_key_decode(key, raw, why, sizeof why) == 0;
+  if (spread)
+    td__admit_spread_revoke(n, raw);
   json_object *o = key_json(key, peer, false);
   json_object_object_add(o, "revoked", json_object_new_boolean(true));
+  json_object_object_add(o, "spread", json_object_new_boolean(spread));
   respond_json(c, o);
 }
 
@@ -677,7 +846,19 @@ static void handle_request(conn_t *c, const uint8_t *frame, size_t len) {
   }
   switch (req->command) {
   case TRAIND__CONTROL_REQUEST__COMMAND__STATUS: respond_json(c, td__status_json(n)); break;
-  case TRAIND__CONTROL_REQUEST__COMMAND__JOIN: cmd_join(c, req->endpoint, req->key); break;
+  case TRAIND__CONTROL_REQUEST__COMMAND__JOIN:
+    cmd_join(c, req->endpoint, req->key, req->invite);
+    break;
+  case TRAIND__CONTROL_REQUEST__COMMAND__INVITE: {
+    json_object *o = NULL;
+    int rc = td__admit_invite(n, req->admin, req->ttl_s ? req->ttl_s : TD__INVITE_TTL_DEFAULT_S,
+                              req->count ? req->count : 1, &o, why, sizeof why);
+    if (rc != 0)
+      respond(c, rc, why, NULL);
+    else
+      respond_json(c, o);
+    break;
+  }
   case TRAIND__CONTROL_REQUEST__COMMAND__KEY: cmd_key(c); break;
   case TRAIND__CONTROL_REQUEST__COMMAND__ALLOW: cmd_allow(c, req->key, req->admin); break;
   case TRAIND__CONTROL_REQUEST__COMMAND__REVOKE: cmd_revoke(c, req->key); break;

@@ -62,6 +62,9 @@ void td__gossip_hello(td__node_t *n, td__link_t *l) {
   /* never hand a peer an address it cannot dial (td__link_advertised logs why) */
   if ((hello.endpoint = (char *)td__link_advertised(n->net, l)) == NULL)
     return;
+  /* the key this node signs admissions with: the link authenticates us */
+  hello.sign_key.data = (uint8_t *)td__admission_sign_pub(td__access_admission(n->access));
+  hello.sign_key.len = TD__SIGN_KEY_BYTES;
   Traind__Envelope env = TRAIND__ENVELOPE__INIT;
   env.body_case = TRAIND__ENVELOPE__BODY_HELLO;
   env.hello = &hello;
@@ -191,6 +194,8 @@ void td__on_hello(td__node_t *n, const Traind__Envelope *env, td__link_t *l, siz
     td__drop(&n->drops, TD__DROP_MALFORMED, "hello without a tcp:// endpoint");
     return;
   }
+  td__access_bind_sign(n->access, env->sender, env->hello->sign_key.data,
+                       env->hello->sign_key.len);
   double per_s = 1.0 / n->heartbeat_s;
   td__link_t *known = td__link_find(n->net, env->sender);
   if (known != NULL && td_members_find(n->members, env->sender) != NULL &&
@@ -217,6 +222,7 @@ void td__on_hello(td__node_t *n, const Traind__Envelope *env, td__link_t *l, siz
     td__link_take_reply(l, per_s, WELCOME_BURST);
   td__link_set_reply_owed(l, false);
   send_welcome(n, l, NULL);
+  td__admit_send_all(n, l); /* the signed admissions it may have missed */
 }
 
 void td__on_welcome(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes) {

@@ -1,6 +1,7 @@
 /* internal.h: what the node's own files share: node.c (start-up, shutdown,
  * the heartbeat that calls every part's tick), dispatch.c (which handler a
- * received message goes to), gossip.c (membership traffic), control.c and
+ * received message goes to), gossip.c (membership traffic), admit.c
+ * (admission by invite, signed admissions and revocations), control.c and
  * status.c (trainctl's commands and their JSON) and monitor.c (the figures
  * `--metrics` serves).
  *
@@ -35,6 +36,26 @@ void td__on_hello(td__node_t *n, const Traind__Envelope *env, td__link_t *l, siz
 void td__on_welcome(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
 void td__on_heartbeat(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
 void td__on_leave(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
+/* ---- admissions by invite, spread by signed records (admit.c) ---------------------------- */
+
+/* Records from a peer: each checked and applied, the new ones passed on. */
+void td__on_admissions(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
+/* The transport's upcall for a join request on an invite's connection (user: the node). */
+void td__admit_on_invite(void *user, const uint8_t invite_key[TD_KEY_BYTES],
+                         const Traind__Envelope *env, td__invite_reply_t *reply);
+/* Every record held, to one link (after a welcome). */
+void td__admit_send_all(td__node_t *n, td__link_t *l);
+/* A joining node applies the records its inviter granted; returns how many applied. */
+size_t td__admit_apply_grant(td__node_t *n, const Traind__JoinGrant *g, uint64_t from);
+/* Sign and spread a revocation of `key` (only when this node is an admin). */
+void td__admit_spread_revoke(td__node_t *n, const uint8_t key[TD_KEY_BYTES]);
+/* A revoked key's member ends here: left, out of the run, link closed. */
+void td__admit_forget(td__node_t *n, uint64_t peer);
+/* `count` one-time join strings ({"invites": [...]}, caller owns *out);
+ * TD_EINVAL + why when this node is no admin or an argument is out of range. */
+int td__admit_invite(td__node_t *n, bool admin, uint32_t ttl_s, uint32_t count,
+                     json_object **out, char *why, size_t why_len);
+json_object *td__admit_status(td__node_t *n);
 /* ---- control socket (control.c) and its JSON (status.c) -------------------------------- */
 
 int td__control_open(td__control_t **out, td__node_t *n, char *why, size_t why_len);

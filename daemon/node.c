@@ -191,7 +191,9 @@ static int node_open(td__node_t *n, const td_node_opts_t *opts, char *why, size_
                               .heartbeat_s = n->heartbeat_s,
                               .link_delay_s = opts->link_delay_ms / 1000.0,
                               .uplink_bps = opts->uplink_kbit * 1000.0,
-                              .events = {.received = on_received, .user = n}};
+                              .events = {.received = on_received,
+                                         .invite = td__admit_on_invite,
+                                         .user = n}};
   if ((rc = td__transport_open(&n->net, &net, why, why_len)) != 0)
     return rc;
   if (opts->advertise != NULL)

@@ -199,6 +199,7 @@ json_object *td__status_json(td__node_t *n) {
   json_object_object_add(acc, "refused_connections", count(as.refused_keys));
   json_object_object_add(acc, "forged_senders", count(as.forged_senders));
   json_object_object_add(acc, "forbidden_requests", count(as.forbidden));
+  json_object_object_add(acc, "admission", td__admit_status(n));
   json_object_object_add(o, "access", acc);
   json_object_object_add(o, "peers", td__status_peers(n));
   td__run_stats_t st;

@@ -65,13 +65,38 @@ static int check_chunk(uint32_t chunk, uint32_t chunks, uint64_t total, size_t p
   return 0;
 }
 
+static int check_records(const ProtobufCBinaryData *records, size_t count, char *why, size_t n) {
+  if (count > TD_WIRE_MAX_RECORDS)
+    return td_why(why, n, TD_EPROTO, "%zu admission records in one message (limit %d)", count,
+                  TD_WIRE_MAX_RECORDS);
+  for (size_t i = 0; i < count; i++)
+    if (records[i].len != TD_WIRE_RECORD_BYTES)
+      return td_why(why, n, TD_EPROTO, "admission record of %zu bytes (they have %d)",
+                    records[i].len, TD_WIRE_RECORD_BYTES);
+  return 0;
+}
+
 static int validate(const Traind__Envelope *e, char *why, size_t n) {
   if (e->version != TD_WIRE_VERSION)
     return td_why(why, n, TD_EPROTO, "protocol version %u (this node speaks %d)", e->version,
                   TD_WIRE_VERSION);
   switch (e->body_case) {
   case TRAIND__ENVELOPE__BODY_HELLO:
+    if (e->hello->sign_key.len != 0 && e->hello->sign_key.len != TD_WIRE_KEY_BYTES)
+      return td_why(why, n, TD_EPROTO, "hello signing key of %zu bytes", e->hello->sign_key.len);
     return check_string(e->hello->endpoint, TD_WIRE_MAX_STRING, "hello endpoint", why, n);
+  case TRAIND__ENVELOPE__BODY_ADMISSIONS:
+    return check_records(e->admissions->records, e->admissions->n_records, why, n);
+  case TRAIND__ENVELOPE__BODY_JOIN_GRANT: {
+    int rc = check_records(e->join_grant->records, e->join_grant->n_records, why, n);
+    return rc ? rc : check_string(e->join_grant->refused, TD_WIRE_MAX_STRING, "refusal", why, n);
+  }
+  case TRAIND__ENVELOPE__BODY_JOIN_REQUEST:
+    if (e->join_request->key.len != TD_WIRE_KEY_BYTES ||
+        e->join_request->sign_key.len != TD_WIRE_KEY_BYTES ||
+        e->join_request->proof.len != TD_WIRE_SIGNATURE_BYTES)
+      return td_why(why, n, TD_EPROTO, "join request with keys or proof of the wrong size");
+    return 0;
   case TRAIND__ENVELOPE__BODY_WELCOME: {
     int rc = check_peers(e->welcome->peers, e->welcome->n_peers, why, n);
     if (rc == 0)
@@ -221,6 +246,9 @@ const char *td_wire_body_name(const Traind__Envelope *env) {
   case TRAIND__ENVELOPE__BODY_RUN_START: return "run_start";
   case TRAIND__ENVELOPE__BODY_RUN_STOP: return "run_stop";
   case TRAIND__ENVELOPE__BODY_RUN_REFUSED: return "run_refused";
+  case TRAIND__ENVELOPE__BODY_ADMISSIONS: return "admissions";
+  case TRAIND__ENVELOPE__BODY_JOIN_REQUEST: return "join_request";
+  case TRAIND__ENVELOPE__BODY_JOIN_GRANT: return "join_grant";
   default: return "none";
   }
 }

@@ -26,6 +26,12 @@
 #define TD_WIRE_MAX_PEERS TD_MAX_NODES
 #define TD_WIRE_MAX_STRING 256
 #define TD_WIRE_MAX_SPEC 16384
+/* Signed admission records in one message, and the size of each
+ * (daemon/net/admission.h); keys and signatures in a join request. */
+#define TD_WIRE_MAX_RECORDS 512
+#define TD_WIRE_RECORD_BYTES 174
+#define TD_WIRE_KEY_BYTES 32
+#define TD_WIRE_SIGNATURE_BYTES 64
 /* Largest control message (trainctl <-> traind). */
 #define TD_WIRE_MAX_CONTROL (4u << 20)
 

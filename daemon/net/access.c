@@ -10,6 +10,9 @@
  * or stop runs here (the local operator always may, through the control
  * socket). `trainctl allow/revoke` change the list and write it back; a
  * revoked key's messages are dropped from then on and its link closed.
+ * Signed admission records (admission.h) change the list too, once
+ * td__access_apply_record has checked that an admin key this node trusts
+ * signed them and that they are newer than what it holds about that key.
  * Insecure mode (--insecure) keeps none of this: plain TCP, trusted ids. */
 #include "daemon/net/net.h"
 
@@ -26,6 +29,7 @@ struct td__access {
   bool secure;
   td_keypair_t keys;
   td_allowlist_t *allowed;
+  td__admission_t *admission;
   uint64_t refused_keys, forged_senders, forbidden;
 };
 
@@ -48,7 +52,10 @@ int td__access_open(td__access_t **out, const char *data_dir, bool insecure, cha
   int rc = td_keypair_load_or_create(data_dir, &a->keys, why, why_len);
   if (rc == 0)
     rc = td_allowlist_load(&a->allowed, path, why, why_len);
+  if (rc == 0)
+    rc = td__admission_open(&a->admission, data_dir, &a->keys, why, why_len);
   if (rc != 0) {
+    td_allowlist_close(&a->allowed);
     free(a);
     return rc;
   }
@@ -62,6 +69,7 @@ void td__access_close(td__access_t **self_p) {
     return;
   *self_p = NULL;
   td_allowlist_close(&a->allowed);
+  td__admission_close(&a->admission);
   memset(a->keys.secret, 0, sizeof a->keys.secret);
   free(a);
 }
@@ -86,6 +94,75 @@ bool td__access_admits(td__access_t *a, const uint8_t raw[TD_KEY_BYTES]) {
   return false;
 }
 
+bool td__access_listed(const td__access_t *a, const uint8_t raw[TD_KEY_BYTES]) {
+  return td_allowlist_find_raw(a->allowed, raw) != NULL;
+}
+
+td__admission_t *td__access_admission(td__access_t *a) { return a->admission; }
+
+bool td__access_self_admin(const td__access_t *a) {
+  const td__record_t *own = td__admission_latest(a->admission, a->keys.pub_raw);
+  return a->secure && (own == NULL || (own->kind == TD__RECORD_ADMIT && own->admin));
+}
+
+void td__access_bind_sign(td__access_t *a, uint64_t peer, const uint8_t *sign, size_t len) {
+  const td_allowed_key_t *k = a->secure ? td_allowlist_find_id(a->allowed, peer) : NULL;
+  if (k != NULL && len == TD__SIGN_KEY_BYTES)
+    td__admission_bind(a->admission, k->raw, sign);
+}
+
+td__record_result_t td__access_apply_record(td__access_t *a, const td__record_t *r,
+                                            uint64_t *subject, char *why, size_t why_len) {
+  char signer[TD_KEY_Z85_LEN + 1], subj[TD_KEY_Z85_LEN + 1];
+  zmq_z85_encode(signer, r->signer, TD_KEY_BYTES);
+  zmq_z85_encode(subj, r->subject, TD_KEY_BYTES);
+  *subject = td_key_node_id(r->subject);
+  const char *what = r->kind == TD__RECORD_ADMIT ? "admission" : "revocation";
+  if (!a->secure) {
+    td_why(why, why_len, TD_EINVAL, "this node runs --insecure: keys are not checked");
+    return TD__RECORD_FORGED;
+  }
+  int fresh = td__admission_freshness(a->admission, r);
+  if (fresh == 0)
+    return TD__RECORD_DUPLICATE;
+  if (fresh < 0) {
+    const td__record_t *have = td__admission_latest(a->admission, r->subject);
+    td_why(why, why_len, TD_EINVAL, "an outdated %s of key %s (a replay: this node holds a "
+           "newer %s of that key)", what, subj,
+           have->kind == TD__RECORD_ADMIT ? "admission" : "revocation");
+    return TD__RECORD_STALE;
+  }
+  bool own_signer = memcmp(r->signer, a->keys.pub_raw, TD_KEY_BYTES) == 0;
+  const td_allowed_key_t *k = td_allowlist_find_raw(a->allowed, r->signer);
+  if (own_signer ? !td__access_self_admin(a) : (k == NULL || !k->admin)) {
+    td_why(why, why_len, TD_EINVAL, "an %s of key %s signed by key %s, which is not an admin "
+           "here", what, subj, signer);
+    return k == NULL && !own_signer ? TD__RECORD_UNKNOWN_SIGNER : TD__RECORD_FORGED;
+  }
+  const uint8_t *sign = td__admission_binding(a->admission, r->signer);
+  if (sign == NULL) {
+    td_why(why, why_len, TD_EINVAL, "an %s of key %s signed by admin key %s, whose signing "
+           "key this node has not learned yet", what, subj, signer);
+    return TD__RECORD_UNKNOWN_SIGNER;
+  }
+  if (!td__record_verify(r, sign)) {
+    td_why(why, why_len, TD_EINVAL, "an %s of key %s claiming admin key %s: its signature "
+           "does not verify (forged)", what, subj, signer);
+    return TD__RECORD_FORGED;
+  }
+  bool self = memcmp(r->subject, a->keys.pub_raw, TD_KEY_BYTES) == 0;
+  int rc = 0;
+  if (!self && r->kind == TD__RECORD_ADMIT)
+    rc = td_allowlist_add(a->allowed, subj, r->admin, why, why_len);
+  else if (!self)
+    td_allowlist_remove(a->allowed, subj); /* TD_ENOENT: not listed here, nothing to end */
+  if (rc == 0 && !self)
+    rc = td_allowlist_save(a->allowed, why, why_len);
+  if (rc == 0)
+    rc = td__admission_store(a->admission, r, why, why_len);
+  return rc == 0 ? TD__RECORD_APPLIED : TD__RECORD_FAILED;
+}
+
 uint64_t td__access_sender(td__access_t *a, const char *user_id, uint64_t claimed) {
   if (!a->secure)
     return claimed;
@@ -100,6 +177,11 @@ uint64_t td__access_sender(td__access_t *a, const char *user_id, uint64_t claime
                   k->z85, claimed, k->node_id, a->forged_senders);
   }
   return k->node_id;
+}
+
+bool td__access_is_admin(const td__access_t *a, uint64_t peer) {
+  const td_allowed_key_t *k = a->secure ? td_allowlist_find_id(a->allowed, peer) : NULL;
+  return k != NULL && k->admin;
 }
 
 bool td__access_may_run(td__access_t *a, uint64_t peer) {

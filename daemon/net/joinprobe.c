@@ -4,7 +4,9 @@
  * Threads: loop thread; polled by control.c's join timer, never blocking
  * (every receive is ZMQ_DONTWAIT). The probe has its own ZeroMQ context so
  * the node's transport, its links and its ZAP handler stay untouched; the
- * context's two threads live only as long as a pending join. */
+ * context's two threads live only as long as a pending join. A join by
+ * invite also carries its one request and answer on the probe's DEALER
+ * (td__joinprobe_send/recv), whose CURVE keys are then the invite's. */
 #include "daemon/net/joinprobe.h"
 
 #include <stdint.h>
@@ -20,6 +22,7 @@ struct td__joinprobe {
   void *ctx, *dealer, *monitor;
   td__probe_state_t state;
   bool reached;
+  bool carries; /* a message was sent on it: keep it open once accepted */
 };
 
 static void close_sockets(td__joinprobe_t *p) {
@@ -102,12 +105,29 @@ td__probe_state_t td__joinprobe_poll(td__joinprobe_t *p) {
              event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
       p->state = TD__PROBE_KEY_MISMATCH;
   }
-  if (p->state != TD__PROBE_PENDING)
+  if (p->state != TD__PROBE_PENDING && !(p->carries && p->state == TD__PROBE_ACCEPTED))
     close_sockets(p); /* no reconnecting to a node that answered */
   return p->state;
 }
 
 bool td__joinprobe_reached(const td__joinprobe_t *p) { return p->reached; }
+
+int td__joinprobe_send(td__joinprobe_t *p, const void *data, size_t len) {
+  if (p->dealer == NULL || zmq_send(p->dealer, data, len, ZMQ_DONTWAIT) < 0)
+    return -1;
+  p->carries = true;
+  return 0;
+}
+
+int td__joinprobe_recv(td__joinprobe_t *p, void *buf, size_t cap, size_t *len) {
+  if (p->dealer == NULL)
+    return -1;
+  int n = zmq_recv(p->dealer, buf, cap, ZMQ_DONTWAIT);
+  if (n < 0)
+    return -1;
+  *len = (size_t)n; /* may exceed cap: truncated, and the caller refuses it */
+  return 0;
+}
 
 void td__joinprobe_close(td__joinprobe_t **self_p) {
   td__joinprobe_t *p = *self_p;

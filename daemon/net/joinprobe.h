@@ -12,6 +12,7 @@
 #define TD_DAEMON_JOINPROBE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 typedef struct td__joinprobe td__joinprobe_t;
 
@@ -33,6 +34,13 @@ td__probe_state_t td__joinprobe_poll(td__joinprobe_t *p);
 
 /* Whether a TCP connection was ever made (something listens there). */
 bool td__joinprobe_reached(const td__joinprobe_t *p);
+
+/* Queue one message on the probe's connection (sent once it is up; the
+ * probe then stays open when the handshake succeeds). -1 when closed. */
+int td__joinprobe_send(td__joinprobe_t *p, const void *data, size_t len);
+/* One message that came back, into buf (*len: its whole size, which may be
+ * more than cap: truncated); -1 when none is waiting. */
+int td__joinprobe_recv(td__joinprobe_t *p, void *buf, size_t cap, size_t *len);
 
 /* Close the sockets and the context; NULL-safe, nulls the caller's pointer. */
 void td__joinprobe_close(td__joinprobe_t **self_p);

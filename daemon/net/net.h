@@ -15,6 +15,7 @@
 #include <uv.h>
 
 #include "daemon/base/members.h"
+#include "daemon/net/admission.h"
 #include "daemon/net/keys.h"
 #include "daemon/store/ledger.h"
 #include "proto/wire.h"
@@ -99,6 +100,8 @@ bool td__access_admits(td__access_t *a, const uint8_t raw[TD_KEY_BYTES]);
  * (any more). A sender field that disagrees is counted and logged. Insecure:
  * `claimed`. */
 uint64_t td__access_sender(td__access_t *a, const char *user_id, uint64_t claimed);
+/* `peer`'s key is marked admin here (secure mode only; nothing counted). */
+bool td__access_is_admin(const td__access_t *a, uint64_t peer);
 /* May `peer` start or stop runs on this node? (a refusal is counted) */
 bool td__access_may_run(td__access_t *a, uint64_t peer);
 /* Admit a key (admin: may start and stop runs) and save the allowlist. */
@@ -111,8 +114,33 @@ void td__access_stats(const td__access_t *a, td__access_stats_t *out);
 int td__access_check_listen(const char *listen, bool insecure, bool force, char *why,
                             size_t why_len);
 size_t td__access_count(const td__access_t *a);
+/* `raw` is on the allowlist (nothing counted). */
+bool td__access_listed(const td__access_t *a, const uint8_t raw[TD_KEY_BYTES]);
+/* The node's admission records and invites (borrowed for the access's life). */
+td__admission_t *td__access_admission(td__access_t *a);
+/* This node may admit and revoke for its cluster: secure, and no record says
+ * it was admitted without admin (a node nobody admitted founded its cluster). */
+bool td__access_self_admin(const td__access_t *a);
+/* `peer` said over its own authenticated connection that it signs with `sign`. */
+void td__access_bind_sign(td__access_t *a, uint64_t peer, const uint8_t *sign, size_t len);
+typedef enum {
+  TD__RECORD_APPLIED,        /* the allowlist (or this node's own standing) changed */
+  TD__RECORD_DUPLICATE,      /* held already: nothing to do, nothing to count */
+  TD__RECORD_STALE,          /* older than the record held about that key: a replay */
+  TD__RECORD_FORGED,         /* bad signature, or signed by a key without admin */
+  TD__RECORD_UNKNOWN_SIGNER, /* signer not listed here, or its signing key not known yet */
+  TD__RECORD_FAILED,         /* the allowlist or the record file cannot be written */
+} td__record_result_t;
+/* Check a record (fresh, signed by an admin key listed here whose signing key
+ * is known, signature good) and apply it: list or unlist its subject and keep
+ * the record. *subject: the subject's node id. Anything but APPLIED and
+ * DUPLICATE comes with a one-line why; nothing is counted here. */
+td__record_result_t td__access_apply_record(td__access_t *a, const td__record_t *r,
+                                            uint64_t *subject, char *why, size_t why_len);
 const td_allowed_key_t *td__access_at(const td__access_t *a, size_t i);
 
+/* The User-Id prefix of a connection authenticated by an invite's key. */
+#define TD__INVITE_USER_ID "invite:"
 /* ZAP handler (zap.c) on inproc://zeromq.zap.01 of the transport's context. */
 int td__zap_open(td__zap_t **out, void *zctx, uv_loop_t *loop, td__access_t *access, char *why,
                  size_t why_len);
@@ -134,14 +162,30 @@ typedef struct {
   td_linkq_stats_t q;
 } td__link_stats_t;
 
+/* Where the answer to a join request goes: the connection it came on
+ * (borrowed for the `invite` call only). */
+typedef struct {
+  td__transport_t *transport;
+  const void *rid;
+  size_t rid_len;
+} td__invite_reply_t;
+
 /* What the transport hands up, given at open (the node's dispatch): the
  * transport never calls a part above it by name. */
 typedef struct {
   /* An envelope that passed proto/wire.c, its sender the authenticated one
    * (`bytes` on the wire); borrowed for the call. */
   void (*received)(void *user, const Traind__Envelope *env, size_t bytes);
+  /* A join request on a connection an invite's one-time key authenticated
+   * (invite_key: that key); answer it with td__transport_reply. */
+  void (*invite)(void *user, const uint8_t invite_key[TD_KEY_BYTES],
+                 const Traind__Envelope *env, td__invite_reply_t *reply);
   void *user;
 } td__transport_events_t;
+
+/* Send `env` back on the invite connection a request came on; TD_EIO when
+ * that connection is gone. */
+int td__transport_reply(td__invite_reply_t *reply, Traind__Envelope *env);
 
 typedef struct {
   uv_loop_t *loop;

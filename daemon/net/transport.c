@@ -521,7 +521,41 @@ void td__transport_inbound_stats(const td__transport_t *t, td__inbound_stats_t *
 
 /* ---- receiving --------------------------------------------------------------------- */
 
-static void on_frame(td__transport_t *t, const void *data, size_t len, const char *user_id) {
+/* A connection an invite's one-time key authenticated carries one join
+ * request and nothing else; the answer goes back on it (routing id `rid`). */
+static void on_invite_frame(td__transport_t *t, const Traind__Envelope *env, const char *user_id,
+                            const zmq_msg_t *rid) {
+  uint8_t key[TD_KEY_BYTES];
+  const char *z85 = user_id + strlen(TD__INVITE_USER_ID);
+  if (strlen(z85) != TD_KEY_Z85_LEN || zmq_z85_decode(key, z85) == NULL ||
+      env->body_case != TRAIND__ENVELOPE__BODY_JOIN_REQUEST || t->events.invite == NULL) {
+    td__drop(t->drops, TD__DROP_UNKNOWN_KEY, "a message other than a join request on an "
+             "invite's connection");
+    return;
+  }
+  td__invite_reply_t reply = {.transport = t, .rid = zmq_msg_data((zmq_msg_t *)rid),
+                              .rid_len = zmq_msg_size((zmq_msg_t *)rid)};
+  t->events.invite(t->events.user, key, env, &reply);
+}
+
+int td__transport_reply(td__invite_reply_t *reply, Traind__Envelope *env) {
+  td__transport_t *t = reply->transport;
+  uint8_t *buf;
+  size_t len;
+  env->sender = t->node_id;
+  env->seq = ++t->seq;
+  if (td_wire_pack(env, &buf, &len) != 0)
+    return TD_EPROTO;
+  int rc = zmq_send(t->router, reply->rid, reply->rid_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+                   zmq_send(t->router, buf, len, ZMQ_DONTWAIT) < 0
+               ? TD_EIO
+               : 0;
+  free(buf);
+  return rc;
+}
+
+static void on_frame(td__transport_t *t, const void *data, size_t len, const char *user_id,
+                     const zmq_msg_t *rid) {
   if (len > TD_WIRE_MAX_MESSAGE) {
     td__drop(t->drops, TD__DROP_OVERSIZED, "oversized message");
     return;
@@ -531,6 +565,11 @@ static void on_frame(td__transport_t *t, const void *data, size_t len, const cha
   char why[256] = "";
   if (td_wire_unpack_peer(&env, data, len, &refusal, why, sizeof why) != 0) {
     td__drop(t->drops, refusal == TD_WIRE_BAD_VERSION ? TD__DROP_VERSION : TD__DROP_MALFORMED, why);
+    return;
+  }
+  if (user_id != NULL && strncmp(user_id, TD__INVITE_USER_ID, strlen(TD__INVITE_USER_ID)) == 0) {
+    on_invite_frame(t, env, user_id, rid);
+    td_wire_free(&env);
     return;
   }
   /* the sender is who the connection authenticated, whatever the field says */
@@ -559,14 +598,15 @@ static void drain_router(td__transport_t *t) {
       return;
     }
     bool more = zmq_msg_more(&id);
-    zmq_msg_close(&id);
     if (!more) {
+      zmq_msg_close(&id);
       td__drop(t->drops, TD__DROP_MALFORMED, "message without a routing frame");
       continue;
     }
     zmq_msg_init(&msg);
     if (zmq_msg_recv(&msg, t->router, ZMQ_DONTWAIT) < 0) {
       zmq_msg_close(&msg);
+      zmq_msg_close(&id);
       continue;
     }
     bool extra = zmq_msg_more(&msg);
@@ -583,9 +623,10 @@ static void drain_router(td__transport_t *t) {
       }
       td__drop(t->drops, TD__DROP_MALFORMED, "multi-frame message");
     } else {
-      on_frame(t, zmq_msg_data(&msg), zmq_msg_size(&msg), zmq_msg_gets(&msg, "User-Id"));
+      on_frame(t, zmq_msg_data(&msg), zmq_msg_size(&msg), zmq_msg_gets(&msg, "User-Id"), &id);
     }
     zmq_msg_close(&msg);
+    zmq_msg_close(&id);
   }
 }
 

@@ -13,7 +13,14 @@
  * bucket of KEY_HANDSHAKE_BURST handshakes refilled at KEY_HANDSHAKES_PER_S,
  * and a handshake beyond it is refused like an unknown key (its connection
  * closes; the client's libzmq retries later). Honest nodes open two
- * connections to a peer and reconnect after a restart, far below that. */
+ * connections to a peer and reconnect after a restart, far below that.
+ *
+ * A key that is not listed may still be a pending invite's one-time key
+ * (admission.h): that one handshake is accepted, with the User-Id
+ * "invite:KEY" that transport.c hands only a join request through; a second
+ * handshake with the same key, or one after the invite expired, is refused,
+ * counted and logged. Strangers without an invite's secret cannot make that
+ * handshake, so nothing here grows with them. */
 #include "daemon/net/net.h"
 
 #include <inttypes.h>
@@ -128,7 +135,28 @@ static bool handle_one(td__zap_t *z) {
     const uint8_t *key = zmq_msg_data(&f[6]);
     char z85[TD_KEY_Z85_LEN + 1];
     zmq_z85_encode(z85, key, TD_KEY_BYTES);
-    if (td__access_admits(z->access, key)) {
+    td__invite_check_t invite = td__access_listed(z->access, key)
+                                    ? TD__INVITE_NONE
+                                    : td__admission_invite_handshake(
+                                          td__access_admission(z->access), key);
+    if (invite == TD__INVITE_OK) {
+      char user_id[8 + TD_KEY_Z85_LEN + 1];
+      snprintf(user_id, sizeof user_id, TD__INVITE_USER_ID "%s", z85);
+      td_log_info("accepted the handshake of invite key %s from %s (its only one)", z85,
+                  peer_addr);
+      send_reply(z->sock, &f[1], "200", "OK", user_id);
+    } else if (invite != TD__INVITE_NONE) {
+      td__admission_stats_t st;
+      td__admission_stats(td__access_admission(z->access), &st);
+      uint64_t count = invite == TD__INVITE_USED ? st.invites_refused_used
+                                                 : st.invites_refused_expired;
+      if (td__drop_should_log(count))
+        td_log_warn("refused a connection from %s: invite key %s %s (refused so far: %" PRIu64
+                    "; make a new one with trainctl invite)", peer_addr, z85,
+                    invite == TD__INVITE_USED ? "was used already" : "has expired", count);
+      send_reply(z->sock, &f[1], "400", invite == TD__INVITE_USED ? "invite used" :
+                 "invite expired", "");
+    } else if (td__access_admits(z->access, key)) {
       if (take_handshake(z, key)) {
         send_reply(z->sock, &f[1], "200", "OK", z85);
       } else {

@@ -129,6 +129,7 @@ static void add_member(td__session_t *s, uint64_t id, uint64_t from) {
   }
   s->since[i] = from;
   s->since_at[i] = td_clock_mono_s();
+  s->admitted_in[i] = s->round + 1;
   memset(s->peer_report[i], 0, sizeof s->peer_report[i]);
   if (back && s->round < from) /* it holds no update of a round before `from`: do not wait */
     td__rounds_forget_peer(s, id);
@@ -143,6 +144,64 @@ static void add_member(td__session_t *s, uint64_t id, uint64_t from) {
                    back ? "is back in" : "joins", s->run_id, from);
   td_log_info("peer %016" PRIx64 " %s the run at round %" PRIu64 " (%u nodes)", id,
               back ? "is back in" : "joins", from, k);
+}
+
+/* A member whose newest update this node recorded is of round s->round -
+ * (rounds - 1) or later takes part. The admitter uses 3, a receiver 2: a
+ * receiver one round behind the admitter still accepts what it decided. */
+#define ADMITTER_RECENT_ROUNDS 3
+#define RECEIVER_RECENT_ROUNDS 2
+static bool trained_lately(const td__session_t *s, size_t mi, uint64_t rounds) {
+  return s->recorded_round[mi] > 0 && s->recorded_round[mi] + rounds > s->round;
+}
+
+/* Run membership by rule (issue 37): why this member must not apply an
+ * admission of another node into its run s, or NULL when it may. Every
+ * member judges from the same inputs (its allowlist, the run's member list,
+ * who takes part, the joiner's own heartbeats), so one voice can neither
+ * invent members nor push an honest one out:
+ *  - the joiner's key must be on this node's allowlist (no phantom ids);
+ *  - the sender must be an admin key here, or the run's admitter: no member
+ *    with a lower id takes part (join_tick's rule), the joiner aside (a
+ *    member that comes back may be the lowest);
+ *  - a member whose update of this round or the last this node holds takes
+ *    part and is never "readmitted" (that would forget its updates); the
+ *    admitter itself waits until a member's last update is older by one
+ *    round more (join_tick), so that members a round apart agree;
+ *  - at most one admission per member and round. */
+static const char *admission_refusal(td__node_t *n, const td__session_t *s,
+                                     const Traind__Envelope *env, size_t mi) {
+  const Traind__RunStart *rs = env->run_start;
+  if (td__access_secure(n->access) && !td__access_known(n->access, rs->joiner))
+    return "names a node whose key is not on this node's allowlist";
+  if (!td__access_is_admin(n->access, env->sender)) {
+    for (size_t i = 0; i < s->n_members; i++) {
+      uint64_t id = s->members[i];
+      if (id >= env->sender || id == rs->joiner)
+        continue;
+      if (id == n->node_id || td__session_takes_part((td__session_t *)s, i, 0))
+        return "comes from a member that is not the run's admitter (a member with a lower id "
+               "takes part) and has no admin key";
+    }
+  }
+  if (mi != TD_MEMBERS_MAX && trained_lately(s, mi, RECEIVER_RECENT_ROUNDS))
+    return "readmits a member that takes part in the run (this node holds its update of "
+           "this round or the last)";
+  if (mi != TD_MEMBERS_MAX && s->admitted_in[mi] == s->round + 1)
+    return "admits a member a second time in one round";
+  return NULL;
+}
+
+/* Count (drop kind `forbidden`) and log an admission the rule refused; the
+ * log is rate-limited per run, so each run names its first refusals. */
+static void refuse_admission(td__node_t *n, td__session_t *s, const Traind__Envelope *env,
+                             const char *why) {
+  td__drop(&n->drops, TD__DROP_FORBIDDEN, NULL);
+  uint64_t k = ++s->admissions_refused;
+  if (td__drop_should_log(k))
+    td_log_warn("refused an admission of %016" PRIx64 " into run %016" PRIx64 " from %016" PRIx64
+                ": it %s (refused in this run so far: %" PRIu64 ")", env->run_start->joiner,
+                env->run_id, env->sender, why, k);
 }
 
 /* RunStart with join_round: as a member, take the joiner in; as the joiner,
@@ -193,6 +252,11 @@ static void on_admission(td__node_t *n, const Traind__Envelope *env) {
                 "(round %" PRIu64 ", %zu members): ignored", rs->joiner, rs->join_round,
                 s->round, s->n_members);
     td__drop(&n->drops, TD__DROP_WRONG_RUN, NULL);
+    return;
+  }
+  const char *why = admission_refusal(n, s, env, mi);
+  if (why != NULL) {
+    refuse_admission(n, s, env, why);
     return;
   }
   add_member(s, rs->joiner, rs->join_round);
@@ -249,7 +313,8 @@ void td__join_tick(td__session_t *s) {
   for (size_t i = 0; i < s->n_members && joiner == 0; i++) { /* members that come back first */
     td_member_t *m = s->away[i] ? td_members_find(n->members, s->members[i]) : NULL;
     if (m != NULL && m->state == TD_PEER_ALIVE && m->reported && m->run_id == 0 &&
-        m->ended_run != s->run_id && !s->ended_by[i]) /* it ended the run: never back in */
+        m->ended_run != s->run_id && !s->ended_by[i] && /* it ended the run: never back in */
+        !trained_lately(s, i, ADMITTER_RECENT_ROUNDS)) /* the members would refuse it */
       joiner = m->node_id;
   }
   bool full = s->n_members >= TD_MEMBERS_MAX || s->n_members >= TD_ROUND_MAX_PEERS;

@@ -213,6 +213,10 @@ struct td__session {
   unsigned away_times[TD_MEMBERS_MAX]; /* times each member was marked away since its last
                                           update (comeback.c; rounds.c resets it) */
   bool out[TD_MEMBERS_MAX]; /* away too often: out for the rest of the run, never readmitted */
+  /* the round (+ 1; 0: never) in which each member was last admitted or
+   * readmitted here: at most one admission per member and round (join.c) */
+  uint64_t admitted_in[TD_MEMBERS_MAX];
+  uint64_t admissions_refused; /* admissions the rule refused in this run (join.c) */
   uint64_t recorded_round[TD_MEMBERS_MAX]; /* newest round of each member's with an update
                                               row (rounds.c): one row per member and round */
   uint64_t recorded_mask[TD_MEMBERS_MAX]; /* bit k: round recorded_round - k has its row */
