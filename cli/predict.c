@@ -1,8 +1,8 @@
 /* predict.c: `trainctl predict` and `trainctl generate`, a trained model put
  * to use in trainctl's own process (compute/predict.h), daemon up or down.
  *
- * MODEL is a safetensors file (a path that ends in .safetensors or names a
- * file; its model spec is the file's `model` metadata, which trainctl model
+ * MODEL is a safetensors file (a path that ends in .safetensors or names an
+ * existing file; its model spec is the file's `model` metadata, which trainctl model
  * writes, or --model SPEC) or a run in the ledgers (a unique prefix of its
  * id, as the other ledger commands take it, with --round R for a
  * checkpoint): the run's kept model, and the run's batch as the chunk of the
@@ -44,7 +44,7 @@ static bool names_file(const char *arg) {
   size_t len = strlen(arg), ext = strlen(".safetensors");
   struct stat st;
   return (len > ext && strcmp(arg + len - ext, ".safetensors") == 0) ||
-         strchr(arg, '/') != NULL || (stat(arg, &st) == 0 && S_ISREG(st.st_mode));
+         (stat(arg, &st) == 0 && S_ISREG(st.st_mode));
 }
 
 /* Resolve MODEL into m->source: a file and its spec, or a run's stored model.
