@@ -16,8 +16,11 @@
  * root), must stay inside the root and must be a regular file (one reason
  * for a path that does not exist and one outside the root); the spec's
  * dataset is rewritten to the resolved paths so the loader opens what was
- * checked. A refusal's reason names the key, the asked value and the limit,
- * never anything read from a file. */
+ * checked. init = FILE is resolved the same way; init = RUN[:ROUND] is read
+ * from this node's own ledger and written out under DATA_DIR/models/ (no data
+ * root involved), so that it is an init = FILE from there on. A refusal's
+ * reason names the key, the asked value and the limit, never anything read
+ * from a file. */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -176,17 +179,10 @@ int td__policy_init_from_run(const char *data_dir, td_runspec_t *spec, char *why
                        round_s) >= sizeof spec->init)
     rc = td_why(why, why_len, TD_ECONFIG, "init: the data directory's path is too long");
   if (rc == 0) { /* only what the weights decide: equal weights, equal bytes */
-    float *params = malloc(m.bytes ? m.bytes : 1);
     td_safetensors_meta_t meta[] = {{"format", "pt"}, {"producer", "traind"},
                                     {"model", m.model}, {"run_id", run_s}, {"round", round_s}};
-    if (params == NULL)
-      rc = td_why(why, why_len, TD_ENOMEM, "init: out of memory for run %s's model", run_s);
-    else {
-      memcpy(params, m.blob, m.bytes); /* aligned for floats */
-      rc = td_safetensors_write(path, layout, params, meta, sizeof meta / sizeof *meta, why,
-                                why_len);
-    }
-    free(params);
+    rc = td_safetensors_write(path, layout, (const float *)m.blob, meta,
+                              sizeof meta / sizeof *meta, why, why_len); /* malloc'd: aligned */
   }
   if (rc == 0) /* its length was checked above */
     memcpy(spec->init, path, strlen(path) + 1);
