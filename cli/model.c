@@ -190,6 +190,44 @@ static int write_onnx(const td__ledgers_run_t *r, const stored_t *m, const td_st
   return 0;
 }
 
+int td__model_stored(td__ledgers_set_t *set, const char *arg, int64_t round,
+                     td__model_stored_t *out) {
+  memset(out, 0, sizeof *out);
+  td__ledgers_run_t *r = NULL;
+  int rc = td__ledgers_one_run(set, arg, &r);
+  stored_t m = {.metric = NAN};
+  if (rc == 0)
+    rc = find_model(r, round, &m);
+  if (rc == 0 && !m.found && round >= 0)
+    rc = td__ledgers_err("run %s has no model of round %" PRId64 " in %s", r->id, round,
+                         r->ledger->path);
+  else if (rc == 0 && !m.found)
+    rc = td__ledgers_err("no model stored for run %s in %s (this one %s)", r->id,
+                         r->ledger->path,
+                         strcmp(r->state, "running") == 0 ? "is still running"
+                                                          : "ended before keeping one");
+  if (rc == 0 && m.model[0] == '\0' &&
+      !td__ledgers_spec_get(r->spec, "model", m.model, sizeof m.model))
+    rc = td__ledgers_err("run %s: its spec names no model", r->id);
+  if (rc == 0) {
+    char batch[32];
+    snprintf(out->model, sizeof out->model, "%s", m.model);
+    snprintf(out->id, sizeof out->id, "%s", r->id);
+    out->round = m.round;
+    out->batch = td__ledgers_spec_get(r->spec, "batch", batch, sizeof batch)
+                     ? (unsigned)strtoul(batch, NULL, 10)
+                     : 0;
+    out->metric = m.metric;
+    out->blob = m.blob;
+    out->bytes = m.bytes;
+    m.blob = NULL;
+  }
+  free(m.tensors);
+  free(m.blob);
+  td__ledgers_runs_free(r, r ? 1 : 0);
+  return rc;
+}
+
 int td_model_main(int argc, char **argv) {
   static const char use[] = "trainctl model RUN [--round R] -o FILE [--format safetensors|onnx] "
                             "[--db FILE | --data-dir DIR]...";

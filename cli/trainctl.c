@@ -12,8 +12,8 @@
  * peers and rounds print through cli/views.h). trainctl renders it as a table,
  * as CSV or as JSON, and exits 0 on success, 1 with a one-line reason when the
  * daemon refuses or is not running, 2 on a usage error. The ledger commands
- * (cli/history.h, cli/export.h, cli/plot.h, cli/model.h) read ledgers directly; with
- * --socket, the ledger of the daemon at that socket. */
+ * (cli/history.h, cli/export.h, cli/plot.h, cli/model.h, cli/predict.h) read ledgers
+ * directly; with --socket, the ledger of the daemon at that socket. */
 #include <errno.h>
 #include <json-c/json.h>
 #include <math.h>
@@ -32,6 +32,7 @@
 #include "cli/model.h"
 #include "cli/ledgers.h"
 #include "cli/plot.h"
+#include "cli/predict.h"
 #include "cli/views.h"
 #include "common/suggest.h"
 #include "common/textfile.h"
@@ -470,6 +471,16 @@ static const command_t COMMANDS[] = {
      "curves with gnuplot, one per run and node", READS_LEDGER},
     {"model", td_model_main, "RUN [--round R] -o FILE [--format safetensors|onnx]",
      "the run's kept model (or round R's checkpoint) as safetensors or ONNX", READS_LEDGER},
+    {"predict", td_predict_main,
+     "MODEL --data DATASET [-o FILE.csv] [--json] [--round R] [--model SPEC] [--batch B]",
+     "a run's model (or a safetensors file) over a dataset's test split: accuracy and loss "
+     "(bits per byte for a gpt), a CSV row per example",
+     READS_LEDGER},
+    {"generate", td_generate_main,
+     "MODEL --prompt TEXT [--tokens N] [--temperature T] [--seed S] [--round R]",
+     "text sampled from a gpt (a run's model or a file): temperature 0 is greedy, a seed "
+     "gives the same text",
+     READS_LEDGER},
     {"help", cmd_help, "[COMMAND]", "every command, or one command's usage", LOCAL},
 };
 #define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])

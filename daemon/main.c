@@ -17,6 +17,7 @@
 #include "daemon/node.h"
 #include "daemon/run/runspec.h"
 #include "daemon/run/standalone.h"
+#include "daemon/session/shared.h"
 
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -174,6 +175,24 @@ int main(int argc, char **argv) {
   if (rc != 0) {
     fprintf(stderr, "traind: error: %s\n", why);
     return 2;
+  }
+  /* init = RUN[:ROUND]: from the ledger of --data-dir (or the default one) */
+  uint64_t init_run, init_round;
+  if (td_runspec_init_run(rs.init, &init_run, &init_round)) {
+    char data_dir[512];
+    const char *dir_flag = NULL;
+    for (size_t k = 0; k < N_FLAGS; k++)
+      if (flag_keys[k].opt == 'd')
+        dir_flag = flag_values[k];
+    if (dir_flag != NULL)
+      snprintf(data_dir, sizeof data_dir, "%s", dir_flag);
+    else
+      td_node_default_data_dir(data_dir, sizeof data_dir);
+    char inner[768];
+    if ((rc = td__policy_init_from_run(data_dir, &rs, inner, sizeof inner)) != 0) {
+      fprintf(stderr, "traind: error: %s\n", inner);
+      return 1;
+    }
   }
   rc = td_standalone_run(&rs, json, stdout, why, sizeof why);
   if (rc != 0) {

@@ -166,7 +166,7 @@ static int node_open(td__node_t *n, const td_node_opts_t *opts, char *why, size_
   td__policy_opts_t policy = {.max_model_mb = opts->max_model_mb, .max_batch = opts->max_batch,
                               .max_rounds = opts->max_rounds,
                               .max_checkpoint_mb = opts->max_checkpoint_mb,
-                              .data_root = opts->data_root};
+                              .data_root = opts->data_root, .data_dir = n->data_dir};
   const char *listen = opts->listen ? opts->listen : TD_NODE_DEFAULT_LISTEN;
   int rc = td__access_check_listen(listen, opts->insecure, opts->insecure_force, why, why_len);
   if (rc == 0)

@@ -46,14 +46,37 @@ static int check_model(td_runspec_t *rs, const char *v, char *why, size_t n) {
   return td_model_check_spec(v, why, n);
 }
 
+bool td_runspec_init_run(const char *init, uint64_t *run_id, uint64_t *round) {
+  if (strspn(init, "0123456789abcdef") != 16 || (init[16] != '\0' && init[16] != ':'))
+    return false;
+  char hex[17];
+  memcpy(hex, init, 16);
+  hex[16] = '\0';
+  *run_id = strtoull(hex, NULL, 16);
+  *round = 0;
+  if (init[16] == '\0')
+    return *run_id != 0;
+  const char *r = init + 17;
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(r, &end, 10);
+  if (r[0] < '1' || r[0] > '9' || *end != '\0' || errno != 0)
+    return false;
+  *round = v;
+  return *run_id != 0;
+}
+
 static int check_init(td_runspec_t *rs, const char *v, char *why, size_t n) {
   (void)rs;
   size_t len = strlen(v), ext = strlen(".safetensors");
-  if (strcmp(v, "none") == 0 || (len > ext && strcmp(v + len - ext, ".safetensors") == 0))
+  uint64_t run_id, round;
+  if (strcmp(v, "none") == 0 || (len > ext && strcmp(v + len - ext, ".safetensors") == 0) ||
+      td_runspec_init_run(v, &run_id, &round))
     return 0;
   return td_why(why, n, TD_ECONFIG,
-                "'%.64s' is neither none nor a FILE.safetensors (trainctl model RUN -o "
-                "FILE.safetensors writes one)",
+                "'%.64s' is neither none, a FILE.safetensors (trainctl model RUN -o "
+                "FILE.safetensors writes one) nor RUN[:ROUND] (a run id of 16 hex digits, "
+                "as trainctl runs lists them)",
                 v);
 }
 
@@ -336,8 +359,9 @@ static const run_key_t td__run_keys[] = {
      "model spec: mlp:IN-H1-...-OUT | cnn | resnet | gpt:L-W-H-T | layers:..."},
     {"init", KEY_STR, F(init), "none", 0, 0, check_init,
      "start from these weights instead of the seed's: a safetensors file with every tensor of "
-     "the model (trainctl model writes one); a peer run reads it under each node's data root, "
-     "and every member must hold the same file"},
+     "the model (trainctl model writes one), or RUN[:ROUND], the model this node's ledger "
+     "keeps of run RUN (that round's checkpoint); a peer run reads the file under each node's "
+     "data root, the run in each node's ledger, and every member must hold the same weights"},
     {"init_hash", KEY_STR, F(init_hash), "none", 0, 0, check_init_hash,
      "the init file's BLAKE2b-256 in hex: the node that starts a peer run sets it from its "
      "own file, and every member refuses a file with another"},

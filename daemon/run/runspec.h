@@ -57,7 +57,8 @@ typedef struct {
   unsigned reconcile_via_kind;          /* td_recon_via_t (scheduler/recon.h) */
   char aggregate[TD_RUNSPEC_STR_MAX];   /* mean | clip:C | trimmed:B | median */
   char norm_bound[TD_RUNSPEC_STR_MAX];  /* auto | off | R */
-  char init[TD_RUNSPEC_STR_MAX];        /* none | FILE.safetensors: the weights to start from */
+  char init[TD_RUNSPEC_STR_MAX];        /* none | FILE.safetensors | RUN[:ROUND]: the weights to
+                                          start from */
   char init_hash[TD_RUNSPEC_STR_MAX];   /* none | the init file's BLAKE2b-256 (hex), set by the
                                            starting node; each member checks its own file */
   td_agg_spec_t agg;                    /* from both; norm_bound -1 = auto (td_runspec_agg) */
@@ -125,6 +126,9 @@ typedef enum { TD_EF_DECAY_AUTO, TD_EF_DECAY_LR, TD_EF_DECAY_OFF } td_ef_decay_t
 bool td_runspec_ef_decays(const td_runspec_t *rs);
 /* Whether that dataset is text (bits per byte) rather than classes (accuracy). */
 bool td_runspec_is_text(const td_runspec_t *rs);
+/* Whether init names a run's kept model, "RUN" or "RUN:ROUND" (a nonzero run
+ * id of 16 lowercase hex digits, a round >= 1); *round is 0 without one. */
+bool td_runspec_init_run(const char *init, uint64_t *run_id, uint64_t *round);
 /* Cross-key checks (e.g. nesterov needs momentum > 0, a gpt model needs text
  * and every other model features). */
 int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len);

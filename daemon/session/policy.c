@@ -17,8 +17,11 @@
  * for images:DIR (one reason for a path that does not exist and one outside
  * the root); the spec's
  * dataset is rewritten to the resolved paths so the loader opens what was
- * checked. A refusal's reason names the key, the asked value and the limit,
- * never anything read from a file. */
+ * checked. init = FILE is resolved the same way; init = RUN[:ROUND] is read
+ * from this node's own ledger and written out under DATA_DIR/models/ (no data
+ * root involved), so that it is an init = FILE from there on. A refusal's
+ * reason names the key, the asked value and the limit, never anything read
+ * from a file. */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -32,7 +35,9 @@
 #include "common/error.h"
 #include "compute/model.h"
 #include "compute/optim.h"
+#include "compute/safetensors.h"
 #include "daemon/session/shared.h"
+#include "daemon/store/ledger.h"
 
 /* Share of the machine's memory a run may take when max_model_mb is not set. */
 #define DEFAULT_MEMORY_DIVISOR 4
@@ -76,6 +81,8 @@ int td__policy_init(td__policy_t *p, const td__policy_opts_t *o, char *why, size
     if (stat(p->data_root, &st) != 0 || !S_ISDIR(st.st_mode))
       return td_why(why, why_len, TD_ECONFIG, "data root %s is not a directory", o->data_root);
   }
+  if (o->data_dir != NULL)
+    snprintf(p->data_dir, sizeof p->data_dir, "%s", o->data_dir);
   return 0;
 }
 
@@ -146,10 +153,61 @@ static int check_dataset(const td__policy_t *p, td_runspec_t *spec, char *why, s
   return 0;
 }
 
-/* init = FILE: a file under the data root like a dataset's, resolved in place. */
+int td__policy_init_from_run(const char *data_dir, td_runspec_t *spec, char *why, size_t why_len) {
+  uint64_t run_id, round;
+  if (!td_runspec_init_run(spec->init, &run_id, &round))
+    return 0;
+  char path[PATH_MAX];
+  if (data_dir == NULL || data_dir[0] == '\0')
+    return td_why(why, why_len, TD_ECONFIG, "init: %s names a run, and no ledger is at hand",
+                  spec->init);
+  snprintf(path, sizeof path, "%s/traind.db", data_dir);
+  td_ledger_stored_model_t m;
+  char inner[512];
+  int rc = td_ledger_model_read(path, run_id, round, &m, inner, sizeof inner);
+  if (rc != 0)
+    return td_why(why, why_len, rc, "init: %s", inner);
+  td_layout_t *layout = NULL;
+  if ((rc = td_model_spec_layout(m.model, &layout, inner, sizeof inner)) != 0)
+    td_why(why, why_len, rc, "init: run %016" PRIx64 "'s model '%.64s': %s", run_id, m.model,
+           inner);
+  else if (m.bytes != td_layout_numel(layout) * sizeof(float) || m.bytes % sizeof(float) != 0)
+    rc = td_why(why, why_len, TD_ECORRUPT,
+                "init: the ledger's model of run %016" PRIx64 " has %zu bytes, its model %.64s "
+                "needs %zu",
+                run_id, m.bytes, m.model, td_layout_numel(layout) * sizeof(float));
+  char run_s[17], round_s[24];
+  snprintf(run_s, sizeof run_s, "%016" PRIx64, run_id);
+  snprintf(round_s, sizeof round_s, "%" PRIu64, m.round);
+  if (rc == 0 && snprintf(path, sizeof path, "%s/models", data_dir) > 0 &&
+      mkdir(path, 0700) != 0 && errno != EEXIST)
+    rc = td_why(why, why_len, TD_EIO, "init: cannot make %s: %s", path, strerror(errno));
+  if (rc == 0 &&
+      (size_t)snprintf(path, sizeof path, "%s/models/%s-r%s.safetensors", data_dir, run_s,
+                       round_s) >= sizeof spec->init)
+    rc = td_why(why, why_len, TD_ECONFIG, "init: the data directory's path is too long");
+  if (rc == 0) { /* only what the weights decide: equal weights, equal bytes */
+    td_safetensors_meta_t meta[] = {{"format", "pt"}, {"producer", "traind"},
+                                    {"model", m.model}, {"run_id", run_s}, {"round", round_s}};
+    rc = td_safetensors_write(path, layout, (const float *)m.blob, meta,
+                              sizeof meta / sizeof *meta, why, why_len); /* malloc'd: aligned */
+  }
+  if (rc == 0) /* its length was checked above */
+    memcpy(spec->init, path, strlen(path) + 1);
+  td_layout_free(&layout);
+  free(m.model);
+  free(m.blob);
+  return rc;
+}
+
+/* init = FILE: a file under the data root like a dataset's, resolved in
+ * place; init = RUN[:ROUND]: this node's ledger's model, written out. */
 static int check_init(const td__policy_t *p, td_runspec_t *spec, char *why, size_t why_len) {
+  uint64_t run_id, round;
   if (strcmp(spec->init, "none") == 0)
     return 0;
+  if (td_runspec_init_run(spec->init, &run_id, &round))
+    return td__policy_init_from_run(p->data_dir, spec, why, why_len);
   if (p->data_root[0] == '\0')
     return td_why(why, why_len, TD_ECONFIG,
                   "init '%.*s' names a file, and this node reads no files for runs: its "

@@ -82,6 +82,7 @@ typedef struct {
   unsigned max_rounds;   /* 0: TD_POLICY_DEFAULT_MAX_ROUNDS */
   unsigned max_checkpoint_mb; /* 0: TD_POLICY_DEFAULT_MAX_CHECKPOINT_MB */
   const char *data_root; /* NULL or "": named datasets only */
+  const char *data_dir;  /* the node's own: its ledger, and the models init = RUN writes out */
 } td__policy_opts_t;
 
 typedef struct {
@@ -89,6 +90,7 @@ typedef struct {
   uint64_t max_checkpoint_bytes; /* a run's checkpoints held in the ledger at once */
   unsigned max_batch, max_threads, max_rounds;
   char data_root[4096]; /* realpath of --data-root; "" = none */
+  char data_dir[4096];  /* the node's data directory; "": no ledger (init = RUN refused) */
 } td__policy_t;
 
 /* Limits from the options and this machine (cores, memory); TD_ENOENT or
@@ -100,6 +102,13 @@ int td__policy_init(td__policy_t *p, const td__policy_opts_t *o, char *why, size
  * rewritten to their resolved paths under the data root. */
 int td__policy_check(const td__policy_t *p, td_runspec_t *spec, size_t n_members, char *why,
                      size_t why_len);
+/* init = RUN[:ROUND]: the model the ledger in data_dir keeps of that run (or
+ * that round's checkpoint), written out as data_dir/models/RUN-rROUND.safetensors
+ * with metadata that depends on the weights alone (model, run, round), so
+ * that nodes holding the same weights hold byte-identical files and the
+ * init_hash check of init = FILE applies; spec->init becomes that path.
+ * Nothing happens for another init. 0, or TD_ENOENT / TD_ESHAPE / TD_EIO + why. */
+int td__policy_init_from_run(const char *data_dir, td_runspec_t *spec, char *why, size_t why_len);
 /* ---- the node's shared state (node.c owns it) -------------------------------------- *
  * The parts of this layer and the ones above take the node as their context;
  * the node's own parts (control socket, monitor) are opaque to them. */

@@ -13,6 +13,7 @@
  * decide whether trying the same rows again can help. */
 #include "daemon/store/ledger.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -546,6 +547,85 @@ int td_ledger_checkpoint_latest(td_ledger_t *l, uint64_t run_id, uint64_t *round
   sqlite3_reset(st);
   sqlite3_clear_bindings(st);
   return ret;
+}
+
+/* One row (round, model, blob) of sql for run_id and round into *out; 1 when
+ * found, 0 when not, a negative error. */
+static int stored_row(sqlite3 *db, const char *sql, uint64_t run_id, uint64_t round,
+                      td_ledger_stored_model_t *out) {
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+    return TD_EIO;
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)run_id);
+  sqlite3_bind_int64(st, 2, (sqlite3_int64)round);
+  int step = sqlite3_step(st), rc = step == SQLITE_DONE ? 0 : TD_EIO;
+  if (step == SQLITE_ROW) {
+    const char *model = (const char *)sqlite3_column_text(st, 1);
+    size_t n = (size_t)sqlite3_column_bytes(st, 2);
+    out->round = (uint64_t)sqlite3_column_int64(st, 0);
+    out->model = strdup(model != NULL ? model : "");
+    out->blob = malloc(n ? n : 1);
+    out->bytes = n;
+    rc = out->model != NULL && out->blob != NULL ? 1 : TD_ENOMEM;
+    if (rc == 1 && n)
+      memcpy(out->blob, sqlite3_column_blob(st, 2), n);
+  }
+  sqlite3_finalize(st);
+  return rc;
+}
+
+int td_ledger_model_read(const char *db_path, uint64_t run_id, uint64_t round,
+                         td_ledger_stored_model_t *out, char *why, size_t why_len) {
+  *out = (td_ledger_stored_model_t){0};
+  sqlite3 *db = NULL;
+  if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+    sqlite3_close(db);
+    return td_why(why, why_len, TD_EIO, "cannot read the ledger %s", db_path);
+  }
+  sqlite3_busy_timeout(db, 5000);
+  int rc = stored_row(db,
+                      "SELECT round, model, blob FROM models WHERE run_id = ?1"
+                      " AND (?2 = 0 OR round = ?2)",
+                      run_id, round, out);
+  char *model = NULL;
+  if (rc == 0 && round > 0) { /* a checkpoint, named by the kept model's spec */
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT model FROM models WHERE run_id = ?1", -1, &st, NULL) ==
+            SQLITE_OK) {
+      sqlite3_bind_int64(st, 1, (sqlite3_int64)run_id);
+      if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0) != NULL)
+        model = strdup((const char *)sqlite3_column_text(st, 0));
+    }
+    sqlite3_finalize(st);
+    if (model != NULL)
+      rc = stored_row(db,
+                      "SELECT round, NULL, blob FROM checkpoints WHERE run_id = ?1 AND round = ?2",
+                      run_id, round, out);
+    if (rc == 1) {
+      free(out->model);
+      out->model = model;
+      model = NULL;
+    }
+  }
+  free(model);
+  sqlite3_close(db);
+  if (rc == 1)
+    return 0;
+  free(out->model);
+  free(out->blob);
+  *out = (td_ledger_stored_model_t){0};
+  if (rc == 0 && round > 0)
+    return td_why(why, why_len, TD_ENOENT,
+                  "this node's ledger holds no model of run %016" PRIx64 " round %" PRIu64
+                  " (trainctl model %016" PRIx64 " --round %" PRIu64 " looks for it too)",
+                  run_id, round, run_id, round);
+  if (rc == 0)
+    return td_why(why, why_len, TD_ENOENT,
+                  "this node's ledger keeps no model of run %016" PRIx64
+                  " (trainctl runs lists the runs it holds)",
+                  run_id);
+  return td_why(why, why_len, rc, "cannot read run %016" PRIx64 "'s model from %s: %s", run_id,
+                db_path, td_strerror(rc));
 }
 
 static double column_real(sqlite3_stmt *st, int i) {

@@ -137,6 +137,21 @@ typedef struct {
 /* Store (replace) the run's model row. All fields borrowed. */
 int td_ledger_model_put(td_ledger_t *l, const td_ledger_model_t *m);
 
+/* A model this ledger keeps, read for `init = RUN[:ROUND]`: the run's models
+ * row (round 0: whatever round it holds), or with round >= 1 that row when
+ * it is of that round, else that round's checkpoint. Reads the file at
+ * db_path through a read-only connection of its own, so any thread may call
+ * it while the daemon's handle writes. 0 with *out filled (caller frees
+ * out->model and out->blob), or TD_ENOENT / TD_EIO / TD_ENOMEM + why. */
+typedef struct {
+  uint64_t round;
+  char *model; /* the model spec the row names */
+  void *blob;  /* the flat parameter buffer, layout order, padding included */
+  size_t bytes;
+} td_ledger_stored_model_t;
+int td_ledger_model_read(const char *db_path, uint64_t run_id, uint64_t round,
+                         td_ledger_stored_model_t *out, char *why, size_t why_len);
+
 /* Rounds of a run in ascending order, the last `last` of them (0 = all). */
 typedef void (*td_ledger_round_fn)(const td_ledger_round_t *r, void *user);
 int td_ledger_rounds(td_ledger_t *l, uint64_t run_id, unsigned last, td_ledger_round_fn fn,

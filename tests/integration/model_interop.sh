@@ -8,7 +8,8 @@
 #    format (header length, padding, contiguous offsets, metadata), runs the
 #    mlp's and the cnn's forward pass in numpy on 1,000 test images and
 #    matches the logits traind computes from the same file (td_logits,
-#    td_model_eval) within 1e-4, and the accuracy exactly;
+#    td_model_eval) and those `trainctl predict FILE -o CSV` writes, within
+#    1e-4, and the accuracy exactly;
 #  - round trip: `traind --standalone --set init=FILE` scores the loaded model
 #    before any step at the run's own final test accuracy, bit for bit;
 #  - a peer run with init = FILE starts from it (its first evaluation is at
@@ -115,6 +116,14 @@ diff = float(np.abs(logits - theirs).max())
 correct = int((logits.argmax(axis=1) == y).sum())
 print("%s: %d images, max |logit diff| %.3g, numpy correct %d" % (kind, rows, diff, correct))
 assert diff < 1e-4, diff
+if len(sys.argv) > 4:  # trainctl predict's CSV: index, predicted, label, logit_0...
+    import csv
+    body = list(csv.reader(open(sys.argv[4])))[1:rows + 1]
+    pred = np.array([[float(v) for v in r[3:]] for r in body])
+    assert [int(r[2]) for r in body] == list(y), "predict's labels differ"
+    pdiff = float(np.abs(logits - pred).max())
+    print("%s: trainctl predict's logits on the same %d images: max |diff| %.3g" % (kind, rows, pdiff))
+    assert pdiff < 1e-4, pdiff
 EOF
 
 export_and_check() { # NAME KIND RUN FILE
@@ -126,11 +135,13 @@ export_and_check() { # NAME KIND RUN FILE
   mkdir -p "$T/$name.pred"
   run "pred_$name" "$LOGITS" "$MODEL" "$file" fashion-mnist 1000 "$T/$name.pred"
   [ "$(rc_of "pred_$name")" = 0 ] || { fail "$name: td_logits"; cat "$T/pred_$name.err"; return 1; }
-  out=$("$PY" "$T/check.py" "$file" "$kind" "$T/$name.pred" 2>&1) \
+  run "tcpred_$name" "$TRAINCTL" predict "$file" --data fashion-mnist -o "$T/$name.pred/preds.csv"
+  [ "$(rc_of "tcpred_$name")" = 0 ] || { fail "$name: trainctl predict"; cat "$T/tcpred_$name.err"; return 1; }
+  out=$("$PY" "$T/check.py" "$file" "$kind" "$T/$name.pred" "$T/$name.pred/preds.csv" 2>&1) \
     && pass "$out (traind: $(cat "$T/pred_$name.out"))" || { fail "$name: numpy check: $out"; return 1; }
   local theirs mine
   theirs=$(sed -E 's/.*correct ([0-9]+).*/\1/' "$T/pred_$name.out")
-  mine=$(sed -E 's/.*numpy correct ([0-9]+).*/\1/' <<<"$out")
+  mine=$(sed -nE 's/.*numpy correct ([0-9]+).*/\1/p' <<<"$out")
   [ "$theirs" = "$mine" ] && pass "$name: numpy and traind agree on the 1000 predictions' accuracy ($mine)" \
     || fail "$name: numpy correct $mine, traind $theirs"
 }

@@ -208,6 +208,51 @@ START_TEST(checkpoints_keep_the_newest) {
 }
 END_TEST
 
+/* init = RUN[:ROUND] reads a kept model, or a checkpoint named by the kept
+ * model's spec, through a connection of its own while the writer's is open. */
+START_TEST(kept_models_are_read_by_run_and_round) {
+  fresh_path();
+  td_ledger_t *l = NULL;
+  char why[256];
+  ck_assert_int_eq(td_ledger_open(&l, path, why, sizeof why), 0);
+  float kept[4] = {1, 2, 3, 4}, ckpt[4] = {5, 6, 7, 8};
+  td_ledger_model_t m = {.run_id = 7, .round = 3, .state = "finished", .metric = 0.5,
+                         .model = "mlp:2-1-2", .tensors = "[]", .blob = kept,
+                         .bytes = sizeof kept};
+  ck_assert_int_eq(td_ledger_model_put(l, &m), 0);
+  ck_assert_int_eq(td_ledger_checkpoint_put(l, 7, 2, ckpt, sizeof ckpt, 0), 0);
+  ck_assert_int_eq(td_ledger_checkpoint_put(l, 8, 1, ckpt, sizeof ckpt, 0), 0);
+  td_ledger_stored_model_t got;
+  ck_assert_int_eq(td_ledger_model_read(path, 7, 0, &got, why, sizeof why), 0);
+  ck_assert_uint_eq(got.round, 3);
+  ck_assert_str_eq(got.model, "mlp:2-1-2");
+  ck_assert_uint_eq(got.bytes, sizeof kept);
+  ck_assert_int_eq(memcmp(got.blob, kept, sizeof kept), 0);
+  free(got.model);
+  free(got.blob);
+  ck_assert_int_eq(td_ledger_model_read(path, 7, 3, &got, why, sizeof why), 0);
+  ck_assert_int_eq(memcmp(got.blob, kept, sizeof kept), 0);
+  free(got.model);
+  free(got.blob);
+  ck_assert_int_eq(td_ledger_model_read(path, 7, 2, &got, why, sizeof why), 0);
+  ck_assert_uint_eq(got.round, 2);
+  ck_assert_str_eq(got.model, "mlp:2-1-2");
+  ck_assert_int_eq(memcmp(got.blob, ckpt, sizeof ckpt), 0);
+  free(got.model);
+  free(got.blob);
+  ck_assert_int_eq(td_ledger_model_read(path, 7, 5, &got, why, sizeof why), TD_ENOENT);
+  ck_assert_ptr_nonnull(strstr(why, "no model of run 0000000000000007 round 5"));
+  ck_assert_ptr_null(got.blob);
+  /* a checkpoint without a kept model has no spec to name it by */
+  ck_assert_int_eq(td_ledger_model_read(path, 8, 1, &got, why, sizeof why), TD_ENOENT);
+  ck_assert_int_eq(td_ledger_model_read(path, 9, 0, &got, why, sizeof why), TD_ENOENT);
+  ck_assert_ptr_nonnull(strstr(why, "keeps no model of run 0000000000000009"));
+  ck_assert_int_eq(td_ledger_model_read("/nonexistent/traind.db", 7, 0, &got, why, sizeof why),
+                   TD_EIO);
+  td_ledger_close(&l);
+}
+END_TEST
+
 START_TEST(wal_mode_and_checkpoints) {
   fresh_path();
   td_ledger_t *l = NULL;
@@ -528,6 +573,7 @@ int main(void) {
   tcase_add_test(tc, corrupt_ledger_is_refused_at_open);
   tcase_add_test(tc, runs_left_running_are_interrupted);
   tcase_add_test(tc, an_ended_run_is_never_rewritten);
+  tcase_add_test(tc, kept_models_are_read_by_run_and_round);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

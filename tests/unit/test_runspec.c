@@ -374,6 +374,30 @@ END_TEST
 
 /* The checkpoints a run holds at once against a byte limit: checkpoint_keep
  * of them, or rounds / checkpoint_every with keep 0; the boundary exact. */
+START_TEST(init_names_a_file_or_a_run_and_round) {
+  td_runspec_t rs;
+  char why[256] = "";
+  uint64_t run_id, round;
+  td_runspec_defaults(&rs);
+  ck_assert(td_runspec_init_run("2fc66ac0f38cbcc7", &run_id, &round));
+  ck_assert_uint_eq(run_id, 0x2fc66ac0f38cbcc7ull);
+  ck_assert_uint_eq(round, 0);
+  ck_assert(td_runspec_init_run("2fc66ac0f38cbcc7:12", &run_id, &round));
+  ck_assert_uint_eq(round, 12);
+  const char *not_runs[] = {"2fc66ac0f38cbcc", "2fc66ac0f38cbcc7:", "2fc66ac0f38cbcc7:0",
+                            "2fc66ac0f38cbcc7:01", "2fc66ac0f38cbcc7:1x", "2FC66AC0F38CBCC7",
+                            "0000000000000000", "2fc66ac0f38cbcc7x",
+                            "2fc66ac0f38cbcc7:99999999999999999999999"};
+  for (size_t i = 0; i < sizeof not_runs / sizeof *not_runs; i++) {
+    ck_assert_msg(!td_runspec_init_run(not_runs[i], &run_id, &round), "%s", not_runs[i]);
+    ck_assert_int_eq(td_runspec_set(&rs, "init", not_runs[i], why, sizeof why), TD_ECONFIG);
+    ck_assert_ptr_nonnull(strstr(why, "RUN[:ROUND]"));
+  }
+  ck_assert_int_eq(td_runspec_set(&rs, "init", "2fc66ac0f38cbcc7:3", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set(&rs, "init", "base.safetensors", why, sizeof why), 0);
+}
+END_TEST
+
 START_TEST(checkpoint_space_is_held_to_the_limit) {
   td_runspec_t rs;
   char why[512] = "";
@@ -421,6 +445,7 @@ int main(void) {
   tcase_add_test(tc, diloco_recipe_is_expressible);
   tcase_add_test(tc, ef_decay_follows_the_optimizer_or_the_operator);
   tcase_add_test(tc, checkpoint_space_is_held_to_the_limit);
+  tcase_add_test(tc, init_names_a_file_or_a_run_and_round);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
