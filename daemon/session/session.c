@@ -469,6 +469,8 @@ void td__on_run_refused(td__node_t *n, const Traind__Envelope *env, td__link_t *
   }
   if (env->run_refused->run_ended)
     td__session_heard_end(n, env->sender);
+  else
+    s->refused_by[i] = true;
   if (s->since[i] == UINT64_MAX)
     return; /* already heard */
   char reason[200];
@@ -509,9 +511,9 @@ void td__session_heard_end(td__node_t *n, uint64_t peer) {
     if (n->session != s)
       return;
   }
-  size_t others = 0, ended = 0;
+  size_t others = 0, ended = 0; /* members that refused the run are not in it */
   for (size_t k = 0; k < s->n_members; k++)
-    if (s->members[k] != n->node_id) {
+    if (s->members[k] != n->node_id && !s->refused_by[k]) {
       others++;
       ended += s->ended_by[k];
     }

@@ -218,6 +218,8 @@ struct td__session {
   uint64_t since[TD_MEMBERS_MAX]; /* first round of each member (late joiners > 1;
                                      UINT64_MAX: it refused the run) */
   double since_at[TD_MEMBERS_MAX]; /* monotonic time since[] was set (0: the start) */
+  bool refused_by[TD_MEMBERS_MAX]; /* it refused the run (RunRefused, not for an end): its
+                                      own end later says nothing about the run's */
   bool away[TD_MEMBERS_MAX]; /* reachable but out of the run (comeback.c) until readmitted */
   unsigned away_times[TD_MEMBERS_MAX]; /* times each member was marked away since its last
                                           update (comeback.c; rounds.c resets it) */
