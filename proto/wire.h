@@ -26,6 +26,8 @@
 #define TD_WIRE_MAX_PEERS TD_MAX_NODES
 #define TD_WIRE_MAX_STRING 256
 #define TD_WIRE_MAX_SPEC 16384
+/* StateHash.hash: BLAKE2b-256 (scheduler/agree.h) */
+#define TD_WIRE_STATE_HASH_BYTES 32
 /* Largest control message (trainctl <-> traind). */
 #define TD_WIRE_MAX_CONTROL (4u << 20)
 

@@ -89,7 +89,11 @@ void td__compute_apply_round(td_run_t *run, uint64_t r, float *params, const flo
 td__run_flow_t td__compute_post_checkpoint(td_run_t *run, uint64_t round);
 /* Round r's reconciliation when it has one; `settle`: wait until it is applied. */
 td__run_flow_t td__compute_reconcile(td__compute_t *c, uint64_t r, bool settle);
-/* After round r's outer step: its reconciliation, late-join anchor and checkpoint. */
+/* Round r's state hash when it is a verify round (TD_RUN_VERIFY, run_verify.c),
+ * and the repair the loop asked for at r, waited for and adopted. */
+td__run_flow_t td__compute_verify(td__compute_t *c, uint64_t round);
+/* After round r's outer step: its state hash, reconciliation, late-join anchor
+ * and checkpoint. */
 td__run_flow_t td__compute_post_round_extras(td__compute_t *c, uint64_t r, bool settle);
 /* sync: wait for the round's average, step the anchor and start from it. */
 td__run_flow_t td__compute_after_round_sync(td__compute_t *c, uint64_t round);
