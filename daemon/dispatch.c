@@ -44,7 +44,7 @@ static const route_t routes[] = {
     [TRAIND__ENVELOPE__BODY_EVAL_REPORT] = {td__on_eval_report, false, false, NULL},
     [TRAIND__ENVELOPE__BODY_SNAPSHOT_REQUEST] = {td__on_snapshot_request, false, false, NULL},
     [TRAIND__ENVELOPE__BODY_SNAPSHOT_CHUNK] = {td__on_snapshot_chunk, false, true, NULL},
-    [TRAIND__ENVELOPE__BODY_STATE_HASH] = {td__on_state_hash, false, false, NULL},
+    [TRAIND__ENVELOPE__BODY_STATE_HASH] = {td__session_on_state_hash, false, false, NULL},
 };
 
 /* Run starts and stops are for admin keys; an admission of another node

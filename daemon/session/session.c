@@ -140,6 +140,18 @@ void td__session_finish(td__node_t *n, td__run_state_t state, double test_accura
   td__ledgerq_flush(n->ledger);
 }
 
+void td__session_settle(td__node_t *n) {
+  td__session_t *s = n->session;
+  if (s != NULL && s->finish_pending && !td__verify_pending(s->verify, s->rounds))
+    td__session_finish(n, TD__RUN_FINISHED, s->test_accuracy, NULL);
+}
+
+void td__session_on_state_hash(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
+                               size_t bytes) {
+  td__on_state_hash(n, env, l, bytes);
+  td__session_settle(n);
+}
+
 void td__session_abandon(td__node_t *n, const char *why) {
   td__session_t *s = n->session;
   if (s == NULL)
@@ -267,7 +279,11 @@ static void on_run_events(td_run_t *run, void *user) {
       if (ev.kind == TD_RUN_FINISHED) {
         s->test_accuracy = ev.accuracy;
         s->test_bpb = ev.bpb;
-        td__session_finish(n, TD__RUN_FINISHED, ev.accuracy, NULL);
+        /* the members' hashes of the last round may still be on their way:
+         * the run ends once its last vote is decided (td__session_settle) */
+        s->finish_pending = td__verify_pending(s->verify, ev.round);
+        if (!s->finish_pending)
+          td__session_finish(n, TD__RUN_FINISHED, ev.accuracy, NULL);
         return;
       }
       break;

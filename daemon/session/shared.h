@@ -247,6 +247,8 @@ struct td__session {
   uint64_t trained, heard;
   bool ended_by[TD_MEMBERS_MAX]; /* the member says it already ended this run */
   bool missed;                   /* stopping because the run ended elsewhere */
+  bool finish_pending;           /* FINISHED came while the last round's state vote was
+                                    open: the run ends once it is decided (verify.c) */
   bool checkpoint_out;           /* the compute thread waits for this checkpoint's write */
   td_round_t *collector;                 /* sync/overlap: every peer's update of a round */
   td_round_t *peer_inbox[TD_MEMBERS_MAX]; /* async: one collector per peer */
@@ -317,6 +319,13 @@ typedef struct td__run_stats {
 int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
                       const uint64_t *members, size_t n_members, uint64_t first_round,
                       uint64_t sponsor, bool held, char *why, size_t why_len);
+/* The run finished while its last round's state vote was still open
+ * (finish_pending): end it once the vote is decided. Call after anything
+ * that can decide a vote (a state hash, the heartbeat's timeouts). */
+void td__session_settle(td__node_t *n);
+/* A peer's StateHash: the vote (verify.c), then td__session_settle(). */
+void td__session_on_state_hash(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
+                               size_t bytes);
 /* This node will not run `run_id` (why): log it, record it in the ledger and
  * send RunRefused to every other one of `members`. */
 void td__session_refuse(td__node_t *n, uint64_t run_id, const uint64_t *members,
@@ -475,6 +484,8 @@ void td__verify_chunk(td__session_t *s, uint64_t sender, const Traind__SnapshotC
 /* Heartbeat: decide rounds whose time is up; resume a stalled fetch. */
 void td__verify_tick(td__session_t *s);
 void td__verify_stats(const td__verify_t *v, td__run_stats_t *out);
+/* Whether this node's own hash of `round` is still waiting for the members'. */
+bool td__verify_pending(const td__verify_t *v, uint64_t round);
 void td__on_state_hash(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
 
 /* ---- the model a run keeps (model_keep.c) ------------------------------------------------ */

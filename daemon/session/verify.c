@@ -100,6 +100,13 @@ void td__verify_stats(const td__verify_t *v, td__run_stats_t *out) {
   }
 }
 
+bool td__verify_pending(const td__verify_t *v, uint64_t round) {
+  for (size_t k = 0; v != NULL && k < VOTE_SLOTS; k++)
+    if (v->votes[k].round == round && v->votes[k].own && !v->votes[k].decided)
+      return true;
+  return false;
+}
+
 static vote_t *vote_of(td__verify_t *v, uint64_t round, bool open) {
   vote_t *oldest = &v->votes[0];
   for (size_t k = 0; k < VOTE_SLOTS; k++) {
@@ -355,6 +362,8 @@ void td__on_state_hash(td__node_t *n, const Traind__Envelope *env, td__link_t *l
   td__session_t *s = td__session_of(n, env->run_id);
   size_t mi = s != NULL ? td__session_member(s, env->sender) : TD_MEMBERS_MAX;
   const Traind__StateHash *sh = env->state_hash;
+  if (s == NULL && env->run_id != 0 && env->run_id == n->ended_run)
+    return; /* the last round's hashes of slower members, after this node finished */
   if (mi == TD_MEMBERS_MAX || s->verify == NULL || s->out[mi] || !in_window(s, sh->round) ||
       !td_runspec_verifiable(&s->spec, NULL, 0)) {
     td__drop(&n->drops, TD__DROP_WRONG_RUN, "state hash outside our run or its rounds");

@@ -11,7 +11,12 @@
 #      (state_repair, state_repaired events);
 #   3. after the repair d's hash is the others' again (a later state_agreed
 #      event on d) and the run ends with all four on one model: the same
-#      final state hash and the same test accuracy.
+#      final state hash and the same test accuracy;
+#   4. a second run, in overlap mode (whose anchors agree bit for bit too),
+#      in which d's model stays honest but d lies about its hash: the honest
+#      nodes name d and none of them repairs (one member cannot outvote the
+#      others), d does not repair either (its own state is the majority's),
+#      and all four end on one model.
 # Also: `trainctl verify` without a run says why, and the product's traind
 # holds no corruption hook.
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
@@ -37,7 +42,7 @@ verify_of() { ctl "$1" status --json | sed -E 's/.*"verify":(\{[^}]*\}).*/\1/'; 
 round_of() { json_field "$(ctl "$1" status --json | sed -E 's/.*"run":\{//')" round; }
 
 out=$(ctl a start --set model=mlp:784-64-10 --set batch=64 --set lr=0.05 --set local_steps=8 \
-      --set rounds=60 --set eval_every=60 --set seed=3 --set batching=equal --set slowdown=30 \
+      --set rounds=60 --set eval_every=60 --set seed=3 --set batching=equal --set slowdown=12 \
       --set verify_every=5) || { fail "start: $out"; finish; }
 for i in $(seq 300); do [ "$(round_of a)" -ge 1 ] 2>/dev/null && break; sleep 0.2; done
 
@@ -96,4 +101,28 @@ done
   && pass "all four end on state$final" || fail "final states differ:$final"
 [ "$(printf '%s\n' "${acc[@]}" | sort -u | wc -l)" -eq 1 ] \
   && pass "all four end with test accuracy ${acc[0]}" || fail "final accuracies differ: ${acc[*]}"
+
+# 4. d lies about its hash
+events() { sql "$1" "SELECT count(*) FROM events WHERE kind = '$2'"; }
+named_d() { sql "$1" "SELECT count(*) FROM events WHERE kind = 'state_diverged' AND detail LIKE '$d_id %'"; }
+for n in a b c d; do eval "div0_$n=$(named_d $n) rep0_$n=$(events $n state_repair)"; done
+echo lie >"$T/corrupt.round"
+out=$(ctl a start --set mode=overlap --set model=mlp:784-64-10 --set batch=64 --set lr=0.05 \
+      --set local_steps=8 --set rounds=30 --set eval_every=30 --set seed=4 --set batching=equal --set slowdown=12 \
+      --set verify_every=5) || { fail "start, lying d: $out"; finish; }
+for n in a b c d; do wait_run_state $n finished 120 || fail "lying d: $n did not finish"; done
+acc=()
+for n in a b c; do
+  k=$(($(named_d $n) - div0_$n))
+  [ "$k" -ge 6 ] && pass "lying d: $n names d in $k votes" || fail "lying d: $n named d $k times"
+  [ "$(events $n state_diverged)" -eq "$(named_d $n)" ] || fail "lying d: $n named an honest node"
+  [ "$(events $n state_repair)" -eq "$(eval echo "\$rep0_$n")" ] || fail "lying d: honest $n repaired"
+  v=$(verify_of $n)
+  grep -q "\"agree\":3,.*\"diverged\":\[\"$d_id\"\]" <<<"$v" || fail "lying d: $n's last vote: $v"
+done
+[ "$(events d state_repair)" -eq "$rep0_d" ] && pass "lying d: nobody repaired" \
+  || fail "lying d: d repaired itself"
+for n in a b c d; do acc[${#acc[@]}]=$(json_field "$(ctl $n status --json)" test_accuracy); done
+[ "$(printf '%s\n' "${acc[@]}" | sort -u | wc -l)" -eq 1 ] \
+  && pass "lying d: all four end with test accuracy ${acc[0]}" || fail "lying d: accuracies ${acc[*]}"
 finish
