@@ -5,9 +5,10 @@
  * finish), core.c (the members, the running session, its reference count),
  * rounds.c (collecting and closing rounds), outbox.c (encoding our updates),
  * transfer.c (resumable blob transfer and knowledge transfer), join.c (late
- * join), reconcile.c (anchor reconciliation), snapshots.c (which of those
- * three a snapshot message is for), comeback.c (members that fall out of a
- * run and come back into it), model_keep.c (the model a run leaves in the
+ * join), reconcile.c (anchor reconciliation), verify.c (model-state
+ * agreement: the members compare state hashes, one that differs is
+ * repaired), snapshots.c (which of those a snapshot message is for),
+ * comeback.c (members that fall out of a run and come back into it), model_keep.c (the model a run leaves in the
  * ledger) and policy.c (this node's limits over run specs). The session's
  * core (members, rounds, the own-round ring) is shared
  * by these parts; their own state (the outbox, the transfer, the join, the
