@@ -54,9 +54,11 @@ typedef struct {
 struct td__verify {
   td__session_t *s;
   vote_t votes[VOTE_SLOTS];
-  /* our state of the newest verify round, kept while a member may fetch it */
+  /* our state of the newest verify round, kept while a member may fetch it;
+   * the state of a round a member asked for (a repair's) is kept over newer
+   * ones until ROUND_WINDOW rounds later, so that it is there to serve */
   float *state;
-  uint64_t state_round;
+  uint64_t state_round, hold_round;
   size_t state_bytes;
   /* the last decided round, for status */
   td__verify_stats_t last;
@@ -107,15 +109,21 @@ bool td__verify_pending(const td__verify_t *v, uint64_t round) {
   return false;
 }
 
-static vote_t *vote_of(td__verify_t *v, uint64_t round, bool open) {
-  vote_t *oldest = &v->votes[0];
+/* The vote of `round`; when there is none and `open`, a new one in the slot
+ * of the oldest round. A peer's hash (own false) never takes the slot of a
+ * vote our own hash still waits in: members could otherwise push our vote
+ * out with hashes of rounds ahead. NULL when there is no such slot. */
+static vote_t *vote_of(td__verify_t *v, uint64_t round, bool open, bool own) {
+  vote_t *oldest = NULL;
   for (size_t k = 0; k < VOTE_SLOTS; k++) {
-    if (v->votes[k].round == round)
-      return &v->votes[k];
-    if (v->votes[k].round < oldest->round)
-      oldest = &v->votes[k];
+    vote_t *vt = &v->votes[k];
+    if (vt->round == round)
+      return vt;
+    bool waiting = vt->own && !vt->decided;
+    if ((own || !waiting) && (oldest == NULL || vt->round < oldest->round))
+      oldest = vt;
   }
-  if (!open)
+  if (!open || oldest == NULL)
     return NULL;
   memset(oldest, 0, sizeof *oldest);
   oldest->round = round;
@@ -343,15 +351,21 @@ static void try_decide(td__verify_t *v, vote_t *vt, bool force) {
 
 void td__verify_own(td__session_t *s, td_run_event_t *ev) {
   td__verify_t *v = s->verify;
-  vote_t *vt = vote_of(v, ev->round, true);
+  vote_t *vt = vote_of(v, ev->round, true, true);
   vt->own = true;
   vt->own_at = td_clock_mono_s();
   memcpy(vt->own_hash, ev->hash, TD_AGREE_HASH_BYTES);
-  free(v->state); /* the newest verify round's state replaces the last one */
-  v->state = ev->blob;
+  bool held = v->state != NULL && v->state_round == v->hold_round && ev->round != v->hold_round &&
+              ev->round <= v->hold_round + ROUND_WINDOW;
+  if (!held) { /* the newest verify round's state replaces the last one */
+    free(v->state);
+    v->state = ev->blob;
+    ev->blob = NULL;
+    v->state_round = ev->round;
+    v->state_bytes = td_run_anchor_bytes(s->run);
+  }
+  free(ev->blob); /* (held: this round's copy is not kept) */
   ev->blob = NULL;
-  v->state_round = ev->round;
-  v->state_bytes = td_run_anchor_bytes(s->run);
   send_hash(s, ev->round, ev->hash);
   try_decide(v, vt, false);
 }
@@ -370,14 +384,15 @@ void td__on_state_hash(td__node_t *n, const Traind__Envelope *env, td__link_t *l
     return;
   }
   if (sh->hash.len == 0) { /* a request: hash the state after that round if still ahead */
-    if (sh->round >= s->round)
+    if (sh->round >= s->round) {
       td_run_want_verify(s->run, sh->round);
-    else
+      s->verify->hold_round = sh->round; /* a repair may fetch it */
+    } else
       td__drop(&n->drops, TD__DROP_LATE, NULL);
     return;
   }
-  vote_t *vt = vote_of(s->verify, sh->round, true);
-  if (vt->decided || vt->have[mi]) { /* one hash per member and round: the first counts */
+  vote_t *vt = vote_of(s->verify, sh->round, true, false);
+  if (vt == NULL || vt->decided || vt->have[mi]) { /* one hash per member and round: the first counts */
     td__drop(&n->drops, TD__DROP_DUPLICATE, NULL);
     return;
   }
@@ -420,7 +435,7 @@ static void fetched(td__verify_t *v) {
     td__ledger_event(n->ledger, "state_repair_refused", "%016" PRIx64 " round %" PRIu64
                      ": served state %s, not the agreed %s", v->donor, v->repair_round,
                      got_text, want_text);
-    vote_t *vt = vote_of(v, v->repair_round, false);
+    vote_t *vt = vote_of(v, v->repair_round, false, false);
     if (vt != NULL)
       next_donor(v, vt);
     else
@@ -473,7 +488,7 @@ void td__verify_tick(td__session_t *s) {
   td__link_t *l = td_members_reachable(s->node->members, v->donor)
                       ? td__link_find(s->node->net, v->donor)
                       : NULL;
-  vote_t *vt = vote_of(v, v->repair_round, false);
+  vote_t *vt = vote_of(v, v->repair_round, false, false);
   if (l == NULL) { /* gone: the next member that holds the state */
     v->fetching = false;
     if (vt != NULL)

@@ -97,6 +97,8 @@ for n in a b c d; do
   final+=" $(json_field "$v" hash)"
   acc[${#acc[@]}]=$(json_field "$(ctl $n status --json)" test_accuracy)
 done
+grep -q "^verify  round 60: 4 of 4 members agree on state [0-9a-f]\{16\}$" <<<"$(ctl a status)" \
+  || fail "trainctl status has no verify line: $(ctl a status)"
 [ "$(tr ' ' '\n' <<<"$final" | sort -u | grep -c .)" -eq 1 ] \
   && pass "all four end on state$final" || fail "final states differ:$final"
 [ "$(printf '%s\n' "${acc[@]}" | sort -u | wc -l)" -eq 1 ] \
@@ -120,6 +122,8 @@ for n in a b c; do
   v=$(verify_of $n)
   grep -q "\"agree\":3,.*\"diverged\":\[\"$d_id\"\]" <<<"$v" || fail "lying d: $n's last vote: $v"
 done
+grep -q "^diverged $d_id: its state differs from the agreed one at round 30$" <<<"$(ctl a status)" \
+  && pass "lying d: trainctl status names d" || fail "trainctl status does not name d: $(ctl a status)"
 [ "$(events d state_repair)" -eq "$rep0_d" ] && pass "lying d: nobody repaired" \
   || fail "lying d: d repaired itself"
 for n in a b c d; do acc[${#acc[@]}]=$(json_field "$(ctl $n status --json)" test_accuracy); done
