@@ -825,6 +825,22 @@ int td_dataset_open(td_dataset_t **train, td_dataset_t **test, const char *spec,
   return open_sets(train, test, spec, NULL, NULL, NULL, NULL, NULL, why, why_len);
 }
 
+int td_dataset_open_test(td_dataset_t **test, const char *spec, char *why, size_t why_len) {
+  if (test == NULL)
+    return TD_EINVAL;
+  *test = NULL;
+  char(*path)[TD__SPEC_PATH_MAX] = malloc(TD__SPEC_MAX_PATHS * sizeof *path);
+  if (path == NULL)
+    return td_why(why, why_len, TD_ENOMEM, "out of memory");
+  int count, is_csv;
+  int rc = resolve_spec(spec, path, &count, &is_csv, why, why_len);
+  if (rc == 0 && count == (is_csv ? 2 : 4))
+    rc = is_csv ? td_dataset_load_csv(test, path[1], why, why_len)
+                : td_dataset_load_idx(test, path[2], path[3], why, why_len);
+  free(path);
+  return rc;
+}
+
 int td_dataset_open_rows(td_dataset_t **train, td_dataset_t **test, const char *spec,
                          td_dataset_pick_fn pick, void *user, double *mean, double *std,
                          size_t *full_rows, char *why, size_t why_len) {

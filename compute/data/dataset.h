@@ -73,6 +73,10 @@ int td_dataset_open_rows(td_dataset_t **train, td_dataset_t **test, const char *
                          td_dataset_pick_fn pick, void *user, double *mean, double *std,
                          size_t *full_rows, char *why, size_t why_len);
 
+/* The test set alone of a `dataset` key (*test NULL when it names none),
+ * not normalised. Caller owns it. */
+int td_dataset_open_test(td_dataset_t **test, const char *spec, char *why, size_t why_len);
+
 /* NULL-safe; sets *self_p to NULL. */
 void td_dataset_close(td_dataset_t **self_p);
 

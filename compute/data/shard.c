@@ -68,7 +68,24 @@ static int open_labelled(td_shard_t *out, const td_shard_opts_t *o, const td_par
   td_dataset_normalize(out->train, mean, std);
   if (out->test != NULL)
     td_dataset_normalize(out->test, mean, std);
+  out->mean = mean;
+  out->std = std;
   return 0;
+}
+
+void td_shard_drop_test(td_shard_t *shard) { td_dataset_close(&shard->test); }
+
+int td_shard_reload_test(td_shard_t *shard, const char *dataset, char *why, size_t why_len) {
+  td_dataset_close(&shard->test);
+  int rc = td_dataset_open_test(&shard->test, dataset, why, why_len);
+  if (rc == 0 && shard->test != NULL) {
+    if (shard->train != NULL && td_dataset_dim(shard->test) != td_dataset_dim(shard->train)) {
+      td_dataset_close(&shard->test);
+      return td_why(why, why_len, TD_ESHAPE, "the test set changed since the run started");
+    }
+    td_dataset_normalize(shard->test, shard->mean, shard->std);
+  }
+  return rc;
 }
 
 int td_shard_open(td_shard_t *out, const td_shard_opts_t *opts, char *why, size_t why_len) {

@@ -42,7 +42,8 @@ typedef struct {
   td_shard_t data;                  /* the node's partition: rows, or bytes of text */
   td_dataset_t *train, *test, *val; /* borrowed from data; val: knowledge transfer's probe
                                        rows (owned), or NULL */
-  const td_dataset_t *eval_set;
+  const td_dataset_t *eval_set;     /* NULL while test_dropped */
+  bool test_dropped;                /* the test rows are freed until the last evaluation */
   bool text;                        /* a token model on text: evaluation in bits per byte */
   size_t probe_bytes;               /* text: knowledge transfer's probe prefix, 0 = none */
   td_trainer_t *tr;

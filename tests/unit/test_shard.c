@@ -178,6 +178,38 @@ START_TEST(idx_partitions_are_read_row_by_row_bit_for_bit) {
 }
 END_TEST
 
+/* A node that evaluates only at the end frees its test rows and reads them
+ * again then: the same rows, normalised the same way. */
+START_TEST(test_rows_dropped_and_read_again_are_the_same) {
+  make_tmpdir();
+  char images[128], labels[128], timages[128], tlabels[128], spec[600], why[512] = "";
+  snprintf(images, sizeof images, "%s/img.idx", tmpdir);
+  snprintf(labels, sizeof labels, "%s/lab.idx", tmpdir);
+  snprintf(timages, sizeof timages, "%s/timg.idx", tmpdir);
+  snprintf(tlabels, sizeof tlabels, "%s/tlab.idx", tmpdir);
+  write_idx(images, labels, 60);
+  write_idx(timages, tlabels, 13);
+  snprintf(spec, sizeof spec, "idx:%s,%s,%s,%s", images, labels, timages, tlabels);
+  for (unsigned nodes = 1; nodes <= 2; nodes++) { /* the whole set, and a partition */
+    td_shard_t s;
+    td_shard_opts_t o = {.dataset = spec, .partition = "iid", .rank = 0, .nodes = nodes};
+    ck_assert_msg(td_shard_open(&s, &o, why, sizeof why) == 0, "%s", why);
+    ck_assert_uint_eq(td_dataset_rows(s.test), 13);
+    size_t bytes = 13 * td_dataset_dim(s.test) * sizeof(float);
+    float *before = malloc(bytes);
+    memcpy(before, td_dataset_features_const(s.test), bytes);
+    td_shard_drop_test(&s);
+    ck_assert_ptr_null(s.test);
+    ck_assert_msg(td_shard_reload_test(&s, spec, why, sizeof why) == 0, "%s", why);
+    ck_assert_uint_eq(td_dataset_rows(s.test), 13);
+    ck_assert_mem_eq(td_dataset_features_const(s.test), before, bytes);
+    free(before);
+    td_shard_close(&s);
+  }
+  remove_tmpdir();
+}
+END_TEST
+
 /* The same on the real Fashion-MNIST files, when the package is installed:
  * a node of 4 holds 15000 rows, equal to the rows of the whole set. */
 START_TEST(fashion_mnist_partition_equals_the_whole_sets_rows) {
@@ -241,6 +273,7 @@ int main(void) {
   tcase_add_test(tc, labelled_partitions_share_the_whole_sets_normalisation);
   tcase_add_test(tc, idx_partitions_are_read_row_by_row_bit_for_bit);
   tcase_add_test(tc, fashion_mnist_partition_equals_the_whole_sets_rows);
+  tcase_add_test(tc, test_rows_dropped_and_read_again_are_the_same);
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, text_partitions_are_byte_ranges_of_the_training_text);
   suite_add_tcase(s, tc);
