@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/client.h"
@@ -418,6 +419,57 @@ static int cmd_leave(int nargs, char **args) {
   return simple_request("leave", TRAIND__CONTROL_REQUEST__COMMAND__LEAVE, nargs, args);
 }
 
+/* verify: the members hash their state a few rounds ahead (the daemon
+ * answers which round); then status is read until that round is decided.
+ * Exit 0 when every member agrees, 1 when one differs, there is no majority,
+ * or the run ends first. */
+static int cmd_verify(int nargs, char **args) {
+  Traind__ControlRequest req = TRAIND__CONTROL_REQUEST__INIT;
+  json_object *o = NULL;
+  int rc;
+  bool json = nargs == 1 && strcmp(args[0], "--json") == 0;
+  if (nargs > (json ? 1 : 0))
+    return usage_error("verify");
+  req.command = TRAIND__CONTROL_REQUEST__COMMAND__VERIFY;
+  if ((rc = td__cli_call(&req, &o)) != 0)
+    return rc;
+  double want = td__cli_jnum(o, "round");
+  char run_id[32];
+  snprintf(run_id, sizeof run_id, "%s", td__cli_jstr(o, "run_id"));
+  json_object_put(o);
+  Traind__ControlRequest st = TRAIND__CONTROL_REQUEST__INIT;
+  st.command = TRAIND__CONTROL_REQUEST__COMMAND__STATUS;
+  for (;;) {
+    json_object *run = NULL, *v = NULL;
+    if ((rc = td__cli_call(&st, &o)) != 0)
+      return rc;
+    json_object_object_get_ex(o, "run", &run);
+    json_object_object_get_ex(run, "verify", &v);
+    bool same_run = strcmp(td__cli_jstr(run, "run_id"), run_id) == 0;
+    bool decided = same_run && td__cli_jnum(v, "round") >= want;
+    if (decided || !same_run || strcmp(td__cli_jstr(run, "state"), "running") != 0) {
+      if (json && decided) {
+        printf("%s\n", json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN));
+      } else if (!decided) {
+        json_object_put(o);
+        return td__cli_die("run %s ended before round %.0f was verified", run_id, want);
+      } else {
+        td__views_verify(run);
+      }
+      json_object *diverged = NULL;
+      json_object_object_get_ex(v, "diverged", &diverged);
+      bool agree = strcmp(td__cli_jstr(v, "hash"), "-") != 0 &&
+                   (diverged == NULL || json_object_array_length(diverged) == 0) &&
+                   td__cli_jnum(v, "agree") == td__cli_jnum(v, "members");
+      json_object_put(o);
+      return agree ? 0 : 1;
+    }
+    json_object_put(o);
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = 200000000};
+    nanosleep(&ts, NULL);
+  }
+}
+
 static int cmd_help(int nargs, char **args);
 
 /* ---- the table -------------------------------------------------------------------------- */
@@ -449,6 +501,9 @@ static const command_t COMMANDS[] = {
      "node, peers and run progress (watch: every S s until the run ends; exit 1 if it fails)",
      ASKS_DAEMON},
     {"stop", cmd_stop, "", "stop the current run everywhere", ASKS_DAEMON},
+    {"verify", cmd_verify, "[--json]",
+     "the members compare hashes of their model a few rounds ahead; exit 1 if one differs",
+     ASKS_DAEMON},
     {"peers", cmd_peers, "[--json]", "members and per-link traffic", ASKS_DAEMON},
     {"rounds", cmd_rounds, "[--last N] [--csv|--json]",
      "rounds of the current run, from the ledger (csv: the columns of export)", ASKS_DAEMON},

@@ -36,6 +36,26 @@ static void print_outliers(json_object *run) {
   }
 }
 
+void td__views_verify(json_object *run) {
+  json_object *v = NULL, *diverged = NULL;
+  if (!json_object_object_get_ex(run, "verify", &v) || v == NULL)
+    return;
+  double round = td__cli_jnum(v, "round");
+  if (round > 0 && strcmp(td__cli_jstr(v, "hash"), "-") != 0)
+    printf("verify  round %.0f: %.0f of %.0f members agree on state %s\n", round,
+           td__cli_jnum(v, "agree"), td__cli_jnum(v, "members"), td__cli_jstr(v, "hash"));
+  else if (round > 0)
+    printf("verify  round %.0f: no state held by a majority of the %.0f members (%.0f at most "
+           "agree)\n", round, td__cli_jnum(v, "members"), td__cli_jnum(v, "agree"));
+  if (json_object_object_get_ex(v, "diverged", &diverged) && diverged != NULL)
+    for (size_t i = 0; i < json_object_array_length(diverged); i++)
+      printf("diverged %s: its state differs from the agreed one at round %.0f\n",
+             json_object_get_string(json_object_array_get_idx(diverged, i)), round);
+  if (td__cli_jnum(v, "repairing") > 0)
+    printf("repair  this node fetches the members' state of round %.0f\n",
+           td__cli_jnum(v, "repairing"));
+}
+
 void td__views_peers(json_object *peers) {
   printf("%-16s  %-24s  %-7s  %7s  %7s  %12s  %12s  %-12s  %10s  %10s\n", "NODE", "ENDPOINT",
          "STATE", "HEARD_S", "RTT_MS", "BYTES_SENT", "BYTES_RECV", "CODEC", "RATIO_SENT",
@@ -162,6 +182,7 @@ int td__views_status(bool json, bool watch, double every_s) {
       if (strcmp(td__cli_jstr(run, "untrained"), "-") != 0)
         printf("untrained partitions no round trained: %s\n", td__cli_jstr(run, "untrained"));
       print_outliers(run);
+      td__views_verify(run);
       printf("drops   %.0f bad or unexpected peer messages\n", dropped);
       descriptors_line(o);
       ledger_line(o);

@@ -16,5 +16,8 @@ int td__views_status(bool json, bool watch, double every_s);
 int td__views_rounds(unsigned last, bool csv, bool json);
 /* The peers' table of an answer's "peers" array (borrowed). */
 void td__views_peers(json_object *peers);
+/* The run's last state-hash vote (status's "verify"): who agrees, who
+ * differs, a repair under way; nothing before the first vote. */
+void td__views_verify(json_object *run);
 
 #endif

@@ -742,6 +742,29 @@ static void cmd_stop(conn_t *c) {
   respond_json(c, o);
 }
 
+/* trainctl verify: every member hashes its state a few rounds ahead; the
+ * answer names that round, and status shows the vote once it is decided. */
+static void cmd_verify(conn_t *c) {
+  td__node_t *n = c->ctl->n;
+  td__session_t *s = n->session;
+  char why[256];
+  uint64_t round = 0;
+  if (s == NULL) {
+    respond(c, TD_EINVAL, "no run is running: there is no shared model to verify", NULL);
+    return;
+  }
+  int rc = td__verify_ask(s, &round, why, sizeof why);
+  if (rc != 0) {
+    respond(c, rc, why, NULL);
+    return;
+  }
+  td_log_info("trainctl verify: the members hash their state after round %" PRIu64, round);
+  json_object *o = json_object_new_object();
+  json_object_object_add(o, "run_id", td__json_id(s->run_id));
+  json_object_object_add(o, "round", json_object_new_int64((int64_t)round));
+  respond_json(c, o);
+}
+
 static json_object *key_json(const char *z85, uint64_t node_id, bool admin) {
   json_object *o = json_object_new_object();
   json_object_object_add(o, "key", json_object_new_string(z85));
@@ -864,6 +887,7 @@ static void handle_request(conn_t *c, const uint8_t *frame, size_t len) {
   case TRAIND__CONTROL_REQUEST__COMMAND__REVOKE: cmd_revoke(c, req->key); break;
   case TRAIND__CONTROL_REQUEST__COMMAND__START: cmd_start(c, req); break;
   case TRAIND__CONTROL_REQUEST__COMMAND__STOP: cmd_stop(c); break;
+  case TRAIND__CONTROL_REQUEST__COMMAND__VERIFY: cmd_verify(c); break;
   case TRAIND__CONTROL_REQUEST__COMMAND__PEERS: {
     json_object *o = json_object_new_object();
     json_object_object_add(o, "node_id", td__json_id(n->node_id));

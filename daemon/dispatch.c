@@ -44,6 +44,7 @@ static const route_t routes[] = {
     [TRAIND__ENVELOPE__BODY_EVAL_REPORT] = {td__on_eval_report, false, false, NULL},
     [TRAIND__ENVELOPE__BODY_SNAPSHOT_REQUEST] = {td__on_snapshot_request, false, false, NULL},
     [TRAIND__ENVELOPE__BODY_SNAPSHOT_CHUNK] = {td__on_snapshot_chunk, false, true, NULL},
+    [TRAIND__ENVELOPE__BODY_STATE_HASH] = {td__session_on_state_hash, false, false, NULL},
     /* records are checked one by one against the admin keys listed here */
     [TRAIND__ENVELOPE__BODY_ADMISSIONS] = {td__on_admissions, false, false, NULL},
     /* join requests and grants travel only on an invite's connection (transport.c) */

@@ -89,6 +89,8 @@ static void on_heartbeat(uv_timer_t *t) {
     td__xfer_tick(s);
     td__join_tick(s);
     td__reconcile_tick(s);
+    td__verify_tick(s);
+    td__session_settle(n);
     if (n->session == s)
       td__rounds_tick(s);
   }

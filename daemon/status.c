@@ -73,6 +73,29 @@ json_object *td__status_peers(td__node_t *n) {
   return arr;
 }
 
+/* Model-state agreement: the last round the members voted on and who differed. */
+static json_object *verify_json(const td__verify_stats_t *v) {
+  json_object *o = json_object_new_object();
+  json_object_object_add(o, "every", json_object_new_int64(v->every));
+  json_object_object_add(o, "off", v->off[0] ? json_object_new_string(v->off) : NULL);
+  json_object_object_add(o, "round", count(v->round));
+  json_object_object_add(o, "members", count(v->members));
+  json_object_object_add(o, "answered", count(v->answered));
+  json_object_object_add(o, "agree", count(v->agree));
+  json_object_object_add(o, "hash", v->round && v->hash[0] ? json_object_new_string(v->hash)
+                                                            : NULL);
+  json_object *diverged = json_object_new_array();
+  for (size_t i = 0; i < v->n_diverged; i++)
+    json_object_array_add(diverged, td__json_id(v->diverged[i]));
+  json_object_object_add(o, "diverged", diverged);
+  json_object_object_add(o, "checks", count(v->checks));
+  json_object_object_add(o, "disagreements", count(v->disagreements));
+  json_object_object_add(o, "splits", count(v->splits));
+  json_object_object_add(o, "repairs", count(v->repairs));
+  json_object_object_add(o, "repairing", count(v->repairing));
+  return o;
+}
+
 static json_object *run_json(const td__run_stats_t *st) {
   json_object *run = json_object_new_object();
   json_object_object_add(run, "run_id", st->run_id ? td__json_id(st->run_id) : NULL);
@@ -130,6 +153,7 @@ static json_object *run_json(const td__run_stats_t *st) {
     json_object_array_add(outliers, m);
   }
   json_object_object_add(run, "outliers", outliers);
+  json_object_object_add(run, "verify", verify_json(&st->verify));
   return run;
 }
 

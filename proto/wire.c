@@ -126,6 +126,11 @@ static int validate(const Traind__Envelope *e, char *why, size_t n) {
             e->snapshot_chunk->total_bytes - e->snapshot_chunk->offset)
       return td_why(why, n, TD_EPROTO, "snapshot chunk out of range");
     return 0;
+  case TRAIND__ENVELOPE__BODY_STATE_HASH: /* a hash, or empty for a request */
+    if (e->state_hash->hash.len != 0 && e->state_hash->hash.len != TD_WIRE_STATE_HASH_BYTES)
+      return td_why(why, n, TD_EPROTO, "state hash of %zu bytes (a hash has %d)",
+                    e->state_hash->hash.len, TD_WIRE_STATE_HASH_BYTES);
+    return 0;
   case TRAIND__ENVELOPE__BODY_ACK:
   case TRAIND__ENVELOPE__BODY_SNAPSHOT_REQUEST:
   case TRAIND__ENVELOPE__BODY_EVAL_REPORT:
@@ -249,6 +254,7 @@ const char *td_wire_body_name(const Traind__Envelope *env) {
   case TRAIND__ENVELOPE__BODY_ADMISSIONS: return "admissions";
   case TRAIND__ENVELOPE__BODY_JOIN_REQUEST: return "join_request";
   case TRAIND__ENVELOPE__BODY_JOIN_GRANT: return "join_grant";
+  case TRAIND__ENVELOPE__BODY_STATE_HASH: return "state_hash";
   default: return "none";
   }
 }

@@ -32,6 +32,8 @@
 #define TD_WIRE_RECORD_BYTES 174
 #define TD_WIRE_KEY_BYTES 32
 #define TD_WIRE_SIGNATURE_BYTES 64
+/* StateHash.hash: BLAKE2b-256 (scheduler/agree.h) */
+#define TD_WIRE_STATE_HASH_BYTES 32
 /* Largest control message (trainctl <-> traind). */
 #define TD_WIRE_MAX_CONTROL (4u << 20)
 

@@ -263,61 +263,122 @@ static int idx_expect_end(idx_file_t *f, char *why, size_t why_len) {
   return 0;
 }
 
+/* The next n values of the image data (n * element bytes at most one slab)
+ * into dst as floats; `done`: values read before, `dim`: values per item (for
+ * the error's item number). */
+static int idx_convert(idx_file_t *f, uint8_t *slab, float *dst, size_t n, size_t done,
+                       size_t dim, char *why, size_t why_len) {
+  int rc = idx_read_data(f, slab, n * (size_t)idx_elem_bytes(f), why, why_len);
+  if (rc != 0)
+    return rc;
+  if (f->type == TD__IDX_UBYTE) {
+    /* v / 255.0f exactly (a multiply by 1/255 is off by an ulp for some v) */
+    float ubyte_scale[256];
+    for (int v = 0; v < 256; v++)
+      ubyte_scale[v] = (float)v / 255.0f;
+    for (size_t i = 0; i < n; i++)
+      dst[i] = ubyte_scale[slab[i]];
+    return 0;
+  }
+  for (size_t i = 0; i < n; i++) {
+    uint32_t bits = be32(slab + 4 * i);
+    float v;
+    memcpy(&v, &bits, sizeof v);
+    if (!isfinite(v))
+      return td_why(why, why_len, TD_ECORRUPT, "%s: non-finite value in item %zu", f->path,
+                    (done + i) / dim);
+    dst[i] = v;
+  }
+  return 0;
+}
+
+/* Values per slab: TD__IDX_SLAB_BYTES of the file's elements. */
+static size_t idx_slab_values(const idx_file_t *f) {
+  return TD__IDX_SLAB_BYTES / (size_t)idx_elem_bytes(f);
+}
+
 /* Stream the image data into ds->x, converting as it goes. */
 static int idx_read_images(idx_file_t *f, td_dataset_t *ds, uint8_t *slab, char *why,
                            size_t why_len) {
   size_t total = ds->rows * ds->dim, done = 0;
-  size_t elem = (size_t)idx_elem_bytes(f);
-  /* v / 255.0f exactly (a multiply by 1/255 is off by an ulp for some v) */
-  float ubyte_scale[256];
-  for (int v = 0; v < 256; v++)
-    ubyte_scale[v] = (float)v / 255.0f;
   while (done < total) {
-    size_t n = total - done;
-    if (n > TD__IDX_SLAB_BYTES / elem)
-      n = TD__IDX_SLAB_BYTES / elem;
-    int rc = idx_read_data(f, slab, n * elem, why, why_len);
+    size_t n = total - done < idx_slab_values(f) ? total - done : idx_slab_values(f);
+    int rc = idx_convert(f, slab, ds->x + done, n, done, ds->dim, why, why_len);
     if (rc != 0)
       return rc;
-    float *dst = ds->x + done;
-    if (f->type == TD__IDX_UBYTE) {
-      for (size_t i = 0; i < n; i++)
-        dst[i] = ubyte_scale[slab[i]];
-    } else {
-      for (size_t i = 0; i < n; i++) {
-        uint32_t bits = be32(slab + 4 * i);
-        float v;
-        memcpy(&v, &bits, sizeof v);
-        if (!isfinite(v))
-          return td_why(why, why_len, TD_ECORRUPT, "%s: non-finite value in item %zu",
-                        f->path, (done + i) / ds->dim);
-        dst[i] = v;
-      }
-    }
     done += n;
   }
   return idx_expect_end(f, why, why_len);
 }
 
-static int idx_read_labels(idx_file_t *f, td_dataset_t *ds, uint8_t *slab, char *why,
-                           size_t why_len) {
+static int idx_read_label_array(idx_file_t *f, int32_t *y, size_t rows, int *classes,
+                                 uint8_t *slab, char *why, size_t why_len) {
   int max_label = 0;
-  for (size_t done = 0; done < ds->rows;) {
-    size_t n = ds->rows - done;
+  for (size_t done = 0; done < rows;) {
+    size_t n = rows - done;
     if (n > TD__IDX_SLAB_BYTES)
       n = TD__IDX_SLAB_BYTES;
     int rc = idx_read_data(f, slab, n, why, why_len);
     if (rc != 0)
       return rc;
     for (size_t i = 0; i < n; i++) {
-      ds->y[done + i] = slab[i];
+      y[done + i] = slab[i];
       if (slab[i] > max_label)
         max_label = slab[i];
     }
     done += n;
   }
-  ds->classes = max_label + 1;
+  *classes = max_label + 1;
   return idx_expect_end(f, why, why_len);
+}
+
+static int idx_read_labels(idx_file_t *f, td_dataset_t *ds, uint8_t *slab, char *why,
+                           size_t why_len) {
+  return idx_read_label_array(f, ds->y, ds->rows, &ds->classes, slab, why, why_len);
+}
+
+/* Open an image file and its label file and check both headers and sizes,
+ * before anything large is allocated. On failure both are closed. */
+static int idx_open_pair(idx_file_t *img, idx_file_t *lab, const char *images_path,
+                         const char *labels_path, char *why, size_t why_len) {
+  memset(lab, 0, sizeof *lab);
+  int rc = idx_open(img, images_path, why, why_len);
+  if (rc == 0)
+    rc = idx_read_header(img, why, why_len);
+  if (rc != 0)
+    goto fail;
+  if (img->type != TD__IDX_UBYTE && img->type != TD__IDX_FLOAT) {
+    rc = td_why(why, why_len, TD_ECORRUPT,
+                "%s: unsupported IDX data type 0x%02x (supported: 0x08 ubyte, 0x0D float)",
+                images_path, img->type);
+    goto fail;
+  }
+  if ((rc = idx_check_size(img, why, why_len)) != 0)
+    goto fail;
+  /* the label header too is checked before the big allocation */
+  if ((rc = idx_open(lab, labels_path, why, why_len)) != 0 ||
+      (rc = idx_read_header(lab, why, why_len)) != 0)
+    goto fail;
+  if (lab->type != TD__IDX_UBYTE || lab->ndims != 1) {
+    rc = td_why(why, why_len, TD_ECORRUPT,
+                "%s: labels must be an idx1 ubyte file (type 0x08, 1 dimension), found type "
+                "0x%02x with %d dimensions",
+                labels_path, lab->type, lab->ndims);
+    goto fail;
+  }
+  if (lab->items != img->items) {
+    rc = td_why(why, why_len, TD_ESHAPE, "%s has %llu images but %s has %llu labels",
+                images_path, (unsigned long long)img->items, labels_path,
+                (unsigned long long)lab->items);
+    goto fail;
+  }
+  if ((rc = idx_check_size(lab, why, why_len)) != 0)
+    goto fail;
+  return 0;
+fail:
+  idx_close(img);
+  idx_close(lab);
+  return rc;
 }
 
 int td_dataset_load_idx(td_dataset_t **out, const char *images_path, const char *labels_path,
@@ -328,58 +389,136 @@ int td_dataset_load_idx(td_dataset_t **out, const char *images_path, const char 
   if (images_path == NULL || labels_path == NULL)
     return td_why(why, why_len, TD_EINVAL, "IDX loader needs an image and a label path");
   idx_file_t img, lab;
-  td_dataset_t *ds = NULL;
-  uint8_t *slab = NULL;
-  memset(&lab, 0, sizeof lab);
-  int rc = idx_open(&img, images_path, why, why_len);
-  if (rc == 0)
-    rc = idx_read_header(&img, why, why_len);
+  int rc = idx_open_pair(&img, &lab, images_path, labels_path, why, why_len);
   if (rc != 0)
-    goto done;
-  if (img.type != TD__IDX_UBYTE && img.type != TD__IDX_FLOAT) {
-    rc = td_why(why, why_len, TD_ECORRUPT,
-                "%s: unsupported IDX data type 0x%02x (supported: 0x08 ubyte, 0x0D float)",
-                images_path, img.type);
-    goto done;
-  }
-  if ((rc = idx_check_size(&img, why, why_len)) != 0)
-    goto done;
-  /* the label header too is checked before the big allocation */
-  if ((rc = idx_open(&lab, labels_path, why, why_len)) != 0 ||
-      (rc = idx_read_header(&lab, why, why_len)) != 0)
-    goto done;
-  if (lab.type != TD__IDX_UBYTE || lab.ndims != 1) {
-    rc = td_why(why, why_len, TD_ECORRUPT,
-                "%s: labels must be an idx1 ubyte file (type 0x08, 1 dimension), found type "
-                "0x%02x with %d dimensions",
-                labels_path, lab.type, lab.ndims);
-    goto done;
-  }
-  if (lab.items != img.items) {
-    rc = td_why(why, why_len, TD_ESHAPE, "%s has %llu images but %s has %llu labels",
-                images_path, (unsigned long long)img.items, labels_path,
-                (unsigned long long)lab.items);
-    goto done;
-  }
-  if ((rc = idx_check_size(&lab, why, why_len)) != 0)
-    goto done;
-  ds = dataset_new((size_t)img.items, (size_t)img.item_values);
-  slab = malloc(TD__IDX_SLAB_BYTES);
-  if (ds == NULL || slab == NULL) {
+    return rc;
+  td_dataset_t *ds = dataset_new((size_t)img.items, (size_t)img.item_values);
+  uint8_t *slab = malloc(TD__IDX_SLAB_BYTES);
+  if (ds == NULL || slab == NULL)
     rc = td_why(why, why_len, TD_ENOMEM, "out of memory for %llu x %llu features",
                 (unsigned long long)img.items, (unsigned long long)img.item_values);
-    goto done;
-  }
-  rc = idx_read_images(&img, ds, slab, why, why_len);
+  if (rc == 0)
+    rc = idx_read_images(&img, ds, slab, why, why_len);
   if (rc == 0)
     rc = idx_read_labels(&lab, ds, slab, why, why_len);
-done:
   free(slab);
   idx_close(&img);
   idx_close(&lab);
   if (rc != 0)
     td_dataset_close(&ds);
   *out = ds;
+  return rc;
+}
+
+/* What td_dataset_load_idx_rows needs while it streams the images twice. */
+typedef struct {
+  idx_file_t img;
+  uint8_t *slab;
+  float *vals;        /* one slab of converted values */
+  const int64_t *pos; /* by row: its place in the result, -1 when not kept */
+  td_dataset_t *ds;   /* the kept rows */
+} rows_load_t;
+
+/* One pass over every value of the image file: the sum (pass 1, mean NAN),
+ * or the squared deviations from `mean` with the kept rows copied (pass 2),
+ * in the order td_dataset_stats() adds them, so the figures are its. */
+static int rows_pass(rows_load_t *r, double mean, double *acc, char *why, size_t why_len) {
+  idx_file_t *f = &r->img;
+  size_t dim = (size_t)f->item_values, total = (size_t)f->items * dim, done = 0;
+  double sum = 0;
+  while (done < total) {
+    size_t n = total - done < idx_slab_values(f) ? total - done : idx_slab_values(f);
+    int rc = idx_convert(f, r->slab, r->vals, n, done, dim, why, why_len);
+    if (rc != 0)
+      return rc;
+    for (size_t i = 0; i < n; i++) {
+      if (isnan(mean)) {
+        sum += r->vals[i];
+        continue;
+      }
+      double d = r->vals[i] - mean;
+      sum += d * d;
+      size_t at = done + i;
+      int64_t p = r->pos[at / dim];
+      if (p >= 0)
+        r->ds->x[(size_t)p * dim + at % dim] = r->vals[i];
+    }
+    done += n;
+  }
+  *acc = sum;
+  return idx_expect_end(f, why, why_len);
+}
+
+int td_dataset_load_idx_rows(td_dataset_t **out, const char *images_path,
+                             const char *labels_path, td_dataset_pick_fn pick, void *user,
+                             double *mean, double *std, size_t *full_rows, char *why,
+                             size_t why_len) {
+  if (out == NULL || pick == NULL || mean == NULL || std == NULL || full_rows == NULL)
+    return TD_EINVAL;
+  *out = NULL;
+  if (images_path == NULL || labels_path == NULL)
+    return td_why(why, why_len, TD_EINVAL, "IDX loader needs an image and a label path");
+  rows_load_t r = {0};
+  idx_file_t lab;
+  int rc = idx_open_pair(&r.img, &lab, images_path, labels_path, why, why_len);
+  if (rc != 0)
+    return rc;
+  size_t rows = (size_t)r.img.items, dim = (size_t)r.img.item_values, count = 0;
+  int32_t *labels = malloc((rows ? rows : 1) * sizeof *labels);
+  int64_t *pos = malloc((rows ? rows : 1) * sizeof *pos);
+  uint32_t *idx = NULL;
+  int classes = 0;
+  r.slab = malloc(TD__IDX_SLAB_BYTES);
+  r.vals = malloc(idx_slab_values(&r.img) * sizeof(float));
+  r.pos = pos;
+  if (labels == NULL || pos == NULL || r.slab == NULL || r.vals == NULL)
+    rc = td_why(why, why_len, TD_ENOMEM, "out of memory for %zu labels", rows);
+  if (rc == 0)
+    rc = idx_read_label_array(&lab, labels, rows, &classes, r.slab, why, why_len);
+  idx_close(&lab);
+  if (rc == 0)
+    rc = pick(labels, rows, classes, user, &idx, &count, why, why_len);
+  for (size_t i = 0; rc == 0 && i < rows; i++)
+    pos[i] = -1;
+  for (size_t k = 0; rc == 0 && k < count; k++) {
+    if (idx[k] >= rows || pos[idx[k]] >= 0) /* a row twice: not a partition */
+      rc = td_why(why, why_len, TD_EINVAL, "row %u picked twice or out of range", idx[k]);
+    else
+      pos[idx[k]] = (int64_t)k;
+  }
+  if (rc == 0 && (r.ds = dataset_new(count, dim)) == NULL)
+    rc = td_why(why, why_len, TD_ENOMEM, "out of memory for %zu x %zu features", count, dim);
+  double sum = 0, sq = 0;
+  if (rc == 0)
+    rc = rows_pass(&r, NAN, &sum, why, why_len);
+  double m = rows * dim > 0 ? sum / (double)(rows * dim) : 0;
+  if (rc == 0) { /* the second pass reads the file from its start again */
+    idx_close(&r.img);
+    rc = idx_open(&r.img, images_path, why, why_len);
+    if (rc == 0)
+      rc = idx_read_header(&r.img, why, why_len);
+    if (rc == 0 && ((size_t)r.img.items != rows || (size_t)r.img.item_values != dim))
+      rc = td_why(why, why_len, TD_ECORRUPT, "%s changed while it was read", images_path);
+  }
+  if (rc == 0)
+    rc = rows_pass(&r, m, &sq, why, why_len);
+  if (rc == 0) {
+    for (size_t k = 0; k < count; k++)
+      r.ds->y[k] = labels[idx[k]];
+    r.ds->classes = classes;
+    *mean = m;
+    *std = rows * dim > 0 ? sqrt(sq / (double)(rows * dim)) : 0;
+    *full_rows = rows;
+  }
+  idx_close(&r.img);
+  free(labels);
+  free(pos);
+  free(idx);
+  free(r.slab);
+  free(r.vals);
+  if (rc != 0)
+    td_dataset_close(&r.ds);
+  *out = r.ds;
   return rc;
 }
 
@@ -744,24 +883,17 @@ static int split_paths(const char *list, char parts[TD__SPEC_MAX_PATHS][TD__SPEC
   "fashion-mnist, idx:TRAIN_IMAGES,TRAIN_LABELS[,TEST_IMAGES,TEST_LABELS], "              \
   "csv:TRAIN[,TEST], npy:TRAIN_X,TRAIN_Y[,TEST_X,TEST_Y], images:DIR[,TEST_DIR]"
 
-int td_dataset_open(td_dataset_t **train, td_dataset_t **test, const char *spec, char *why,
-                    size_t why_len) {
-  return td_dataset_open_as(train, test, spec, NULL, why, why_len);
-}
+/* The forms a `dataset` key takes (besides text, which shard.c reads). */
+typedef enum { FORM_IDX, FORM_CSV, FORM_NPY, FORM_IMAGES } spec_form_t;
 
-int td_dataset_open_as(td_dataset_t **train, td_dataset_t **test, const char *spec,
-                       const td_image_shape_t *images_as, char *why, size_t why_len) {
-  if (train == NULL || test == NULL)
-    return TD_EINVAL;
-  *train = *test = NULL;
+/* The files a `dataset` key names: count paths into path[], *form. */
+static int resolve_spec(const char *spec, char (*path)[TD__SPEC_PATH_MAX], int *count,
+                        spec_form_t *form, char *why, size_t why_len) {
+  int rc = 0;
+  *form = FORM_IDX;
+  *count = 0;
   if (spec == NULL || spec[0] == '\0')
     return td_why(why, why_len, TD_ECONFIG, "no dataset given (accepted: " TD__SPEC_FORMS ")");
-  /* 16 KiB of paths: too much for some thread stacks, so on the heap */
-  char(*path)[TD__SPEC_PATH_MAX] = malloc(TD__SPEC_MAX_PATHS * sizeof *path);
-  if (path == NULL)
-    return td_why(why, why_len, TD_ENOMEM, "out of memory");
-  enum { FORM_IDX, FORM_CSV, FORM_NPY, FORM_IMAGES } form = FORM_IDX;
-  int count, rc = 0;
   if (strcmp(spec, "fashion-mnist") == 0) {
     const char *dir = getenv("TRAIND_FASHION_MNIST_DIR");
     if (dir == NULL || dir[0] == '\0')
@@ -769,7 +901,7 @@ int td_dataset_open_as(td_dataset_t **train, td_dataset_t **test, const char *sp
     static const char *const files[4] = {
         "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
         "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
-    count = 4;
+    *count = 4;
     for (int i = 0; i < 4 && rc == 0; i++) {
       struct stat st;
       snprintf(path[i], TD__SPEC_PATH_MAX, "%s/%s", dir, files[i]);
@@ -780,68 +912,171 @@ int td_dataset_open_as(td_dataset_t **train, td_dataset_t **test, const char *sp
                     path[i], TD_FASHION_MNIST_PKG, TD_FASHION_MNIST_PKG);
     }
   } else if (strncmp(spec, "idx:", 4) == 0) {
-    count = split_paths(spec + 4, path);
-    if (count != 2 && count != 4)
+    *count = split_paths(spec + 4, path);
+    if (*count != 2 && *count != 4)
       rc = td_why(why, why_len, TD_ECONFIG,
                   "dataset '%s': expected idx:TRAIN_IMAGES,TRAIN_LABELS[,TEST_IMAGES,TEST_LABELS]",
                   spec);
   } else if (strncmp(spec, "csv:", 4) == 0) {
-    form = FORM_CSV;
-    count = split_paths(spec + 4, path);
-    if (count != 1 && count != 2)
+    *form = FORM_CSV;
+    *count = split_paths(spec + 4, path);
+    if (*count != 1 && *count != 2)
       rc = td_why(why, why_len, TD_ECONFIG, "dataset '%s': expected csv:TRAIN[,TEST]", spec);
   } else if (strncmp(spec, "npy:", 4) == 0) {
-    form = FORM_NPY;
-    count = split_paths(spec + 4, path);
-    if (count != 2 && count != 4)
+    *form = FORM_NPY;
+    *count = split_paths(spec + 4, path);
+    if (*count != 2 && *count != 4)
       rc = td_why(why, why_len, TD_ECONFIG,
                   "dataset '%s': expected npy:TRAIN_X,TRAIN_Y[,TEST_X,TEST_Y]", spec);
   } else if (strncmp(spec, "images:", 7) == 0) {
-    form = FORM_IMAGES;
-    count = split_paths(spec + 7, path);
-    if (count != 1 && count != 2)
+    *form = FORM_IMAGES;
+    *count = split_paths(spec + 7, path);
+    if (*count != 1 && *count != 2)
       rc = td_why(why, why_len, TD_ECONFIG, "dataset '%s': expected images:DIR[,TEST_DIR]",
                   spec);
   } else {
-    count = 0;
     rc = td_why(why, why_len, TD_ECONFIG, "unknown dataset '%s' (accepted: " TD__SPEC_FORMS ")",
                 spec);
   }
-  if (rc == 0) {
-    if (form == FORM_CSV) {
-      rc = td_dataset_load_csv(train, path[0], why, why_len);
-      if (rc == 0 && count == 2)
-        rc = td_dataset_load_csv(test, path[1], why, why_len);
-    } else if (form == FORM_NPY) {
-      rc = td_dataset_load_npy(train, path[0], path[1], why, why_len);
-      if (rc == 0 && count == 4)
-        rc = td_dataset_load_npy(test, path[2], path[3], why, why_len);
-    } else if (form == FORM_IMAGES) {
-      rc = td_dataset_load_images(train, test, path[0], count == 2 ? path[1] : NULL, images_as,
+  return rc;
+}
+
+/* The training set whole; an images folder yields its test set with it. */
+static int load_train(td_dataset_t **train, td_dataset_t **test, spec_form_t form,
+                      char (*path)[TD__SPEC_PATH_MAX], int count,
+                      const td_image_shape_t *images_as, char *why, size_t why_len) {
+  switch (form) {
+  case FORM_CSV:
+    return td_dataset_load_csv(train, path[0], why, why_len);
+  case FORM_NPY:
+    return td_dataset_load_npy(train, path[0], path[1], why, why_len);
+  case FORM_IMAGES:
+    return td_dataset_load_images(train, test, path[0], count == 2 ? path[1] : NULL, images_as,
                                   why, why_len);
-    } else {
-      rc = td_dataset_load_idx(train, path[0], path[1], why, why_len);
-      if (rc == 0 && count == 4)
-        rc = td_dataset_load_idx(test, path[2], path[3], why, why_len);
-    }
+  case FORM_IDX:
+    break;
   }
-  if (rc == 0 && *test != NULL) {
-    if ((*test)->dim != (*train)->dim) {
-      rc = td_why(why, why_len, TD_ESHAPE,
+  return td_dataset_load_idx(train, path[0], path[1], why, why_len);
+}
+
+/* The test set named apart from the training set (none for images:, whose
+ * test set load_train gives). */
+static int load_test(td_dataset_t **test, spec_form_t form, char (*path)[TD__SPEC_PATH_MAX],
+                     int count, char *why, size_t why_len) {
+  switch (form) {
+  case FORM_CSV:
+    return count == 2 ? td_dataset_load_csv(test, path[1], why, why_len) : 0;
+  case FORM_NPY:
+    return count == 4 ? td_dataset_load_npy(test, path[2], path[3], why, why_len) : 0;
+  case FORM_IMAGES:
+    return 0;
+  case FORM_IDX:
+    break;
+  }
+  return count == 4 ? td_dataset_load_idx(test, path[2], path[3], why, why_len) : 0;
+}
+
+/* The test set must fit the training set: the same features, one label space. */
+static int match_test(td_dataset_t *train, td_dataset_t *test, const char *spec, char *why,
+                      size_t why_len) {
+  if (test == NULL)
+    return 0;
+  if (test->dim != train->dim)
+    return td_why(why, why_len, TD_ESHAPE,
                   "dataset '%s': the test set has %zu features per row, the training set %zu",
-                  spec, (*test)->dim, (*train)->dim);
-    } else {
-      /* one label space for both, so a model sized from train fits test */
-      int classes = (*train)->classes > (*test)->classes ? (*train)->classes : (*test)->classes;
-      (*train)->classes = (*test)->classes = classes;
+                  spec, test->dim, train->dim);
+  /* one label space for both, so a model sized from train fits test */
+  int classes = train->classes > test->classes ? train->classes : test->classes;
+  train->classes = test->classes = classes;
+  return 0;
+}
+
+/* Load the training set whole (picked: only the rows pick chooses, its
+ * statistics those of the whole set) and the test set. */
+static int open_sets(td_dataset_t **train, td_dataset_t **test, const char *spec,
+                     const td_image_shape_t *images_as, td_dataset_pick_fn pick, void *user,
+                     double *mean, double *std, size_t *full_rows, char *why, size_t why_len) {
+  if (train == NULL || test == NULL)
+    return TD_EINVAL;
+  *train = *test = NULL;
+  /* 16 KiB of paths: too much for some thread stacks, so on the heap */
+  char(*path)[TD__SPEC_PATH_MAX] = malloc(TD__SPEC_MAX_PATHS * sizeof *path);
+  if (path == NULL)
+    return td_why(why, why_len, TD_ENOMEM, "out of memory");
+  int count;
+  spec_form_t form;
+  int rc = resolve_spec(spec, path, &count, &form, why, why_len);
+  if (rc == 0 && pick != NULL && form == FORM_IDX) {
+    rc = td_dataset_load_idx_rows(train, path[0], path[1], pick, user, mean, std, full_rows,
+                                  why, why_len);
+  } else if (rc == 0) {
+    rc = load_train(train, test, form, path, count, images_as, why, why_len);
+    if (rc == 0 && pick != NULL) { /* other forms: the whole file, then the rows */
+      uint32_t *idx = NULL;
+      size_t n = 0;
+      td_dataset_t *sub = NULL;
+      td_dataset_stats(*train, mean, std);
+      *full_rows = (*train)->rows;
+      rc = pick((*train)->y, (*train)->rows, (*train)->classes, user, &idx, &n, why, why_len);
+      if (rc == 0 && (rc = td_dataset_subset(&sub, *train, idx, n)) != 0)
+        td_why(why, why_len, rc, "cannot copy the partition: %s", td_strerror(rc));
+      free(idx);
+      td_dataset_close(train);
+      *train = sub;
     }
   }
+  if (rc == 0)
+    rc = load_test(test, form, path, count, why, why_len);
+  if (rc == 0)
+    rc = match_test(*train, *test, spec, why, why_len);
   free(path);
   if (rc != 0) {
     td_dataset_close(train);
     td_dataset_close(test);
   }
   return rc;
+}
+
+int td_dataset_open(td_dataset_t **train, td_dataset_t **test, const char *spec, char *why,
+                    size_t why_len) {
+  return open_sets(train, test, spec, NULL, NULL, NULL, NULL, NULL, NULL, why, why_len);
+}
+
+int td_dataset_open_as(td_dataset_t **train, td_dataset_t **test, const char *spec,
+                       const td_image_shape_t *images_as, char *why, size_t why_len) {
+  return open_sets(train, test, spec, images_as, NULL, NULL, NULL, NULL, NULL, why, why_len);
+}
+
+int td_dataset_open_test(td_dataset_t **test, const char *spec,
+                         const td_image_shape_t *images_as, char *why, size_t why_len) {
+  if (test == NULL)
+    return TD_EINVAL;
+  *test = NULL;
+  char(*path)[TD__SPEC_PATH_MAX] = malloc(TD__SPEC_MAX_PATHS * sizeof *path);
+  if (path == NULL)
+    return td_why(why, why_len, TD_ENOMEM, "out of memory");
+  int count;
+  spec_form_t form;
+  int rc = resolve_spec(spec, path, &count, &form, why, why_len);
+  if (rc == 0 && form == FORM_IMAGES) { /* the folder walk yields both sets */
+    td_dataset_t *train = NULL;
+    rc = load_train(&train, test, form, path, count, images_as, why, why_len);
+    td_dataset_close(&train);
+  } else if (rc == 0) {
+    rc = load_test(test, form, path, count, why, why_len);
+  }
+  free(path);
+  return rc;
+}
+
+int td_dataset_open_rows(td_dataset_t **train, td_dataset_t **test, const char *spec,
+                         const td_image_shape_t *images_as, td_dataset_pick_fn pick, void *user,
+                         double *mean, double *std, size_t *full_rows, char *why,
+                         size_t why_len) {
+  if (pick == NULL || mean == NULL || std == NULL || full_rows == NULL)
+    return TD_EINVAL;
+  return open_sets(train, test, spec, images_as, pick, user, mean, std, full_rows, why,
+                   why_len);
 }
 
 /* ---- transformations ------------------------------------------------------------- */

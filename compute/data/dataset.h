@@ -81,6 +81,39 @@ int td_dataset_open(td_dataset_t **train, td_dataset_t **test, const char *spec,
 int td_dataset_open_as(td_dataset_t **train, td_dataset_t **test, const char *spec,
                        const td_image_shape_t *images_as, char *why, size_t why_len);
 
+/* Chooses a node's rows from the labels of the whole training set (rows of
+ * them, labels in [0, classes)): *idx (malloc'd, the caller of the loader
+ * frees it) holds *count distinct row numbers, in the order the rows are to
+ * be kept. Non-zero + why to refuse (the loader returns it). */
+typedef int (*td_dataset_pick_fn)(const int32_t *labels, size_t rows, int classes, void *user,
+                                  uint32_t **idx, size_t *count, char *why, size_t why_len);
+
+/* The rows of an IDX training set that `pick` chooses, read without ever
+ * holding the others: the labels first, then the images streamed twice (a
+ * .gz is decompressed twice), once for the mean and once for the deviations
+ * and the kept rows. *mean and *std are those td_dataset_stats() gives for
+ * the whole set, bit for bit, and *full_rows its row count; features are
+ * not normalised. Errors as td_dataset_load_idx(), or pick's. Caller owns *out. */
+int td_dataset_load_idx_rows(td_dataset_t **out, const char *images_path,
+                             const char *labels_path, td_dataset_pick_fn pick, void *user,
+                             double *mean, double *std, size_t *full_rows, char *why,
+                             size_t why_len);
+
+/* td_dataset_open() for a node that trains only on some rows: *train holds
+ * the rows pick chooses (IDX: read as td_dataset_load_idx_rows() reads them;
+ * the other forms: loaded whole, then the rows copied; images_as as for
+ * td_dataset_open_as), *test the whole test set; *mean, *std and *full_rows
+ * are the whole training set's. */
+int td_dataset_open_rows(td_dataset_t **train, td_dataset_t **test, const char *spec,
+                         const td_image_shape_t *images_as, td_dataset_pick_fn pick, void *user,
+                         double *mean, double *std, size_t *full_rows, char *why,
+                         size_t why_len);
+
+/* The test set alone of a `dataset` key (*test NULL when it names none),
+ * not normalised (an images: folder is walked whole for it). Caller owns it. */
+int td_dataset_open_test(td_dataset_t **test, const char *spec,
+                         const td_image_shape_t *images_as, char *why, size_t why_len);
+
 /* NULL-safe; sets *self_p to NULL. */
 void td_dataset_close(td_dataset_t **self_p);
 

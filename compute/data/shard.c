@@ -1,7 +1,9 @@
-/* shard.c: load + normalise + partition + subset, once for every caller
- * (shard.h). Labelled sets go through td_partition_indices and a subset copy;
- * text goes through td_text_partition. A node whose partition is empty is an
- * error, never a silent zero-sample run. */
+/* shard.c: load + normalise + partition, once for every caller (shard.h).
+ * Labelled sets go through td_partition_indices on the whole set's labels,
+ * and only the chosen rows are read into memory (td_dataset_open_rows: a
+ * node of N holds 1/N of the training set, never the whole, even while it
+ * loads); text goes through td_text_partition. A node whose partition is
+ * empty is an error, never a silent zero-sample run. */
 #include "compute/data/shard.h"
 
 #include <stdlib.h>
@@ -27,39 +29,66 @@ static int open_text(td_shard_t *out, const td_shard_opts_t *o, const td_partiti
   return rc;
 }
 
+/* The partition's rows, chosen from the whole training set's labels. */
+typedef struct {
+  const td_shard_opts_t *o;
+  const td_partition_t *part;
+} pick_ctx_t;
+
+static int pick_partition(const int32_t *labels, size_t rows, int classes, void *user,
+                          uint32_t **idx, size_t *count, char *why, size_t why_len) {
+  const pick_ctx_t *p = user;
+  int rc = td_partition_indices(p->part, labels, rows, classes, p->o->rank, p->o->nodes,
+                                p->o->seed, idx, count);
+  if (rc != 0)
+    return td_why(why, why_len, rc, "cannot partition the dataset: %s", td_strerror(rc));
+  if (*count == 0)
+    return td_why(why, why_len, TD_ECONFIG, "partition %s leaves node %u of %u without samples",
+                  p->o->partition, p->o->rank, p->o->nodes);
+  return 0;
+}
+
 static int open_labelled(td_shard_t *out, const td_shard_opts_t *o, const td_partition_t *part,
                          char *why, size_t why_len) {
-  int rc = td_dataset_open_as(&out->train, &out->test, o->dataset, &o->images_as, why,
-                              why_len);
-  if (rc != 0)
-    return rc;
   double mean, std;
-  td_dataset_stats(out->train, &mean, &std);
+  int rc;
+  if (part->kind == TD_PARTITION_ALL || o->nodes == 1) {
+    rc = td_dataset_open_as(&out->train, &out->test, o->dataset, &o->images_as, why,
+                            why_len);
+    if (rc != 0)
+      return rc;
+    td_dataset_stats(out->train, &mean, &std);
+    out->full_count = td_dataset_rows(out->train);
+  } else { /* only this node's rows are ever held (the statistics are the whole set's) */
+    pick_ctx_t ctx = {.o = o, .part = part};
+    rc = td_dataset_open_rows(&out->train, &out->test, o->dataset, &o->images_as,
+                              pick_partition, &ctx, &mean, &std, &out->full_count, why,
+                              why_len);
+    if (rc != 0)
+      return rc;
+  }
   td_dataset_normalize(out->train, mean, std);
   if (out->test != NULL)
     td_dataset_normalize(out->test, mean, std);
-  out->full_count = td_dataset_rows(out->train);
-  if (part->kind == TD_PARTITION_ALL || o->nodes == 1)
-    return 0;
-  uint32_t *idx = NULL;
-  size_t count = 0;
-  rc = td_partition_indices(part, td_dataset_labels_const(out->train),
-                            td_dataset_rows(out->train), td_dataset_classes(out->train), o->rank,
-                            o->nodes, o->seed, &idx, &count);
-  if (rc != 0)
-    return td_why(why, why_len, rc, "cannot partition the dataset: %s", td_strerror(rc));
-  td_dataset_t *sub = NULL;
-  if (count == 0)
-    rc = td_why(why, why_len, TD_ECONFIG, "partition %s leaves node %u of %u without samples",
-                o->partition, o->rank, o->nodes);
-  else if ((rc = td_dataset_subset(&sub, out->train, idx, count)) != 0)
-    td_why(why, why_len, rc, "cannot copy the partition: %s", td_strerror(rc));
-  free(idx);
-  if (rc != 0)
-    return rc;
-  td_dataset_close(&out->train);
-  out->train = sub;
+  out->mean = mean;
+  out->std = std;
+  out->images_as = o->images_as;
   return 0;
+}
+
+void td_shard_drop_test(td_shard_t *shard) { td_dataset_close(&shard->test); }
+
+int td_shard_reload_test(td_shard_t *shard, const char *dataset, char *why, size_t why_len) {
+  td_dataset_close(&shard->test);
+  int rc = td_dataset_open_test(&shard->test, dataset, &shard->images_as, why, why_len);
+  if (rc == 0 && shard->test != NULL) {
+    if (shard->train != NULL && td_dataset_dim(shard->test) != td_dataset_dim(shard->train)) {
+      td_dataset_close(&shard->test);
+      return td_why(why, why_len, TD_ESHAPE, "the test set changed since the run started");
+    }
+    td_dataset_normalize(shard->test, shard->mean, shard->std);
+  }
+  return rc;
 }
 
 int td_shard_open(td_shard_t *out, const td_shard_opts_t *opts, char *why, size_t why_len) {

@@ -35,12 +35,23 @@ typedef struct {
   td_text_t *text_train;   /* the node's bytes of the training text */
   td_text_t *text_valid;   /* the whole validation text (held out or VALID_PATH) */
   size_t full_count;       /* rows, or bytes of text, of the whole training set */
+  double mean, std;        /* labelled: the whole training set's statistics, which
+                              normalised train and test */
+  td_image_shape_t images_as; /* the opts' (td_shard_reload_test converts alike) */
 } td_shard_t;
 
 /* Load, normalise and partition. On failure nothing is held and why has one
  * line: the loader's codes (TD_ENOENT, TD_EIO, TD_ECORRUPT, TD_ENOMEM), or
  * TD_ECONFIG for a bad partition or one that leaves this node no data. */
 int td_shard_open(td_shard_t *out, const td_shard_opts_t *opts, char *why, size_t why_len);
+/* A node that evaluates only after its last round need not hold the test
+ * rows while it trains: td_shard_drop_test() frees them, and
+ * td_shard_reload_test() reads them again from the `dataset` key's files,
+ * normalised as before (the whole training set's statistics); 0 with
+ * shard->test NULL when the key names no test set, else the loader's error
+ * and why. */
+void td_shard_drop_test(td_shard_t *shard);
+int td_shard_reload_test(td_shard_t *shard, const char *dataset, char *why, size_t why_len);
 /* Close whatever the shard still holds; NULL-safe and idempotent. */
 void td_shard_close(td_shard_t *shard);
 

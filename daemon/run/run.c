@@ -48,6 +48,7 @@ static void free_buffers(td_run_t *run) {
   }
   free(run->merge);
   free(run->seed);
+  free(run->repair_state);
   free(run->steps_of);
 }
 

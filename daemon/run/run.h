@@ -35,6 +35,7 @@
 #include "compute/backend.h"
 #include "compute/params.h"
 #include "daemon/run/runspec.h"
+#include "scheduler/agree.h"
 
 typedef enum {
   TD_RUN_READY = 0,  /* dataset loaded; rounds and samples are known; backend names the
@@ -49,6 +50,9 @@ typedef enum {
                         momentum when the run has one), td_run_anchor_bytes(); loop owns it */
   TD_RUN_RECONCILE,  /* the anchor holds `round`, a reconciliation round; blob: anchor -
                         init, td_run_numel() floats, loop owns it */
+  TD_RUN_VERIFY,     /* the anchor holds `round`, a verify round: hash is its state hash
+                        (scheduler/agree.h); blob: that state, td_run_anchor_bytes() (loop
+                        owns it) */
   TD_RUN_PROBE,      /* knowledge transfer: loss on the shared validation subset,
                         blob: a copy of the local model (loop owns it) */
   TD_RUN_FINISHED,   /* all rounds done; final evaluation in accuracy/loss (bpb for text) */
@@ -79,6 +83,7 @@ typedef struct {
   unsigned swap_step;   /* ROUND_DONE: overlap: the steps taken before the predecessor's
                            average was swapped in (overlap_early); `steps` when it was not
                            swapped in during the steps (at the round's end, or before it) */
+  uint8_t hash[TD_AGREE_HASH_BYTES]; /* VERIFY: the state hash */
   float *blob;          /* CHECKPOINT, MODEL: td_run_numel() floats, malloc'd, owned by the receiver */
   char backend[16];     /* READY: the compute backend's name (cpu, cuda) */
   char message[256];    /* FAILED: why; READY: the backend and why it was chosen */
@@ -178,6 +183,20 @@ void td_run_set_nodes(td_run_t *run, uint64_t from_round, unsigned nodes);
  * node ends on the same model. Any thread. */
 bool td_run_reconciles(const td_run_t *run, uint64_t round);
 void td_run_reconciled(td_run_t *run, uint64_t round, const float *mean);
+/* Model-state agreement (daemon/run/run_verify.c). td_run_verifies: whether
+ * the compute thread hashes its state after `round` (TD_RUN_VERIFY): every
+ * verify_every rounds and the last, and a round asked for with
+ * td_run_want_verify() before its outer step (a joiner's first round,
+ * trainctl verify, a repair); never when the run is not verifiable
+ * (td_runspec_verifiable). td_run_want_repair: after hashing `round` the
+ * compute thread waits for td_run_repair() (the members' state of that
+ * round, td_run_anchor_bytes(), copied; TD_EINVAL for a wrong size or round)
+ * or td_run_repair_cancel(), then goes on from it. Any thread. */
+bool td_run_verifies(td_run_t *run, uint64_t round);
+void td_run_want_verify(td_run_t *run, uint64_t round);
+void td_run_want_repair(td_run_t *run, uint64_t round);
+int td_run_repair(td_run_t *run, uint64_t round, const float *state, size_t bytes);
+void td_run_repair_cancel(td_run_t *run, uint64_t round);
 /* Ask the compute thread to stop at the next step; it posts TD_RUN_STOPPED.
  * Events are never dropped: when the loop falls behind, the compute thread
  * waits for room in its mailbox (until td_run_join() or td_run_close()). */

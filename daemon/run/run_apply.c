@@ -4,10 +4,12 @@
  * the waits: the emulated slowdown and the loop's release of a round (its
  * average is in); then the outer step on that average, which moves the
  * anchor and, per mode, params (sync: onto the anchor; overlap: the swap of
- * scheduler/overlap.h), and what the round owes after it: its
- * reconciliation, a late joiner's anchor, a checkpoint. Sync mode's end of a
+ * scheduler/overlap.h), and what the round owes after it: its state hash
+ * (and a repair, run_verify.c), its reconciliation, a late joiner's anchor,
+ * a checkpoint. Sync mode's end of a
  * round is those in a row.
  * Thread: the compute thread only; state in td__compute_t (run_compute.h). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "compute/backend.h"
@@ -16,6 +18,7 @@
 #include "daemon/base/clock.h"
 #include "daemon/run/run_compute.h"
 #include "daemon/run/run_internal.h"
+#include "scheduler/agree.h"
 #include "scheduler/outer.h"
 #include "scheduler/overlap.h"
 #include "scheduler/plan.h"
@@ -137,6 +140,46 @@ static td__run_flow_t post_anchor(td_run_t *run, uint64_t round) {
                            run->numel);
 }
 
+/* Adopt the members' state of a repair: the anchor and the momentum become
+ * theirs exactly; params and the round start move with the anchor (sync:
+ * they are the anchor). */
+static td__run_flow_t adopt_state(td__compute_t *c, float *state) {
+  td_run_t *run = c->run;
+  bool sync = run->spec.mode_kind == TD_MODE_SYNC || c->lead == NULL;
+  for (size_t i = 0; i < run->numel; i++) {
+    if (sync) {
+      c->params[i] = run->start[i] = state[i];
+    } else {
+      float moved = state[i] - run->anchor[i];
+      c->params[i] += moved;
+      run->start[i] += moved;
+    }
+    run->anchor[i] = state[i];
+  }
+  if (run->mom != NULL)
+    memcpy(run->mom, state + run->numel, run->numel * sizeof(float));
+  free(state);
+  return td__compute_push(c);
+}
+
+td__run_flow_t td__compute_verify(td__compute_t *c, uint64_t round) {
+  td_run_t *run = c->run;
+  if (!td_run_verifies(run, round))
+    return TD__RUN_GO_ON;
+  td_run_event_t ev = {.kind = TD_RUN_VERIFY, .round = round};
+  if (td_agree_hash(td_model_layout(run->probe), run->anchor, run->mom, ev.hash) != 0)
+    return TD__RUN_GO_ON; /* libsodium would not start: nothing to compare, training goes on */
+  td__run_flow_t f = td__run_post_copy(run, &ev, "the verified state", run->anchor, run->numel,
+                                       run->mom, run->mom ? run->numel : 0);
+  if (f != TD__RUN_GO_ON || !td__run_repairs(run, round))
+    return f;
+  bool stopped = false;
+  float *state = td__run_wait_repair(run, round, &stopped);
+  if (stopped)
+    return TD__RUN_STOPPED;
+  return state != NULL ? adopt_state(c, state) : TD__RUN_GO_ON;
+}
+
 /* Round r's reconciliation when it has one; `settle`: also wait until it
  * is applied (after the last round, so every node ends on the same model). */
 td__run_flow_t td__compute_reconcile(td__compute_t *c, uint64_t r, bool settle) {
@@ -148,10 +191,13 @@ td__run_flow_t td__compute_reconcile(td__compute_t *c, uint64_t r, bool settle) 
   return f;
 }
 
-/* After round r's outer step: the reconciliation, late-join anchor and
- * checkpoint that round r owes, in that order. */
+/* After round r's outer step: the state hash (and a repair), the
+ * reconciliation, late-join anchor and checkpoint that round r owes, in that
+ * order. */
 td__run_flow_t td__compute_post_round_extras(td__compute_t *c, uint64_t r, bool settle) {
-  td__run_flow_t f = td__compute_reconcile(c, r, settle);
+  td__run_flow_t f = td__compute_verify(c, r);
+  if (f == TD__RUN_GO_ON)
+    f = td__compute_reconcile(c, r, settle);
   if (f == TD__RUN_GO_ON)
     f = post_anchor(c->run, r);
   if (f == TD__RUN_GO_ON)

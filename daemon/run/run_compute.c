@@ -1,7 +1,9 @@
 /* run_compute.c: the compute thread of a run: everything that runs BLAS.
  *
  * It loads the data (its partition, td_shard_open: rows, or bytes of text
- * for a token model), plans the rounds (scheduler/steps.h),
+ * for a token model; the test rows only while it evaluates them: a node that
+ * evaluates only after the last round frees them until then), plans the
+ * rounds (scheduler/steps.h),
  * and then runs each round as a short sequence of phases: begin (fold in what
  * other threads handed over, pick the batch), local steps, post the delta,
  * then one function per mode for what follows a round (sync: wait for the
@@ -281,6 +283,14 @@ static td__run_flow_t set_up(td__compute_t *c) {
   open_evaluator(c, &opts);
   if (sp->transfer > 0)
     open_probe_rows(c);
+  /* a node that evaluates only after its last round holds no test rows until then */
+  if (c->test != NULL && c->eval == NULL && c->val == NULL &&
+      !(periodic_rank(run) && sp->eval_every < run->rounds)) {
+    td_shard_drop_test(&c->data);
+    c->test = NULL;
+    c->eval_set = NULL;
+    c->test_dropped = true;
+  }
   c->batch = run->local_batch;
   if (sp->mode_kind == TD_MODE_OVERLAP &&
       ((c->lead = calloc(run->numel, sizeof(float))) == NULL ||
@@ -515,6 +525,13 @@ static td__run_flow_t round_end(td__compute_t *c, uint64_t round) {
     return TD__RUN_GO_ON;
   }
   double loss = NAN, acc = NAN, bpb = NAN;
+  if (c->test_dropped) { /* the test rows, read again for the last evaluation */
+    if (td_shard_reload_test(&c->data, td_runspec_dataset(&run->spec), c->why, sizeof c->why) != 0)
+      return td__compute_fail(c);
+    c->test = c->data.test;
+    c->eval_set = c->test != NULL ? c->test : c->train;
+    c->test_dropped = false;
+  }
   if (consensus(c, round)) { /* the anchor in the model for the evaluation, then back */
     td_backend_synchronize(c->be); /* the last push is done with the host copy */
     memcpy(c->saved, c->params, run->numel * sizeof(float));

@@ -42,7 +42,8 @@ typedef struct {
   td_shard_t data;                  /* the node's partition: rows, or bytes of text */
   td_dataset_t *train, *test, *val; /* borrowed from data; val: knowledge transfer's probe
                                        rows (owned), or NULL */
-  const td_dataset_t *eval_set;
+  const td_dataset_t *eval_set;     /* NULL while test_dropped */
+  bool test_dropped;                /* the test rows are freed until the last evaluation */
   bool text;                        /* a token model on text: evaluation in bits per byte */
   size_t probe_bytes;               /* text: knowledge transfer's probe prefix, 0 = none */
   td_trainer_t *tr;
@@ -89,7 +90,11 @@ void td__compute_apply_round(td_run_t *run, uint64_t r, float *params, const flo
 td__run_flow_t td__compute_post_checkpoint(td_run_t *run, uint64_t round);
 /* Round r's reconciliation when it has one; `settle`: wait until it is applied. */
 td__run_flow_t td__compute_reconcile(td__compute_t *c, uint64_t r, bool settle);
-/* After round r's outer step: its reconciliation, late-join anchor and checkpoint. */
+/* Round r's state hash when it is a verify round (TD_RUN_VERIFY, run_verify.c),
+ * and the repair the loop asked for at r, waited for and adopted. */
+td__run_flow_t td__compute_verify(td__compute_t *c, uint64_t round);
+/* After round r's outer step: its state hash, reconciliation, late-join anchor
+ * and checkpoint. */
 td__run_flow_t td__compute_post_round_extras(td__compute_t *c, uint64_t r, bool settle);
 /* sync: wait for the round's average, step the anchor and start from it. */
 td__run_flow_t td__compute_after_round_sync(td__compute_t *c, uint64_t round);

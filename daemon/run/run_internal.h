@@ -28,6 +28,8 @@
 #define TD_RUN_PLANS 4
 /* Reconciliations in flight: one being exchanged while the next is posted. */
 #define TD_RUN_REC_SLOTS TD_RECON_SLOTS
+/* Verify rounds asked for at once (td_run_want_verify); the oldest is forgotten. */
+#define TD_RUN_VERIFY_ASKED 4
 
 struct td_run {
   /* set at start, then read-only */
@@ -81,6 +83,9 @@ struct td_run {
   float *seed;          /* late join: anchor (+ momentum) from a member, NULL until given */
   bool held;            /* after READY, wait for td_run_go() */
   uint64_t want_anchor; /* post TD_RUN_ANCHOR once the anchor holds this round */
+  uint64_t verify_asked[TD_RUN_VERIFY_ASKED]; /* verify rounds asked for (0: free) */
+  uint64_t repair_round; /* after hashing this round, wait for repair_state (0: none) */
+  float *repair_state;   /* the members' state of repair_round, once handed over */
   uint64_t nodes_from;  /* from this round on, `nodes_next` nodes share the batch */
   unsigned nodes_next;
   struct {
@@ -141,6 +146,14 @@ bool td__run_eval_take(td__run_eval_t *e, td__run_eval_result_t *out);
 void td__run_eval_submit(td__run_eval_t *e, uint64_t round, const float *params);
 /* Stop the thread (after the evaluation it is in) and free the replica. */
 void td__run_eval_close(td__run_eval_t **self_p);
+
+/* run_verify.c: model-state agreement's hand-offs (see the file). */
+/* Whether the loop asked for a repair after `round` (td_run_want_repair). */
+bool td__run_repairs(td_run_t *run, uint64_t round);
+/* Wait until the loop hands over the members' state of `round` (returned,
+ * td_run_anchor_bytes(), the caller owns it) or cancels (NULL), or a stop
+ * (NULL, *stopped). */
+float *td__run_wait_repair(td_run_t *run, uint64_t round, bool *stopped);
 
 /* run_recon.c: reconciliation slots (see the file). */
 /* Fold the finished reconciliations into the anchor, params and round start,

@@ -173,7 +173,8 @@ td__run_flow_t td__compute_after_round_overlap(td__compute_t *c, uint64_t round)
     if ((f = td__compute_wait_release(c, round)) != TD__RUN_GO_ON)
       return f;
     td__compute_apply_round(run, round, c->params, c->lead);
-    if ((f = td__compute_reconcile(c, round, true)) != TD__RUN_GO_ON)
+    if ((f = td__compute_verify(c, round)) != TD__RUN_GO_ON ||
+        (f = td__compute_reconcile(c, round, true)) != TD__RUN_GO_ON)
       return f;
     memcpy(c->params, run->anchor, run->numel * sizeof(float));
   }

@@ -298,6 +298,21 @@ bool td_runspec_reconciles(const td_runspec_t *rs) {
                             codec.id != TD_CODEC_NONE);
 }
 
+bool td_runspec_verifiable(const td_runspec_t *rs, char *why, size_t why_len) {
+  td_codec_spec_t codec;
+  if (rs->mode_kind == TD_MODE_ASYNC) {
+    td_why(why, why_len, TD_EINVAL, "an async run holds no shared model: each node's is its own");
+    return false;
+  }
+  if (rs->codec_auto || td_codec_parse(&codec, rs->codec, NULL, 0) != 0 ||
+      codec.id != TD_CODEC_NONE) {
+    td_why(why, why_len, TD_EINVAL, "with codec %s each node's anchor differs from the others' "
+           "by design until reconciled; state hashes agree only with codec none", rs->codec);
+    return false;
+  }
+  return true;
+}
+
 int td_runspec_check_checkpoints(const td_runspec_t *rs, uint64_t rounds, uint64_t floats,
                                  uint64_t max_bytes, char *why, size_t why_len) {
   if (rs->checkpoint_every == 0)
@@ -465,6 +480,10 @@ static const run_key_t td__run_keys[] = {
     {"eval_nodes", KEY_UINT, F(eval_nodes), "1", 0, TD_MAX_NODES, NULL,
      "how many nodes (the lowest ranks) evaluate every eval_every rounds; 0: every node. Every "
      "node evaluates after the last round. One keeps the others' CPU for training"},
+    {"verify_every", KEY_UINT, F(verify_every), "10", 0, 100000000, NULL,
+     "sync/overlap with codec none: every N rounds (and after the last, and after a late "
+     "join) the members compare a BLAKE2b hash of their shared model; one that differs from "
+     "the majority is named and fetches the state from members that agree; 0 = off"},
     {"checkpoint_every", KEY_UINT, F(checkpoint_every), "0", 0, 100000000, NULL,
      "rounds between checkpoints in the ledger (0: off)"},
     {"checkpoint_keep", KEY_UINT, F(checkpoint_keep), "3", 0, 100000000, NULL,

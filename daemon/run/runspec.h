@@ -75,6 +75,7 @@ typedef struct {
   unsigned eval_nodes;                  /* ranks below it evaluate every eval_every (0: all) */
   unsigned checkpoint_every;            /* rounds between checkpoints, 0 = off */
   unsigned checkpoint_keep;             /* newest checkpoints kept per run, 0 = all */
+  unsigned verify_every;                /* members compare state hashes every N rounds, 0 = off */
   double round_timeout;                 /* seconds a sync round waits for peers */
   unsigned batch;
   double lr;
@@ -142,6 +143,11 @@ double td_runspec_slowdown(const td_runspec_t *rs, unsigned rank);
  * not off, sync or overlap (async has no shared anchor), a lossy codec (with
  * none every node applies the same exact averages). */
 bool td_runspec_reconciles(const td_runspec_t *rs);
+/* Whether the members hold one shared state bit for bit that they can hash
+ * and compare (scheduler/agree.h): sync or overlap with codec none. NULL or
+ * true; else false and a one-line why (async: no shared model; a lossy
+ * codec: the anchors differ by design between reconciliations). */
+bool td_runspec_verifiable(const td_runspec_t *rs, char *why, size_t why_len);
 /* The ledger space the run's checkpoints would hold at once, with `rounds`
  * rounds of a model of `floats` floats: checkpoint_keep of them, or every one
  * its rounds take with checkpoint_keep = 0. TD_ERANGE + a one-line why when

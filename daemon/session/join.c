@@ -138,6 +138,7 @@ static void add_member(td__session_t *s, uint64_t id, uint64_t from) {
   for (size_t m = 0; m < s->n_members; m++)
     s->plan[m] = td_run_split_batch(s->spec.batch, (unsigned)m, k);
   td_run_set_nodes(s->run, from, k);
+  td__verify_at(s, from); /* every node checks that it starts from the members' state */
   td_run_set_batch(s->run, from, s->plan[s->rank]);
   td__ledger_event(s->node->ledger, back ? "member_back" : "member_added",
                    "%016" PRIx64 " %s run %016" PRIx64 " at round %" PRIu64, id,

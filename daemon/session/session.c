@@ -73,6 +73,7 @@ static void session_stats(const td__session_t *s, td__run_stats_t *out) {
   td__xfer_stats(s->xfer, out);
   td__join_stats(s->join, out);
   td__reconcile_stats(s->recon, out);
+  td__verify_stats(s->verify, out);
 }
 
 void td__session_stats(td__node_t *n, td__run_stats_t *out) {
@@ -94,6 +95,7 @@ static void session_free(td__session_t *s) {
   td__xfer_close(&s->xfer);
   td__join_close(&s->join);
   td__reconcile_close(&s->recon);
+  td__verify_close(&s->verify);
   for (size_t i = 0; i < TD_MEMBERS_MAX; i++)
     td_round_close(&s->peer_inbox[i]);
   td_round_close(&s->collector);
@@ -136,6 +138,18 @@ void td__session_finish(td__node_t *n, td__run_state_t state, double test_accura
   n->session = NULL;
   td__session_unref(&s);
   td__ledgerq_flush(n->ledger);
+}
+
+void td__session_settle(td__node_t *n) {
+  td__session_t *s = n->session;
+  if (s != NULL && s->finish_pending && !td__verify_pending(s->verify, s->rounds))
+    td__session_finish(n, TD__RUN_FINISHED, s->test_accuracy, NULL);
+}
+
+void td__session_on_state_hash(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
+                               size_t bytes) {
+  td__on_state_hash(n, env, l, bytes);
+  td__session_settle(n);
 }
 
 void td__session_abandon(td__node_t *n, const char *why) {
@@ -234,6 +248,7 @@ static void on_run_events(td_run_t *run, void *user) {
     case TD_RUN_PROBE: td__xfer_probe(s, &ev); break;
     case TD_RUN_ANCHOR: td__join_anchor(s, &ev); break;
     case TD_RUN_RECONCILE: td__reconcile_own(s, &ev); break;
+    case TD_RUN_VERIFY: td__verify_own(s, &ev); break;
     case TD_RUN_MODEL: td__model_hold(s, ev.round, ev.blob); break;
     case TD_RUN_CHECKPOINT: {
       size_t bytes = td_run_numel(run) * sizeof(float);
@@ -264,7 +279,11 @@ static void on_run_events(td_run_t *run, void *user) {
       if (ev.kind == TD_RUN_FINISHED) {
         s->test_accuracy = ev.accuracy;
         s->test_bpb = ev.bpb;
-        td__session_finish(n, TD__RUN_FINISHED, ev.accuracy, NULL);
+        /* the members' hashes of the last round may still be on their way:
+         * the run ends once its last vote is decided (td__session_settle) */
+        s->finish_pending = td__verify_pending(s->verify, ev.round);
+        if (!s->finish_pending)
+          td__session_finish(n, TD__RUN_FINISHED, ev.accuracy, NULL);
         return;
       }
       break;
@@ -322,6 +341,8 @@ static int open_parts(td__session_t *s, const td_codec_spec_t *codec, char *why,
     what = "the late-join state";
   if (rc == 0 && (rc = td__reconcile_open(&s->recon, s)) != 0)
     what = "the reconciliation buffers";
+  if (rc == 0 && (rc = td__verify_open(&s->verify, s)) != 0)
+    what = "the state agreement";
   if (rc != 0)
     return td_why(why, why_len, rc, "cannot set up %s: %s", what, td_strerror(rc));
   return 0;
@@ -423,8 +444,10 @@ int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
   td__outbox_skip_to(s->outbox, first_round - 1);
   n->session = s;
   td__rounds_begin(s, first_round);
-  if (first_round > 1) /* fetch the members' model before the first round */
+  if (first_round > 1) { /* fetch the members' model before the first round */
     td__xfer_fetch_seed(s->xfer, sponsor, first_round - 1, td_run_anchor_bytes(s->run));
+    td__verify_at(s, first_round); /* ...and check with them that it holds it */
+  }
   td__ledger_run_start(n->ledger, run_id, spec_text);
   if (first_round > 1)
     td__session_rejoined(n, run_id, first_round);

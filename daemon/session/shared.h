@@ -5,9 +5,10 @@
  * finish), core.c (the members, the running session, its reference count),
  * rounds.c (collecting and closing rounds), outbox.c (encoding our updates),
  * transfer.c (resumable blob transfer and knowledge transfer), join.c (late
- * join), reconcile.c (anchor reconciliation), snapshots.c (which of those
- * three a snapshot message is for), comeback.c (members that fall out of a
- * run and come back into it), model_keep.c (the model a run leaves in the
+ * join), reconcile.c (anchor reconciliation), verify.c (model-state
+ * agreement: the members compare state hashes, one that differs is
+ * repaired), snapshots.c (which of those a snapshot message is for),
+ * comeback.c (members that fall out of a run and come back into it), model_keep.c (the model a run leaves in the
  * ledger) and policy.c (this node's limits over run specs). The session's
  * core (members, rounds, the own-round ring) is shared
  * by these parts; their own state (the outbox, the transfer, the join, the
@@ -58,15 +59,16 @@
 #define TD__AWAY_TIMES_MAX 3
 /* Snapshot serving (transfer.c): a member is served at most this many copies
  * of the newest version of each kind of blob (model, reconciliation message,
- * hub mean); more is counted as a duplicate request. */
+ * hub mean, state for a repair); more is counted as a duplicate request. */
 #define TD__SERVE_COPIES 3
-#define TD__SERVE_KINDS 3
+#define TD__SERVE_KINDS 4
 typedef struct td__node td__node_t;
 typedef struct td__session td__session_t;
 typedef struct td__outbox td__outbox_t;
 typedef struct td__xfer td__xfer_t;
 typedef struct td__join td__join_t;
 typedef struct td__reconcile td__reconcile_t;
+typedef struct td__verify td__verify_t;
 typedef struct td__control td__control_t;
 typedef struct td__monitor td__monitor_t;
 
@@ -261,6 +263,8 @@ struct td__session {
   uint64_t trained, heard;
   bool ended_by[TD_MEMBERS_MAX]; /* the member says it already ended this run */
   bool missed;                   /* stopping because the run ended elsewhere */
+  bool finish_pending;           /* FINISHED came while the last round's state vote was
+                                    open: the run ends once it is decided (verify.c) */
   bool checkpoint_out;           /* the compute thread waits for this checkpoint's write */
   td_round_t *collector;                 /* sync/overlap: every peer's update of a round */
   td_round_t *peer_inbox[TD_MEMBERS_MAX]; /* async: one collector per peer */
@@ -280,9 +284,24 @@ struct td__session {
   td__xfer_t *xfer;
   td__join_t *join;
   td__reconcile_t *recon;
+  td__verify_t *verify;
   float *kept_model;   /* the model the run would keep now (model_keep.c), owned; NULL: none */
   uint64_t kept_round; /* ... the round it holds */
 };
+
+/* Model-state agreement (verify.c): the last round the members voted on. */
+typedef struct {
+  unsigned every;          /* verify_every (0: only on trainctl verify) */
+  char off[192];           /* why the run cannot be verified ("" when it can) */
+  uint64_t round;          /* the last round decided (0: none yet) */
+  size_t members, answered, agree; /* the round's members, hashes in, holders of the agreed */
+  char hash[17];           /* the agreed state hash, first 8 bytes in hex; "": no majority */
+  size_t n_diverged;       /* members whose hash differed from the agreed one */
+  uint64_t diverged[TD_MEMBERS_MAX];
+  uint64_t checks, disagreements, splits, repairs; /* rounds decided, members that differed,
+                                                       rounds with no majority, own repairs */
+  uint64_t repairing;      /* the round this node's repair waits for (0: none) */
+} td__verify_stats_t;
 
 /* A snapshot of a run's figures, for status (kept after the run ended). */
 typedef struct td__run_stats {
@@ -305,6 +324,7 @@ typedef struct td__run_stats {
   size_t n_outliers;    /* members with anything refused, and their counts */
   uint64_t outlier_id[TD_MEMBERS_MAX];
   td__outlier_t outliers[TD_MEMBERS_MAX];
+  td__verify_stats_t verify;
 } td__run_stats_t;
 
 /* Start run `run_id` as one of `members`: a late joiner (first_round > 1)
@@ -315,6 +335,13 @@ typedef struct td__run_stats {
 int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
                       const uint64_t *members, size_t n_members, uint64_t first_round,
                       uint64_t sponsor, bool held, char *why, size_t why_len);
+/* The run finished while its last round's state vote was still open
+ * (finish_pending): end it once the vote is decided. Call after anything
+ * that can decide a vote (a state hash, the heartbeat's timeouts). */
+void td__session_settle(td__node_t *n);
+/* A peer's StateHash: the vote (verify.c), then td__session_settle(). */
+void td__session_on_state_hash(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
+                               size_t bytes);
 /* This node will not run `run_id` (why): log it, record it in the ledger and
  * send RunRefused to every other one of `members`. */
 void td__session_refuse(td__node_t *n, uint64_t run_id, const uint64_t *members,
@@ -451,6 +478,31 @@ void td__reconcile_request(td__session_t *s, td__link_t *l, const Traind__Snapsh
 void td__reconcile_chunk(td__session_t *s, const Traind__Envelope *env);
 void td__reconcile_tick(td__session_t *s);
 void td__reconcile_stats(const td__reconcile_t *r, td__run_stats_t *out);
+
+/* ---- model-state agreement (verify.c) ---------------------------------------------------- */
+
+int td__verify_open(td__verify_t **out, td__session_t *s);
+void td__verify_close(td__verify_t **self_p);
+/* The compute thread hashed its state after ev->round (TD_RUN_VERIFY; the
+ * state in ev->blob is taken): send the hash to the members and vote. */
+void td__verify_own(td__session_t *s, td_run_event_t *ev);
+/* trainctl verify: ask every member to hash its state a few rounds ahead;
+ * that round in *round, or an error and a one-line why (the run cannot be
+ * verified, is not training yet, or ends too soon). */
+int td__verify_ask(td__session_t *s, uint64_t *round, char *why, size_t why_len);
+/* A member joins or comes back from `round`: every node hashes its state
+ * after it (when the run verifies at all). */
+void td__verify_at(td__session_t *s, uint64_t round);
+/* A member asks for our state of rq->round to repair its own (snapshots.c routed it). */
+void td__verify_request(td__session_t *s, td__link_t *l, const Traind__SnapshotRequest *rq);
+/* A chunk of the state this node fetches to repair its own (s: NULL when not our run). */
+void td__verify_chunk(td__session_t *s, uint64_t sender, const Traind__SnapshotChunk *ch);
+/* Heartbeat: decide rounds whose time is up; resume a stalled fetch. */
+void td__verify_tick(td__session_t *s);
+void td__verify_stats(const td__verify_t *v, td__run_stats_t *out);
+/* Whether this node's own hash of `round` is still waiting for the members'. */
+bool td__verify_pending(const td__verify_t *v, uint64_t round);
+void td__on_state_hash(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
 
 /* ---- the model a run keeps (model_keep.c) ------------------------------------------------ */
 

@@ -1,9 +1,9 @@
 /* snapshots.c: where a received SnapshotRequest or SnapshotChunk goes.
  *
- * Three parts move blobs through the same two messages: late join (join.c
- * serves the anchor a joiner asks for), anchor reconciliation (reconcile.c)
- * and knowledge transfer (transfer.c, which also carries the other two's
- * bytes). This router sits above all three, so that transfer.c, which they
+ * Four parts move blobs through the same two messages: late join (join.c
+ * serves the anchor a joiner asks for), anchor reconciliation (reconcile.c),
+ * the repair of a node whose state differs (verify.c) and knowledge transfer
+ * (transfer.c, which also carries the other three's bytes). This router sits above all three, so that transfer.c, which they
  * use, never calls them back by name. Loop thread. */
 #include "daemon/session/shared.h"
 
@@ -19,6 +19,13 @@ void td__on_snapshot_request(td__node_t *n, const Traind__Envelope *env, td__lin
       td__drop(&n->drops, TD__DROP_WRONG_RUN, "reconciliation request for a round we do not hold");
     else
       td__reconcile_request(s, l, rq);
+    return;
+  }
+  if (rq->repair) {
+    if (l == NULL || !member)
+      td__drop(&n->drops, TD__DROP_WRONG_RUN, "state request for a round we do not hold");
+    else
+      td__verify_request(s, l, rq);
     return;
   }
   if (l != NULL && member && rq->join) {
@@ -41,6 +48,13 @@ void td__on_snapshot_chunk(td__node_t *n, const Traind__Envelope *env, td__link_
       td__drop(&n->drops, TD__DROP_WRONG_RUN, "reconciliation chunk outside our run");
     else
       td__reconcile_chunk(s, env);
+    return;
+  }
+  if (ch->repair) {
+    if (s == NULL)
+      td__drop(&n->drops, TD__DROP_WRONG_RUN, "state chunk outside our run");
+    else
+      td__verify_chunk(s, env->sender, ch);
     return;
   }
   td__xfer_on_chunk(s, env->sender, ch, &n->drops);

@@ -16,7 +16,7 @@
  * reconcile.c, the rest here (td__xfer_on_request, td__xfer_on_chunk).
  *
  * What one member is served is bounded: per kind of blob (a model or seed,
- * a reconciliation message, a hub's mean) only its newest version, and of
+ * a reconciliation message, a hub's mean, a state for a repair) only its newest version, and of
  * that at most TD__SERVE_COPIES times the blob's bytes; a request beyond that
  * (an older version, or the same one asked again and again) is counted as a
  * duplicate and not answered. An honest receiver asks once and resumes from
@@ -99,7 +99,7 @@ static bool within_budget(td__session_t *s, td__link_t *l, const Traind__Snapsho
   size_t i = td__session_member(s, td__link_peer(l));
   if (s->xfer == NULL || i == TD_MEMBERS_MAX)
     return true; /* not a member's request: nothing to bound per member */
-  size_t kind = !tmpl->reconcile ? 0 : tmpl->mean_of == 0 ? 1 : 2;
+  size_t kind = tmpl->repair ? 3 : !tmpl->reconcile ? 0 : tmpl->mean_of == 0 ? 1 : 2;
   served_t *b = &s->xfer->served[i][kind];
   if (tmpl->round > b->round) { /* a newer version: a fresh budget */
     b->round = tmpl->round;

@@ -430,6 +430,32 @@ START_TEST(checkpoint_space_is_held_to_the_limit) {
 }
 END_TEST
 
+/* Model-state agreement needs one shared state bit for bit: sync or overlap
+ * with codec none; the others say why not. */
+START_TEST(verifiable_runs_hold_one_state) {
+  td_runspec_t rs;
+  char why[512] = "";
+  td_runspec_defaults(&rs);
+  ck_assert_uint_eq(rs.verify_every, 10);
+  ck_assert(td_runspec_verifiable(&rs, why, sizeof why));
+  ck_assert(td_runspec_verifiable(&rs, NULL, 0));
+  td_runspec_set_arg(&rs, "mode=overlap", why, sizeof why);
+  ck_assert(td_runspec_verifiable(&rs, why, sizeof why));
+  td_runspec_set_arg(&rs, "codec=fp16", why, sizeof why);
+  ck_assert(!td_runspec_verifiable(&rs, why, sizeof why));
+  ck_assert_msg(strstr(why, "codec fp16") != NULL && strstr(why, "codec none") != NULL, "%s", why);
+  td_runspec_set_arg(&rs, "codec=auto", why, sizeof why);
+  ck_assert(!td_runspec_verifiable(&rs, why, sizeof why));
+  td_runspec_defaults(&rs);
+  td_runspec_set_arg(&rs, "mode=async:2", why, sizeof why);
+  ck_assert(!td_runspec_verifiable(&rs, why, sizeof why));
+  ck_assert_msg(strstr(why, "async") != NULL, "%s", why);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "verify_every=0", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "verify_every=-1", why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, "verify_every"));
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("runspec");
   TCase *tc = tcase_create("core");
@@ -446,6 +472,7 @@ int main(void) {
   tcase_add_test(tc, ef_decay_follows_the_optimizer_or_the_operator);
   tcase_add_test(tc, checkpoint_space_is_held_to_the_limit);
   tcase_add_test(tc, init_names_a_file_or_a_run_and_round);
+  tcase_add_test(tc, verifiable_runs_hold_one_state);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

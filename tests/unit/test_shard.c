@@ -3,7 +3,9 @@
  *
  * Labelled data: every node's rows are normalised with the statistics of the
  * whole training set (not of its own partition), the partitions of all nodes
- * add up to the whole set, and a node left without rows is an error. Text:
+ * add up to the whole set, and a node left without rows is an error. An IDX
+ * set is read row by row (only the node's rows are held): its rows are bit
+ * for bit those of the whole set loaded, normalised and subset. Text:
  * node k gets the k-th contiguous range of the training bytes and every node
  * the same validation text. */
 #include <check.h>
@@ -14,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "compute/data/partition.h"
 #include "compute/data/shard.h"
 
 static char tmpdir[64];
@@ -87,6 +90,152 @@ START_TEST(labelled_partitions_share_the_whole_sets_normalisation) {
 }
 END_TEST
 
+static void put_be32(FILE *f, uint32_t v) {
+  uint8_t b[4] = {(uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8), (uint8_t)v};
+  fwrite(b, 1, 4, f);
+}
+
+/* An IDX pair of `rows` ubyte images of 3 x 5 and their labels (4 classes). */
+static void write_idx(const char *images, const char *labels, uint32_t rows) {
+  FILE *f = fopen(images, "wb");
+  ck_assert_ptr_nonnull(f);
+  put_be32(f, 0x0803);
+  put_be32(f, rows);
+  put_be32(f, 3);
+  put_be32(f, 5);
+  for (uint32_t i = 0; i < rows * 15; i++)
+    fputc((int)((i * 37 + i / 15 * 11) % 256), f);
+  fclose(f);
+  f = fopen(labels, "wb");
+  ck_assert_ptr_nonnull(f);
+  put_be32(f, 0x0801);
+  put_be32(f, rows);
+  for (uint32_t i = 0; i < rows; i++)
+    fputc((int)((i * 7) % 4), f);
+  fclose(f);
+}
+
+/* The reference: the whole set loaded, normalised with its statistics, and
+ * node k's rows copied, as nodes did before they read only their rows. */
+static td_dataset_t *reference_rows(const char *spec, const char *partition, unsigned k,
+                                    unsigned nodes, uint64_t seed) {
+  td_dataset_t *train = NULL, *test = NULL, *sub = NULL;
+  char why[512] = "";
+  ck_assert_msg(td_dataset_open(&train, &test, spec, why, sizeof why) == 0, "%s", why);
+  double mean, std;
+  td_dataset_stats(train, &mean, &std);
+  td_dataset_normalize(train, mean, std);
+  td_partition_t part;
+  ck_assert_int_eq(td_partition_parse(&part, partition, why, sizeof why), 0);
+  uint32_t *idx = NULL;
+  size_t n = 0;
+  ck_assert_int_eq(td_partition_indices(&part, td_dataset_labels_const(train),
+                                        td_dataset_rows(train), td_dataset_classes(train), k,
+                                        nodes, seed, &idx, &n),
+                   0);
+  ck_assert_int_eq(td_dataset_subset(&sub, train, idx, n), 0);
+  free(idx);
+  td_dataset_close(&train);
+  td_dataset_close(&test);
+  return sub;
+}
+
+static void same_rows(const td_dataset_t *a, const td_dataset_t *b) {
+  ck_assert_uint_eq(td_dataset_rows(a), td_dataset_rows(b));
+  ck_assert_uint_eq(td_dataset_dim(a), td_dataset_dim(b));
+  ck_assert_int_eq(td_dataset_classes(a), td_dataset_classes(b));
+  size_t n = td_dataset_rows(a) * td_dataset_dim(a);
+  ck_assert_mem_eq(td_dataset_features_const(a), td_dataset_features_const(b), n * sizeof(float));
+  ck_assert_mem_eq(td_dataset_labels_const(a), td_dataset_labels_const(b),
+                   td_dataset_rows(a) * sizeof(int32_t));
+}
+
+START_TEST(idx_partitions_are_read_row_by_row_bit_for_bit) {
+  make_tmpdir();
+  char images[128], labels[128], spec[300], why[512] = "";
+  snprintf(images, sizeof images, "%s/img.idx", tmpdir);
+  snprintf(labels, sizeof labels, "%s/lab.idx", tmpdir);
+  write_idx(images, labels, 97);
+  snprintf(spec, sizeof spec, "idx:%s,%s", images, labels);
+  const char *parts[] = {"iid", "dirichlet:0.5", "shard:2"};
+  for (size_t p = 0; p < 3; p++) {
+    size_t total = 0;
+    for (unsigned k = 0; k < 3; k++) {
+      td_shard_t s;
+      td_shard_opts_t o = {.dataset = spec, .partition = parts[p], .rank = k, .nodes = 3,
+                           .seed = 11};
+      ck_assert_msg(td_shard_open(&s, &o, why, sizeof why) == 0, "%s: %s", parts[p], why);
+      ck_assert_uint_eq(s.full_count, 97);
+      td_dataset_t *ref = reference_rows(spec, parts[p], k, 3, 11);
+      same_rows(s.train, ref);
+      total += td_dataset_rows(s.train);
+      td_dataset_close(&ref);
+      td_shard_close(&s);
+    }
+    ck_assert_uint_eq(total, 97);
+  }
+  remove_tmpdir();
+}
+END_TEST
+
+/* A node that evaluates only at the end frees its test rows and reads them
+ * again then: the same rows, normalised the same way. */
+START_TEST(test_rows_dropped_and_read_again_are_the_same) {
+  make_tmpdir();
+  char images[128], labels[128], timages[128], tlabels[128], spec[600], why[512] = "";
+  snprintf(images, sizeof images, "%s/img.idx", tmpdir);
+  snprintf(labels, sizeof labels, "%s/lab.idx", tmpdir);
+  snprintf(timages, sizeof timages, "%s/timg.idx", tmpdir);
+  snprintf(tlabels, sizeof tlabels, "%s/tlab.idx", tmpdir);
+  write_idx(images, labels, 60);
+  write_idx(timages, tlabels, 13);
+  snprintf(spec, sizeof spec, "idx:%s,%s,%s,%s", images, labels, timages, tlabels);
+  for (unsigned nodes = 1; nodes <= 2; nodes++) { /* the whole set, and a partition */
+    td_shard_t s;
+    td_shard_opts_t o = {.dataset = spec, .partition = "iid", .rank = 0, .nodes = nodes};
+    ck_assert_msg(td_shard_open(&s, &o, why, sizeof why) == 0, "%s", why);
+    ck_assert_uint_eq(td_dataset_rows(s.test), 13);
+    size_t bytes = 13 * td_dataset_dim(s.test) * sizeof(float);
+    float *before = malloc(bytes);
+    memcpy(before, td_dataset_features_const(s.test), bytes);
+    td_shard_drop_test(&s);
+    ck_assert_ptr_null(s.test);
+    ck_assert_msg(td_shard_reload_test(&s, spec, why, sizeof why) == 0, "%s", why);
+    ck_assert_uint_eq(td_dataset_rows(s.test), 13);
+    ck_assert_mem_eq(td_dataset_features_const(s.test), before, bytes);
+    free(before);
+    td_shard_close(&s);
+  }
+  remove_tmpdir();
+}
+END_TEST
+
+/* The same on the real Fashion-MNIST files, when the package is installed:
+ * a node of 4 holds 15000 rows, equal to the rows of the whole set. */
+START_TEST(fashion_mnist_partition_equals_the_whole_sets_rows) {
+  const char *dir = getenv("TRAIND_FASHION_MNIST_DIR");
+  char path[512];
+  snprintf(path, sizeof path, "%s/train-images-idx3-ubyte.gz",
+           dir != NULL && dir[0] != '\0' ? dir : TD_FASHION_MNIST_DIR);
+  if (access(path, R_OK) != 0) {
+    printf("fashion_mnist_partition_equals_the_whole_sets_rows: %s not installed\n", path);
+    return;
+  }
+  td_shard_t s;
+  char why[512] = "";
+  td_shard_opts_t o = {.dataset = "fashion-mnist", .partition = "iid", .rank = 2, .nodes = 4,
+                       .seed = 3};
+  ck_assert_msg(td_shard_open(&s, &o, why, sizeof why) == 0, "%s", why);
+  ck_assert_uint_eq(s.full_count, 60000);
+  ck_assert_uint_eq(td_dataset_rows(s.train), 15000);
+  ck_assert_uint_eq(td_dataset_rows(s.test), 10000);
+  td_dataset_t *ref = reference_rows("fashion-mnist", "iid", 2, 4, 3);
+  same_rows(s.train, ref);
+  td_dataset_close(&ref);
+  td_shard_close(&s);
+}
+END_TEST
+
 START_TEST(text_partitions_are_byte_ranges_of_the_training_text) {
   make_tmpdir();
   char path[128], spec[256], why[512] = "";
@@ -122,6 +271,10 @@ int main(void) {
   Suite *s = suite_create("shard");
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, labelled_partitions_share_the_whole_sets_normalisation);
+  tcase_add_test(tc, idx_partitions_are_read_row_by_row_bit_for_bit);
+  tcase_add_test(tc, fashion_mnist_partition_equals_the_whole_sets_rows);
+  tcase_add_test(tc, test_rows_dropped_and_read_again_are_the_same);
+  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, text_partitions_are_byte_ranges_of_the_training_text);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -1,5 +1,6 @@
 /* test_wire.c: the wire module. Every body round-trips; wrong versions, missing
- * bodies, oversized and inconsistent messages are refused with TD_EPROTO and a
+ * bodies, oversized and inconsistent messages (a state hash that is not 32
+ * bytes) are refused with TD_EPROTO and a
  * reason; random and truncated bytes never crash the decoder. */
 #include <check.h>
 #include <stdlib.h>
@@ -137,6 +138,41 @@ START_TEST(too_many_peers_and_oversized_buffers_are_refused) {
 }
 END_TEST
 
+/* A state hash is 32 bytes, or none (a request); any other length is refused. */
+START_TEST(state_hash_is_32_bytes_or_a_request) {
+  uint8_t hash[TD_WIRE_STATE_HASH_BYTES + 1];
+  memset(hash, 0x5a, sizeof hash);
+  size_t lens[] = {TD_WIRE_STATE_HASH_BYTES, 0, 31, TD_WIRE_STATE_HASH_BYTES + 1};
+  for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+    Traind__StateHash sh = TRAIND__STATE_HASH__INIT;
+    sh.round = 40;
+    sh.hash.data = hash;
+    sh.hash.len = lens[i];
+    Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+    env.body_case = TRAIND__ENVELOPE__BODY_STATE_HASH;
+    env.state_hash = &sh;
+    env.sender = 3;
+    uint8_t *buf;
+    size_t len;
+    char why[128] = "";
+    Traind__Envelope *got = NULL;
+    ck_assert_int_eq(td_wire_pack(&env, &buf, &len), 0);
+    int rc = td_wire_unpack(&got, buf, len, why, sizeof why);
+    if (i < 2) {
+      ck_assert_int_eq(rc, 0);
+      ck_assert_uint_eq(got->state_hash->round, 40);
+      ck_assert_uint_eq(got->state_hash->hash.len, lens[i]);
+      ck_assert_str_eq(td_wire_body_name(got), "state_hash");
+      td_wire_free(&got);
+    } else {
+      ck_assert_int_eq(rc, TD_EPROTO);
+      ck_assert_ptr_nonnull(strstr(why, "state hash"));
+    }
+    free(buf);
+  }
+}
+END_TEST
+
 /* Hostile input: random bytes and every truncation of a valid message. */
 START_TEST(random_and_truncated_bytes_never_crash) {
   td_rng_t rng;
@@ -204,6 +240,7 @@ int main(void) {
   tcase_add_test(tc, update_chunk_round_trips_and_limits_apply);
   tcase_add_test(tc, wrong_version_and_missing_body_are_refused);
   tcase_add_test(tc, too_many_peers_and_oversized_buffers_are_refused);
+  tcase_add_test(tc, state_hash_is_32_bytes_or_a_request);
   tcase_add_test(tc, random_and_truncated_bytes_never_crash);
   tcase_add_test(tc, control_messages_round_trip);
   suite_add_tcase(s, tc);
