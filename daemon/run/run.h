@@ -159,8 +159,9 @@ void td_run_merge(td_run_t *run, const float *x, double lambda);
 /* Rows per step from round `from_round` on (weighted batching); ignored when
  * outside [1, global batch]. */
 void td_run_set_batch(td_run_t *run, uint64_t from_round, unsigned batch);
-/* Late join. The consensus state is the anchor and, with outer momentum, its
- * buffer: td_run_anchor_bytes() bytes. A member asks for it with
+/* Late join. The consensus state is the anchor and, with outer momentum or an
+ * adaptive outer optimizer, that optimizer's state (scheduler/outer.h):
+ * td_run_anchor_bytes() bytes. A member asks for it with
  * td_run_want_anchor(run, R - 1) (a TD_RUN_ANCHOR event once the anchor holds
  * round R - 1); the joiner starts from it with td_run_seed() (copied; TD_EINVAL
  * for a wrong size), and every node counts `nodes` sharers of the batch from

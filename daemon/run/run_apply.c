@@ -93,8 +93,8 @@ td__run_flow_t td__compute_wait_release(td__compute_t *c, uint64_t round) {
  * (lead != NULL), params += step - lead (swap what params still hold of round
  * r for the global step, keeping the progress made since; scheduler/overlap.h). */
 void td__compute_apply_round(td_run_t *run, uint64_t r, float *params, const float *lead) {
-  td_outer_opts_t o = {.lr = run->spec.outer_lr, .momentum = run->spec.outer_momentum,
-                       .nesterov = run->spec.outer_nesterov, .clip = run->spec.outer_clip};
+  td_outer_opts_t o;
+  td_runspec_outer_opts(&run->spec, &o);
   float *avg = run->avg[r % 2];
   td_outer_step(&o, avg, run->mom, avg, run->numel); /* avg becomes the step */
   for (size_t i = 0; i < run->numel; i++)
@@ -124,7 +124,7 @@ td__run_flow_t td__compute_post_checkpoint(td_run_t *run, uint64_t round) {
   return td__run_post_copy(run, &ev, "the checkpoint", model, run->numel, NULL, 0);
 }
 
-/* Late join, serving side: a copy of the anchor (and the outer momentum) once
+/* Late join, serving side: a copy of the anchor (and the outer state) once
  * it holds `round`, for a node that joins from round + 1. */
 static td__run_flow_t post_anchor(td_run_t *run, uint64_t round) {
   pthread_mutex_lock(&run->mu);
@@ -134,7 +134,7 @@ static td__run_flow_t post_anchor(td_run_t *run, uint64_t round) {
     return TD__RUN_GO_ON;
   td_run_event_t ev = {.kind = TD_RUN_ANCHOR, .round = round};
   return td__run_post_copy(run, &ev, "the late-join anchor", run->anchor, run->numel, run->mom,
-                           run->numel);
+                           run->mom_floats);
 }
 
 /* Round r's reconciliation when it has one; `settle`: also wait until it

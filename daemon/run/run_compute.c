@@ -312,7 +312,7 @@ static td__run_flow_t wait_seed(td__compute_t *c) {
   if (!stopped) {
     memcpy(run->anchor, run->seed, run->numel * sizeof(float));
     if (run->mom)
-      memcpy(run->mom, run->seed + run->numel, run->numel * sizeof(float));
+      memcpy(run->mom, run->seed + run->numel, run->mom_floats * sizeof(float));
   }
   pthread_mutex_unlock(&run->mu);
   if (stopped)

@@ -50,7 +50,9 @@ struct td_run {
   float *delta[2]; /* own delta of round r in [r % 2] */
   float *avg[2];   /* average of round r in [r % 2], written by the loop */
   float *start;    /* params at the start of the round (overlap, async) */
-  float *mom;      /* outer momentum buffer (NULL when not needed) */
+  float *mom;      /* outer optimizer state (NULL when not needed): sgd's momentum, or
+                      adam/yogi/adagrad's m then v (scheduler/outer.h) */
+  size_t mom_floats; /* its length: td_outer_state_floats() */
   float *init;     /* the shared initial model (reconciliation measures from it) */
 
   uv_loop_t *loop;

@@ -241,6 +241,19 @@ static int check_reconcile_via(td_runspec_t *rs, const char *v, char *why, size_
 }
 
 /* ef_decay = auto | lr | off (the order of td_ef_decay_t) */
+static int check_outer(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  static const char *const names[] = {"sgd", "adam", "yogi", "adagrad"};
+  _Static_assert(TD_OUTER_SGD == 0 && TD_OUTER_ADAM == 1 && TD_OUTER_YOGI == 2 &&
+                     TD_OUTER_ADAGRAD == 3, "check_outer lists the kinds in enum order");
+  for (unsigned i = 0; i < 4; i++)
+    if (strcmp(v, names[i]) == 0) {
+      rs->outer_kind = i;
+      return 0;
+    }
+  return td_why(why, n, TD_ECONFIG,
+                "'%s' is not an outer optimizer (accepted: sgd, adam, yogi, adagrad)", v);
+}
+
 static int check_ef_decay(td_runspec_t *rs, const char *v, char *why, size_t n) {
   static const char *const names[3] = {"auto", "lr", "off"};
   return pick_name("ef_decay", names, v, &rs->ef_decay_kind, why, n);
@@ -410,14 +423,25 @@ static const run_key_t td__run_keys[] = {
     {"norm_bound", KEY_STR, F(norm_bound), "auto", 0, 0, check_norm_bound,
      "reject outright an update longer than R x the round's median norm: R | off | auto "
      "(5 with trimmed and median, off with mean and clip)"},
+    {"outer", KEY_STR, F(outer), "sgd", 0, 0, check_outer,
+     "the outer (server) optimizer on each round's average, the same on every node: sgd "
+     "(outer_momentum, outer_nesterov, outer_clip) | adam | yogi | adagrad (Reddi et al. "
+     "2021: outer_beta1, outer_beta2, outer_tau; steps of about outer_lr per coordinate, so "
+     "outer_lr 0.001 to 0.1)"},
     {"outer_lr", KEY_DOUBLE, F(outer_lr), "1", 1e-6, 100, NULL,
-     "outer learning rate on the round average (1 = plain averaging)"},
+     "outer learning rate on the round average (sgd: 1 = plain averaging)"},
     {"outer_momentum", KEY_DOUBLE, F(outer_momentum), "0", 0, 0.999999, NULL,
      "outer momentum in [0, 1)"},
     {"outer_nesterov", KEY_BOOL, F(outer_nesterov), "false", 0, 0, NULL,
      "Nesterov outer momentum"},
     {"outer_clip", KEY_DOUBLE, F(outer_clip), "0", 0, 1e30, NULL,
      "element-wise clamp of the outer momentum buffer (0: off)"},
+    {"outer_beta1", KEY_DOUBLE, F(outer_beta1), "0.9", 0, 0.999999, NULL,
+     "outer = adam, yogi, adagrad: decay of the first moment of the round averages"},
+    {"outer_beta2", KEY_DOUBLE, F(outer_beta2), "0.99", 0, 0.999999, NULL,
+     "outer = adam, yogi: decay of the second moment"},
+    {"outer_tau", KEY_DOUBLE, F(outer_tau), "0.001", 1e-9, 10, NULL,
+     "outer = adam, yogi, adagrad: added to the root of the second moment (adaptivity)"},
     {"staleness_kappa", KEY_DOUBLE, F(staleness_kappa), "0.5", 0, 100, NULL,
      "async: an update a rounds old weighs (1 + a)^-kappa"},
     {"ef_decay", KEY_STR, F(ef_decay), "auto", 0, 0, check_ef_decay,
@@ -648,6 +672,17 @@ void td_runspec_optim_opts(const td_runspec_t *rs, td_optim_opts_t *out) {
                            .eps = rs->eps};
 }
 
+void td_runspec_outer_opts(const td_runspec_t *rs, td_outer_opts_t *out) {
+  *out = (td_outer_opts_t){.kind = (td_outer_kind_t)rs->outer_kind,
+                           .lr = rs->outer_lr,
+                           .momentum = rs->outer_momentum,
+                           .nesterov = rs->outer_nesterov,
+                           .clip = rs->outer_clip,
+                           .beta1 = rs->outer_beta1,
+                           .beta2 = rs->outer_beta2,
+                           .tau = rs->outer_tau};
+}
+
 int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len) {
   bool text = td_runspec_is_text(rs);
   if (token_model(rs->model) && !text)
@@ -667,6 +702,20 @@ int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len) {
     return td_why(why, why_len, TD_ECONFIG, "nesterov: needs momentum > 0");
   if (rs->outer_nesterov && rs->outer_momentum <= 0)
     return td_why(why, why_len, TD_ECONFIG, "outer_nesterov: needs outer_momentum > 0");
+  if (rs->outer_kind != TD_OUTER_SGD &&
+      (rs->outer_momentum > 0 || rs->outer_nesterov || rs->outer_clip > 0))
+    return td_why(why, why_len, TD_ECONFIG,
+                  "%s: applies to outer = sgd; outer = %s keeps its own first moment "
+                  "(outer_beta1)",
+                  rs->outer_momentum > 0 ? "outer_momentum"
+                  : rs->outer_nesterov   ? "outer_nesterov"
+                                         : "outer_clip",
+                  rs->outer);
+  if (rs->outer_kind != TD_OUTER_SGD && rs->mode_kind == TD_MODE_ASYNC)
+    return td_why(why, why_len, TD_ECONFIG,
+                  "outer = %s: needs rounds (mode sync or overlap); async adds each update as "
+                  "it arrives, with no round average to step on",
+                  rs->outer);
   td_agg_spec_t agg;
   td_runspec_agg(rs, &agg);
   if (rs->mode_kind == TD_MODE_ASYNC && (agg.kind != TD_AGG_MEAN || agg.norm_bound > 0))

@@ -16,6 +16,7 @@
 
 #include "compute/optim.h"
 #include "scheduler/aggregate.h"
+#include "scheduler/outer.h"
 
 #define TD_RUNSPEC_STR_MAX 1024
 #define TD_RUNSPEC_MAX_SLOWDOWNS 64
@@ -63,6 +64,9 @@ typedef struct {
   td_agg_spec_t agg;                    /* from both; norm_bound -1 = auto (td_runspec_agg) */
   double outer_lr, outer_momentum, outer_clip;
   bool outer_nesterov;
+  char outer[TD_RUNSPEC_STR_MAX];       /* sgd | adam | yogi | adagrad */
+  unsigned outer_kind;                  /* td_outer_kind_t (scheduler/outer.h), from outer */
+  double outer_beta1, outer_beta2, outer_tau; /* adam, yogi, adagrad */
   double staleness_kappa;               /* async weight (1 + a)^-kappa */
   unsigned budget_ms;                   /* codec=auto: least time budget of a round's exchange */
   char ef_decay[TD_RUNSPEC_STR_MAX];    /* auto | lr | off */
@@ -125,6 +129,9 @@ typedef enum { TD_EF_DECAY_AUTO, TD_EF_DECAY_LR, TD_EF_DECAY_OFF } td_ef_decay_t
 bool td_runspec_ef_decays(const td_runspec_t *rs);
 /* Whether that dataset is text (bits per byte) rather than classes (accuracy). */
 bool td_runspec_is_text(const td_runspec_t *rs);
+/* The outer step's options from outer, outer_lr, outer_momentum,
+ * outer_nesterov, outer_clip, outer_beta1, outer_beta2 and outer_tau. */
+void td_runspec_outer_opts(const td_runspec_t *rs, td_outer_opts_t *out);
 /* Cross-key checks (e.g. nesterov needs momentum > 0, a gpt model needs text
  * and every other model features). */
 int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len);

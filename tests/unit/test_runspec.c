@@ -147,6 +147,42 @@ START_TEST(bad_values_are_refused_with_the_key_named) {
 }
 END_TEST
 
+/* outer = adam | yogi | adagrad: parsed into the outer step's options;
+ * sgd's own keys and async mode are refused with the key named. */
+START_TEST(outer_optimizer_keys_parse_and_refuse_mixtures) {
+  td_runspec_t rs;
+  char why[512] = "";
+  td_runspec_defaults(&rs);
+  td_outer_opts_t o;
+  td_runspec_outer_opts(&rs, &o);
+  ck_assert_int_eq(o.kind, TD_OUTER_SGD);
+  ck_assert(!td_outer_needs_buffer(&o)); /* the default is plain averaging */
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "outer=yogi", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "outer_lr=0.03", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "outer_beta2=0.999", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "outer_tau=1e-4", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), 0);
+  td_runspec_outer_opts(&rs, &o);
+  ck_assert_int_eq(o.kind, TD_OUTER_YOGI);
+  ck_assert(o.lr == 0.03 && o.beta1 == 0.9 && o.beta2 == 0.999 && o.tau == 1e-4);
+  ck_assert_uint_eq(td_outer_state_floats(&o, 10), 20);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "outer=Adam", why, sizeof why), TD_ECONFIG);
+  ck_assert_str_eq(why,
+                   "outer: 'Adam' is not an outer optimizer (accepted: sgd, adam, yogi, adagrad)");
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "outer_tau=0", why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, "outer_tau"));
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "outer_beta1=1", why, sizeof why), TD_ECONFIG);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "outer_momentum=0.9", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, "outer_momentum: applies to outer = sgd"));
+  td_runspec_defaults(&rs);
+  td_runspec_set_arg(&rs, "outer=adagrad", why, sizeof why);
+  td_runspec_set_arg(&rs, "mode=async:2", why, sizeof why);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, "outer = adagrad: needs rounds"));
+}
+END_TEST
+
 /* The scheduler keys fill their parsed fields, and slowdown lists are per rank. */
 /* optimizer keys: defaults, parsed kind, and the cross-key rule for nesterov */
 /* `--set codec=topk:2`: the codec's own parser names the parameter and its
@@ -412,6 +448,7 @@ int main(void) {
   tcase_add_test(tc, defaults_are_valid_and_documented);
   tcase_add_test(tc, set_parses_every_type);
   tcase_add_test(tc, bad_values_are_refused_with_the_key_named);
+  tcase_add_test(tc, outer_optimizer_keys_parse_and_refuse_mixtures);
   tcase_add_test(tc, codec_with_a_bad_parameter_names_it_and_its_range);
   tcase_add_test(tc, ini_files_use_the_same_table);
   tcase_add_test(tc, canonical_text_round_trips);
