@@ -381,6 +381,11 @@ static td__run_flow_t round_steps(td__compute_t *c, uint64_t round, td_train_sta
     n--;
   }
   c->warm = true;
+  if (run->spec.prox_mu > 0) { /* FedProx pulls toward the model the delta is taken from */
+    const float *x = run->spec.mode_kind == TD_MODE_SYNC ? run->anchor : run->start;
+    if (td_trainer_set_prox(c->tr, run->spec.prox_mu, x, c->why, sizeof c->why) != 0)
+      return td__compute_fail(c);
+  }
   c->swap_step = (unsigned)td_run_steps_of(run, round);
   double t0 = td_clock_mono_s(), cpu0 = td_backend_cpu_seconds(c->be);
   if (td__compute_swaps_early(c, round)) {

@@ -442,6 +442,10 @@ static const run_key_t td__run_keys[] = {
      "outer = adam, yogi: decay of the second moment"},
     {"outer_tau", KEY_DOUBLE, F(outer_tau), "0.001", 1e-9, 10, NULL,
      "outer = adam, yogi, adagrad: added to the root of the second moment (adaptivity)"},
+    {"prox_mu", KEY_DOUBLE, F(prox_mu), "0", 0, 1000, NULL,
+     "FedProx: each local step's gradient gains prox_mu (w - x), x the model the round "
+     "started from (sync: the anchor), pulling a node's steps back toward it on skewed data "
+     "(try 0.001 to 1); 0: off, FedAvg bit for bit. CPU backend"},
     {"staleness_kappa", KEY_DOUBLE, F(staleness_kappa), "0.5", 0, 100, NULL,
      "async: an update a rounds old weighs (1 + a)^-kappa"},
     {"ef_decay", KEY_STR, F(ef_decay), "auto", 0, 0, check_ef_decay,

@@ -67,6 +67,7 @@ typedef struct {
   char outer[TD_RUNSPEC_STR_MAX];       /* sgd | adam | yogi | adagrad */
   unsigned outer_kind;                  /* td_outer_kind_t (scheduler/outer.h), from outer */
   double outer_beta1, outer_beta2, outer_tau; /* adam, yogi, adagrad */
+  double prox_mu;                       /* FedProx: mu (w - round start) in the gradient */
   double staleness_kappa;               /* async weight (1 + a)^-kappa */
   unsigned budget_ms;                   /* codec=auto: least time budget of a round's exchange */
   char ef_decay[TD_RUNSPEC_STR_MAX];    /* auto | lr | off */

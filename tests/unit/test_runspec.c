@@ -91,6 +91,7 @@ START_TEST(bad_values_are_refused_with_the_key_named) {
       {"eps", "0"},            {"eps", "-1e-8"},         {"eps", "2"},
       {"clip", "-1"},          {"clip", "inf"},          {"dataset", "text:"},
       {"backend", "cuda:x"},   {"backend", "cuda:"},     {"backend", "gpu"},
+      {"prox_mu", "-0.1"},     {"prox_mu", "nan"},       {"outer", "fedavg"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     td_runspec_t rs;
