@@ -151,6 +151,12 @@ float *td_run_avg(td_run_t *run, uint64_t round);
 /* sync/overlap: round's average is final. async: every live peer has sent
  * rounds up to `round` (UINT64_MAX when no peer is left). */
 void td_run_release(td_run_t *run, uint64_t round);
+/* Client sampling (participation; scheduler/sample.h): the mask of the
+ * member ranks that train `round` (bit i: rank i), drawn from (seed, round)
+ * over the nodes counted at that round (td_run_set_nodes), so every member
+ * holds the same one; every member with participation 1. Any thread. */
+uint64_t td_run_sample(td_run_t *run, uint64_t round);
+bool td_run_in_sample(td_run_t *run, uint64_t round, unsigned rank);
 /* async: add weight * delta (a peer's update) into the inbox (any thread). */
 void td_run_async_add(td_run_t *run, const float *delta, double weight);
 /* Knowledge transfer: merge params = (1 - lambda) params + lambda x (x is

@@ -41,13 +41,16 @@ td__run_flow_t td__compute_push(td__compute_t *c) {
 /* ---- waiting ------------------------------------------------------------------------- */
 
 /* Stay idle for `seconds` (slowdown's part of a step), without burning a
- * core another node needs. A stop ends the wait. */
-static void sleep_for(td_run_t *run, double seconds) {
+ * core another node needs. A stop ends the wait, and so does the release of
+ * `round` (> 0) by the loop: the round closed without this node's update
+ * (min_updates, round_deadline), so the rest of the wait is for nothing. */
+static void sleep_for(td_run_t *run, double seconds, uint64_t round) {
   if (!(seconds > 0))
     return;
   struct timespec until = td_clock_timespec(td_clock_mono_s() + seconds);
   pthread_mutex_lock(&run->mu);
-  while (!run->stop && pthread_cond_timedwait(&run->cv, &run->mu, &until) == 0)
+  while (!run->stop && !(round > 0 && run->released_round >= round) &&
+         pthread_cond_timedwait(&run->cv, &run->mu, &until) == 0)
     ;
   pthread_mutex_unlock(&run->mu);
 }
@@ -61,8 +64,13 @@ static void sleep_for(td_run_t *run, double seconds) {
  * multiplied by F; added to them, it would still stretch every contended
  * step). */
 void td__compute_slow_down(const td__compute_t *c, double t0, double cpu0) {
+  td__compute_slow_down_round(c, t0, cpu0, 0);
+}
+
+void td__compute_slow_down_round(const td__compute_t *c, double t0, double cpu0,
+                                 uint64_t round) {
   double wall = td_clock_mono_s() - t0, cpu = td_backend_cpu_seconds(c->be) - cpu0;
-  sleep_for(c->run, td_plan_slowdown_wait(c->run->slowdown, wall, cpu));
+  sleep_for(c->run, td_plan_slowdown_wait(c->run->slowdown, wall, cpu), round);
 }
 
 /* Whether the loop has released `round` (no wait). */

@@ -373,6 +373,15 @@ static td__run_flow_t round_steps(td__compute_t *c, uint64_t round, td_train_sta
                                   double *compute_s) {
   td_run_t *run = c->run;
   unsigned long n = td_run_steps_of(run, round);
+  if (run->rank >= 64 || !(td__run_sample_of(&run->spec, round, nodes_at(run, round)) >>
+                           run->rank & 1)) {
+    /* client sampling: not this round's; no steps, an empty update (no
+     * samples, so no weight), and the schedule keeps pace with the others */
+    td_trainer_seek(c->tr, td_trainer_global_step(c->tr) + n);
+    *st = (td_train_stats_t){.lr = td_trainer_lr_at(c->tr, td_trainer_global_step(c->tr))};
+    *compute_s = 0;
+    return TD__RUN_GO_ON;
+  }
   td_train_stats_t first = {0};
   if (!c->warm && n > 1 && td_backend_device_memory(c->be)) {
     if (td_trainer_steps(c->tr, 1, &first, c->why, sizeof c->why) != 0)
@@ -396,7 +405,7 @@ static td__run_flow_t round_steps(td__compute_t *c, uint64_t round, td_train_sta
     if (td_trainer_steps(c->tr, n, st, c->why, sizeof c->why) != 0)
       return td__compute_fail(c);
     td_backend_synchronize(c->be);
-    td__compute_slow_down(c, t0, cpu0);
+    td__compute_slow_down_round(c, t0, cpu0, round);
   }
   *compute_s = td_clock_mono_s() - t0;
   if (*compute_s > 0)

@@ -254,6 +254,30 @@ static int check_outer(td_runspec_t *rs, const char *v, char *why, size_t n) {
                 "'%s' is not an outer optimizer (accepted: sgd, adam, yogi, adagrad)", v);
 }
 
+/* round_deadline = fixed | adaptive | adaptive:C, C in [0.5, 100] (3 by default) */
+static int check_round_deadline(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  if (strcmp(v, "fixed") == 0) {
+    rs->deadline_mad_c = 0;
+    return 0;
+  }
+  if (strcmp(v, "adaptive") == 0) {
+    rs->deadline_mad_c = 3;
+    return 0;
+  }
+  if (strncmp(v, "adaptive:", 9) == 0) {
+    char *end;
+    errno = 0;
+    double c = strtod(v + 9, &end);
+    if (end != v + 9 && *end == '\0' && errno == 0 && c >= 0.5 && c <= 100) {
+      rs->deadline_mad_c = c;
+      return 0;
+    }
+  }
+  return td_why(why, n, TD_ECONFIG,
+                "bad round_deadline '%s' (expected fixed, adaptive or adaptive:C with C in "
+                "[0.5, 100])", v);
+}
+
 static int check_ef_decay(td_runspec_t *rs, const char *v, char *why, size_t n) {
   static const char *const names[3] = {"auto", "lr", "off"};
   return pick_name("ef_decay", names, v, &rs->ef_decay_kind, why, n);
@@ -446,6 +470,18 @@ static const run_key_t td__run_keys[] = {
      "FedProx: each local step's gradient gains prox_mu (w - x), x the model the round "
      "started from (sync: the anchor), pulling a node's steps back toward it on skewed data "
      "(try 0.001 to 1); 0: off, FedAvg bit for bit. CPU backend"},
+    {"participation", KEY_DOUBLE, F(participation), "1", 1e-6, 64, NULL,
+     "sync: client sampling: the members that train each round, a fraction in (0, 1] "
+     "(ceil(F x members), 1: all) or a whole number N >= 2, drawn from (seed, round) so every "
+     "node derives the same sample; the others neither train nor send, and no round waits "
+     "for them"},
+    {"min_updates", KEY_UINT, F(min_updates), "0", 0, 64, NULL,
+     "sync: a round closes once this many of its sampled members' updates are in (this "
+     "node's own counting), the rest cut; 0: wait for every one (up to the deadline)"},
+    {"round_deadline", KEY_STR, F(round_deadline), "fixed", 0, 0, check_round_deadline,
+     "sync: fixed (round_timeout after this node's own update) | adaptive[:C] (median + C x "
+     "MAD of the recent updates' arrival times in their rounds, C 3 by default, at most "
+     "round_timeout)"},
     {"staleness_kappa", KEY_DOUBLE, F(staleness_kappa), "0.5", 0, 100, NULL,
      "async: an update a rounds old weighs (1 + a)^-kappa"},
     {"ef_decay", KEY_STR, F(ef_decay), "auto", 0, 0, check_ef_decay,
@@ -715,6 +751,16 @@ int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len) {
                   : rs->outer_nesterov   ? "outer_nesterov"
                                          : "outer_clip",
                   rs->outer);
+  if (rs->participation > 1 && rs->participation != floor(rs->participation))
+    return td_why(why, why_len, TD_ECONFIG,
+                  "participation: %g is neither a fraction in (0, 1] nor a whole number of "
+                  "members", rs->participation);
+  bool samples = rs->participation != 1, straggles = rs->min_updates > 0 || rs->deadline_mad_c > 0;
+  if ((samples || straggles) && rs->mode_kind != TD_MODE_SYNC)
+    return td_why(why, why_len, TD_ECONFIG,
+                  "%s: needs mode = sync (rounds that wait for their average)",
+                  samples ? "participation" : rs->min_updates > 0 ? "min_updates"
+                                                                  : "round_deadline");
   if (rs->outer_kind != TD_OUTER_SGD && rs->mode_kind == TD_MODE_ASYNC)
     return td_why(why, why_len, TD_ECONFIG,
                   "outer = %s: needs rounds (mode sync or overlap); async adds each update as "

@@ -68,6 +68,10 @@ typedef struct {
   unsigned outer_kind;                  /* td_outer_kind_t (scheduler/outer.h), from outer */
   double outer_beta1, outer_beta2, outer_tau; /* adam, yogi, adagrad */
   double prox_mu;                       /* FedProx: mu (w - round start) in the gradient */
+  double participation;                 /* client sampling: fraction (0, 1] or count N >= 2 */
+  unsigned min_updates;                 /* a round closes at this many sampled updates (0: all) */
+  char round_deadline[TD_RUNSPEC_STR_MAX]; /* fixed | adaptive[:C] */
+  double deadline_mad_c;                /* from round_deadline: C of median + C MAD; 0: fixed */
   double staleness_kappa;               /* async weight (1 + a)^-kappa */
   unsigned budget_ms;                   /* codec=auto: least time budget of a round's exchange */
   char ef_decay[TD_RUNSPEC_STR_MAX];    /* auto | lr | off */

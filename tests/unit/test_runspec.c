@@ -92,6 +92,8 @@ START_TEST(bad_values_are_refused_with_the_key_named) {
       {"clip", "-1"},          {"clip", "inf"},          {"dataset", "text:"},
       {"backend", "cuda:x"},   {"backend", "cuda:"},     {"backend", "gpu"},
       {"prox_mu", "-0.1"},     {"prox_mu", "nan"},       {"outer", "fedavg"},
+      {"participation", "0"},  {"participation", "65"},  {"min_updates", "65"},
+      {"round_deadline", "adaptive:0.1"}, {"round_deadline", "mad"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     td_runspec_t rs;
@@ -181,6 +183,36 @@ START_TEST(outer_optimizer_keys_parse_and_refuse_mixtures) {
   td_runspec_set_arg(&rs, "mode=async:2", why, sizeof why);
   ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), TD_ECONFIG);
   ck_assert_ptr_nonnull(strstr(why, "outer = adagrad: needs rounds"));
+}
+END_TEST
+
+/* participation, min_updates, round_deadline: parsed, and refused outside
+ * sync mode or as a fraction above 1. */
+START_TEST(sampling_and_straggler_keys) {
+  td_runspec_t rs;
+  char why[512] = "";
+  td_runspec_defaults(&rs);
+  ck_assert(rs.participation == 1 && rs.min_updates == 0 && rs.deadline_mad_c == 0);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "round_deadline=adaptive", why, sizeof why), 0);
+  ck_assert(rs.deadline_mad_c == 3);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "round_deadline=adaptive:2.5", why, sizeof why), 0);
+  ck_assert(rs.deadline_mad_c == 2.5);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "participation=0.1", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "min_updates=3", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "participation=2.5", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, "participation: 2.5 is neither a fraction"));
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "participation=3", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "mode=overlap", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), TD_ECONFIG);
+  ck_assert_str_eq(why, "participation: needs mode = sync (rounds that wait for their average)");
+  td_runspec_defaults(&rs);
+  td_runspec_set_arg(&rs, "mode=async:2", why, sizeof why);
+  td_runspec_set_arg(&rs, "min_updates=2", why, sizeof why);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, "min_updates: needs mode = sync"));
 }
 END_TEST
 
@@ -450,6 +482,7 @@ int main(void) {
   tcase_add_test(tc, set_parses_every_type);
   tcase_add_test(tc, bad_values_are_refused_with_the_key_named);
   tcase_add_test(tc, outer_optimizer_keys_parse_and_refuse_mixtures);
+  tcase_add_test(tc, sampling_and_straggler_keys);
   tcase_add_test(tc, codec_with_a_bad_parameter_names_it_and_its_range);
   tcase_add_test(tc, ini_files_use_the_same_table);
   tcase_add_test(tc, canonical_text_round_trips);
