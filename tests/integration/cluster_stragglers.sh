@@ -7,6 +7,12 @@
 #  - min_updates = 3: rounds close on the first three updates, the slow node's
 #    is cut (cut events) and it is in few rounds' averages, yet it finishes
 #    the run with the others and nobody marks it suspect;
+#  - round_deadline = adaptive:1: once 8 arrival times are known (3 rounds),
+#    the deadline (median + 1 MAD of the peers' arrival times) leaves the slow
+#    node out (late events naming the adaptive deadline), it still finishes,
+#    and nobody is suspect. C = 1 rather than the default 3: with four nodes
+#    on two cores the fast nodes' own arrival times spread so much that
+#    median + 3 MAD lets the slow node's update in every other round;
 #  - participation = 0.5: each round's sample (round_sample events) is the
 #    same on every node, names 2 of the 4 members, and each round's average
 #    holds only sampled members.
@@ -75,8 +81,17 @@ cut=$(events_since "$fast" cut "AND detail LIKE '%$slow_id%min_updates 3 reached
   || fail "min_updates=3: the slow node has $(rows "$slow") rounds"
 no_suspect min_updates
 
+ROUNDS=14
+run_with adaptive round_deadline=adaptive:1
+got=$(with_slow "$fast")
+late=$(events_since "$fast" late "AND detail LIKE '%$slow_id%adaptive deadline%'")
+[ "$(rows "$fast")" -eq $ROUNDS ] && [ "$late" -ge 4 ] && [ "$got" -le $((ROUNDS - 4)) ] \
+  && pass "adaptive deadline: rounds closed without the slow node (in $got of $ROUNDS; $late late)" \
+  || fail "adaptive deadline: slow node in $got of $(rows "$fast") rounds, $late late events"
+[ "$(rows "$slow")" -eq $ROUNDS ] && pass "adaptive deadline: the slow node finished all $ROUNDS rounds" \
+  || fail "adaptive deadline: the slow node has $(rows "$slow") rounds"
+no_suspect adaptive
 ROUNDS=10
-
 run_with sampled participation=0.5 slowdown=1
 samples_of() {
   sql "$1" "SELECT detail FROM events WHERE id > $(mark "$1") AND kind = 'round_sample' ORDER BY id"
