@@ -595,11 +595,12 @@ static void cut_at_adaptive_deadline(td__session_t *s) {
  * nearly: it may fire a little early; then it is armed for the rest). */
 static void on_round_timer(uv_timer_t *t) {
   td__node_t *n = t->data;
-  if (n->session == NULL)
+  td__session_t *s = n->session;
+  if (s == NULL)
     return;
-  td__rounds_tick(n->session);
-  if (!n->session->round_cut)
-    arm_round_timer(n->session);
+  td__rounds_tick(s);
+  if (n->session == s && !s->round_cut)
+    arm_round_timer(s);
 }
 
 static void arm_round_timer(td__session_t *s) {

@@ -297,6 +297,7 @@ typedef struct td__run_stats {
   double loss, eval_accuracy, test_accuracy, test_loss, capacity;
   double eval_bpb, test_bpb; /* text runs: bits per byte instead of accuracy; NAN otherwise */
   uint64_t updates_received, late_peers, transfers, snapshots_served, joins_admitted;
+  uint64_t cut_peers; /* sampled updates cut by min_updates */
   uint64_t reconciled, reconciled_partial, reconciled_via_hub, reconciled_as_hub;
   char error[256];
   char refused[512];
