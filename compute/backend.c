@@ -20,6 +20,7 @@
 
 #include "compute/backend.h"
 
+#include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -403,6 +404,17 @@ void td_backend_adamw_step(td_backend_t *be, float *w, const float *g, float *m,
     be->iface->adamw_step(be, w, g, m, v, n, hp);
   else
     td__backend_cpu.adamw_step(be, w, g, m, v, n, hp);
+}
+
+bool td_backend_supports_prox(const td_backend_t *be) {
+  return be->iface->version >= 6 && be->iface->prox_grad != NULL;
+}
+
+void td_backend_prox_grad(td_backend_t *be, float *g, const float *w, const float *center,
+                          float mu, size_t n) {
+  TD__CHECK(be, "prox_grad", g, w, center);
+  assert(td_backend_supports_prox(be)); /* callers check first (td_trainer_set_prox) */
+  be->iface->prox_grad(be, g, w, center, mu, n);
 }
 
 void td_backend_sgd_step(td_backend_t *be, float *w, const float *g, float *v, size_t n,

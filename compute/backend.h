@@ -149,6 +149,11 @@ void td_backend_sgd_step(td_backend_t *be, float *w, const float *g, float *v, s
  * w -= lr * ((m/bias1) / (sqrt(v/bias2) + eps) + weight_decay * w)   (w on the right: old w). */
 void td_backend_adamw_step(td_backend_t *be, float *w, const float *g, float *m, float *v,
                            size_t n, const td_adamw_hparams_t *hp);
+/* FedProx's proximal term over n floats: g += mu * (w - center). Only where
+ * td_backend_supports_prox() says so (iface version 6; the CPU has it). */
+void td_backend_prox_grad(td_backend_t *be, float *g, const float *w, const float *center,
+                          float mu, size_t n);
+bool td_backend_supports_prox(const td_backend_t *be);
 
 
 /* Whether the backend implements the layer ops below (iface version 3). */

@@ -15,8 +15,10 @@
  * a whole batch in one call (optional: NULL, or a table below version 4, gets
  * a loop over the one-image ops in backend.c). 5: pinned host memory and
  * asynchronous copies (optional: NULL, or a table below version 5, gets
- * aligned host memory and the blocking upload/download). */
-#define TD_BACKEND_IFACE_VERSION 5
+ * aligned host memory and the blocking upload/download). 6: prox_grad
+ * (optional: without it td_backend_supports_prox() is false and FedProx is
+ * refused on that backend). */
+#define TD_BACKEND_IFACE_VERSION 6
 
 typedef struct {
   int version;
@@ -94,6 +96,9 @@ typedef struct {
   void (*host_free)(td_backend_t *be, void *ptr);
   int (*upload_async)(td_backend_t *be, void *dst, const void *src, size_t bytes);
   int (*download_async)(td_backend_t *be, void *dst, const void *src, size_t bytes);
+  /* version 6 */
+  void (*prox_grad)(td_backend_t *be, float *g, const float *w, const float *center, float mu,
+                    size_t n);
 } td_backend_iface_t;
 
 struct td_tpool;

@@ -39,6 +39,8 @@ struct td_trainer {
   size_t text_bytes;
   int32_t *tokens, *targets; /* max_batch x context each */
   td_rng_t text_rng;
+  float prox_mu;       /* FedProx: > 0 adds prox_mu (w - prox_center) to each gradient */
+  float *prox_center;  /* backend memory, numel floats (NULL until the first set_prox) */
 };
 
 static double now_s(void) {
@@ -174,12 +176,35 @@ void td_trainer_close(td_trainer_t **self_p) {
   if (self_p == NULL || *self_p == NULL)
     return;
   td_trainer_t *tr = *self_p;
+  if (tr->prox_center != NULL)
+    td_backend_free(tr->be, tr->prox_center);
   td_optim_close(&tr->optim);
   td_model_close(&tr->model);
   free(tr->tokens);
   free(tr->targets);
   free(tr);
   *self_p = NULL;
+}
+
+int td_trainer_set_prox(td_trainer_t *tr, double mu, const float *center, char *why,
+                        size_t why_len) {
+  if (!(mu > 0)) {
+    tr->prox_mu = 0;
+    return 0;
+  }
+  if (!td_backend_supports_prox(tr->be))
+    return td_why(why, why_len, TD_ECONFIG,
+                  "prox_mu: the %s backend has no proximal-term kernel; use backend = cpu or "
+                  "prox_mu = 0",
+                  td_backend_name(tr->be));
+  size_t bytes = td_model_numel(tr->model) * sizeof(float);
+  if (tr->prox_center == NULL && (tr->prox_center = td_backend_alloc(tr->be, bytes)) == NULL)
+    return td_why(why, why_len, TD_ENOMEM, "out of memory for FedProx's centre");
+  int rc = td_backend_upload(tr->be, tr->prox_center, center, bytes);
+  if (rc != 0)
+    return td_why(why, why_len, rc, "cannot copy FedProx's centre to the device");
+  tr->prox_mu = (float)mu;
+  return 0;
 }
 
 int td_trainer_set_batch(td_trainer_t *tr, unsigned batch) {
@@ -257,6 +282,9 @@ static int run_steps(td_trainer_t *tr, unsigned long n, bool advance, td_train_s
                                       : "training step %lu failed",
                     tr->step + 1);
     lr = td_lr_at(&tr->schedule, tr->step) * tr->lr_scale;
+    if (tr->prox_mu > 0) /* before the optimizer, so clipping and momentum see it */
+      td_backend_prox_grad(tr->be, td_model_grads(tr->model), td_model_params(tr->model),
+                           tr->prox_center, tr->prox_mu, td_model_numel(tr->model));
     td_optim_step(tr->optim, td_model_params(tr->model), td_model_grads(tr->model), lr);
     tr->step += advance;
     loss_sum += loss * (double)rows;

@@ -66,6 +66,13 @@ int td_trainer_steps(td_trainer_t *tr, unsigned long n, td_train_stats_t *stats,
  * network with them; the schedule keeps following the nominal steps). */
 int td_trainer_fill_steps(td_trainer_t *tr, unsigned long n, td_train_stats_t *stats, char *why,
                           size_t why_len);
+/* FedProx (Li et al. 2020): from now on every step adds mu (w - center) to
+ * the gradient before the optimizer sees it, the gradient of (mu/2)|w - center|^2.
+ * center is td_model_numel() host floats, copied. mu <= 0 turns it off (the
+ * steps are then exactly those without it). TD_ECONFIG with why on a backend
+ * without the kernel (td_backend_supports_prox), TD_ENOMEM, TD_EDEVICE. */
+int td_trainer_set_prox(td_trainer_t *tr, double mu, const float *center, char *why,
+                        size_t why_len);
 /* Change the rows per step (weighted dynamic batching), within
  * [1, max_batch] of the options (clamped to the partition size). TD_EINVAL
  * outside. The learning-rate schedule keeps counting steps. */

@@ -109,6 +109,7 @@ void td__node_shutdown(td__node_t *n, const char *why) {
   td__ledger_event(n->ledger, "shutdown", "%s", why);
   td__ledgerq_stop(n->ledger); /* what is queued now is written at close */
   uv_close((uv_handle_t *)&n->heartbeat_timer, NULL);
+  uv_close((uv_handle_t *)&n->round_timer, NULL);
   uv_close((uv_handle_t *)&n->sigint, NULL);
   uv_close((uv_handle_t *)&n->sigterm, NULL);
   td__transport_stop(n->net);
@@ -240,6 +241,8 @@ int td_node_main(const td_node_opts_t *opts, char *why, size_t why_len) {
   if (rc == 0) {
     uv_timer_init(&n->loop, &n->heartbeat_timer);
     n->heartbeat_timer.data = n;
+    uv_timer_init(&n->loop, &n->round_timer);
+    n->round_timer.data = n;
     uint64_t hb_ms = (uint64_t)(n->heartbeat_s * 1000);
     uv_timer_start(&n->heartbeat_timer, on_heartbeat, hb_ms, hb_ms);
     uv_signal_init(&n->loop, &n->sigint);

@@ -115,6 +115,7 @@ static json_object *run_json(const td__run_stats_t *st) {
   json_object_object_add(run, "test_bpb", td__json_real(st->test_bpb));
   json_object_object_add(run, "updates_received", count(st->updates_received));
   json_object_object_add(run, "late_peers", count(st->late_peers));
+  json_object_object_add(run, "cut_peers", count(st->cut_peers));
   json_object_object_add(run, "transfers", count(st->transfers));
   json_object_object_add(run, "reconciled", count(st->reconciled));
   json_object_object_add(run, "reconciled_partial", count(st->reconciled_partial));

@@ -270,6 +270,22 @@ size_t td_round_missing(const td_round_t *r, uint64_t *peers, size_t cap) {
   return n;
 }
 
+bool td_round_moved_on(const td_round_t *r) {
+  for (int i = 0; i < TD_ROUND_MAX_PEERS; i++)
+    if (r->slots[1].e[i].used)
+      return true;
+  return false;
+}
+
+size_t td_round_received(const td_round_t *r) {
+  size_t n = 0;
+  for (int i = 0; i < TD_ROUND_MAX_PEERS; i++) {
+    const slot_entry_t *e = &r->slots[0].e[i];
+    n += e->used && e->complete && e->samples > 0;
+  }
+  return n;
+}
+
 size_t td_round_collect(const td_round_t *r, td_agg_input_t *out, size_t cap) {
   size_t n = 0;
   for (int i = 0; i < TD_ROUND_MAX_PEERS && n < cap; i++) {

@@ -101,6 +101,11 @@ size_t td_round_missing(const td_round_t *r, uint64_t *peers, size_t cap);
  * until td_round_begin() moves past the round, so the arithmetic may run on
  * another thread meanwhile. The local update is the caller's to add. */
 size_t td_round_collect(const td_round_t *r, td_agg_input_t *out, size_t cap);
+/* How many updates td_round_collect() would hand out (with room for all). */
+size_t td_round_received(const td_round_t *r);
+/* Whether a chunk of the round after the current one came in: in sync mode
+ * its sender closed the current round already. */
+bool td_round_moved_on(const td_round_t *r);
 
 /* Updates are cut by the one chunker of proto/limits.h. */
 #define TD_ROUND_CHUNK_BYTES TD_CHUNK_BYTES

@@ -401,6 +401,25 @@ static void cpu_sgd_step(td_backend_t *be, float *w, const float *g, float *v, s
   td_tpool_for(td__cpu_tpool(be), n, td_tpool_grain(1, 16), sgd_part, &j);
 }
 
+typedef struct {
+  float *g;
+  const float *w, *center;
+  float mu;
+} prox_job_t;
+
+static void prox_part(void *arg, size_t begin, size_t end, int part) {
+  (void)part;
+  const prox_job_t *j = arg;
+  for (size_t i = begin; i < end; i++)
+    j->g[i] += j->mu * (j->w[i] - j->center[i]);
+}
+
+static void cpu_prox_grad(td_backend_t *be, float *g, const float *w, const float *center,
+                          float mu, size_t n) {
+  prox_job_t j = {.g = g, .w = w, .center = center, .mu = mu};
+  td_tpool_for(td__cpu_tpool(be), n, td_tpool_grain(1, 16), prox_part, &j);
+}
+
 /* The bias corrections are folded into two per-pass constants, so the loop is
  * m, v, w in and out with one sqrt and one divide per element. gcc keeps it
  * scalar while math-errno is on (sqrtf may set errno; neither the optimize
@@ -475,4 +494,5 @@ const td_backend_iface_t td__backend_cpu = {
     .attention_backward = td__cpu_attention_backward,
     .im2col_batch = td__cpu_im2col_batch,
     .col2im_batch = td__cpu_col2im_batch,
+    .prox_grad = cpu_prox_grad,
 };

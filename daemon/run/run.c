@@ -71,9 +71,11 @@ static void on_async(uv_async_t *h) {
 }
 
 /* The model's buffers: those every run needs, and those of the features the
- * spec turns on (outer momentum, async inbox, reconciliation). */
+ * spec turns on (outer optimizer state, async inbox, reconciliation). */
 static int alloc_buffers(td_run_t *run) {
-  bool need_mom = run->spec.outer_momentum > 0 || run->spec.outer_clip > 0;
+  td_outer_opts_t outer;
+  td_runspec_outer_opts(&run->spec, &outer);
+  run->mom_floats = td_outer_state_floats(&outer, run->numel);
   bool need_inbox = run->spec.mode_kind == TD_MODE_ASYNC;
   bool need_rec = td_runspec_reconciles(&run->spec);
   struct {
@@ -82,7 +84,7 @@ static int alloc_buffers(td_run_t *run) {
   } bufs[] = {
       {&run->anchor, true},         {&run->delta[0], true},       {&run->delta[1], true},
       {&run->avg[0], true},         {&run->avg[1], true},         {&run->start, true},
-      {&run->inbox, need_inbox},    {&run->mom, need_mom},        {&run->init, need_rec},
+      {&run->inbox, need_inbox},    {&run->init, need_rec},
       {&run->rec[0].own, need_rec}, {&run->rec[0].mean, need_rec}, {&run->rec[1].own, need_rec},
       {&run->rec[1].mean, need_rec},
   };
@@ -90,6 +92,11 @@ static int alloc_buffers(td_run_t *run) {
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     if (bufs[i].needed && (*bufs[i].buf = calloc(run->numel, sizeof(float))) == NULL)
       return TD_ENOMEM;
+  if (run->mom_floats > 0) {
+    if ((run->mom = malloc(run->mom_floats * sizeof(float))) == NULL)
+      return TD_ENOMEM;
+    td_outer_state_init(&outer, run->mom, run->numel);
+  }
   return 0;
 }
 
@@ -193,7 +200,7 @@ float *td_run_avg(td_run_t *run, uint64_t round) { return run->avg[round % 2]; }
 uint64_t td_run_rounds(const td_run_t *run) { return run->rounds; }
 unsigned td_run_local_batch(const td_run_t *run) { return run->local_batch; }
 size_t td_run_anchor_bytes(const td_run_t *run) {
-  return run->numel * (run->mom ? 2 : 1) * sizeof(float);
+  return (run->numel + run->mom_floats) * sizeof(float);
 }
 
 void td_run_async_add(td_run_t *run, const float *delta, double weight) {
@@ -277,6 +284,17 @@ void td_run_checkpoint_written(td_run_t *run) {
   run->checkpoint_out = false;
   pthread_cond_broadcast(&run->cv);
   pthread_mutex_unlock(&run->mu);
+}
+
+uint64_t td_run_sample(td_run_t *run, uint64_t round) {
+  pthread_mutex_lock(&run->mu);
+  unsigned n = run->nodes_from && round >= run->nodes_from ? run->nodes_next : run->nodes;
+  pthread_mutex_unlock(&run->mu);
+  return td__run_sample_of(&run->spec, round, n);
+}
+
+bool td_run_in_sample(td_run_t *run, uint64_t round, unsigned rank) {
+  return rank < 64 && (td_run_sample(run, round) >> rank & 1);
 }
 
 void td_run_release(td_run_t *run, uint64_t round) {

@@ -156,6 +156,12 @@ float *td_run_avg(td_run_t *run, uint64_t round);
 /* sync/overlap: round's average is final. async: every live peer has sent
  * rounds up to `round` (UINT64_MAX when no peer is left). */
 void td_run_release(td_run_t *run, uint64_t round);
+/* Client sampling (participation; scheduler/sample.h): the mask of the
+ * member ranks that train `round` (bit i: rank i), drawn from (seed, round)
+ * over the nodes counted at that round (td_run_set_nodes), so every member
+ * holds the same one; every member with participation 1. Any thread. */
+uint64_t td_run_sample(td_run_t *run, uint64_t round);
+bool td_run_in_sample(td_run_t *run, uint64_t round, unsigned rank);
 /* async: add weight * delta (a peer's update) into the inbox (any thread). */
 void td_run_async_add(td_run_t *run, const float *delta, double weight);
 /* Knowledge transfer: merge params = (1 - lambda) params + lambda x (x is
@@ -164,8 +170,9 @@ void td_run_merge(td_run_t *run, const float *x, double lambda);
 /* Rows per step from round `from_round` on (weighted batching); ignored when
  * outside [1, global batch]. */
 void td_run_set_batch(td_run_t *run, uint64_t from_round, unsigned batch);
-/* Late join. The consensus state is the anchor and, with outer momentum, its
- * buffer: td_run_anchor_bytes() bytes. A member asks for it with
+/* Late join. The consensus state is the anchor and, with outer momentum or an
+ * adaptive outer optimizer, that optimizer's state (scheduler/outer.h):
+ * td_run_anchor_bytes() bytes. A member asks for it with
  * td_run_want_anchor(run, R - 1) (a TD_RUN_ANCHOR event once the anchor holds
  * round R - 1); the joiner starts from it with td_run_seed() (copied; TD_EINVAL
  * for a wrong size), and every node counts `nodes` sharers of the batch from

@@ -44,13 +44,16 @@ td__run_flow_t td__compute_push(td__compute_t *c) {
 /* ---- waiting ------------------------------------------------------------------------- */
 
 /* Stay idle for `seconds` (slowdown's part of a step), without burning a
- * core another node needs. A stop ends the wait. */
-static void sleep_for(td_run_t *run, double seconds) {
+ * core another node needs. A stop ends the wait, and so does the release of
+ * `round` (> 0) by the loop: the round closed without this node's update
+ * (min_updates, round_deadline), so the rest of the wait is for nothing. */
+static void sleep_for(td_run_t *run, double seconds, uint64_t round) {
   if (!(seconds > 0))
     return;
   struct timespec until = td_clock_timespec(td_clock_mono_s() + seconds);
   pthread_mutex_lock(&run->mu);
-  while (!run->stop && pthread_cond_timedwait(&run->cv, &run->mu, &until) == 0)
+  while (!run->stop && !(round > 0 && run->released_round >= round) &&
+         pthread_cond_timedwait(&run->cv, &run->mu, &until) == 0)
     ;
   pthread_mutex_unlock(&run->mu);
 }
@@ -64,8 +67,13 @@ static void sleep_for(td_run_t *run, double seconds) {
  * multiplied by F; added to them, it would still stretch every contended
  * step). */
 void td__compute_slow_down(const td__compute_t *c, double t0, double cpu0) {
+  td__compute_slow_down_round(c, t0, cpu0, 0);
+}
+
+void td__compute_slow_down_round(const td__compute_t *c, double t0, double cpu0,
+                                 uint64_t round) {
   double wall = td_clock_mono_s() - t0, cpu = td_backend_cpu_seconds(c->be) - cpu0;
-  sleep_for(c->run, td_plan_slowdown_wait(c->run->slowdown, wall, cpu));
+  sleep_for(c->run, td_plan_slowdown_wait(c->run->slowdown, wall, cpu), round);
 }
 
 /* Whether the loop has released `round` (no wait). */
@@ -96,8 +104,8 @@ td__run_flow_t td__compute_wait_release(td__compute_t *c, uint64_t round) {
  * (lead != NULL), params += step - lead (swap what params still hold of round
  * r for the global step, keeping the progress made since; scheduler/overlap.h). */
 void td__compute_apply_round(td_run_t *run, uint64_t r, float *params, const float *lead) {
-  td_outer_opts_t o = {.lr = run->spec.outer_lr, .momentum = run->spec.outer_momentum,
-                       .nesterov = run->spec.outer_nesterov, .clip = run->spec.outer_clip};
+  td_outer_opts_t o;
+  td_runspec_outer_opts(&run->spec, &o);
   float *avg = run->avg[r % 2];
   td_outer_step(&o, avg, run->mom, avg, run->numel); /* avg becomes the step */
   for (size_t i = 0; i < run->numel; i++)
@@ -127,7 +135,7 @@ td__run_flow_t td__compute_post_checkpoint(td_run_t *run, uint64_t round) {
   return td__run_post_copy(run, &ev, "the checkpoint", model, run->numel, NULL, 0);
 }
 
-/* Late join, serving side: a copy of the anchor (and the outer momentum) once
+/* Late join, serving side: a copy of the anchor (and the outer state) once
  * it holds `round`, for a node that joins from round + 1. */
 static td__run_flow_t post_anchor(td_run_t *run, uint64_t round) {
   pthread_mutex_lock(&run->mu);
@@ -137,7 +145,7 @@ static td__run_flow_t post_anchor(td_run_t *run, uint64_t round) {
     return TD__RUN_GO_ON;
   td_run_event_t ev = {.kind = TD_RUN_ANCHOR, .round = round};
   return td__run_post_copy(run, &ev, "the late-join anchor", run->anchor, run->numel, run->mom,
-                           run->numel);
+                           run->mom_floats);
 }
 
 /* Adopt the members' state of a repair: the anchor and the momentum become

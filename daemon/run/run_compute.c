@@ -327,7 +327,7 @@ static td__run_flow_t wait_seed(td__compute_t *c) {
   if (!stopped) {
     memcpy(run->anchor, run->seed, run->numel * sizeof(float));
     if (run->mom)
-      memcpy(run->mom, run->seed + run->numel, run->numel * sizeof(float));
+      memcpy(run->mom, run->seed + run->numel, run->mom_floats * sizeof(float));
   }
   pthread_mutex_unlock(&run->mu);
   if (stopped)
@@ -388,6 +388,15 @@ static td__run_flow_t round_steps(td__compute_t *c, uint64_t round, td_train_sta
                                   double *compute_s) {
   td_run_t *run = c->run;
   unsigned long n = td_run_steps_of(run, round);
+  if (run->rank >= 64 || !(td__run_sample_of(&run->spec, round, nodes_at(run, round)) >>
+                           run->rank & 1)) {
+    /* client sampling: not this round's; no steps, an empty update (no
+     * samples, so no weight), and the schedule keeps pace with the others */
+    td_trainer_seek(c->tr, td_trainer_global_step(c->tr) + n);
+    *st = (td_train_stats_t){.lr = td_trainer_lr_at(c->tr, td_trainer_global_step(c->tr))};
+    *compute_s = 0;
+    return TD__RUN_GO_ON;
+  }
   td_train_stats_t first = {0};
   if (!c->warm && n > 1 && td_backend_device_memory(c->be)) {
     if (td_trainer_steps(c->tr, 1, &first, c->why, sizeof c->why) != 0)
@@ -396,6 +405,11 @@ static td__run_flow_t round_steps(td__compute_t *c, uint64_t round, td_train_sta
     n--;
   }
   c->warm = true;
+  if (run->spec.prox_mu > 0) { /* FedProx pulls toward the model the delta is taken from */
+    const float *x = run->spec.mode_kind == TD_MODE_SYNC ? run->anchor : run->start;
+    if (td_trainer_set_prox(c->tr, run->spec.prox_mu, x, c->why, sizeof c->why) != 0)
+      return td__compute_fail(c);
+  }
   c->swap_step = (unsigned)td_run_steps_of(run, round);
   double t0 = td_clock_mono_s(), cpu0 = td_backend_cpu_seconds(c->be);
   if (td__compute_swaps_early(c, round)) {
@@ -406,7 +420,7 @@ static td__run_flow_t round_steps(td__compute_t *c, uint64_t round, td_train_sta
     if (td_trainer_steps(c->tr, n, st, c->why, sizeof c->why) != 0)
       return td__compute_fail(c);
     td_backend_synchronize(c->be);
-    td__compute_slow_down(c, t0, cpu0);
+    td__compute_slow_down_round(c, t0, cpu0, round);
   }
   *compute_s = td_clock_mono_s() - t0;
   if (*compute_s > 0)

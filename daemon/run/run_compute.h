@@ -79,6 +79,10 @@ td__run_flow_t td__compute_pull(td__compute_t *c);
 td__run_flow_t td__compute_push(td__compute_t *c);
 /* Sleep so that the work since (t0, cpu0) ends `slowdown` times its cost after t0. */
 void td__compute_slow_down(const td__compute_t *c, double t0, double cpu0);
+/* The same, cut short when the loop releases `round` without waiting for
+ * this node (a sync round closed by min_updates or round_deadline). */
+void td__compute_slow_down_round(const td__compute_t *c, double t0, double cpu0,
+                                 uint64_t round);
 /* Whether the loop has released `round` (no wait). */
 bool td__compute_released(td_run_t *run, uint64_t round);
 /* Wait until the loop released `round` or a stop was requested (c->idle grows). */

@@ -19,6 +19,7 @@
 #include "compute/trainer.h"
 #include "daemon/run/run.h"
 #include "scheduler/recon.h"
+#include "scheduler/sample.h"
 
 /* Events in flight from the compute thread to the loop. A full mailbox makes
  * the compute thread wait for the loop (see td__run_post), so this bounds
@@ -52,7 +53,9 @@ struct td_run {
   float *delta[2]; /* own delta of round r in [r % 2] */
   float *avg[2];   /* average of round r in [r % 2], written by the loop */
   float *start;    /* params at the start of the round (overlap, async) */
-  float *mom;      /* outer momentum buffer (NULL when not needed) */
+  float *mom;      /* outer optimizer state (NULL when not needed): sgd's momentum, or
+                      adam/yogi/adagrad's m then v (scheduler/outer.h) */
+  size_t mom_floats; /* its length: td_outer_state_floats() */
   float *init;     /* the shared initial model (reconciliation measures from it) */
 
   uv_loop_t *loop;
@@ -169,5 +172,13 @@ td__run_flow_t td__run_post_reconcile(td_run_t *run, uint64_t round, float *para
 /* After the last round: wait until every reconciliation up to `round` is
  * applied, so every node ends on the same model. */
 td__run_flow_t td__run_wait_reconciled(td_run_t *run, uint64_t round, float *params);
+
+/* Round `round`'s sample of `nodes` members (td_run_sample; the compute
+ * thread and the loop compute it alike). */
+static inline uint64_t td__run_sample_of(const td_runspec_t *spec, uint64_t round,
+                                         unsigned nodes) {
+  nodes = nodes < 64 ? nodes : 64;
+  return td_sample_draw(spec->seed, round, nodes, td_sample_size(spec->participation, nodes));
+}
 
 #endif

@@ -266,6 +266,43 @@ static int check_reconcile_via(td_runspec_t *rs, const char *v, char *why, size_
 }
 
 /* ef_decay = auto | lr | off (the order of td_ef_decay_t) */
+static int check_outer(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  static const char *const names[] = {"sgd", "adam", "yogi", "adagrad"};
+  _Static_assert(TD_OUTER_SGD == 0 && TD_OUTER_ADAM == 1 && TD_OUTER_YOGI == 2 &&
+                     TD_OUTER_ADAGRAD == 3, "check_outer lists the kinds in enum order");
+  for (unsigned i = 0; i < 4; i++)
+    if (strcmp(v, names[i]) == 0) {
+      rs->outer_kind = i;
+      return 0;
+    }
+  return td_why(why, n, TD_ECONFIG,
+                "'%s' is not an outer optimizer (accepted: sgd, adam, yogi, adagrad)", v);
+}
+
+/* round_deadline = fixed | adaptive | adaptive:C, C in [0.5, 100] (3 by default) */
+static int check_round_deadline(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  if (strcmp(v, "fixed") == 0) {
+    rs->deadline_mad_c = 0;
+    return 0;
+  }
+  if (strcmp(v, "adaptive") == 0) {
+    rs->deadline_mad_c = 3;
+    return 0;
+  }
+  if (strncmp(v, "adaptive:", 9) == 0) {
+    char *end;
+    errno = 0;
+    double c = strtod(v + 9, &end);
+    if (end != v + 9 && *end == '\0' && errno == 0 && c >= 0.5 && c <= 100) {
+      rs->deadline_mad_c = c;
+      return 0;
+    }
+  }
+  return td_why(why, n, TD_ECONFIG,
+                "bad round_deadline '%s' (expected fixed, adaptive or adaptive:C with C in "
+                "[0.5, 100])", v);
+}
+
 static int check_ef_decay(td_runspec_t *rs, const char *v, char *why, size_t n) {
   static const char *const names[3] = {"auto", "lr", "off"};
   return pick_name("ef_decay", names, v, &rs->ef_decay_kind, why, n);
@@ -453,14 +490,41 @@ static const run_key_t td__run_keys[] = {
     {"norm_bound", KEY_STR, F(norm_bound), "auto", 0, 0, check_norm_bound,
      "reject outright an update longer than R x the round's median norm: R | off | auto "
      "(5 with trimmed and median, off with mean and clip)"},
+    {"outer", KEY_STR, F(outer), "sgd", 0, 0, check_outer,
+     "the outer (server) optimizer on each round's average, the same on every node: sgd "
+     "(outer_momentum, outer_nesterov, outer_clip) | adam | yogi | adagrad (Reddi et al. "
+     "2021: outer_beta1, outer_beta2, outer_tau; steps of about outer_lr per coordinate, so "
+     "outer_lr 0.001 to 0.1)"},
     {"outer_lr", KEY_DOUBLE, F(outer_lr), "1", 1e-6, 100, NULL,
-     "outer learning rate on the round average (1 = plain averaging)"},
+     "outer learning rate on the round average (sgd: 1 = plain averaging)"},
     {"outer_momentum", KEY_DOUBLE, F(outer_momentum), "0", 0, 0.999999, NULL,
      "outer momentum in [0, 1)"},
     {"outer_nesterov", KEY_BOOL, F(outer_nesterov), "false", 0, 0, NULL,
      "Nesterov outer momentum"},
     {"outer_clip", KEY_DOUBLE, F(outer_clip), "0", 0, 1e30, NULL,
      "element-wise clamp of the outer momentum buffer (0: off)"},
+    {"outer_beta1", KEY_DOUBLE, F(outer_beta1), "0.9", 0, 0.999999, NULL,
+     "outer = adam, yogi, adagrad: decay of the first moment of the round averages"},
+    {"outer_beta2", KEY_DOUBLE, F(outer_beta2), "0.99", 0, 0.999999, NULL,
+     "outer = adam, yogi: decay of the second moment"},
+    {"outer_tau", KEY_DOUBLE, F(outer_tau), "0.001", 1e-9, 10, NULL,
+     "outer = adam, yogi, adagrad: added to the root of the second moment (adaptivity)"},
+    {"prox_mu", KEY_DOUBLE, F(prox_mu), "0", 0, 1000, NULL,
+     "FedProx: each local step's gradient gains prox_mu (w - x), x the model the round "
+     "started from (sync: the anchor), pulling a node's steps back toward it on skewed data "
+     "(try 0.001 to 1); 0: off, FedAvg bit for bit. CPU backend"},
+    {"participation", KEY_DOUBLE, F(participation), "1", 1e-6, 64, NULL,
+     "sync: client sampling: the members that train each round, a fraction in (0, 1] "
+     "(ceil(F x members), 1: all) or a whole number N >= 2, drawn from (seed, round) so every "
+     "node derives the same sample; the others neither train nor send, and no round waits "
+     "for them"},
+    {"min_updates", KEY_UINT, F(min_updates), "0", 0, 64, NULL,
+     "sync: a round closes once this many of its sampled members' updates are in (this "
+     "node's own counting), the rest cut; 0: wait for every one (up to the deadline)"},
+    {"round_deadline", KEY_STR, F(round_deadline), "fixed", 0, 0, check_round_deadline,
+     "sync: fixed (round_timeout after this node's own update) | adaptive[:C] (median + C x "
+     "MAD of the recent updates' arrival times in their rounds, C 3 by default, at most "
+     "round_timeout)"},
     {"staleness_kappa", KEY_DOUBLE, F(staleness_kappa), "0.5", 0, 100, NULL,
      "async: an update a rounds old weighs (1 + a)^-kappa"},
     {"ef_decay", KEY_STR, F(ef_decay), "auto", 0, 0, check_ef_decay,
@@ -695,6 +759,17 @@ void td_runspec_optim_opts(const td_runspec_t *rs, td_optim_opts_t *out) {
                            .eps = rs->eps};
 }
 
+void td_runspec_outer_opts(const td_runspec_t *rs, td_outer_opts_t *out) {
+  *out = (td_outer_opts_t){.kind = (td_outer_kind_t)rs->outer_kind,
+                           .lr = rs->outer_lr,
+                           .momentum = rs->outer_momentum,
+                           .nesterov = rs->outer_nesterov,
+                           .clip = rs->outer_clip,
+                           .beta1 = rs->outer_beta1,
+                           .beta2 = rs->outer_beta2,
+                           .tau = rs->outer_tau};
+}
+
 int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len) {
   bool text = td_runspec_is_text(rs);
   if (token_model(rs->model) && !text)
@@ -714,6 +789,30 @@ int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len) {
     return td_why(why, why_len, TD_ECONFIG, "nesterov: needs momentum > 0");
   if (rs->outer_nesterov && rs->outer_momentum <= 0)
     return td_why(why, why_len, TD_ECONFIG, "outer_nesterov: needs outer_momentum > 0");
+  if (rs->outer_kind != TD_OUTER_SGD &&
+      (rs->outer_momentum > 0 || rs->outer_nesterov || rs->outer_clip > 0))
+    return td_why(why, why_len, TD_ECONFIG,
+                  "%s: applies to outer = sgd; outer = %s keeps its own first moment "
+                  "(outer_beta1)",
+                  rs->outer_momentum > 0 ? "outer_momentum"
+                  : rs->outer_nesterov   ? "outer_nesterov"
+                                         : "outer_clip",
+                  rs->outer);
+  if (rs->participation > 1 && rs->participation != floor(rs->participation))
+    return td_why(why, why_len, TD_ECONFIG,
+                  "participation: %g is neither a fraction in (0, 1] nor a whole number of "
+                  "members", rs->participation);
+  bool samples = rs->participation != 1, straggles = rs->min_updates > 0 || rs->deadline_mad_c > 0;
+  if ((samples || straggles) && rs->mode_kind != TD_MODE_SYNC)
+    return td_why(why, why_len, TD_ECONFIG,
+                  "%s: needs mode = sync (rounds that wait for their average)",
+                  samples ? "participation" : rs->min_updates > 0 ? "min_updates"
+                                                                  : "round_deadline");
+  if (rs->outer_kind != TD_OUTER_SGD && rs->mode_kind == TD_MODE_ASYNC)
+    return td_why(why, why_len, TD_ECONFIG,
+                  "outer = %s: needs rounds (mode sync or overlap); async adds each update as "
+                  "it arrives, with no round average to step on",
+                  rs->outer);
   td_agg_spec_t agg;
   td_runspec_agg(rs, &agg);
   if (rs->mode_kind == TD_MODE_ASYNC && (agg.kind != TD_AGG_MEAN || agg.norm_bound > 0))

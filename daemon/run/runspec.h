@@ -16,6 +16,7 @@
 
 #include "compute/optim.h"
 #include "scheduler/aggregate.h"
+#include "scheduler/outer.h"
 
 #define TD_RUNSPEC_STR_MAX 1024
 #define TD_RUNSPEC_MAX_SLOWDOWNS 64
@@ -64,6 +65,14 @@ typedef struct {
   td_agg_spec_t agg;                    /* from both; norm_bound -1 = auto (td_runspec_agg) */
   double outer_lr, outer_momentum, outer_clip;
   bool outer_nesterov;
+  char outer[TD_RUNSPEC_STR_MAX];       /* sgd | adam | yogi | adagrad */
+  unsigned outer_kind;                  /* td_outer_kind_t (scheduler/outer.h), from outer */
+  double outer_beta1, outer_beta2, outer_tau; /* adam, yogi, adagrad */
+  double prox_mu;                       /* FedProx: mu (w - round start) in the gradient */
+  double participation;                 /* client sampling: fraction (0, 1] or count N >= 2 */
+  unsigned min_updates;                 /* a round closes at this many sampled updates (0: all) */
+  char round_deadline[TD_RUNSPEC_STR_MAX]; /* fixed | adaptive[:C] */
+  double deadline_mad_c;                /* from round_deadline: C of median + C MAD; 0: fixed */
   double staleness_kappa;               /* async weight (1 + a)^-kappa */
   unsigned budget_ms;                   /* codec=auto: least time budget of a round's exchange */
   char ef_decay[TD_RUNSPEC_STR_MAX];    /* auto | lr | off */
@@ -130,6 +139,9 @@ bool td_runspec_is_text(const td_runspec_t *rs);
 /* Whether init names a run's kept model, "RUN" or "RUN:ROUND" (a nonzero run
  * id of 16 lowercase hex digits, a round >= 1); *round is 0 without one. */
 bool td_runspec_init_run(const char *init, uint64_t *run_id, uint64_t *round);
+/* The outer step's options from outer, outer_lr, outer_momentum,
+ * outer_nesterov, outer_clip, outer_beta1, outer_beta2 and outer_tau. */
+void td_runspec_outer_opts(const td_runspec_t *rs, td_outer_opts_t *out);
 /* Cross-key checks (e.g. nesterov needs momentum > 0, a gpt model needs text
  * and every other model features). */
 int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len);

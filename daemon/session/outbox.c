@@ -245,6 +245,15 @@ static void encode_start(td__outbox_t *o, uint64_t round) {
     o->pending = round;
     return;
   }
+  /* sync: not in the round's sample (it trained nothing), or the round
+   * closed without it (a straggler cut by min_updates or the adaptive
+   * deadline): nobody waits for it, so nothing is sent */
+  if (s->spec.mode_kind == TD_MODE_SYNC &&
+      (round < s->round || !td_run_in_sample(s->run, round, s->rank))) {
+    if (round > o->sent)
+      o->sent = round;
+    return;
+  }
   apply_resets(o);
   td__own_round_t *own = &s->own[round % TD__RING];
   encode_job_t *job = calloc(1, sizeof *job);
@@ -252,6 +261,7 @@ static void encode_start(td__outbox_t *o, uint64_t round) {
     o->sent = round; /* nothing sent; peers see a late update */
     return;
   }
+  s->own_sent_once = true;
   own->uplink = td__transport_uplink(s->node->net);
   *job = (encode_job_t){.s = s, .node_id = s->node->node_id, .run_id = s->run_id,
                         .round = round, .samples = own->samples, .loss = own->loss,

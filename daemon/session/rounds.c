@@ -39,12 +39,59 @@
 /* A peer's reported capacity or uplink is believed up to this (samples/s, bytes/s). */
 #define MAX_REPORTED_RATE 1e12
 
+static double adaptive_deadline_s(const td__session_t *s);
+static void arm_round_timer(td__session_t *s);
+static void cut_at_adaptive_deadline(td__session_t *s);
+
+/* Whether the run samples members (participation < all), in sync mode. */
+static bool samples(const td__session_t *s) {
+  return s->spec.mode_kind == TD_MODE_SYNC && s->spec.participation != 1;
+}
+
+/* Whether a sync round may close before every sampled update is in. */
+static bool tolerates_stragglers(const td__session_t *s) {
+  return s->spec.mode_kind == TD_MODE_SYNC &&
+         (s->spec.min_updates > 0 || s->spec.deadline_mad_c > 0);
+}
+
+/* The open round's sample in the ledger: "round R: sampled K of N: ID,ID". */
+static void record_sample(td__session_t *s, uint64_t round) {
+  char ids[TD_LEDGER_MEMBERS_TEXT];
+  size_t used = 0;
+  unsigned k = 0;
+  for (size_t i = 0; i < s->n_members && i < 64; i++)
+    if (s->sample >> i & 1) {
+      k++;
+      if (used < sizeof ids)
+        used += (size_t)snprintf(ids + used, sizeof ids - used, "%s%016" PRIx64,
+                                 used ? "," : "", s->members[i]);
+    }
+  ids[used < sizeof ids ? used : sizeof ids - 1] = '\0';
+  td__ledger_event(s->node->ledger, "round_sample", "round %" PRIu64 ": sampled %u of %zu: %s",
+                   round, k, s->n_members, ids);
+}
+
 void td__rounds_begin(td__session_t *s, uint64_t round) {
   uint64_t peers[TD_MEMBERS_MAX];
   size_t np = td__session_peers(s, round, peers);
   s->round = round;
+  s->round_cut = false;
+  s->round_begun = td_clock_mono_s();
+  s->sample = UINT64_MAX;
+  if (samples(s) && round <= s->rounds) { /* the others neither train nor send this round */
+    s->sample = td_run_sample(s->run, round);
+    size_t kept = 0;
+    for (size_t p = 0; p < np; p++) {
+      size_t i = td__session_member(s, peers[p]);
+      if (i < 64 && (s->sample >> i & 1))
+        peers[kept++] = peers[p];
+    }
+    np = kept;
+    record_sample(s, round);
+  }
   td_round_begin(s->collector, round, peers, np);
   s->round_started = td_clock_wall_s();
+  arm_round_timer(s);
   if (s->own_done >= round) /* overlap: own update already done */
     s->deadline = s->own[round % TD__RING].done_at + s->spec.round_timeout;
 }
@@ -57,6 +104,9 @@ _Static_assert(TD_LEDGER_MEMBERS_TEXT >= TD_MEMBERS_MAX * 17 + 1 && TD_MEMBERS_M
 static void round_row(td__session_t *s, uint64_t round, double eval_acc, double started,
                     uint64_t bytes_sent, uint64_t bytes_recv, uint64_t took_part) {
   td__own_round_t *o = &s->own[round % TD__RING];
+  td__own_round_t none = {.eval_acc = NAN, .eval_bpb = NAN};
+  if (o->round != round) /* closed without our own update (a straggler): none of ours */
+    o = &none;
   char members[TD_LEDGER_MEMBERS_TEXT];
   size_t used = 0;
   for (size_t i = 0; i < s->n_members && i < 64 && used < sizeof members; i++)
@@ -81,7 +131,7 @@ static void round_row(td__session_t *s, uint64_t round, double eval_acc, double 
       .bytes_sent = bytes_sent, .bytes_recv = bytes_recv, .lr = o->lr,
       .compute_s = o->compute_s + o->fill_s, .wait_s = o->idle_s, .capacity = o->capacity,
       .members = members, .partitions = took_part};
-  if (o->round == round) {
+  if (o->round == round && o != &none) {
     memcpy(o->members_text, members, sizeof members);
     o->row = row;
     o->row.members = o->members_text;
@@ -95,9 +145,10 @@ static void round_row(td__session_t *s, uint64_t round, double eval_acc, double 
  * it, so it waits in the ring and round_row() writes it with the row. */
 void td__rounds_eval(td__session_t *s, uint64_t round, double accuracy, double bpb) {
   td__own_round_t *o = &s->own[round % TD__RING];
-  if (o->round != round) {
+  if (o->round != round || (!o->row_written && round < s->round && s->round_cut_any)) {
     /* evaluated off the training path and finished rounds later: the row is
-     * most likely written (then this sets it); if not, round_row() takes it */
+     * most likely written (then this sets it); if not, round_row() takes it.
+     * A straggler's own round that closed without it has its row already. */
     s->late_eval.round = round;
     s->late_eval.acc = accuracy;
     s->late_eval.bpb = bpb;
@@ -301,7 +352,8 @@ static void aggregate_done(uv_work_t *req, int status) {
 /* The round's inputs: our delta and every complete peer update, each weight
  * bounded by the member's plan (counted and recorded when cut). */
 static void gather(td__session_t *s, aggregate_job_t *job) {
-  uint64_t r = job->round, own_samples = s->own[r % TD__RING].samples;
+  uint64_t r = job->round;
+  uint64_t own_samples = s->own[r % TD__RING].round == r ? s->own[r % TD__RING].samples : 0;
   job->n = td_round_collect(s->collector, job->in, TD_AGG_MAX_INPUTS - 1);
   if (own_samples > 0)
     job->in[job->n++] = (td_agg_input_t){.id = s->node->node_id,
@@ -361,13 +413,90 @@ static void close_round(td__session_t *s) {
   }
 }
 
+/* The open round's sampled updates this node holds: the complete peer
+ * updates, and its own once done (when it is in the sample). */
+static unsigned contributions(const td__session_t *s) {
+  unsigned k = (unsigned)td_round_received(s->collector);
+  bool own_in = s->rank < 64 && (s->sample >> s->rank & 1);
+  return k + (own_in && s->own_done >= s->round && s->own[s->round % TD__RING].samples > 0);
+}
+
+/* The sampled members the open round waits for, our own included. */
+static unsigned sampled_count(const td__session_t *s) {
+  unsigned k = 0;
+  for (size_t i = 0; i < s->n_members && i < 64; i++)
+    k += (unsigned)(s->sample >> i & 1);
+  return k;
+}
+
+/* Whether every member the open round still waits for has sent an update of
+ * this run before: one that has not is starting (loading its data) or
+ * unreachable, not a straggler, and the rounds wait for it (up to the
+ * deadline) rather than run away from it. */
+static bool missing_have_started(const td__session_t *s) {
+  uint64_t missing[TD_MEMBERS_MAX];
+  size_t k = td_round_missing(s->collector, missing, TD_MEMBERS_MAX);
+  for (size_t i = 0; i < k; i++) {
+    size_t mi = td__session_member(s, missing[i]);
+    if (mi >= 64 || !(s->sent_once >> mi & 1))
+      return false;
+  }
+  return true;
+}
+
+/* Stop waiting for the open round's missing updates: each is recorded (`kind`
+ * late: a deadline; cut: min_updates), and the round may close without our
+ * own update too (a straggler's). */
+static void cut_missing(td__session_t *s, const char *kind, const char *why) {
+  uint64_t missing[TD_MEMBERS_MAX];
+  size_t k = td_round_missing(s->collector, missing, TD_MEMBERS_MAX);
+  for (size_t i = 0; i < k; i++) {
+    td_log_info("round %" PRIu64 ": peer %016" PRIx64 " %s (%s)", s->round, missing[i],
+                kind, why);
+    td__ledger_event(s->node->ledger, kind, "round %" PRIu64 " peer %016" PRIx64 ": %s",
+                     s->round, missing[i], why);
+    td_round_forget_peer(s->collector, missing[i]);
+    if (strcmp(kind, "cut") == 0)
+      s->cut_peers++;
+    else
+      s->late_peers++;
+  }
+  if (s->own_done < s->round && s->rank < 64 && (s->sample >> s->rank & 1))
+    td__ledger_event(s->node->ledger, kind, "round %" PRIu64 " peer %016" PRIx64 " (this "
+                     "node): %s", s->round, s->node->node_id, why);
+  s->round_cut = true;
+  s->round_cut_any = true;
+}
+
+/* Whether our own part of the open round is settled: done and sent, or not
+ * done in a round that was cut, as long as the compute thread already holds
+ * the round before it (so the closing round's average never overwrites one
+ * it has not applied: the run keeps two) and this node sent an update
+ * before (the others wait for one that never did: missing_have_started). */
+static bool own_settled(const td__session_t *s) {
+  if (s->own_done >= s->round)
+    return td__outbox_sent(s->outbox, s->round);
+  return s->round_cut && s->own_done + 1 >= s->round && s->own_sent_once;
+}
+
 void td__rounds_try_close(td__session_t *s) {
   if (s->spec.mode_kind == TD_MODE_ASYNC)
     return;
-  while (s->node->session == s && !s->closing && s->own_done >= s->round &&
-         td__outbox_sent(s->outbox, s->round) && s->round <= s->rounds &&
-         td_round_complete(s->collector))
+  while (s->node->session == s && !s->closing && s->round <= s->rounds) {
+    cut_at_adaptive_deadline(s); /* an update after the deadline is the first one in */
+    if (tolerates_stragglers(s) && !s->round_cut && s->spec.min_updates > 0 &&
+        !td_round_complete(s->collector)) {
+      unsigned want = s->spec.min_updates, sampled = sampled_count(s);
+      if (contributions(s) >= (want < sampled ? want : sampled) && missing_have_started(s)) {
+        char why[64];
+        snprintf(why, sizeof why, "min_updates %u reached", want);
+        cut_missing(s, "cut", why);
+      }
+    }
+    if (!own_settled(s) || !td_round_complete(s->collector))
+      return;
     close_round(s);
+  }
 }
 
 static void async_release(td__session_t *s) {
@@ -376,6 +505,15 @@ static void async_release(td__session_t *s) {
     if (td__session_takes_part(s, i, 0) && s->peer_round[i] < slowest)
       slowest = s->peer_round[i];
   td_run_release(s->run, slowest);
+}
+
+/* A peer's update of the open round arrived: its time into the round, for
+ * the adaptive deadline. Our own is not one: it comes after the compute
+ * alone, the peers' after the compute and the network, and mixing the two
+ * would widen the spread until no straggler ever looks late. */
+static void note_arrival(td__session_t *s) {
+  double t = td_clock_mono_s() - s->round_begun;
+  s->arrival_s[s->arrivals++ % TD__ARRIVALS] = t > 0 ? t : 0;
 }
 
 void td__rounds_own_done(td__session_t *s, uint64_t round) {
@@ -403,10 +541,84 @@ void td__rounds_forget_peer(td__session_t *s, uint64_t peer) {
   td__rounds_try_close(s);
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* round_deadline = adaptive:C: median + C x MAD of the newest arrival times,
+ * at most round_timeout; 0 until TD__ARRIVALS_MIN arrived. */
+static double adaptive_deadline_s(const td__session_t *s) {
+  size_t n = s->arrivals < TD__ARRIVALS ? s->arrivals : TD__ARRIVALS;
+  if (n < TD__ARRIVALS_MIN)
+    return 0;
+  double t[TD__ARRIVALS], dev[TD__ARRIVALS];
+  memcpy(t, s->arrival_s, n * sizeof *t);
+  qsort(t, n, sizeof *t, cmp_double);
+  double median = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+  for (size_t i = 0; i < n; i++)
+    dev[i] = fabs(t[i] - median);
+  qsort(dev, n, sizeof *dev, cmp_double);
+  double mad = n % 2 ? dev[n / 2] : (dev[n / 2 - 1] + dev[n / 2]) / 2;
+  /* MAD floored at a tenth of the median: near-identical arrival times must
+   * not put the deadline on the median itself, cutting half the punctual */
+  double d = median + s->spec.deadline_mad_c * (mad > median / 10 ? mad : median / 10);
+  return d < s->spec.round_timeout ? d : s->spec.round_timeout;
+}
+
+/* round_deadline = adaptive: once the open round is older than the
+ * deadline and something of it is in, the missing are late. Only a node
+ * whose own part is in judges that (a straggler would cut the punctual);
+ * a straggler closes the round when a peer's update of the next one shows
+ * that the others closed it. */
+static void cut_at_adaptive_deadline(td__session_t *s) {
+  if (s->spec.deadline_mad_c <= 0 || s->round_cut || s->round > s->rounds || s->closing ||
+      td_round_complete(s->collector))
+    return;
+  bool own_in = s->own_done >= s->round || !(s->rank < 64 && (s->sample >> s->rank & 1));
+  if (!own_in) {
+    if (td_round_moved_on(s->collector))
+      cut_missing(s, "late", "the others closed the round (an update of the next is in)");
+    return;
+  }
+  double adaptive = adaptive_deadline_s(s);
+  if (adaptive > 0 && contributions(s) > 0 && td_clock_mono_s() - s->round_begun >= adaptive &&
+      missing_have_started(s)) {
+    char why[96];
+    snprintf(why, sizeof why, "adaptive deadline %.2f s (median + %g MAD)", adaptive,
+             s->spec.deadline_mad_c);
+    cut_missing(s, "late", why);
+  }
+}
+
+/* The node's round timer: the open round's adaptive deadline passed (or
+ * nearly: it may fire a little early; then it is armed for the rest). */
+static void on_round_timer(uv_timer_t *t) {
+  td__node_t *n = t->data;
+  td__session_t *s = n->session;
+  if (s == NULL)
+    return;
+  td__rounds_tick(s);
+  if (n->session == s && !s->round_cut)
+    arm_round_timer(s);
+}
+
+static void arm_round_timer(td__session_t *s) {
+  double adaptive = s->spec.deadline_mad_c > 0 ? adaptive_deadline_s(s) : 0;
+  if (!(adaptive > 0) || s->round > s->rounds)
+    return;
+  double left = s->round_begun + adaptive - td_clock_mono_s();
+  if (left <= 0) /* passed: arrivals and our own update re-check it (try_close) */
+    return;
+  uv_update_time(&s->node->loop);
+  uv_timer_start(&s->node->round_timer, on_round_timer, (uint64_t)(left * 1e3) + 1, 0);
+}
+
 /* Deadline: peers that have not delivered are recorded late and not waited for. */
 void td__rounds_tick(td__session_t *s) {
   if (s->spec.mode_kind == TD_MODE_ASYNC)
     return;
+  cut_at_adaptive_deadline(s);
   if (s->own_done >= s->round && td_clock_mono_s() >= s->deadline) {
     uint64_t missing[TD_MEMBERS_MAX];
     size_t k = td_round_missing(s->collector, missing, TD_MEMBERS_MAX);
@@ -538,6 +750,8 @@ static void decode_done(uv_work_t *req, int status) {
       s->away_times[job->member] = 0; /* it trains: its away count starts over */
       record_update(s, job->peer, info.round, (int64_t)s->round - (int64_t)info.round,
                     info.bytes, td_codec_name(info.codec));
+      if (info.round == s->round)
+        note_arrival(s);
     } /* LATE: its round closed without it while it decoded */
     td__rounds_try_close(s);
   }
@@ -630,6 +844,8 @@ void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, si
                                                  : NULL);
     return;
   }
+  if (mi < 64)
+    s->sent_once |= UINT64_C(1) << mi;
   td__peer_report_t *rep = &s->peer_report[mi][up->round % TD__RING];
   *rep = (td__peer_report_t){.round = up->round, .capacity = finite_rate(up->capacity),
                              .uplink = finite_rate(up->uplink)};

@@ -62,6 +62,10 @@
  * hub mean, state for a repair); more is counted as a duplicate request. */
 #define TD__SERVE_COPIES 3
 #define TD__SERVE_KINDS 4
+/* round_deadline = adaptive: the arrival times it takes the median and MAD of
+ * (the newest), and how many it needs before it replaces round_timeout. */
+#define TD__ARRIVALS 64
+#define TD__ARRIVALS_MIN 8
 typedef struct td__node td__node_t;
 typedef struct td__session td__session_t;
 typedef struct td__outbox td__outbox_t;
@@ -153,6 +157,7 @@ struct td__node {
   void (*join_refused)(td__control_t *c, uint64_t peer, const char *reason); /* ...fails it */
   td__listener_t figures_changed; /* a round closed, a heartbeat: the monitor's feed */
   uv_timer_t heartbeat_timer;
+  uv_timer_t round_timer; /* rounds.c arms it for a sync round's adaptive deadline */
   uv_signal_t sigint, sigterm;
 };
 
@@ -272,6 +277,18 @@ struct td__session {
   uint64_t bytes_sent_mark;  /* the transport's run bytes sent when this round began */
   uint64_t bytes_recv_round; /* update bytes received that counted for this round */
   bool closing; /* the open round's aggregation runs on the pool */
+  /* Client sampling and stragglers (rounds.c; sync mode): */
+  uint64_t sample;     /* members sampled for the open round (bit i: member i) */
+  bool round_cut;      /* min_updates or the adaptive deadline closed the open round's list:
+                          the missing were cut, and it may close without our own update */
+  double round_begun;  /* monotonic time the open round began here */
+  double arrival_s[TD__ARRIVALS]; /* recent peer updates' arrival times into their rounds */
+  size_t arrivals;                /* how many arrived in all (the ring holds the newest) */
+  uint64_t cut_peers;             /* sampled updates cut by min_updates */
+  uint64_t sent_once;             /* members with an update (a chunk) in this run (bit i) */
+  bool own_sent_once;             /* this node sent an update of this run (the others then
+                                     cut it when it straggles; until then they wait for it) */
+  bool round_cut_any;             /* some round was cut (a straggler's own row may precede it) */
   double test_accuracy, test_loss, last_eval_acc;
   double test_bpb, last_eval_bpb; /* text runs (bits per byte); NAN otherwise */
   uint64_t updates_received, rounds_done, late_peers, plans_applied, stale_dropped;
@@ -314,6 +331,7 @@ typedef struct td__run_stats {
   double loss, eval_accuracy, test_accuracy, test_loss, capacity;
   double eval_bpb, test_bpb; /* text runs: bits per byte instead of accuracy; NAN otherwise */
   uint64_t updates_received, late_peers, transfers, snapshots_served, joins_admitted;
+  uint64_t cut_peers; /* sampled updates cut by min_updates */
   uint64_t reconciled, reconciled_partial, reconciled_via_hub, reconciled_as_hub;
   char error[256];
   char refused[512];

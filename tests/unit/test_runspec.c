@@ -91,6 +91,9 @@ START_TEST(bad_values_are_refused_with_the_key_named) {
       {"eps", "0"},            {"eps", "-1e-8"},         {"eps", "2"},
       {"clip", "-1"},          {"clip", "inf"},          {"dataset", "text:"},
       {"backend", "cuda:x"},   {"backend", "cuda:"},     {"backend", "gpu"},
+      {"prox_mu", "-0.1"},     {"prox_mu", "nan"},       {"outer", "fedavg"},
+      {"participation", "0"},  {"participation", "65"},  {"min_updates", "65"},
+      {"round_deadline", "adaptive:0.1"}, {"round_deadline", "mad"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     td_runspec_t rs;
@@ -144,6 +147,72 @@ START_TEST(bad_values_are_refused_with_the_key_named) {
   td_runspec_set(&rs, "outer_nesterov", "true", why, sizeof why);
   ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), TD_ECONFIG);
   ck_assert_ptr_nonnull(strstr(why, "outer_momentum"));
+}
+END_TEST
+
+/* outer = adam | yogi | adagrad: parsed into the outer step's options;
+ * sgd's own keys and async mode are refused with the key named. */
+START_TEST(outer_optimizer_keys_parse_and_refuse_mixtures) {
+  td_runspec_t rs;
+  char why[512] = "";
+  td_runspec_defaults(&rs);
+  td_outer_opts_t o;
+  td_runspec_outer_opts(&rs, &o);
+  ck_assert_int_eq(o.kind, TD_OUTER_SGD);
+  ck_assert(!td_outer_needs_buffer(&o)); /* the default is plain averaging */
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "outer=yogi", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "outer_lr=0.03", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "outer_beta2=0.999", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "outer_tau=1e-4", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), 0);
+  td_runspec_outer_opts(&rs, &o);
+  ck_assert_int_eq(o.kind, TD_OUTER_YOGI);
+  ck_assert(o.lr == 0.03 && o.beta1 == 0.9 && o.beta2 == 0.999 && o.tau == 1e-4);
+  ck_assert_uint_eq(td_outer_state_floats(&o, 10), 20);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "outer=Adam", why, sizeof why), TD_ECONFIG);
+  ck_assert_str_eq(why,
+                   "outer: 'Adam' is not an outer optimizer (accepted: sgd, adam, yogi, adagrad)");
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "outer_tau=0", why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, "outer_tau"));
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "outer_beta1=1", why, sizeof why), TD_ECONFIG);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "outer_momentum=0.9", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, "outer_momentum: applies to outer = sgd"));
+  td_runspec_defaults(&rs);
+  td_runspec_set_arg(&rs, "outer=adagrad", why, sizeof why);
+  td_runspec_set_arg(&rs, "mode=async:2", why, sizeof why);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, "outer = adagrad: needs rounds"));
+}
+END_TEST
+
+/* participation, min_updates, round_deadline: parsed, and refused outside
+ * sync mode or as a fraction above 1. */
+START_TEST(sampling_and_straggler_keys) {
+  td_runspec_t rs;
+  char why[512] = "";
+  td_runspec_defaults(&rs);
+  ck_assert(rs.participation == 1 && rs.min_updates == 0 && rs.deadline_mad_c == 0);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "round_deadline=adaptive", why, sizeof why), 0);
+  ck_assert(rs.deadline_mad_c == 3);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "round_deadline=adaptive:2.5", why, sizeof why), 0);
+  ck_assert(rs.deadline_mad_c == 2.5);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "participation=0.1", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "min_updates=3", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "participation=2.5", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, "participation: 2.5 is neither a fraction"));
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "participation=3", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "mode=overlap", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), TD_ECONFIG);
+  ck_assert_str_eq(why, "participation: needs mode = sync (rounds that wait for their average)");
+  td_runspec_defaults(&rs);
+  td_runspec_set_arg(&rs, "mode=async:2", why, sizeof why);
+  td_runspec_set_arg(&rs, "min_updates=2", why, sizeof why);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, "min_updates: needs mode = sync"));
 }
 END_TEST
 
@@ -462,6 +531,8 @@ int main(void) {
   tcase_add_test(tc, defaults_are_valid_and_documented);
   tcase_add_test(tc, set_parses_every_type);
   tcase_add_test(tc, bad_values_are_refused_with_the_key_named);
+  tcase_add_test(tc, outer_optimizer_keys_parse_and_refuse_mixtures);
+  tcase_add_test(tc, sampling_and_straggler_keys);
   tcase_add_test(tc, codec_with_a_bad_parameter_names_it_and_its_range);
   tcase_add_test(tc, ini_files_use_the_same_table);
   tcase_add_test(tc, canonical_text_round_trips);

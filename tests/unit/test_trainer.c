@@ -4,7 +4,8 @@
  * one epoch (batch 64, lr 0.05 with cosine decay, momentum 0.9) and requires
  * test accuracy >= 0.83 (0.86-0.87 across seeds). The others use a small synthetic CSV dataset: identical seeds give
  * bit-identical weights, a dataset that does not fit the model is refused, and
- * a diverging run stops with TD_ENUMERIC instead of training on NaNs. */
+ * a diverging run stops with TD_ENUMERIC instead of training on NaNs; FedProx's
+ * term is mu (w - centre) in the gradient, and with mu = 0 it changes no bit. */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -82,6 +83,62 @@ START_TEST(same_seed_gives_bit_identical_weights) {
   td_dataset_close(&d1);
   td_dataset_close(&d2);
   td_dataset_close(&d3);
+  td_backend_close(&be);
+  unlink(csv);
+}
+END_TEST
+
+/* FedProx through the trainer. Three trainers from the same seed on the same
+ * data with plain SGD (no momentum, no decay, constant lr): a without the
+ * term, b with it set to mu = 0.5 and then to 0, c with mu = 0.5 toward a
+ * centre x. After one step c - a = -lr mu (w0 - x) (the gradient at w0 is
+ * the same for both); b equals a bit for bit after 1 and after 20 steps. */
+START_TEST(prox_term_is_mu_times_the_distance_and_zero_is_fedavg) {
+  td_backend_t *be = NULL;
+  char why[256] = "";
+  ck_assert_int_eq(td_backend_open(&be, "cpu", 1, why, sizeof why), 0);
+  const char *csv = synthetic_csv();
+  td_trainer_opts_t o = {.model_spec = "mlp:8-16-3", .batch = 32, .seed = 5, .lr = 0.1,
+                         .lr_schedule = "constant", .epochs = 2};
+  td_dataset_t *ds[3] = {NULL};
+  td_trainer_t *tr[3] = {NULL};
+  for (int i = 0; i < 3; i++) {
+    ck_assert_int_eq(td_dataset_load_csv(&ds[i], csv, why, sizeof why), 0);
+    ck_assert_msg(td_trainer_open(&tr[i], be, ds[i], &o, why, sizeof why) == 0, "%s", why);
+  }
+  size_t n = td_model_numel(td_trainer_model(tr[0]));
+  float *w0 = malloc(n * sizeof(float)), *x = malloc(n * sizeof(float));
+  memcpy(w0, td_model_params(td_trainer_model(tr[0])), n * sizeof(float));
+  for (size_t i = 0; i < n; i++)
+    x[i] = w0[i] + 0.25f * sinf((float)i);
+  const double mu = 0.5;
+  ck_assert_int_eq(td_trainer_set_prox(tr[1], mu, x, why, sizeof why), 0);
+  ck_assert_int_eq(td_trainer_set_prox(tr[1], 0, x, why, sizeof why), 0);
+  ck_assert_int_eq(td_trainer_set_prox(tr[2], mu, x, why, sizeof why), 0);
+  td_train_stats_t st;
+  for (int i = 0; i < 3; i++)
+    ck_assert_int_eq(td_trainer_steps(tr[i], 1, &st, why, sizeof why), 0);
+  const float *a = td_model_params(td_trainer_model(tr[0]));
+  const float *b = td_model_params(td_trainer_model(tr[1]));
+  const float *c = td_model_params(td_trainer_model(tr[2]));
+  ck_assert_int_eq(memcmp(a, b, n * sizeof(float)), 0);
+  double lr = st.lr, worst = 0;
+  ck_assert_double_eq_tol(lr, 0.1, 1e-12);
+  for (size_t i = 0; i < n; i++) {
+    double want = -lr * mu * ((double)w0[i] - x[i]), got = (double)c[i] - a[i];
+    double err = fabs(got - want);
+    worst = err > worst ? err : worst;
+  }
+  ck_assert_msg(worst < 1e-6, "c - a differs from -lr mu (w0 - x) by up to %g", worst);
+  for (int i = 0; i < 2; i++)
+    ck_assert_int_eq(td_trainer_steps(tr[i], 19, &st, why, sizeof why), 0);
+  ck_assert_int_eq(memcmp(a, b, n * sizeof(float)), 0);
+  free(w0);
+  free(x);
+  for (int i = 0; i < 3; i++) {
+    td_trainer_close(&tr[i]);
+    td_dataset_close(&ds[i]);
+  }
   td_backend_close(&be);
   unlink(csv);
 }
@@ -394,6 +451,7 @@ int main(void) {
   tcase_set_timeout(tc, 600);
   tcase_add_test(tc, same_seed_gives_bit_identical_weights);
   tcase_add_test(tc, a_dataset_that_does_not_fit_is_refused);
+  tcase_add_test(tc, prox_term_is_mu_times_the_distance_and_zero_is_fedavg);
   tcase_add_test(tc, divergence_stops_with_enumeric);
   tcase_add_test(tc, set_batch_changes_rows_per_step);
   tcase_add_test(tc, fill_steps_do_not_advance_the_schedule);
