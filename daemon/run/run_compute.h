@@ -78,6 +78,8 @@ td__run_flow_t td__compute_pull(td__compute_t *c);
 td__run_flow_t td__compute_push(td__compute_t *c);
 /* Sleep so that the work since (t0, cpu0) ends `slowdown` times its cost after t0. */
 void td__compute_slow_down(const td__compute_t *c, double t0, double cpu0);
+/* Nodes sharing the global batch in `round` (late joins raise it). */
+unsigned td__run_nodes_at(td_run_t *run, uint64_t round);
 /* Whether the loop has released `round` (no wait). */
 bool td__compute_released(td_run_t *run, uint64_t round);
 /* Wait until the loop released `round` or a stop was requested (c->idle grows). */
