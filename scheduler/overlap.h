@@ -28,7 +28,11 @@
  * Douillard and Donchev's eager updates: the node's own current outer step
  * stands in for its part of the average in flight, the others' parts arrive
  * a round late, so each node's step counts once). */
-typedef enum { TD_OVERLAP_FIX_PULL = 0, TD_OVERLAP_FIX_NONE, TD_OVERLAP_FIX_EAGER } td_overlap_fix_t;
+typedef enum {
+  TD_OVERLAP_FIX_PULL = 0,
+  TD_OVERLAP_FIX_NONE,
+  TD_OVERLAP_FIX_EAGER
+} td_overlap_fix_t;
 
 /* The pull-back fraction alpha for td_overlap_pull: 0 (none), overlap_pull
  * (pull) or 1 - 1/nodes (eager; nodes 0 counts as 1). */

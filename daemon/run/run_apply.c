@@ -65,6 +65,14 @@ void td__compute_slow_down(const td__compute_t *c, double t0, double cpu0) {
   sleep_for(c->run, td_plan_slowdown_wait(c->run->slowdown, wall, cpu));
 }
 
+/* Nodes sharing the global batch in `round` (late joins raise it). */
+unsigned td__run_nodes_at(td_run_t *run, uint64_t round) {
+  pthread_mutex_lock(&run->mu);
+  unsigned k = run->nodes_from && round >= run->nodes_from ? run->nodes_next : run->nodes;
+  pthread_mutex_unlock(&run->mu);
+  return k;
+}
+
 /* Whether the loop has released `round` (no wait). */
 bool td__compute_released(td_run_t *run, uint64_t round) {
   pthread_mutex_lock(&run->mu);

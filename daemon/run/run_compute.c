@@ -86,14 +86,6 @@ static unsigned batch_for(td_run_t *run, uint64_t round, unsigned current) {
   return b;
 }
 
-/* Nodes sharing the global batch in `round` (late joins raise it). */
-unsigned td__run_nodes_at(td_run_t *run, uint64_t round) {
-  pthread_mutex_lock(&run->mu);
-  unsigned k = run->nodes_from && round >= run->nodes_from ? run->nodes_next : run->nodes;
-  pthread_mutex_unlock(&run->mu);
-  return k;
-}
-
 /* ---- what the compute thread posts besides rounds ------------------------------------- */
 
 /* Loss on the fixed validation subset and a copy of the local model, so the

@@ -183,7 +183,8 @@ START_TEST(overlap_fix_defaults_parses_and_refuses) {
   ck_assert_ptr_nonnull(strstr(text, "overlap_fix = eager\n"));
   ck_assert_int_eq(td_runspec_set(&rs, "overlap_fix", "guess", why, sizeof why), TD_ECONFIG);
   ck_assert_str_eq(why, "overlap_fix: unknown fix 'guess' (accepted: pull, none, eager)");
-  ck_assert_uint_eq(rs.overlap_fix_kind, TD_OVERLAP_FIX_EAGER); /* the refused value changed nothing */
+  /* the refused value changed nothing */
+  ck_assert_uint_eq(rs.overlap_fix_kind, TD_OVERLAP_FIX_EAGER);
 }
 END_TEST
 
