@@ -5,8 +5,8 @@
  * average is in); then the outer step on that average, which moves the
  * anchor and, per mode, params (sync: onto the anchor; overlap: the swap of
  * scheduler/overlap.h), and what the round owes after it: its
- * reconciliation, a late joiner's anchor, a checkpoint. Sync mode's end of a
- * round is those in a row.
+ * reconciliation, a late joiner's anchor, a checkpoint; and the nodes sharing
+ * a round. Sync mode's end of a round is those in a row.
  * Thread: the compute thread only; state in td__compute_t (run_compute.h). */
 #include <string.h>
 
