@@ -1,6 +1,7 @@
 /* overlap.c: overlap mode's delayed swap and anchor pull-back (overlap.h),
- * one pass over the vectors each, and its choice of waiting for an
- * exchange-bound round's own average. */
+ * one pass over the vectors each, the pull-back fraction of each
+ * overlap_fix, and the choice of waiting for an exchange-bound round's own
+ * average. */
 #include "scheduler/overlap.h"
 
 #include <math.h>
@@ -22,6 +23,18 @@ void td_overlap_pull(float *params, float *start, float *lead, const float *own,
     params[i] -= back;
     start[i] -= back;
     lead[i] = own[i] - back;
+  }
+}
+
+double td_overlap_pull_fraction(td_overlap_fix_t fix, double overlap_pull, unsigned nodes) {
+  switch (fix) {
+  case TD_OVERLAP_FIX_NONE:
+    return 0;
+  case TD_OVERLAP_FIX_EAGER:
+    return nodes > 1 ? 1.0 - 1.0 / nodes : 0;
+  case TD_OVERLAP_FIX_PULL:
+  default:
+    return overlap_pull;
   }
 }
 

@@ -22,6 +22,22 @@
 /* ...and overlap again below this fraction of it. */
 #define TD_OVERLAP_WAIT_LEAVE 0.75
 
+/* What a node keeps of its own newest round after the delayed swap
+ * (overlap_fix): none keeps all of it (the plain delayed swap), pull keeps
+ * 1 - overlap_pull, eager keeps its share 1/N of the round's average (Kale,
+ * Douillard and Donchev's eager updates: the node's own current outer step
+ * stands in for its part of the average in flight, the others' parts arrive
+ * a round late, so each node's step counts once). */
+typedef enum {
+  TD_OVERLAP_FIX_PULL = 0,
+  TD_OVERLAP_FIX_NONE,
+  TD_OVERLAP_FIX_EAGER
+} td_overlap_fix_t;
+
+/* The pull-back fraction alpha for td_overlap_pull: 0 (none), overlap_pull
+ * (pull) or 1 - 1/nodes (eager; nodes 0 counts as 1). */
+double td_overlap_pull_fraction(td_overlap_fix_t fix, double overlap_pull, unsigned nodes);
+
 /* params += step - lead ; start += step - lead (n floats each). */
 void td_overlap_swap(float *params, float *start, const float *step, const float *lead, size_t n);
 

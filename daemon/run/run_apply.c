@@ -6,8 +6,8 @@
  * anchor and, per mode, params (sync: onto the anchor; overlap: the swap of
  * scheduler/overlap.h), and what the round owes after it: its state hash
  * (and a repair, run_verify.c), its reconciliation, a late joiner's anchor,
- * a checkpoint. Sync mode's end of a
- * round is those in a row.
+ * a checkpoint; and the nodes sharing a round. Sync mode's end of a round is
+ * those in a row.
  * Thread: the compute thread only; state in td__compute_t (run_compute.h). */
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +74,14 @@ void td__compute_slow_down_round(const td__compute_t *c, double t0, double cpu0,
                                  uint64_t round) {
   double wall = td_clock_mono_s() - t0, cpu = td_backend_cpu_seconds(c->be) - cpu0;
   sleep_for(c->run, td_plan_slowdown_wait(c->run->slowdown, wall, cpu), round);
+}
+
+/* Nodes sharing the global batch in `round` (late joins raise it). */
+unsigned td__run_nodes_at(td_run_t *run, uint64_t round) {
+  pthread_mutex_lock(&run->mu);
+  unsigned k = run->nodes_from && round >= run->nodes_from ? run->nodes_next : run->nodes;
+  pthread_mutex_unlock(&run->mu);
+  return k;
 }
 
 /* Whether the loop has released `round` (no wait). */

@@ -88,14 +88,6 @@ static unsigned batch_for(td_run_t *run, uint64_t round, unsigned current) {
   return b;
 }
 
-/* Nodes sharing the global batch in `round` (late joins raise it). */
-static unsigned nodes_at(td_run_t *run, uint64_t round) {
-  pthread_mutex_lock(&run->mu);
-  unsigned k = run->nodes_from && round >= run->nodes_from ? run->nodes_next : run->nodes;
-  pthread_mutex_unlock(&run->mu);
-  return k;
-}
-
 /* ---- what the compute thread posts besides rounds ------------------------------------- */
 
 /* Loss on the fixed validation subset and a copy of the local model, so the
@@ -371,7 +363,7 @@ static td__run_flow_t round_begin(td__compute_t *c, uint64_t round) {
   c->batch = batch_for(run, round, c->batch);
   td_trainer_set_batch(c->tr, c->batch);
   /* linear scaling below the even share: per-sample steps stay the same */
-  double even = (double)run->spec.batch / nodes_at(run, round);
+  double even = (double)run->spec.batch / td__run_nodes_at(run, round);
   td_trainer_set_lr_scale(c->tr, c->batch < even ? c->batch / even : 1);
   return TD__RUN_GO_ON;
 }

@@ -83,6 +83,8 @@ void td__compute_slow_down(const td__compute_t *c, double t0, double cpu0);
  * this node (a sync round closed by min_updates or round_deadline). */
 void td__compute_slow_down_round(const td__compute_t *c, double t0, double cpu0,
                                  uint64_t round);
+/* Nodes sharing the global batch in `round` (late joins raise it). */
+unsigned td__run_nodes_at(td_run_t *run, uint64_t round);
 /* Whether the loop has released `round` (no wait). */
 bool td__compute_released(td_run_t *run, uint64_t round);
 /* Wait until the loop released `round` or a stop was requested (c->idle grows). */

@@ -138,7 +138,7 @@ td__run_flow_t td__compute_steps_swapping(td__compute_t *c, uint64_t round, unsi
 
 /* overlap: go on at once; swap the previous round's stale delta for its
  * average (filling the wait with steps when asked), then pull this round's
- * progress overlap_pull of the way back to the anchor. An exchange-bound
+ * progress part of the way back to the anchor (overlap_fix). An exchange-bound
  * round (scheduler/overlap.h) instead waits for its own average and starts
  * the next from the consensus, as sync does. The last round waits for its
  * own average and ends on the consensus model. */
@@ -167,8 +167,9 @@ td__run_flow_t td__compute_after_round_overlap(td__compute_t *c, uint64_t round)
     c->applied = round;
     return td__compute_after_round_sync(c, round);
   }
-  td_overlap_pull(c->params, run->start, c->lead, run->delta[round % 2], run->spec.overlap_pull,
-                  run->numel);
+  double alpha = td_overlap_pull_fraction((td_overlap_fix_t)run->spec.overlap_fix_kind,
+                                          run->spec.overlap_pull, td__run_nodes_at(run, round));
+  td_overlap_pull(c->params, run->start, c->lead, run->delta[round % 2], alpha, run->numel);
   if (round == run->rounds) {
     if ((f = td__compute_wait_release(c, round)) != TD__RUN_GO_ON)
       return f;

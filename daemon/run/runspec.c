@@ -26,6 +26,7 @@
 #include "compute/optim.h"
 #include "compute/data/partition.h"
 #include "compute/data/text.h"
+#include "scheduler/overlap.h"
 
 typedef enum { KEY_STR, KEY_UINT, KEY_U64, KEY_DOUBLE, KEY_BOOL } key_type_t;
 
@@ -206,6 +207,22 @@ static int check_batching(td_runspec_t *rs, const char *v, char *why, size_t n) 
     return 0;
   }
   return td_why(why, n, TD_ECONFIG, "unknown batching '%s' (accepted: weighted, equal)", v);
+}
+
+/* overlap_fix = pull | none | eager (scheduler/overlap.h) */
+static int check_overlap_fix(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  static const struct {
+    const char *name;
+    td_overlap_fix_t kind;
+  } fixes[] = {{"pull", TD_OVERLAP_FIX_PULL},
+               {"none", TD_OVERLAP_FIX_NONE},
+               {"eager", TD_OVERLAP_FIX_EAGER}};
+  for (size_t i = 0; i < sizeof fixes / sizeof fixes[0]; i++)
+    if (strcmp(v, fixes[i].name) == 0) {
+      rs->overlap_fix_kind = (unsigned)fixes[i].kind;
+      return 0;
+    }
+  return td_why(why, n, TD_ECONFIG, "unknown fix '%s' (accepted: pull, none, eager)", v);
 }
 
 /* reconcile = end | off | N (rounds, >= 1) */
@@ -469,6 +486,10 @@ static const run_key_t td__run_keys[] = {
      "overlap: up to this many times H extra local steps while the last average is in flight"},
     {"overlap_pull", KEY_DOUBLE, F(overlap_pull), "0.4", 0, 1, NULL,
      "overlap: after the delayed swap, pull the local model this fraction back to the anchor"},
+    {"overlap_fix", KEY_STR, F(overlap_fix), "pull", 0, 0, check_overlap_fix,
+     "overlap: what stands in for the average in flight: pull (own round, overlap_pull "
+     "pulled back) | none (own round) | eager (own round weighted 1/N, its share of the "
+     "average)"},
     {"overlap_wait", KEY_DOUBLE, F(overlap_wait), "4", 0, 1e6, NULL,
      "overlap: a node whose exchanges take this many times its compute waits for each "
      "round's average before the next round (no delay), until under 3/4 of it; 0 = never"},

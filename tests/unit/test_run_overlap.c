@@ -16,7 +16,9 @@
  *     not small). The periodic evaluations measure the anchor, the members'
  *     consensus: all equal, bit for bit, to the last one (after the last round
  *     the model is the anchor). Evaluating the local model would make them
- *     differ. Both with the evaluator thread and evaluated between rounds. */
+ *     differ. Both with the evaluator thread and evaluated between rounds.
+ *   - overlap_fix_is_the_pull_it_stands_for: with four nodes, eager posts the
+ *     deltas of overlap_pull = 0.75 bit for bit and none those of 0. */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -37,9 +39,12 @@ static char train_path[64], test_path[64];
 typedef struct {
   double step;                /* every average: this on every parameter */
   const char *lr, *early;     /* run keys */
+  const char *fix, *pull;     /* overlap_fix, overlap_pull (NULL: the defaults) */
+  unsigned nodes;             /* nodes sharing the batch (0: 1) */
   bool plain;                 /* evaluate between rounds (no evaluator thread) */
   /* outcome */
   double max_delta;           /* largest |delta| posted, over all rounds */
+  double delta_sum;           /* sum of (i + 1) x delta[i] over all rounds: a fingerprint */
   unsigned swapped_early;     /* rounds whose steps swapped the predecessor's average in */
   double eval_loss[ROUNDS + 1];
   unsigned evals;
@@ -58,8 +63,11 @@ static void run_trial(trial_t *t) {
                         "momentum=0.9"};
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
     ck_assert_msg(td_runspec_set_arg(&spec, keys[i], why, sizeof why) == 0, "%s", why);
-  const char *more[][2] = {{"lr", t->lr}, {"overlap_early", t->early}};
-  for (size_t i = 0; i < 2; i++) {
+  const char *more[][2] = {{"lr", t->lr},
+                           {"overlap_early", t->early},
+                           {"overlap_fix", t->fix ? t->fix : "pull"},
+                           {"overlap_pull", t->pull ? t->pull : "0.4"}};
+  for (size_t i = 0; i < 4; i++) {
     snprintf(key, sizeof key, "%s=%s", more[i][0], more[i][1]);
     ck_assert_msg(td_runspec_set_arg(&spec, key, why, sizeof why) == 0, "%s", why);
   }
@@ -69,7 +77,7 @@ static void run_trial(trial_t *t) {
   ck_assert(td_runspec_set_arg(&spec, key, why, sizeof why) == 0);
   snprintf(key, sizeof key, "local_steps=%d", STEPS);
   ck_assert(td_runspec_set_arg(&spec, key, why, sizeof why) == 0);
-  td_run_opts_t opts = {.spec = &spec, .rank = 0, .nodes = 1, .loop = &loop,
+  td_run_opts_t opts = {.spec = &spec, .rank = 0, .nodes = t->nodes ? t->nodes : 1, .loop = &loop,
                         .open_backend = t->plain ? run_csv_plain_cpu : NULL};
   td_run_t *run = NULL;
   ck_assert_msg(td_run_start(&run, &opts, why, sizeof why) == 0, "%s", why);
@@ -92,6 +100,7 @@ static void run_trial(trial_t *t) {
       for (size_t i = 0; i < n; i++) {
         ck_assert(isfinite(delta[i]));
         t->max_delta = fmax(t->max_delta, fabs(delta[i]));
+        t->delta_sum += (double)(i + 1) * delta[i];
         avg[i] = (float)t->step;
       }
       td_run_release(run, ev.round);
@@ -164,12 +173,39 @@ START_TEST(overlap_evaluates_the_anchor) {
 }
 END_TEST
 
+/* overlap_fix reaches the compute thread: with four nodes sharing the
+ * batch, eager posts exactly the deltas of the pull at 1 - 1/4 and none
+ * those of the pull at 0 (the runs repeat bit for bit: overlap_wait = 0, no
+ * early swap, one thread), and eager differs from the default pull. */
+START_TEST(overlap_fix_is_the_pull_it_stands_for) {
+  with_data();
+  trial_t eager = {.step = 0.001, .lr = "0.05", .early = "false", .fix = "eager", .nodes = 4};
+  trial_t pull75 = {.step = 0.001, .lr = "0.05", .early = "false", .pull = "0.75", .nodes = 4};
+  trial_t none = {.step = 0.001, .lr = "0.05", .early = "false", .fix = "none", .nodes = 4};
+  trial_t pull0 = {.step = 0.001, .lr = "0.05", .early = "false", .pull = "0", .nodes = 4};
+  trial_t dflt = {.step = 0.001, .lr = "0.05", .early = "false", .nodes = 4};
+  run_trial(&eager);
+  run_trial(&pull75);
+  run_trial(&none);
+  run_trial(&pull0);
+  run_trial(&dflt);
+  ck_assert_msg(eager.delta_sum == pull75.delta_sum, "eager %.17g, pull 0.75 %.17g",
+                eager.delta_sum, pull75.delta_sum);
+  ck_assert_msg(none.delta_sum == pull0.delta_sum, "none %.17g, pull 0 %.17g", none.delta_sum,
+                pull0.delta_sum);
+  ck_assert_msg(eager.delta_sum != dflt.delta_sum, "eager posted the default pull's deltas");
+  ck_assert_msg(none.delta_sum != dflt.delta_sum, "none posted the default pull's deltas");
+  without_data();
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("run_overlap");
   TCase *tc = tcase_create("overlap");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, early_swap_keeps_deltas_local);
   tcase_add_test(tc, overlap_evaluates_the_anchor);
+  tcase_add_test(tc, overlap_fix_is_the_pull_it_stands_for);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "compute/optim.h"
 #include "daemon/run/runspec.h"
+#include "scheduler/overlap.h"
 
 static char tmpdir[64];
 
@@ -231,6 +232,28 @@ START_TEST(codec_with_a_bad_parameter_names_it_and_its_range) {
   ck_assert_int_eq(td_runspec_set_arg(&rs, "codec=zstd", why, sizeof why), TD_ECONFIG);
   ck_assert_str_eq(why, "codec 'zstd' is unknown (accepted: auto, none, fp16, ternary[:base3], "
                         "topk:DENSITY, powersgd:RANK, qsgd:LEVELS)");
+}
+END_TEST
+
+/* overlap_fix: pull by default, each choice parsed to its kind and written
+ * back (peers get the spec as text), anything else refused naming them. */
+START_TEST(overlap_fix_defaults_parses_and_refuses) {
+  td_runspec_t rs;
+  char why[512] = "", text[8192];
+  td_runspec_defaults(&rs);
+  ck_assert_str_eq(rs.overlap_fix, "pull");
+  ck_assert_uint_eq(rs.overlap_fix_kind, TD_OVERLAP_FIX_PULL);
+  ck_assert_int_eq(td_runspec_set(&rs, "overlap_fix", "none", why, sizeof why), 0);
+  ck_assert_uint_eq(rs.overlap_fix_kind, TD_OVERLAP_FIX_NONE);
+  ck_assert_int_eq(td_runspec_set(&rs, "overlap_fix", "eager", why, sizeof why), 0);
+  ck_assert_uint_eq(rs.overlap_fix_kind, TD_OVERLAP_FIX_EAGER);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), 0);
+  td_runspec_format(&rs, text, sizeof text);
+  ck_assert_ptr_nonnull(strstr(text, "overlap_fix = eager\n"));
+  ck_assert_int_eq(td_runspec_set(&rs, "overlap_fix", "guess", why, sizeof why), TD_ECONFIG);
+  ck_assert_str_eq(why, "overlap_fix: unknown fix 'guess' (accepted: pull, none, eager)");
+  /* the refused value changed nothing */
+  ck_assert_uint_eq(rs.overlap_fix_kind, TD_OVERLAP_FIX_EAGER);
 }
 END_TEST
 
@@ -538,6 +561,7 @@ int main(void) {
   tcase_add_test(tc, canonical_text_round_trips);
   tcase_add_test(tc, scheduler_keys_fill_parsed_fields);
   tcase_add_test(tc, aggregate_keys_resolve_and_need_rounds);
+  tcase_add_test(tc, overlap_fix_defaults_parses_and_refuses);
   tcase_add_test(tc, optimizer_keys_default_parse_and_check);
   tcase_add_test(tc, diloco_recipe_is_expressible);
   tcase_add_test(tc, ef_decay_follows_the_optimizer_or_the_operator);
