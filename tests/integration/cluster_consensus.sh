@@ -11,7 +11,7 @@
 #     final test accuracy to all digits) within 1 point of the clean run; no
 #     honest member's samples were cut to a plan (the batch plans agreed);
 #     every honest node names p (status --json outliers: mismatched, a
-#     capacity_mismatch event in its ledger);
+#     capacity_mismatch event in its ledger; status's text and the log);
 #  3. p also lies in the capacities it echoes for the others (x 1000 to one,
 #     / 1000 to the other): a, b and c still end on one model.
 # Before agreed capacities, run 2 split the models: the told-1e6 node gave p
@@ -89,6 +89,8 @@ for n in "${HONEST[@]}"; do
     && pass "$n named p: capacity heard differently in ${m} rounds, $e ledger event" \
     || fail "$n did not name p (mismatched ${m:-none}, events $e)"
 done
+ctl b status | grep -q "$p_id: .*; capacity heard differently in [0-9]* rounds" \
+  && pass "b's status names p" || fail "b's status does not name p: $(ctl b status)"
 grep -q "member $p_id: the members heard different capacities from it" "$T/a.log" \
   && pass "a logged the liar" || fail "a did not log the liar"
 
