@@ -368,9 +368,13 @@ static void aggregate_done(uv_work_t *req, int status) {
 }
 
 /* The round's inputs: our delta and every complete peer update, each weight
- * bounded by the member's plan (counted and recorded when cut). */
+ * bounded by the member's plan (counted and recorded when cut). Sync, and
+ * overlap without fill: each weighs what the plan gave its sender, whatever
+ * it claims, so a member that claims other samples to each node cannot part
+ * their averages (the plan is the same on every node: agreed capacities). */
 static void gather(td__session_t *s, aggregate_job_t *job) {
   uint64_t r = job->round, own_samples = s->own[r % TD__RING].samples;
+  bool weigh_by_plan = s->spec.mode_kind != TD_MODE_ASYNC && s->spec.overlap_fill == 0;
   job->n = td_round_collect(s->collector, job->in, TD_AGG_MAX_INPUTS - 1);
   if (own_samples > 0)
     job->in[job->n++] = (td_agg_input_t){.id = s->node->node_id,
@@ -389,6 +393,8 @@ static void gather(td__session_t *s, aggregate_job_t *job) {
       job->clamped[i] = true;
       s->outlier[i].clamped++;
     }
+    if (weigh_by_plan)
+      job->in[j].weight = (double)bound;
   }
   unsigned k = (unsigned)(r % TD__RING);
   memcpy(s->plan_hist[k], s->plan, sizeof s->plan);

@@ -13,7 +13,10 @@
 #     every honest node names p (status --json outliers: mismatched, a
 #     capacity_mismatch event in its ledger; status's text and the log);
 #  3. p also lies in the capacities it echoes for the others (x 1000 to one,
-#     / 1000 to the other): a, b and c still end on one model.
+#     / 1000 to the other): a, b and c still end on one model;
+#  4. p tells one node a quarter of the samples it trained on (a claim below
+#     the plan's bound): a, b and c still end on one model (updates weigh
+#     what the agreed plan gave their sender).
 # Before agreed capacities, run 2 split the models: the told-1e6 node gave p
 # most of the batch and cut the others' samples to their small share, the
 # told-1 node did not.
@@ -34,7 +37,7 @@ for n in a b c p; do wait_peers $n 3 20 || fail "$n does not see 3 alive peers";
 [ "$failures" -eq 0 ] && pass "4 nodes, p runs traind_liar" || finish
 p_id=$(cat "$T/p/node_id")
 
-RUN=(--set model=mlp:784-10 --set batch=64 --set lr=0.05 --set local_steps=2 --set rounds=150
+RUN=(--set model=mlp:784-10 --set batch=64 --set lr=0.05 --set local_steps=2 --set rounds=120
      --set eval_every=1000 --set seed=5 --set batching=weighted --set aggregate=trimmed:1
      --set round_timeout=10)
 
@@ -99,4 +102,10 @@ one_model "p lies about its capacity and the others'"
 awk -v a="$acc_a" -v r="$clean_acc" 'BEGIN { d = a - r; if (d < 0) d = -d; exit !(a != "" && d <= 0.01) }' \
   && pass "p lies about everyone's capacity: $acc_a, clean $clean_acc (within 1 point)" \
   || fail "p lies about everyone's capacity: $acc_a, clean $clean_acc"
+
+run_case samples samples
+one_model "p claims other samples to each node"
+awk -v a="$acc_a" -v r="$clean_acc" 'BEGIN { d = a - r; if (d < 0) d = -d; exit !(a != "" && d <= 0.01) }' \
+  && pass "p claims other samples to each node: $acc_a, clean $clean_acc (within 1 point)" \
+  || fail "p claims other samples to each node: $acc_a, clean $clean_acc"
 finish

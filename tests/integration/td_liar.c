@@ -11,7 +11,10 @@
  *   echo               the capacity is honest, but the capacities it echoes
  *                      for the other members (heard_capacity) are x 1000 to
  *                      target 0 and / 1000 to target 1;
- *   both               capacity and echo together.
+ *   both               capacity and echo together;
+ *   samples            the capacity is honest; target 1 is told a quarter of
+ *                      the samples the update was made from (a claim below
+ *                      any bound, so a weight only that node would use).
  * Runs on the work pool, one update at a time (the outbox encodes one round
  * after the other); changes only its own copies of what it is handed. */
 #include <stdbool.h>
@@ -60,13 +63,16 @@ int __wrap_td_wire_pack(Traind__Envelope *env, uint8_t **out, size_t *len) {
   unsigned target = target_of(env->update);
   bool capacity = strcmp(mode, "capacity") == 0 || strcmp(mode, "both") == 0;
   bool echo = strcmp(mode, "echo") == 0 || strcmp(mode, "both") == 0;
-  if ((!capacity && !echo) || target > 1)
+  bool samples = strcmp(mode, "samples") == 0;
+  if ((!capacity && !echo && !samples) || target > 1)
     return __real_td_wire_pack(env, out, len);
   Traind__UpdateChunk lying = *env->update;
   Traind__Envelope copy = *env;
   double heard[TD_WIRE_MAX_PEERS];
   if (capacity)
     lying.capacity = target == 0 ? 1e6 : 1;
+  if (samples && target == 1)
+    lying.samples = lying.samples / 4 + 1;
   if (echo && lying.n_heard_capacity <= TD_WIRE_MAX_PEERS) {
     for (size_t i = 0; i < lying.n_heard_capacity; i++)
       heard[i] = lying.heard_capacity[i] * (target == 0 ? 1000.0 : 0.001);
