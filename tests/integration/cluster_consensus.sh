@@ -6,7 +6,7 @@
 # capacity of 1e6 samples/s, the second a capacity of 1), in sync runs with
 # batching=weighted and aggregate=trimmed:1, one after the other on the same
 # cluster:
-#  1. clean: the reference; a, b and c end on one model;
+#  1. clean: the reference; a, b and c end on one model and name nobody;
 #  2. p lies about its capacity: a, b and c still end on one model (same
 #     final test accuracy to all digits) within 1 point of the clean run; no
 #     honest member's samples were cut to a plan (the batch plans agreed);
@@ -75,6 +75,10 @@ clamped_honest() {
 run_case clean none
 one_model clean
 clean_acc=$acc_a
+for n in "${HONEST[@]}"; do
+  e=$(sql $n "SELECT count(*) FROM events WHERE kind = 'capacity_mismatch'")
+  [ "$e" = 0 ] && pass "clean: $n names nobody" || fail "clean: $n named a member $e times"
+done
 
 run_case capacity capacity
 one_model "p lies about its capacity"

@@ -14,7 +14,10 @@
  *   both               capacity and echo together;
  *   samples            the capacity is honest; target 1 is told a quarter of
  *                      the samples the update was made from (a claim below
- *                      any bound, so a weight only that node would use).
+ *                      any bound, so a weight only that node would use);
+ *   withhold           target 1 is sent no update at all (the packing fails
+ *                      for it), the others every one (not in the test: a
+ *                      manual experiment; see docs/security.md).
  * Runs on the work pool, one update at a time (the outbox encodes one round
  * after the other); changes only its own copies of what it is handed. */
 #include <stdbool.h>
@@ -64,6 +67,8 @@ int __wrap_td_wire_pack(Traind__Envelope *env, uint8_t **out, size_t *len) {
   bool capacity = strcmp(mode, "capacity") == 0 || strcmp(mode, "both") == 0;
   bool echo = strcmp(mode, "echo") == 0 || strcmp(mode, "both") == 0;
   bool samples = strcmp(mode, "samples") == 0;
+  if (strcmp(mode, "withhold") == 0 && target == 1)
+    return TD_EIO;
   if ((!capacity && !echo && !samples) || target > 1)
     return __real_td_wire_pack(env, out, len);
   Traind__UpdateChunk lying = *env->update;
