@@ -174,9 +174,9 @@ static double agreed_capacity(td__session_t *s, size_t i, uint64_t round) {
     td__outlier_t *o = &s->outlier[i];
     if (o->mismatched++ == 0) {
       td_log_warn("member %016" PRIx64 ": the members heard different capacities from it for "
-                  "round %" PRIu64 " (%.3g to %.3g samples/s); batch plans use the median "
-                  "of what the others heard, %.3g", s->members[i], round - 1, v[0], v[n - 1],
-                  agreed);
+                  "round %" PRIu64 " (%.3g to %.3g samples/s): it, or a member that echoed "
+                  "them, tells members different things; batch plans use the median, %.3g",
+                  s->members[i], round - 1, v[0], v[n - 1], agreed);
       td__ledger_event(s->node->ledger, "capacity_mismatch",
                        "%016" PRIx64 " round %" PRIu64 ": members heard %.3g to %.3g "
                        "samples/s; the plan uses %.3g", s->members[i], round - 1, v[0],
