@@ -16,8 +16,9 @@
 #include "cli/export.h"
 #include "proto/control.h"
 
-/* Members whose updates the run's aggregation refused; a suspect one is
- * refused round after round (rejected, clipped, or its samples cut). */
+/* Members whose updates the run's aggregation refused, or whose capacity
+ * the members heard differently; a suspect one is refused round after round
+ * (rejected, clipped, or its samples cut). */
 static void print_outliers(json_object *run) {
   json_object *arr = NULL;
   if (!json_object_object_get_ex(run, "outliers", &arr) || arr == NULL)
@@ -29,10 +30,14 @@ static void print_outliers(json_object *run) {
     json_object *m = json_object_array_get_idx(arr, i), *suspect = NULL;
     bool is_suspect = json_object_object_get_ex(m, "suspect", &suspect) &&
                       json_object_get_boolean(suspect);
-    printf("%s %s: %.0f rejected, %.0f clipped, %.0f samples clamped (%.0f rounds in a row)\n",
+    printf("%s %s: %.0f rejected, %.0f clipped, %.0f samples clamped (%.0f rounds in a row)",
            is_suspect ? "suspect" : "outlier", td__cli_jstr(m, "node_id"),
            td__cli_jnum(m, "rejected"), td__cli_jnum(m, "clipped"), td__cli_jnum(m, "clamped"),
            td__cli_jnum(m, "streak"));
+    double mismatched = td__cli_jnum(m, "mismatched"); /* NAN from an older daemon */
+    if (mismatched > 0)
+      printf("; capacity heard differently in %.0f rounds", mismatched);
+    printf("\n");
   }
 }
 

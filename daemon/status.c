@@ -140,7 +140,8 @@ static json_object *run_json(const td__run_stats_t *st) {
   json_object_object_add(run, "aggregate",
                          json_object_new_string(st->aggregate[0] ? st->aggregate : "mean"));
   /* members whose updates the aggregation refused (rejected, clipped, or
-   * samples cut to the plan); suspect: TD__SUSPECT_ROUNDS rounds in a row */
+   * samples cut to the plan) or whose capacity the members heard differently
+   * (mismatched: rounds); suspect: TD__SUSPECT_ROUNDS rounds in a row */
   json_object *outliers = json_object_new_array();
   for (size_t i = 0; i < st->n_outliers; i++) {
     const td__outlier_t *ol = &st->outliers[i];
@@ -149,6 +150,7 @@ static json_object *run_json(const td__run_stats_t *st) {
     json_object_object_add(m, "rejected", count(ol->rejected));
     json_object_object_add(m, "clipped", count(ol->clipped));
     json_object_object_add(m, "clamped", count(ol->clamped));
+    json_object_object_add(m, "mismatched", count(ol->mismatched));
     json_object_object_add(m, "streak", count(ol->streak));
     json_object_object_add(m, "suspect", json_object_new_boolean(ol->suspect));
     json_object_array_add(outliers, m);

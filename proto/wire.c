@@ -116,6 +116,9 @@ static int validate(const Traind__Envelope *e, char *why, size_t n) {
   case TRAIND__ENVELOPE__BODY_RUN_REFUSED:
     return check_string(e->run_refused->reason, TD_WIRE_MAX_STRING, "refusal reason", why, n);
   case TRAIND__ENVELOPE__BODY_UPDATE:
+    if (e->update->n_heard_capacity > TD_WIRE_MAX_PEERS)
+      return td_why(why, n, TD_EPROTO, "update echoing %zu capacities",
+                    e->update->n_heard_capacity);
     return check_chunk(e->update->chunk, e->update->chunks, e->update->total_bytes,
                        e->update->payload.len, why, n);
   case TRAIND__ENVELOPE__BODY_SNAPSHOT_CHUNK:

@@ -51,6 +51,8 @@ typedef struct {
   uint64_t run_id, round, samples, node_id;
   unsigned codec_id, batch;
   double loss, capacity, uplink;
+  double heard[TD_MEMBERS_MAX]; /* capacities of round - 1 as this node holds them */
+  size_t n_heard;
   const float *delta;
   size_t numel;
   size_t n_targets;
@@ -147,6 +149,8 @@ static void encode_target(encode_job_t *job, encode_target_t *t) {
     up.capacity = job->capacity;
     up.uplink = job->uplink;
     up.batch = job->batch;
+    up.heard_capacity = job->heard;
+    up.n_heard_capacity = job->n_heard;
     Traind__Envelope env = TRAIND__ENVELOPE__INIT;
     env.body_case = TRAIND__ENVELOPE__BODY_UPDATE;
     env.update = &up;
@@ -267,7 +271,9 @@ static void encode_start(td__outbox_t *o, uint64_t round) {
                         .round = round, .samples = own->samples, .loss = own->loss,
                         .capacity = own->capacity, .uplink = own->uplink, .batch = own->batch,
                         .codec_id = o->codec.id, .delta = td_run_delta(s->run, round),
-                        .numel = td_run_numel(s->run)};
+                        .numel = td_run_numel(s->run), .n_heard = s->n_members};
+  /* the capacities echoed: what session.c noted when the round was done */
+  memcpy(job->heard, own->heard, sizeof job->heard);
   /* the chunks are stamped on the worker while other frames (acks, snapshot
    * chunks) may be queued: their numbers are reserved now */
   size_t most = td_chunk_count(td_codec_message_bound(td_run_layout(s->run)));

@@ -165,7 +165,7 @@ void td__rounds_eval(td__session_t *s, uint64_t round, double accuracy, double b
   }
 }
 
-/* Capacity member i reported with `round`, else its newest report. */
+/* Capacity member i reported with `round`, else its newest report (async). */
 static double reported_capacity(const td__session_t *s, size_t i, uint64_t round) {
   const td__peer_report_t *r = s->peer_report[i];
   double c = r[round % TD__RING].round == round ? r[round % TD__RING].capacity : 0;
@@ -175,19 +175,88 @@ static double reported_capacity(const td__session_t *s, size_t i, uint64_t round
   return c;
 }
 
-/* Split the global batch over the live members in proportion to the
- * capacities they reported with `round`. Every node holds the same reports
- * once the round closed, so every node computes the same plan; only our own
- * share is applied, from round `from` on. */
+void td__rounds_heard(const td__session_t *s, uint64_t round, double *heard) {
+  uint64_t q = round - 1;
+  unsigned k = (unsigned)(q % TD__RING);
+  for (size_t i = 0; i < s->n_members && i < TD_MEMBERS_MAX; i++) {
+    if (round < 2)
+      heard[i] = 0;
+    else if (s->members[i] == s->node->node_id)
+      heard[i] = s->own[k].round == q ? s->own[k].capacity : 0;
+    else
+      heard[i] = s->peer_report[i][k].round == q ? s->peer_report[i][k].capacity : 0;
+  }
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Agreed capacities (docs/algorithms.md#agreed-capacities): the capacity of
+ * member i for round `round` - 1 is the lower median of what every *other*
+ * member echoed with its update of `round` (our own echo is what we sent),
+ * unknown (0) echoes left out. Honest members echo the same bits to every
+ * node, and i's own word is not among them, so a member that told nodes
+ * different things gets one figure on all of them; with one liar among four
+ * or more members an honest member's figure is its own. A disagreement among
+ * the echoes is counted, and logged and recorded the first time. Returns 0
+ * when no member echoed a figure for i. */
+static double agreed_capacity(td__session_t *s, size_t i, uint64_t round) {
+  double v[TD_MEMBERS_MAX];
+  size_t n = 0;
+  unsigned k = (unsigned)(round % TD__RING);
+  for (size_t j = 0; j < s->n_members; j++) {
+    if (j == i)
+      continue;
+    double c = 0;
+    if (s->members[j] == s->node->node_id)
+      c = s->own[k].round == round ? s->own[k].heard[i] : 0;
+    else if (s->peer_report[j][k].round == round && !s->out[j])
+      c = s->peer_report[j][k].heard[i];
+    if (c > 0)
+      v[n++] = c;
+  }
+  if (n == 0)
+    return 0;
+  qsort(v, n, sizeof *v, cmp_double);
+  double agreed = v[(n - 1) / 2];
+  if (v[0] != v[n - 1]) {
+    td__outlier_t *o = &s->outlier[i];
+    if (o->mismatched++ == 0) {
+      td_log_warn("member %016" PRIx64 ": the members heard different capacities from it for "
+                  "round %" PRIu64 " (%.3g to %.3g samples/s): it, or a member that echoed "
+                  "them, tells members different things; batch plans use the median, %.3g",
+                  s->members[i], round - 1, v[0], v[n - 1], agreed);
+      td__ledger_event(s->node->ledger, "capacity_mismatch",
+                       "%016" PRIx64 " round %" PRIu64 ": members heard %.3g to %.3g "
+                       "samples/s; the plan uses %.3g", s->members[i], round - 1, v[0],
+                       v[n - 1], agreed);
+    }
+  }
+  return agreed;
+}
+
+/* Split the global batch over the live members in proportion to their
+ * capacities: sync and overlap, the agreed capacities of `round` - 1 (the
+ * same figures on every node whatever a member told each); async, the ones
+ * they reported with `round` (async plans set only the own batch: no node
+ * bounds another's samples by them). So every node computes the same plan;
+ * only our own share is applied, from round `from` on. */
 static void replan(td__session_t *s, uint64_t round, uint64_t from) {
   if (!s->spec.weighted_batching || s->n_members < 2)
     return;
   double caps[TD_MEMBERS_MAX];
   size_t idx[TD_MEMBERS_MAX], k = 0, me = 0;
+  bool agreed = s->spec.mode_kind != TD_MODE_ASYNC;
   for (size_t i = 0; i < s->n_members; i++) {
     uint64_t id = s->members[i];
     double c;
-    if (id == s->node->node_id) {
+    if (agreed && (id == s->node->node_id || td__session_takes_part(s, i, 0))) {
+      c = agreed_capacity(s, i, round);
+      if (id == s->node->node_id)
+        me = k;
+    } else if (id == s->node->node_id) {
       c = s->own[round % TD__RING].capacity;
       me = k;
     } else if (td__session_takes_part(s, i, 0)) { /* not one that refused or is away; a
@@ -350,10 +419,14 @@ static void aggregate_done(uv_work_t *req, int status) {
 }
 
 /* The round's inputs: our delta and every complete peer update, each weight
- * bounded by the member's plan (counted and recorded when cut). */
+ * bounded by the member's plan (counted and recorded when cut). Sync, and
+ * overlap without fill: each weighs what the plan gave its sender, whatever
+ * it claims, so a member that claims other samples to each node cannot part
+ * their averages (the plan is the same on every node: agreed capacities). */
 static void gather(td__session_t *s, aggregate_job_t *job) {
   uint64_t r = job->round;
   uint64_t own_samples = s->own[r % TD__RING].round == r ? s->own[r % TD__RING].samples : 0;
+  bool weigh_by_plan = s->spec.mode_kind != TD_MODE_ASYNC && s->spec.overlap_fill == 0;
   job->n = td_round_collect(s->collector, job->in, TD_AGG_MAX_INPUTS - 1);
   if (own_samples > 0)
     job->in[job->n++] = (td_agg_input_t){.id = s->node->node_id,
@@ -372,6 +445,8 @@ static void gather(td__session_t *s, aggregate_job_t *job) {
       job->clamped[i] = true;
       s->outlier[i].clamped++;
     }
+    if (weigh_by_plan)
+      job->in[j].weight = (double)bound;
   }
   unsigned k = (unsigned)(r % TD__RING);
   memcpy(s->plan_hist[k], s->plan, sizeof s->plan);
@@ -849,6 +924,9 @@ void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, si
   td__peer_report_t *rep = &s->peer_report[mi][up->round % TD__RING];
   *rep = (td__peer_report_t){.round = up->round, .capacity = finite_rate(up->capacity),
                              .uplink = finite_rate(up->uplink)};
+  if (up->n_heard_capacity == s->n_members) /* else: none echoed (unknown) */
+    for (size_t i = 0; i < s->n_members; i++)
+      rep->heard[i] = finite_rate(up->heard_capacity[i]);
   bool async = s->spec.mode_kind == TD_MODE_ASYNC;
   td_round_t *collector = async ? s->peer_inbox[mi] : s->collector;
   if (collector == NULL)

@@ -65,7 +65,7 @@ static void session_stats(const td__session_t *s, td__run_stats_t *out) {
   td_agg_format(&agg, out->aggregate, sizeof out->aggregate);
   for (size_t i = 0; i < s->n_members; i++) {
     const td__outlier_t *o = &s->outlier[i];
-    if (o->rejected + o->clipped + o->clamped > 0) {
+    if (o->rejected + o->clipped + o->clamped + o->mismatched > 0) {
       out->outlier_id[out->n_outliers] = s->members[i];
       out->outliers[out->n_outliers++] = *o;
     }
@@ -207,6 +207,7 @@ static void on_round_done(td__session_t *s, const td_run_event_t *ev) {
   s->own_fresh = ev->fresh;
   if (ev->round == s->round)
     s->deadline = o->done_at + s->spec.round_timeout;
+  td__rounds_heard(s, ev->round, o->heard); /* echoed with the update (rounds.c) */
   td__outbox_send(s->outbox, ev->round);
   td__rounds_own_done(s, ev->round);
 }

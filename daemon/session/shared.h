@@ -183,6 +183,7 @@ typedef struct {
   double loss, compute_s, idle_s, lr, capacity, done_at;
   double fill_s;  /* overlap: extra steps while waiting (not in compute_s) */
   double uplink;  /* bytes/s, as sent with the round's update */
+  double heard[TD_MEMBERS_MAX]; /* capacities of round - 1 echoed with the update (by rank) */
   unsigned batch, steps, fill_steps;
   double eval_acc;  /* test accuracy evaluated after the round, NAN until then */
   double eval_bpb;  /* text runs: held-out bits per byte after the round, NAN until then */
@@ -191,10 +192,13 @@ typedef struct {
   char members_text[TD_LEDGER_MEMBERS_TEXT];
 } td__own_round_t;
 
-/* What a member sent with its update of a round; 0: not reported. */
+/* What a member sent with its update of a round; 0: not reported. heard:
+ * the capacities of round - 1 it echoed, by member rank (agreed capacities,
+ * rounds.c). */
 typedef struct {
   uint64_t round;
   double capacity, uplink;
+  double heard[TD_MEMBERS_MAX];
 } td__peer_report_t;
 
 /* What the aggregation refused of one member's updates (rounds.c). */
@@ -202,6 +206,7 @@ typedef struct {
   uint64_t rejected; /* rounds its update was rejected: norm bound, or did not decode */
   uint64_t clipped;  /* ... scaled down (aggregate = clip:C) */
   uint64_t clamped;  /* ... claimed more samples than its batch plan gave it */
+  uint64_t mismatched; /* rounds the members heard different capacities from it */
   uint64_t streak;   /* rounds in a row with one of those */
   bool suspect;      /* the streak reached TD__SUSPECT_ROUNDS once */
 } td__outlier_t;
@@ -402,6 +407,10 @@ double td__session_staleness(td__node_t *n, uint64_t peer);
 
 void td__rounds_begin(td__session_t *s, uint64_t round);
 void td__rounds_own_done(td__session_t *s, uint64_t round);
+/* Fills heard[i] (i < n_members) with the capacity member i sent with its
+ * update of round - 1 as this node holds it (its own for itself), 0 where
+ * unknown: what this node echoes with its update of `round`. */
+void td__rounds_heard(const td__session_t *s, uint64_t round, double *heard);
 void td__rounds_try_close(td__session_t *s);
 void td__rounds_forget_peer(td__session_t *s, uint64_t peer);
 void td__rounds_tick(td__session_t *s);
