@@ -380,7 +380,7 @@ static td__run_flow_t round_steps(td__compute_t *c, uint64_t round, td_train_sta
                                   double *compute_s) {
   td_run_t *run = c->run;
   unsigned long n = td_run_steps_of(run, round);
-  if (run->rank >= 64 || !(td__run_sample_of(&run->spec, round, nodes_at(run, round)) >>
+  if (run->rank >= 64 || !(td__run_sample_of(&run->spec, round, td__run_nodes_at(run, round)) >>
                            run->rank & 1)) {
     /* client sampling: not this round's; no steps, an empty update (no
      * samples, so no weight), and the schedule keeps pace with the others */

@@ -616,11 +616,6 @@ void td__rounds_forget_peer(td__session_t *s, uint64_t peer) {
   td__rounds_try_close(s);
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 /* round_deadline = adaptive:C: median + C x MAD of the newest arrival times,
  * at most round_timeout; 0 until TD__ARRIVALS_MIN arrived. */
 static double adaptive_deadline_s(const td__session_t *s) {
