@@ -7,6 +7,9 @@
 #  - its --save file starts a 4-node peer run (init = FILE under each node's
 #    data root) whose first evaluation is that model's accuracy (one step at
 #    a negligible learning rate);
+#  - on an images: dataset of RGB files, a cnn (1x28x28) kept by standalone
+#    is scored by predict RUN (and td_logits) on the images converted as the
+#    run converted them (grey), at standalone's test accuracy;
 #  - --save refuses a name that is not .safetensors and a folder it cannot
 #    write, with one line, before any training; --save without --standalone
 #    is refused too.
@@ -29,8 +32,32 @@ expect_error bad_dir "^traind: error: --save $T/none/cnn.safetensors: cannot wri
 run no_sa "$TRAIND" --save "$T/cnn.safetensors"
 expect_error no_sa "^traind: error: --save goes with --standalone"
 
+mkdir -p "$T/a"
+# ---- images: predict and td_logits read RGB files as the model's 1x28x28
+MKIMAGES="${top_builddir:-$(pwd)}/tests/integration/td_mkimages"
+LOGITS="${top_builddir:-$(pwd)}/tests/integration/td_logits"
+"$MKIMAGES" "$T/img" 30 28 5 || { fail "td_mkimages"; finish; }
+run img "$TRAIND" --standalone --data-dir "$T/a" --save "$T/img.safetensors" --json \
+  --set model=cnn --set dataset="images:$T/img" --set epochs=2 --set batch=8 --set lr=0.05 \
+  --set threads=1
+[ "$(rc_of img)" = 0 ] || { fail "standalone cnn on images: $(cat "$T/img.err")"; finish; }
+img_acc=$(jf "$(tail -n1 "$T/img.out")" test_accuracy)
+img_run=$(jf "$(tail -n1 "$T/img.out")" run_id | tr -d "'")
+run pimg "$TRAINCTL" predict "$img_run" --data "images:$T/img" --json --data-dir "$T/a"
+got=$(jf "$(cat "$T/pimg.out")" accuracy 2>/dev/null)
+[ "$(rc_of pimg)" = 0 ] && [ -n "$img_acc" ] && [ "$got" = "$img_acc" ] \
+  && pass "predict RUN on RGB images (as grey 28x28): $got, standalone's $img_acc" \
+  || { fail "predict on images: '$got', standalone '$img_acc'"; cat "$T/pimg.err"; }
+mkdir -p "$T/lg"
+run lg "$LOGITS" cnn "$T/img.safetensors" "images:$T/img" 18 "$T/lg"
+got=$(sed -nE 's/^rows 18 correct ([0-9]+) .*/\1/p' "$T/lg.out")
+[ "$(rc_of lg)" = 0 ] && [ "$(stat -c %s "$T/lg/x.f32")" = $((18 * 784 * 4)) ] &&
+  [ "$("$PY" -c "print(repr($got / 18))" 2>/dev/null)" = "$img_acc" ] \
+  && pass "td_logits on the images: 18 rows of 784 features, $got correct ($img_acc)" \
+  || { fail "td_logits on images: '$(cat "$T/lg.out" "$T/lg.err")'"; }
+
 # ---- a cnn trained alone, kept in a's ledger and in a file
-mkdir -p "$T/a" "$T/root_a"
+mkdir -p "$T/root_a"
 run sa "$TRAIND" --standalone --data-dir "$T/a" --save "$T/root_a/cnn.safetensors" --json \
   --set model=cnn --set epochs=1 --set node=0/60 --set batch=32 --set lr=0.05 --set seed=4 \
   --set threads=1
