@@ -99,8 +99,8 @@ static int check_save_path(const char *path, char *why, size_t why_len) {
   return 0;
 }
 
-/* The trained model as a run of its own in the ledger (runs, models and an
- * event row in one transaction, written at the end so a killed run leaves
+/* The trained model as a run of its own in the ledger (runs, a rounds row per
+ * epoch, models and an event row in one transaction, written at the end so a killed run leaves
  * nothing half-made), round = epochs; then --save's file. */
 static int keep_standalone_model(td_standalone_end_t *end, void *user, char *why,
                                  size_t why_len) {
@@ -128,7 +128,19 @@ static int keep_standalone_model(td_standalone_end_t *end, void *user, char *why
                          .blob = params, .bytes = td_model_numel(end->model) * sizeof(float)};
   double now = td_clock_wall_s();
   int rc = td_ledger_begin(k->ledger);
-  if (rc == 0 && (rc = td_ledger_run_start(k->ledger, run_id, spec, end->started)) == 0 &&
+  if (rc == 0)
+    rc = td_ledger_run_start(k->ledger, run_id, spec, end->started);
+  for (unsigned e = 0; rc == 0 && e < end->epochs; e++) { /* an epoch is a round */
+    const td_standalone_epoch_t *ep = &end->epoch[e];
+    td_ledger_round_t r = {.run_id = run_id, .round = e + 1, .started = ep->started,
+                           .ended = ep->ended, .local_steps = (uint32_t)ep->steps,
+                           .batch = k->rs->batch, .samples = ep->samples, .loss = ep->loss,
+                           .eval_acc = ep->eval_acc, .eval_bpb = ep->eval_bpb, .lr = ep->lr,
+                           .compute_s = ep->seconds, .wait_s = 0,
+                           .capacity = ep->seconds > 0 ? (double)ep->samples / ep->seconds : NAN};
+    rc = td_ledger_round_add(k->ledger, &r);
+  }
+  if (rc == 0 &&
       (rc = td_ledger_model_put(k->ledger, &m)) == 0 &&
       (rc = td_ledger_event_add(k->ledger, now, "standalone", detail)) == 0 &&
       (rc = td_ledger_run_end(k->ledger, run_id, "finished", now, text ? NAN : end->metric)) == 0)

@@ -39,6 +39,9 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, td_standalon
   int rc = td_runspec_validate(rs, why, why_len);
   if (rc != 0)
     return rc;
+  td_standalone_epoch_t *epoch = calloc(rs->epochs, sizeof *epoch);
+  if (epoch == NULL)
+    return td_why(why, why_len, TD_ENOMEM, "out of memory for %u epochs", rs->epochs);
   rc = td_backend_open(&be, rs->backend, (int)rs->threads, why, why_len);
   if (rc != 0)
     goto done;
@@ -124,6 +127,7 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, td_standalon
     goto done;
   unsigned long chunk = tty ? (spe + 99) / 100 : spe;
   for (unsigned e = 1; e <= rs->epochs; e++) {
+    double epoch_started = td_clock_wall_s();
     td_train_stats_t st = {0};
     double loss_sum = 0, hits = 0;
     for (unsigned long done_steps = 0; done_steps < spe;) {
@@ -156,6 +160,10 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, td_standalon
       rc = td_trainer_evaluate(tr, eval_set, &eval_loss, &eval_acc, why, why_len);
     if (rc != 0)
       goto done;
+    epoch[e - 1] = (td_standalone_epoch_t){
+        .started = epoch_started, .ended = td_clock_wall_s(), .steps = st.steps,
+        .samples = st.samples, .loss = st.loss, .eval_acc = text ? NAN : eval_acc,
+        .eval_bpb = text ? eval_bpb : NAN, .lr = st.lr, .seconds = st.seconds};
     total_seconds += st.seconds;
     total_samples += st.samples;
     train_loss = st.loss;
@@ -177,7 +185,7 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, td_standalon
   td_progress_close(&bar);
 
   td_standalone_end_t end = {.model = td_trainer_model(tr), .epochs = rs->epochs,
-                             .metric = text ? eval_bpb : eval_acc, .started = started};
+                             .epoch = epoch, .metric = text ? eval_bpb : eval_acc, .started = started};
   if (keep != NULL) {
     if ((rc = td_model_pull(end.model, why, why_len)) != 0 ||
         (rc = keep(&end, keep_user, why, why_len)) != 0)
@@ -225,6 +233,7 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, td_standalon
   }
   rc = 0;
 done:
+  free(epoch);
   td_progress_close(&bar);
   td_trainer_close(&tr);
   td_shard_close(&data);

@@ -7,19 +7,32 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "daemon/run/runspec.h"
 
 #include "compute/model.h"
 
-/* What a finished standalone run hands its keeper: the trained model and its
- * final figures. The keeper stores the model where the caller wants it (the
- * ledger, a file) and names what it kept in kept_as, which the summary prints
- * (and --json carries as run_id). */
+/* One epoch as the ledger records a peer run's round. */
+typedef struct {
+  double started, ended; /* unix seconds */
+  uint64_t steps, samples;
+  double loss;           /* mean training loss */
+  double eval_acc;       /* the evaluation after it; NaN for text */
+  double eval_bpb;       /* text: held-out bits per byte; NaN otherwise */
+  double lr;             /* the learning rate at its last step */
+  double seconds;        /* time in training steps */
+} td_standalone_epoch_t;
+
+/* What a finished standalone run hands its keeper: the trained model, its
+ * epochs and its final figures. The keeper stores the model where the caller
+ * wants it (the ledger, a file) and names what it kept in kept_as, which the
+ * summary prints (and --json carries as run_id). */
 typedef struct {
   td_model_t *model; /* the trained model, borrowed for the call (host copy current) */
   unsigned epochs;
+  const td_standalone_epoch_t *epoch; /* [epochs], borrowed for the call */
   double metric;     /* the last evaluation: accuracy, or bits per byte for text */
   double started;    /* unix seconds when training began */
   char kept_as[17];  /* written by the keeper: the run id it kept the model as ("": none) */

@@ -9,7 +9,8 @@
 #    a negligible learning rate);
 #  - on an images: dataset of RGB files, a cnn (1x28x28) kept by standalone
 #    is scored by predict RUN (and td_logits) on the images converted as the
-#    run converted them (grey), at standalone's test accuracy;
+#    run converted them (grey), at standalone's test accuracy; each epoch
+#    is a rounds row;
 #  - --save refuses a name that is not .safetensors and a folder it cannot
 #    write, with one line, before any training; --save without --standalone
 #    is refused too.
@@ -48,6 +49,12 @@ got=$(jf "$(cat "$T/pimg.out")" accuracy 2>/dev/null)
 [ "$(rc_of pimg)" = 0 ] && [ -n "$img_acc" ] && [ "$got" = "$img_acc" ] \
   && pass "predict RUN on RGB images (as grey 28x28): $got, standalone's $img_acc" \
   || { fail "predict on images: '$got', standalone '$img_acc'"; cat "$T/pimg.err"; }
+rounds=$("$PY" -c 'import sqlite3, sys
+rows = sqlite3.connect(sys.argv[1]).execute("SELECT round, samples, eval_acc FROM rounds WHERE printf(\"%016x\", run_id) = ? ORDER BY round", (sys.argv[2],)).fetchall()
+print(len(rows), [r[0] for r in rows], rows[-1][1], repr(rows[-1][2]))' "$T/a/traind.db" "$img_run")
+[ "$rounds" = "2 [1, 2] 72 $img_acc" ] \
+  && pass "a rounds row per epoch, the last one's evaluation the test accuracy: $rounds" \
+  || fail "rounds rows of the standalone run: '$rounds' (want 2 [1, 2] 72 $img_acc)"
 mkdir -p "$T/lg"
 run lg "$LOGITS" cnn "$T/img.safetensors" "images:$T/img" 18 "$T/lg"
 got=$(sed -nE 's/^rows 18 correct ([0-9]+) .*/\1/p' "$T/lg.out")
