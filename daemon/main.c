@@ -99,9 +99,10 @@ static int check_save_path(const char *path, char *why, size_t why_len) {
   return 0;
 }
 
-/* The trained model as a run of its own in the ledger (runs, a rounds row per
- * epoch, models and an event row in one transaction, written at the end so a killed run leaves
- * nothing half-made), round = epochs; then --save's file. */
+/* The trained model as a run of its own in the ledger: its runs row, a rounds
+ * row per epoch, its models row (round = epochs) and an event, in one
+ * transaction written at the end, so a killed run leaves nothing half-made;
+ * then --save's file. */
 static int keep_standalone_model(td_standalone_end_t *end, void *user, char *why,
                                  size_t why_len) {
   standalone_keep_t *k = user;
@@ -140,8 +141,7 @@ static int keep_standalone_model(td_standalone_end_t *end, void *user, char *why
                            .capacity = ep->seconds > 0 ? (double)ep->samples / ep->seconds : NAN};
     rc = td_ledger_round_add(k->ledger, &r);
   }
-  if (rc == 0 &&
-      (rc = td_ledger_model_put(k->ledger, &m)) == 0 &&
+  if (rc == 0 && (rc = td_ledger_model_put(k->ledger, &m)) == 0 &&
       (rc = td_ledger_event_add(k->ledger, now, "standalone", detail)) == 0 &&
       (rc = td_ledger_run_end(k->ledger, run_id, "finished", now, text ? NAN : end->metric)) == 0)
     rc = td_ledger_commit(k->ledger);
@@ -160,9 +160,9 @@ static int keep_standalone_model(td_standalone_end_t *end, void *user, char *why
     char round_s[16], metric_s[32];
     snprintf(round_s, sizeof round_s, "%u", end->epochs);
     snprintf(metric_s, sizeof metric_s, "%.9g", end->metric);
-    td_safetensors_meta_t meta[] = {
-        {"format", "pt"},           {"producer", "traind"},  {"model", k->rs->model},
-        {"run_id", end->kept_as},   {"round", round_s},      {"state", "finished"},
+    td_safetensors_meta_t meta[] = { /* as trainctl model writes them */
+        {"format", "pt"},         {"producer", "traind"}, {"model", k->rs->model},
+        {"run_id", end->kept_as}, {"round", round_s},     {"state", "finished"},
         {text ? "test_bpb" : "test_accuracy", metric_s}};
     size_t n_meta = sizeof meta / sizeof *meta - (isnan(end->metric) ? 1 : 0);
     if ((rc = td_safetensors_write(k->save, layout, params, meta, n_meta, why, why_len)) != 0)

@@ -185,7 +185,8 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, td_standalon
   td_progress_close(&bar);
 
   td_standalone_end_t end = {.model = td_trainer_model(tr), .epochs = rs->epochs,
-                             .epoch = epoch, .metric = text ? eval_bpb : eval_acc, .started = started};
+                             .epoch = epoch, .metric = text ? eval_bpb : eval_acc,
+                             .started = started};
   if (keep != NULL) {
     if ((rc = td_model_pull(end.model, why, why_len)) != 0 ||
         (rc = keep(&end, keep_user, why, why_len)) != 0)
