@@ -727,7 +727,10 @@ int td_onnx_input_stats(const char *spec, const char *dataset, bool *normalize, 
   if (dataset == NULL || dataset[0] == '\0' || strcmp(dataset, "auto") == 0)
     dataset = "fashion-mnist";
   td_dataset_t *train = NULL, *test = NULL;
-  rc = td_dataset_open(&train, &test, dataset, why, why_len);
+  td_image_shape_t as; /* images:DIR as the run read it: the model's input(C,H,W) */
+  rc = td_model_spec_input_shape(spec, &as.channels, &as.height, &as.width, why, why_len);
+  if (rc == 0)
+    rc = td_dataset_open_as(&train, &test, dataset, &as, why, why_len);
   if (rc == 0) {
     td_dataset_stats(train, mean, std);
     *normalize = true;

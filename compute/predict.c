@@ -130,7 +130,12 @@ int td_predict(const td_predict_opts_t *o, td_predict_result_t *out, char *why,
   td_shard_t data = {0};
   td_shard_opts_t so = {.dataset = o->dataset, .partition = "all", .rank = 0, .nodes = 1,
                         .seed = 1};
-  int rc = open_backend(&be, &o->model, why, why_len);
+  /* images:DIR becomes the model's input(C,H,W), as in a run */
+  td_image_shape_t *as = &so.images_as;
+  int rc = td_model_spec_input_shape(o->model.model_spec, &as->channels, &as->height,
+                                     &as->width, why, why_len);
+  if (rc == 0)
+    rc = open_backend(&be, &o->model, why, why_len);
   if (rc == 0)
     rc = td_shard_open(&data, &so, why, why_len);
   if (rc == 0 && data.text_train != NULL) {

@@ -3,15 +3,26 @@
  * Without --standalone, traind is the peer daemon (daemon/node.h), configured
  * by an optional --config INI file and then flags of the same names. With
  * --standalone it trains one node alone, the N = 1 baseline: an optional
- * RUN.ini, then any number of --set key=value (applied after the file). */
+ * RUN.ini, then any number of --set key=value (applied after the file). A
+ * standalone run keeps its final model as a peer run does, as a run of its
+ * own in the ledger of --data-dir (the daemon's default data directory
+ * without it), and with --save also in a safetensors file. */
+#include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "common/error.h"
+#include "compute/safetensors.h"
+#include "daemon/base/clock.h"
+#include "daemon/store/ledger.h"
 #include "daemon/settings.h"
 #include "daemon/base/log.h"
 #include "daemon/node.h"
@@ -36,12 +47,15 @@ static void usage(FILE *out) {
           "              [--max-checkpoint-mb MB] [--data-root DIR]\n"
           "              [--insecure [--insecure-force]]\n"
           "       traind --standalone [RUN.ini] [--set key=value ...] [--json]\n"
+          "              [--data-dir DIR] [--save FILE.safetensors]\n"
           "\n"
           "The first form runs the peer daemon in the foreground (logs on stderr; SIGINT\n"
           "or SIGTERM shut it down cleanly); drive it with trainctl. The second trains\n"
           "one node alone (the baseline for multi-node runs) with per-epoch progress;\n"
           "with --json the last line is one JSON object with test_accuracy, train_loss,\n"
-          "samples_per_s and epochs.\n"
+          "samples_per_s, epochs and run_id. Its final model is kept as a run in the\n"
+          "ledger of DATA_DIR (trainctl model/predict RUN, init = RUN), and with --save\n"
+          "also written to FILE.safetensors.\n"
           "\n"
           "Peers are authenticated and encrypted with CURVE by default: the node's key\n"
           "is DATA_DIR/node.key, the keys it admits are in DATA_DIR/allowed_keys\n"
@@ -51,6 +65,112 @@ static void usage(FILE *out) {
   td_settings_print_help(out);
   fprintf(out, "\nrun keys (trainctl start --set, or --standalone --set), default, meaning:\n");
   td_runspec_print_help(out);
+}
+
+/* Where a standalone run keeps its model. */
+typedef struct {
+  const td_runspec_t *rs;
+  char data_dir[512];
+  char db_path[600];
+  td_ledger_t *ledger; /* DATA_DIR/traind.db, open while training */
+  const char *save;    /* --save FILE, or NULL */
+  FILE *out;
+} standalone_keep_t;
+
+/* --save FILE: a .safetensors name in a folder that exists, checked before
+ * any training. */
+static int check_save_path(const char *path, char *why, size_t why_len) {
+  size_t len = strlen(path);
+  static const char ext[] = ".safetensors";
+  if (len <= sizeof ext - 1 || strcmp(path + len - (sizeof ext - 1), ext) != 0)
+    return td_why(why, why_len, TD_ECONFIG,
+                  "--save '%.200s': name a .safetensors file (trainctl model RUN --format onnx "
+                  "writes ONNX from the kept run)",
+                  path);
+  char dir[PATH_MAX];
+  const char *slash = strrchr(path, '/');
+  if (slash == NULL)
+    snprintf(dir, sizeof dir, ".");
+  else
+    snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+  if (access(dir, W_OK) != 0)
+    return td_why(why, why_len, TD_ECONFIG, "--save %.200s: cannot write in %.200s: %s", path,
+                  dir, strerror(errno));
+  return 0;
+}
+
+/* The trained model as a run of its own in the ledger: its runs row, a rounds
+ * row per epoch, its models row (round = epochs) and an event, in one
+ * transaction written at the end, so a killed run leaves nothing half-made;
+ * then --save's file. */
+static int keep_standalone_model(td_standalone_end_t *end, void *user, char *why,
+                                 size_t why_len) {
+  standalone_keep_t *k = user;
+  const td_layout_t *layout = td_model_layout(end->model);
+  const float *params = td_model_host_params(end->model);
+  bool text = td_runspec_is_text(k->rs);
+  uint64_t run_id = 0;
+  if (getrandom(&run_id, sizeof run_id, 0) != (ssize_t)sizeof run_id || run_id == 0)
+    run_id = (uint64_t)getpid() << 32 ^ (uint64_t)(end->started * 1e6) ^ 1;
+  snprintf(end->kept_as, sizeof end->kept_as, "%016" PRIx64, run_id);
+  size_t spec_len = td_runspec_format(k->rs, NULL, 0) + 1;
+  char *spec = malloc(spec_len), *tensors = td__layout_json(layout);
+  if (spec == NULL || tensors == NULL) {
+    free(spec);
+    free(tensors);
+    return td_why(why, why_len, TD_ENOMEM, "out of memory keeping the model");
+  }
+  td_runspec_format(k->rs, spec, spec_len);
+  char detail[160];
+  snprintf(detail, sizeof detail, "run %s trained alone (traind --standalone): %u epochs, %s %.6f",
+           end->kept_as, end->epochs, text ? "test_bpb" : "test_accuracy", end->metric);
+  td_ledger_model_t m = {.run_id = run_id, .round = end->epochs, .state = "finished",
+                         .metric = end->metric, .model = k->rs->model, .tensors = tensors,
+                         .blob = params, .bytes = td_model_numel(end->model) * sizeof(float)};
+  double now = td_clock_wall_s();
+  int rc = td_ledger_begin(k->ledger);
+  if (rc == 0)
+    rc = td_ledger_run_start(k->ledger, run_id, spec, end->started);
+  for (unsigned e = 0; rc == 0 && e < end->epochs; e++) { /* an epoch is a round */
+    const td_standalone_epoch_t *ep = &end->epoch[e];
+    td_ledger_round_t r = {.run_id = run_id, .round = e + 1, .started = ep->started,
+                           .ended = ep->ended, .local_steps = (uint32_t)ep->steps,
+                           .batch = k->rs->batch, .samples = ep->samples, .loss = ep->loss,
+                           .eval_acc = ep->eval_acc, .eval_bpb = ep->eval_bpb, .lr = ep->lr,
+                           .compute_s = ep->seconds, .wait_s = 0,
+                           .capacity = ep->seconds > 0 ? (double)ep->samples / ep->seconds : NAN};
+    rc = td_ledger_round_add(k->ledger, &r);
+  }
+  if (rc == 0 && (rc = td_ledger_model_put(k->ledger, &m)) == 0 &&
+      (rc = td_ledger_event_add(k->ledger, now, "standalone", detail)) == 0 &&
+      (rc = td_ledger_run_end(k->ledger, run_id, "finished", now, text ? NAN : end->metric)) == 0)
+    rc = td_ledger_commit(k->ledger);
+  free(spec);
+  free(tensors);
+  if (rc != 0) {
+    td_ledger_fault_t f;
+    td_ledger_fault(k->ledger, &f);
+    td_ledger_rollback(k->ledger);
+    return td_why(why, why_len, rc, "cannot keep the model in %s: %s (%s)", k->db_path, f.cause,
+                  f.detail);
+  }
+  fprintf(k->out, "kept the model as run %s in %s (trainctl model %s -o FILE)\n", end->kept_as,
+          k->db_path, end->kept_as);
+  if (k->save != NULL) {
+    char round_s[16], metric_s[32];
+    snprintf(round_s, sizeof round_s, "%u", end->epochs);
+    snprintf(metric_s, sizeof metric_s, "%.9g", end->metric);
+    td_safetensors_meta_t meta[] = { /* as trainctl model writes them */
+        {"format", "pt"},         {"producer", "traind"}, {"model", k->rs->model},
+        {"run_id", end->kept_as}, {"round", round_s},     {"state", "finished"},
+        {text ? "test_bpb" : "test_accuracy", metric_s}};
+    size_t n_meta = sizeof meta / sizeof *meta - (isnan(end->metric) ? 1 : 0);
+    if ((rc = td_safetensors_write(k->save, layout, params, meta, n_meta, why, why_len)) != 0)
+      return rc;
+    fprintf(k->out, "wrote %s\n", k->save);
+  }
+  fflush(k->out);
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -68,6 +188,7 @@ int main(int argc, char **argv) {
       {"max-checkpoint-mb", required_argument, NULL, 'K'},
       {"insecure", no_argument, NULL, 'I'}, {"insecure-force", no_argument, NULL, 'F'},
       {"advertise", required_argument, NULL, 'A'},
+      {"save", required_argument, NULL, 'O'},
       {NULL, 0, NULL, 0},
   };
   static const struct {
@@ -80,7 +201,7 @@ int main(int argc, char **argv) {
                    {'U', "uplink_kbit"}, {'K', "max_checkpoint_mb"}, {'I', "insecure"},
                    {'F', "insecure_force"}, {'A', "advertise"}};
   enum { N_FLAGS = sizeof flag_keys / sizeof *flag_keys };
-  const char *config_file = NULL;
+  const char *config_file = NULL, *save = NULL;
   const char *flag_values[N_FLAGS] = {NULL};
   bool standalone = false, json = false;
   int n_sets = 0;
@@ -99,6 +220,7 @@ int main(int argc, char **argv) {
     case 'h': usage(stdout); free(sets); return 0;
     case 'V': printf("traind %s\n", PACKAGE_VERSION); free(sets); return 0;
     case 'c': config_file = optarg; break;
+    case 'O': save = optarg; break;
     case 'd': case 'l': case 'C': case 'L': case 't': case 'H': case 'D': case 'M':
     case 'm': case 'b': case 'r': case 'R': case 'U': case 'K': case 'I': case 'F': case 'A':
       for (size_t k = 0; k < N_FLAGS; k++)
@@ -116,6 +238,11 @@ int main(int argc, char **argv) {
     if (n_sets > 0 || optind < argc) {
       fprintf(stderr, "traind: error: run keys and RUN.ini go to trainctl start "
                       "(or traind --standalone)\n");
+      return 2;
+    }
+    if (save != NULL) {
+      fprintf(stderr, "traind: error: --save goes with --standalone; a peer run's model is "
+                      "written by trainctl model RUN -o FILE\n");
       return 2;
     }
     char why[1024] = "";
@@ -176,25 +303,41 @@ int main(int argc, char **argv) {
     fprintf(stderr, "traind: error: %s\n", why);
     return 2;
   }
-  /* init = RUN[:ROUND]: from the ledger of --data-dir (or the default one) */
+  if (save != NULL && (rc = check_save_path(save, why, sizeof why)) != 0) {
+    fprintf(stderr, "traind: error: %s\n", why);
+    return 2;
+  }
+  /* the ledger of --data-dir (or the default one): init = RUN[:ROUND] reads
+   * it, and the trained model is kept there */
+  standalone_keep_t keep = {.rs = &rs, .save = save, .out = stdout};
+  const char *dir_flag = NULL;
+  for (size_t k = 0; k < N_FLAGS; k++)
+    if (flag_keys[k].opt == 'd')
+      dir_flag = flag_values[k];
+  if (dir_flag != NULL)
+    snprintf(keep.data_dir, sizeof keep.data_dir, "%s", dir_flag);
+  else
+    td_node_default_data_dir(keep.data_dir, sizeof keep.data_dir);
   uint64_t init_run, init_round;
   if (td_runspec_init_run(rs.init, &init_run, &init_round)) {
-    char data_dir[512];
-    const char *dir_flag = NULL;
-    for (size_t k = 0; k < N_FLAGS; k++)
-      if (flag_keys[k].opt == 'd')
-        dir_flag = flag_values[k];
-    if (dir_flag != NULL)
-      snprintf(data_dir, sizeof data_dir, "%s", dir_flag);
-    else
-      td_node_default_data_dir(data_dir, sizeof data_dir);
     char inner[768];
-    if ((rc = td__policy_init_from_run(data_dir, &rs, inner, sizeof inner)) != 0) {
+    if ((rc = td__policy_init_from_run(keep.data_dir, &rs, inner, sizeof inner)) != 0) {
       fprintf(stderr, "traind: error: %s\n", inner);
       return 1;
     }
   }
-  rc = td_standalone_run(&rs, json, stdout, why, sizeof why);
+  /* opened before training, so a ledger that cannot be written fails now */
+  if ((rc = td_settings_make_data_dir(keep.data_dir, why, sizeof why)) == 0) {
+    snprintf(keep.db_path, sizeof keep.db_path, "%s/traind.db", keep.data_dir);
+    rc = td_ledger_open(&keep.ledger, keep.db_path, why, sizeof why);
+  }
+  if (rc != 0) {
+    fprintf(stderr, "traind: error: cannot keep the model: %s (--data-dir DIR names another "
+                    "data directory)\n", why);
+    return 1;
+  }
+  rc = td_standalone_run(&rs, json, stdout, keep_standalone_model, &keep, why, sizeof why);
+  td_ledger_close(&keep.ledger);
   if (rc != 0) {
     fprintf(stderr, "traind: error: %s\n", why[0] ? why : td_strerror(rc));
     return 1;

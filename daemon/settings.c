@@ -203,11 +203,18 @@ static int mkdir_parents(const char *path) {
   return mkdir(tmp, 0700) == 0 || errno == EEXIST ? 0 : -1;
 }
 
-int td_settings_lock_data_dir(const char *data_dir, int *fd_out, char *why, size_t why_len) {
-  *fd_out = -1;
+int td_settings_make_data_dir(const char *data_dir, char *why, size_t why_len) {
   if (mkdir_parents(data_dir) != 0)
     return td_why(why, why_len, TD_EIO, "cannot create data directory %s: %s", data_dir,
                   strerror(errno));
+  return 0;
+}
+
+int td_settings_lock_data_dir(const char *data_dir, int *fd_out, char *why, size_t why_len) {
+  *fd_out = -1;
+  int rc = td_settings_make_data_dir(data_dir, why, why_len);
+  if (rc != 0)
+    return rc;
   char path[sizeof ((td_settings_t *)0)->data_dir + sizeof LOCK_FILE + 1];
   snprintf(path, sizeof path, "%s/" LOCK_FILE, data_dir);
   int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);

@@ -35,6 +35,9 @@ int td_settings_set(td_settings_t *c, const char *key, const char *value, char *
 int td_settings_load(td_settings_t *c, const char *path, char *why, size_t why_len);
 void td_settings_print_help(FILE *out);
 
+/* Create `data_dir` (and its parents, mode 0700) if needed. 0, or TD_EIO + why. */
+int td_settings_make_data_dir(const char *data_dir, char *why, size_t why_len);
+
 /* Create `data_dir` if needed and lock it for the life of the process: an
  * exclusive flock on DATA_DIR/traind.lock, which then holds our pid. A second
  * traind on the same directory would share the node id and take the control

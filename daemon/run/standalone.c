@@ -22,6 +22,7 @@
 #include "compute/model.h"
 #include "compute/safetensors.h"
 #include "compute/trainer.h"
+#include "daemon/base/clock.h"
 
 static long peak_rss_kb(void) {
   struct rusage ru;
@@ -29,7 +30,8 @@ static long peak_rss_kb(void) {
   return ru.ru_maxrss;
 }
 
-int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, char *why, size_t why_len) {
+int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, td_standalone_keep_fn keep,
+                      void *keep_user, char *why, size_t why_len) {
   td_backend_t *be = NULL;
   td_shard_t data = {0};
   td_trainer_t *tr = NULL;
@@ -37,6 +39,9 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, char *why, s
   int rc = td_runspec_validate(rs, why, why_len);
   if (rc != 0)
     return rc;
+  td_standalone_epoch_t *epoch = calloc(rs->epochs, sizeof *epoch);
+  if (epoch == NULL)
+    return td_why(why, why_len, TD_ENOMEM, "out of memory for %u epochs", rs->epochs);
   rc = td_backend_open(&be, rs->backend, (int)rs->threads, why, why_len);
   if (rc != 0)
     goto done;
@@ -89,6 +94,7 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, char *why, s
     if (rc != 0)
       goto done;
   }
+  double started = td_clock_wall_s();
   unsigned long spe = td_trainer_steps_per_epoch(tr);
   size_t params = td_layout_param_count(td_model_layout(td_trainer_model(tr)));
   fprintf(out, "traind standalone: %s (%zu parameters) on %s, partition %s node %u/%u\n", rs->model,
@@ -121,6 +127,7 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, char *why, s
     goto done;
   unsigned long chunk = tty ? (spe + 99) / 100 : spe;
   for (unsigned e = 1; e <= rs->epochs; e++) {
+    double epoch_started = td_clock_wall_s();
     td_train_stats_t st = {0};
     double loss_sum = 0, hits = 0;
     for (unsigned long done_steps = 0; done_steps < spe;) {
@@ -153,6 +160,10 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, char *why, s
       rc = td_trainer_evaluate(tr, eval_set, &eval_loss, &eval_acc, why, why_len);
     if (rc != 0)
       goto done;
+    epoch[e - 1] = (td_standalone_epoch_t){
+        .started = epoch_started, .ended = td_clock_wall_s(), .steps = st.steps,
+        .samples = st.samples, .loss = st.loss, .eval_acc = text ? NAN : eval_acc,
+        .eval_bpb = text ? eval_bpb : NAN, .lr = st.lr, .seconds = st.seconds};
     total_seconds += st.seconds;
     total_samples += st.samples;
     train_loss = st.loss;
@@ -173,6 +184,14 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, char *why, s
   }
   td_progress_close(&bar);
 
+  td_standalone_end_t end = {.model = td_trainer_model(tr), .epochs = rs->epochs,
+                             .epoch = epoch, .metric = text ? eval_bpb : eval_acc,
+                             .started = started};
+  if (keep != NULL) {
+    if ((rc = td_model_pull(end.model, why, why_len)) != 0 ||
+        (rc = keep(&end, keep_user, why, why_len)) != 0)
+      goto done;
+  }
   if (json) {
     json_object *o = json_object_new_object();
     json_object_object_add(o, "model", json_object_new_string(rs->model));
@@ -202,6 +221,8 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, char *why, s
         json_object_object_add(o, "init_test_accuracy", json_object_new_double(init_acc));
       }
     }
+    if (end.kept_as[0] != '\0')
+      json_object_object_add(o, "run_id", json_object_new_string(end.kept_as));
     json_object_object_add(o, "train_seconds", json_object_new_double(total_seconds));
     json_object_object_add(o, "samples_per_s",
                            json_object_new_double(total_seconds > 0
@@ -213,6 +234,7 @@ int td_standalone_run(const td_runspec_t *rs, bool json, FILE *out, char *why, s
   }
   rc = 0;
 done:
+  free(epoch);
   td_progress_close(&bar);
   td_trainer_close(&tr);
   td_shard_close(&data);

@@ -5,6 +5,9 @@ set -u
 TRAIND="${top_builddir:-$(pwd)}/traind"
 T=$(mktemp -d /tmp/td-it-XXXXXX)
 trap 'rm -rf "$T"' EXIT
+# the default data directory: `traind --standalone` keeps its model in this
+# ledger, never in the ledger of the user who runs the tests
+export TRAIND_DATA_DIR="$T/default-data"
 failures=0
 
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }

@@ -49,7 +49,7 @@ run shard "$TRAIND" --standalone "$T/run.ini" --set node=0/2 --set partition=sha
 
 # same seed, same numbers
 run again "$TRAIND" --standalone "$T/run.ini" --set epochs=3 --json
-a=$(tail -n1 "$T/train.out" | sed -E 's/"(train_seconds|samples_per_s|peak_rss_kb)":[^,}]*//g')
-b=$(tail -n1 "$T/again.out" | sed -E 's/"(train_seconds|samples_per_s|peak_rss_kb)":[^,}]*//g')
+a=$(tail -n1 "$T/train.out" | sed -E 's/"(train_seconds|samples_per_s|peak_rss_kb|run_id)":[^,}]*//g')
+b=$(tail -n1 "$T/again.out" | sed -E 's/"(train_seconds|samples_per_s|peak_rss_kb|run_id)":[^,}]*//g')
 [ "$a" = "$b" ] && pass "same seed reproduces loss and accuracy exactly" || fail "not reproducible: $a vs $b"
 finish

@@ -73,6 +73,10 @@ int main(int argc, char **argv) {
   int rc = td_backend_open(&be, "cpu", 1, why, sizeof why);
   if (rc == 0 && strncmp(argv[3], "bytes:", 6) == 0 && rows >= 1)
     return token_logits(be, argv, rows);
+  td_image_shape_t *as = &so.images_as; /* images:DIR as the model reads it, as in a run */
+  if (rc == 0)
+    rc = td_model_spec_input_shape(argv[1], &as->channels, &as->height, &as->width, why,
+                                   sizeof why);
   if (rc == 0)
     rc = td_shard_open(&data, &so, why, sizeof why);
   if (rc == 0 && (data.test == NULL || rows < 1 || (size_t)rows > td_dataset_rows(data.test))) {
