@@ -194,8 +194,11 @@ for n in a b c d; do
     case "$(ctl $n status --json 2>/dev/null)" in *'"state":"running"'*) sleep 0.2 ;; *) break ;; esac
   done
 done
+# (round_timeout 300: the one round waits for all four members, however slowly
+# a loaded machine loads their data)
 start a --set model=cnn --set init=cnn.safetensors --set rounds=1 --set local_steps=1 \
-  --set batch=32 --set lr=1e-9 --set eval_every=1 --set seed=11 || finish
+  --set batch=32 --set lr=1e-9 --set eval_every=1 --set seed=11 \
+  --set round_timeout=300 || finish
 wait_run_state a finished 300 || fail "the 4-node run did not finish"
 members=$(sql a "SELECT members FROM rounds WHERE $(w "$run_id") AND round = 1" | tr ',' '\n' | wc -l)
 first=$(eval_of "$run_id" 1)

@@ -108,8 +108,11 @@ for n in a b c d; do
   [ "$n" = a ] || ctl $n join "$(endpoint_of a)" >/dev/null || fail "$n join a"
 done
 wait_peers a 3 30 || fail "a does not see b, c and d"
+# (round_timeout 300: the one round waits for all four members, however slowly
+# a loaded machine loads their data)
 out=$(ctl a start --set model=cnn --set init=cnn.safetensors --set rounds=1 --set local_steps=1 \
-  --set batch=32 --set lr=1e-9 --set eval_every=1 --set seed=11) || { fail "start: $out"; finish; }
+  --set batch=32 --set lr=1e-9 --set eval_every=1 --set seed=11 \
+  --set round_timeout=300) || { fail "start: $out"; finish; }
 run_id=$(sed -E 's/started run ([0-9a-f]+).*/\1/' <<<"$out")
 wait_run_state a finished 300 || fail "the 4-node run did not finish"
 members=$(sql a "SELECT members FROM rounds WHERE $(w "$run_id") AND round = 1" | tr ',' '\n' | wc -l)
