@@ -32,6 +32,9 @@
 #define TD_WIRE_RECORD_BYTES 174
 #define TD_WIRE_KEY_BYTES 32
 #define TD_WIRE_SIGNATURE_BYTES 64
+/* Largest message one node relays for another (its Relay wrapper must still
+ * fit TD_WIRE_MAX_MESSAGE). */
+#define TD_WIRE_MAX_RELAYED (TD_WIRE_MAX_MESSAGE - 256u)
 /* Largest control message (trainctl <-> traind). */
 #define TD_WIRE_MAX_CONTROL (4u << 20)
 
