@@ -58,7 +58,7 @@ done
 for n in a b c d; do wait_peers $n 3 20 || fail "$n does not see 3 alive peers"; done
 [ "$failures" -eq 0 ] && pass "4 nodes joined by invites" || finish
 
-BASE=(--set batch=64 --set lr=0.05 --set seed=5 --set eval_every=1000 --set rounds=30
+BASE=(--set batch=64 --set lr=0.05 --set seed=5 --set eval_every=1000 --set rounds=30 --set batching=equal
       --set local_steps=8)
 # train MODE: a run from a on all four; prints a's final test accuracy
 train() {
