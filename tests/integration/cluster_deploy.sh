@@ -7,7 +7,8 @@
 # /etc/default/traind written for each machine). n0 and n1 listen on the
 # wildcard tcp://0.0.0.0:7070; n2 sits behind a firewall that drops inbound
 # TCP (nftables or iptables, whichever is installed; without either, a tc
-# ingress filter that drops every inbound SYN) and runs with --listen none.
+# classifier on its switch port sends every inbound SYN to a blackhole queue)
+# and runs with --listen none.
 # n0 makes two invites, n1 and n2 join with them, and a small run trains on
 # all three to the accuracy cluster_run.sh asks of the loopback cluster
 # (>= 0.82 and within 1.5 points of the standalone baseline); n0 and n1
@@ -60,12 +61,18 @@ EOF
 elif command -v iptables >/dev/null; then
   ip netns exec "$ns2" iptables -A INPUT -i wan -p tcp --syn -j DROP || fail "iptables rule"
   how=iptables
-else # the kernel's ingress classifier: a TCP segment with SYN set and ACK clear
-  ip netns exec "$ns2" tc qdisc add dev wan ingress &&
-    ip netns exec "$ns2" tc filter add dev wan parent ffff: protocol ip prio 1 u32 \
-      match ip protocol 6 0xff match u8 0x02 0x12 at nexthdr+13 action drop \
-    || fail "tc ingress filter"
-  how="tc ingress filter"
+else # no packet filter here: the switch port that feeds n2 classifies every TCP segment
+  # with SYN set and ACK clear (a connection attempt to n2; IPv4 without options)
+  # into a class whose queue is a blackhole; everything else passes (htb, u32)
+  hub="${TD_WAN_PREFIX}h"
+  { tc -n "$hub" qdisc add dev p2 root handle 1: htb default 1 &&
+    tc -n "$hub" class add dev p2 parent 1: classid 1:1 htb rate 10gbit &&
+    tc -n "$hub" class add dev p2 parent 1: classid 1:2 htb rate 10gbit &&
+    tc -n "$hub" qdisc add dev p2 parent 1:2 handle 20: blackhole &&
+    tc -n "$hub" filter add dev p2 parent 1: protocol ip prio 1 u32 \
+      match ip protocol 6 0xff match u8 0x02 0x12 at 33 flowid 1:2; } 2>/dev/null \
+    || fail "tc drop of inbound SYNs"
+  how="tc: SYNs to n2 dropped at its switch port"
 fi
 # a connection attempt to n2 now times out (dropped) instead of being reset
 ip netns exec "$(td_wan_ns 0)" timeout 3 bash -c "echo >/dev/tcp/$(ip_of n2)/$PORT" 2>/dev/null
