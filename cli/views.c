@@ -62,9 +62,9 @@ void td__views_verify(json_object *run) {
 }
 
 void td__views_peers(json_object *peers) {
-  printf("%-16s  %-24s  %-7s  %7s  %7s  %12s  %12s  %-12s  %10s  %10s\n", "NODE", "ENDPOINT",
-         "STATE", "HEARD_S", "RTT_MS", "BYTES_SENT", "BYTES_RECV", "CODEC", "RATIO_SENT",
-         "RATIO_RECV");
+  printf("%-16s  %-24s  %-7s  %7s  %7s  %12s  %12s  %-12s  %10s  %10s  %s\n", "NODE",
+         "ENDPOINT", "STATE", "HEARD_S", "RTT_MS", "BYTES_SENT", "BYTES_RECV", "CODEC",
+         "RATIO_SENT", "RATIO_RECV", "ROUTE");
   size_t n = json_object_array_length(peers);
   for (size_t i = 0; i < n; i++) {
     json_object *p = json_object_array_get_idx(peers, i);
@@ -72,10 +72,18 @@ void td__views_peers(json_object *peers) {
     td__cli_fmt_num(rs, sizeof rs, td__cli_jnum(p, "ratio_sent"), 1, 9);
     td__cli_fmt_num(rr, sizeof rr, td__cli_jnum(p, "ratio_recv"), 1, 9);
     td__cli_fmt_num(rtt, sizeof rtt, td__cli_jnum(p, "path_rtt_ms"), 1, 7);
-    printf("%-16s  %-24s  %-7s  %7.1f  %7s  %12.0f  %12.0f  %-12s  %9sx  %9sx\n",
+    /* direct (we dial it), inbound (it dials us: it accepts no connections),
+     * or relayed via the member that carries it */
+    char route[48];
+    const char *how = td__cli_jstr(p, "route");
+    if (strcmp(how, "relayed") == 0)
+      snprintf(route, sizeof route, "relayed via %s", td__cli_jstr(p, "via"));
+    else
+      snprintf(route, sizeof route, "%s", how);
+    printf("%-16s  %-24s  %-7s  %7.1f  %7s  %12.0f  %12.0f  %-12s  %9sx  %9sx  %s\n",
            td__cli_jstr(p, "node_id"), td__cli_jstr(p, "endpoint"), td__cli_jstr(p, "state"),
            td__cli_jnum(p, "last_heard_s"), rtt, td__cli_jnum(p, "bytes_sent"),
-           td__cli_jnum(p, "bytes_recv"), td__cli_jstr(p, "codec"), rs, rr);
+           td__cli_jnum(p, "bytes_recv"), td__cli_jstr(p, "codec"), rs, rr, route);
   }
   if (n == 0)
     printf("(no peers: trainctl join tcp://HOST:PORT)\n");

@@ -246,6 +246,10 @@ int td__admit_invite(td__node_t *n, bool admin, uint32_t ttl_s, uint32_t count,
     return td_why(why, why_len, TD_EINVAL,
                   "this node was admitted without admin: only an admin node can invite (ask "
                   "one, or have an admin run trainctl invite --admin for a new admin node)");
+  if (strcmp(td__transport_endpoint(n->net), TD_LISTEN_NONE) == 0)
+    return td_why(why, why_len, TD_EINVAL,
+                  "this node runs --listen none: a new node could not connect to it; make the "
+                  "invite on a member that accepts connections");
   if (count == 0 || count > TD__INVITES_MAX)
     return td_why(why, why_len, TD_EINVAL, "--count takes 1 to %d", TD__INVITES_MAX);
   if (ttl_s == 0 || ttl_s > TD__INVITE_TTL_MAX_S)

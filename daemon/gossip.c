@@ -29,7 +29,11 @@
 /* Welcomes one link may get at once, and then one per heartbeat interval. */
 #define WELCOME_BURST 2.0
 
-static bool tcp_endpoint(const char *ep) { return ep != NULL && strncmp(ep, "tcp://", 6) == 0; }
+/* A peer's address: tcp://..., or none (it accepts no connections: reached
+ * over the connections it opens, or through a reachable member). */
+static bool tcp_endpoint(const char *ep) {
+  return ep != NULL && (strncmp(ep, "tcp://", 6) == 0 || strcmp(ep, TD_LISTEN_NONE) == 0);
+}
 
 static void fill_peer_infos(td__node_t *n, Traind__PeerInfo *infos, Traind__PeerInfo **ptrs,
                             size_t *count) {
@@ -191,7 +195,7 @@ void td__on_hello(td__node_t *n, const Traind__Envelope *env, td__link_t *l, siz
   (void)l;
   (void)bytes;
   if (!tcp_endpoint(env->hello->endpoint)) {
-    td__drop(&n->drops, TD__DROP_MALFORMED, "hello without a tcp:// endpoint");
+    td__drop(&n->drops, TD__DROP_MALFORMED, "hello without a tcp:// endpoint (or none)");
     return;
   }
   td__access_bind_sign(n->access, env->sender, env->hello->sign_key.data,
@@ -285,10 +289,29 @@ void td__on_leave(td__node_t *n, const Traind__Envelope *env, td__link_t *l, siz
     td__rounds_forget_peer(n->session, env->sender);
 }
 
+/* --listen none: a reachable member that left or died cannot call this node
+ * back when it returns (it has no address to dial), so every few heartbeats
+ * this node says hello again to the members it dials that it does not hear. */
+static void regreet_silent(td__node_t *n) {
+  if (strcmp(td__transport_endpoint(n->net), TD_LISTEN_NONE) != 0 || ++n->regreet_ticks < 5)
+    return;
+  n->regreet_ticks = 0;
+  for (size_t i = 0; i < td__transport_count(n->net); i++) {
+    td__link_t *l = td__transport_at(n->net, i);
+    td_member_t *m = td__link_peer(l) ? td_members_find(n->members, td__link_peer(l)) : NULL;
+    td__link_stats_t st;
+    td__link_stats(l, &st);
+    if (m != NULL && (m->state == TD_PEER_LEFT || m->state == TD_PEER_DEAD) &&
+        st.route != NULL && strcmp(st.route, "direct") == 0)
+      td__gossip_hello(n, l);
+  }
+}
+
 /* Heartbeat: failure detection, then our own heartbeat to every link. */
 void td__gossip_tick(td__node_t *n) {
   td_members_tick(n->members, td_clock_mono_s(), on_member_event, n);
   send_heartbeat(n, NULL);
+  regreet_silent(n);
   /* a hello that came while the ration was spent (a join right after a
    * restart's greetings) still gets its welcome, one per link and tick */
   for (size_t i = 0; i < td__transport_count(n->net); i++) {

@@ -172,6 +172,10 @@ static int node_open(td__node_t *n, const td_node_opts_t *opts, char *why, size_
                               .data_root = opts->data_root, .data_dir = n->data_dir};
   const char *listen = opts->listen ? opts->listen : TD_NODE_DEFAULT_LISTEN;
   int rc = td__access_check_listen(listen, opts->insecure, opts->insecure_force, why, why_len);
+  if (rc == 0 && opts->advertise != NULL && strcmp(listen, TD_LISTEN_NONE) == 0)
+    rc = td_why(why, why_len, TD_ECONFIG,
+                "--advertise %s with --listen none: a node that accepts no connections has "
+                "nothing to advertise; drop one of the two", opts->advertise);
   if (rc == 0)
     rc = td__policy_init(&n->policy, &policy, why, why_len);
   if (rc == 0)

@@ -28,7 +28,7 @@ typedef struct {
 
 static const config_key_t keys[] = {
     {"data_dir", "node id, ledger (traind.db) and control socket (default ~/.local/share/traind)"},
-    {"listen", "peer endpoint tcp://HOST:PORT, port 0 = ephemeral (default " TD_NODE_DEFAULT_LISTEN ")"},
+    {"listen", "peer endpoint tcp://HOST:PORT, port 0 = ephemeral (default " TD_NODE_DEFAULT_LISTEN "); none: accept no connections, connect out to reachable members"},
     {"advertise", "endpoint tcp://HOST:PORT peers dial to reach this node (NAT, a port "
                   "forward, one of several addresses); default: the listen address, or with a "
                   "wildcard listen address the address of the interface that routes to each peer"},
@@ -89,8 +89,10 @@ int td_settings_set(td_settings_t *c, const char *key, const char *v, char *why,
   if (strcmp(key, "data_dir") == 0)
     return set_str(c->data_dir, sizeof c->data_dir, key, v, why, n);
   if (strcmp(key, "listen") == 0) {
-    if (strncmp(v, "tcp://", 6) != 0 || strrchr(v, ':') == v + 3)
-      return td_why(why, n, TD_ECONFIG, "listen: expected tcp://HOST:PORT, got '%s'", v);
+    if (strcmp(v, "none") != 0 && (strncmp(v, "tcp://", 6) != 0 || strrchr(v, ':') == v + 3))
+      return td_why(why, n, TD_ECONFIG,
+                    "listen: expected tcp://HOST:PORT, or none (no inbound connections), got "
+                    "'%s'", v);
     return set_str(c->listen, sizeof c->listen, key, v, why, n);
   }
   if (strcmp(key, "advertise") == 0) {

@@ -30,6 +30,11 @@ static void add_link(json_object *p, td__link_t *l) {
   json_object_object_add(p, "bytes_recv", count(st.bytes_recv));
   json_object_object_add(p, "send_drops", count(st.send_drops));
   json_object_object_add(p, "codec", json_object_new_string(st.codec));
+  /* direct, inbound (it accepts no connections) or relayed through `via` */
+  json_object_object_add(p, "route", st.route ? json_object_new_string(st.route) : NULL);
+  char via[20];
+  snprintf(via, sizeof via, "%016" PRIx64, st.via);
+  json_object_object_add(p, "via", st.via ? json_object_new_string(via) : NULL);
   json_object_object_add(p, "goodput_bps", td__json_real(positive(st.goodput_bps)));
   json_object_object_add(p, "ack_ms", td__json_real(positive(st.ack_s * 1e3)));
   json_object_object_add(p, "budget_bytes", td__json_real(positive(st.budget_bytes)));
@@ -211,6 +216,13 @@ json_object *td__status_json(td__node_t *n) {
   json_object_object_add(o, "endpoint", json_object_new_string(td__transport_endpoint(n->net)));
   json_object_object_add(o, "listen",
                          json_object_new_string(td__transport_listen_endpoint(n->net)));
+  uint64_t relayed_out, relayed_in, relay_forwarded;
+  td__transport_relay_stats(n->net, &relayed_out, &relayed_in, &relay_forwarded);
+  json_object *relay = json_object_new_object();
+  json_object_object_add(relay, "sent", count(relayed_out));
+  json_object_object_add(relay, "received", count(relayed_in));
+  json_object_object_add(relay, "forwarded", count(relay_forwarded));
+  json_object_object_add(o, "relay", relay);
   /* absolute, so that trainctl --socket S runs finds the ledger from any directory */
   char data_dir[PATH_MAX];
   json_object_object_add(o, "data_dir", json_object_new_string(realpath(n->data_dir, data_dir)

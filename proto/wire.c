@@ -134,6 +134,14 @@ static int validate(const Traind__Envelope *e, char *why, size_t n) {
       return td_why(why, n, TD_EPROTO, "state hash of %zu bytes (a hash has %d)",
                     e->state_hash->hash.len, TD_WIRE_STATE_HASH_BYTES);
     return 0;
+  case TRAIND__ENVELOPE__BODY_RELAY:
+    if (e->relay->signature.len != TD_WIRE_SIGNATURE_BYTES || e->relay->inner.len == 0 ||
+        e->relay->inner.len > TD_WIRE_MAX_RELAYED || e->relay->origin == 0 ||
+        e->relay->target == 0)
+      return td_why(why, n, TD_EPROTO, "relay without origin, target, a %d-byte signature or "
+                    "an inner message of 1..%u bytes", TD_WIRE_SIGNATURE_BYTES,
+                    TD_WIRE_MAX_RELAYED);
+    return 0;
   case TRAIND__ENVELOPE__BODY_ACK:
   case TRAIND__ENVELOPE__BODY_SNAPSHOT_REQUEST:
   case TRAIND__ENVELOPE__BODY_EVAL_REPORT:
@@ -258,6 +266,7 @@ const char *td_wire_body_name(const Traind__Envelope *env) {
   case TRAIND__ENVELOPE__BODY_JOIN_REQUEST: return "join_request";
   case TRAIND__ENVELOPE__BODY_JOIN_GRANT: return "join_grant";
   case TRAIND__ENVELOPE__BODY_STATE_HASH: return "state_hash";
+  case TRAIND__ENVELOPE__BODY_RELAY: return "relay";
   default: return "none";
   }
 }

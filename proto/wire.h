@@ -34,6 +34,9 @@
 #define TD_WIRE_SIGNATURE_BYTES 64
 /* StateHash.hash: BLAKE2b-256 (scheduler/agree.h) */
 #define TD_WIRE_STATE_HASH_BYTES 32
+/* Largest message one node relays for another (its Relay wrapper must still
+ * fit TD_WIRE_MAX_MESSAGE). */
+#define TD_WIRE_MAX_RELAYED (TD_WIRE_MAX_MESSAGE - 256u)
 /* Largest control message (trainctl <-> traind). */
 #define TD_WIRE_MAX_CONTROL (4u << 20)
 

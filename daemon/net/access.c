@@ -105,6 +105,11 @@ bool td__access_self_admin(const td__access_t *a) {
   return a->secure && (own == NULL || (own->kind == TD__RECORD_ADMIT && own->admin));
 }
 
+const uint8_t *td__access_sign_key_of(const td__access_t *a, uint64_t peer) {
+  const td_allowed_key_t *k = a->secure ? td_allowlist_find_id(a->allowed, peer) : NULL;
+  return k != NULL ? td__admission_binding(a->admission, k->raw) : NULL;
+}
+
 void td__access_bind_sign(td__access_t *a, uint64_t peer, const uint8_t *sign, size_t len) {
   const td_allowed_key_t *k = a->secure ? td_allowlist_find_id(a->allowed, peer) : NULL;
   if (k != NULL && len == TD__SIGN_KEY_BYTES)
@@ -248,8 +253,8 @@ static bool loopback_endpoint(const char *listen) {
 
 int td__access_check_listen(const char *listen, bool insecure, bool force, char *why,
                             size_t why_len) {
-  if (!insecure || force || loopback_endpoint(listen))
-    return 0;
+  if (!insecure || force || loopback_endpoint(listen) || strcmp(listen, TD_LISTEN_NONE) == 0)
+    return 0; /* none: no port for anyone to reach */
   return td_why(why, why_len, TD_ECONFIG,
                 "--insecure on %s would let anyone who reaches that address join, start and "
                 "stop runs and read the traffic; plain TCP is for loopback only (add "

@@ -21,6 +21,9 @@
 #include "proto/wire.h"
 #include "scheduler/linkq.h"
 
+/* --listen none: no peer port; the endpoint such a node advertises. */
+#define TD_LISTEN_NONE "none"
+
 /* A frame never acked (its peer died) gives its window back after this, s. */
 #define TD__LINK_EXPIRE_S 30.0
 
@@ -36,7 +39,7 @@ typedef struct td__zap td__zap_t;
   X(WRONG_RUN, wrong_run) X(NOT_MEMBER, not_member) X(LATE, late) X(AHEAD, ahead)           \
   X(REJECTED, rejected) X(NONFINITE_LOCAL, nonfinite_local) X(DUPLICATE, duplicate)         \
   X(HANDSHAKE, handshake) X(UNKNOWN_KEY, unknown_key) X(FORBIDDEN, forbidden)             \
-  X(REUSED_RUN_ID, reused_run_id) X(FLOODED, flooded)
+  X(REUSED_RUN_ID, reused_run_id) X(FLOODED, flooded) X(BAD_RELAY, bad_relay)
 #define TD__DROP_ENUM(u, l) TD__DROP_##u,
 typedef enum { TD__DROPS(TD__DROP_ENUM) TD__DROP_COUNT } td__drop_t;
 #undef TD__DROP_ENUM
@@ -121,6 +124,9 @@ td__admission_t *td__access_admission(td__access_t *a);
 /* This node may admit and revoke for its cluster: secure, and no record says
  * it was admitted without admin (a node nobody admitted founded its cluster). */
 bool td__access_self_admin(const td__access_t *a);
+/* The Ed25519 key `peer` signs with, once bound (its admission record, its
+ * join string or its own hello); NULL when not admitted or not known yet. */
+const uint8_t *td__access_sign_key_of(const td__access_t *a, uint64_t peer);
 /* `peer` said over its own authenticated connection that it signs with `sign`. */
 void td__access_bind_sign(td__access_t *a, uint64_t peer, const uint8_t *sign, size_t len);
 typedef enum {
@@ -159,6 +165,11 @@ typedef struct {
   const char *codec; /* of the last update sent; "-" before */
   double goodput_bps, ack_s, budget_bytes;
   double path_rtt_s; /* from heartbeat echoes; 0 until measured */
+  /* how the link reaches its peer: "direct" (we dial it), "inbound" (it
+   * accepts no connections: we answer on the ones it opened), "relayed"
+   * (through `via`, 0 before the first frame) */
+  const char *route;
+  uint64_t via;
   td_linkq_stats_t q;
 } td__link_stats_t;
 
@@ -210,6 +221,10 @@ typedef struct {
   uint64_t handshake_limited; /* handshakes refused: one key connecting too often */
 } td__inbound_stats_t;
 
+/* Frames this node relayed out (its own, signed), took in (verified) and
+ * passed on for others (a reachable member). */
+void td__transport_relay_stats(const td__transport_t *t, uint64_t *out, uint64_t *in,
+                               uint64_t *forwarded);
 /* Bind and start receiving; TD_EIO + why when the address is unusable. */
 int td__transport_open(td__transport_t **out, const td__transport_opts_t *opts, char *why,
                        size_t why_len);

@@ -31,6 +31,18 @@
  * sender is the key libzmq authenticated on its connection (the User-Id the
  * ZAP handler set), not the envelope's sender field, which is overwritten.
  *
+ * Nodes that accept no connections (--listen none): such a node binds no
+ * ROUTER; its links' DEALERs connect out as usual and are also read, since a
+ * reachable member answers over the connection the node opened (its ROUTER
+ * sends to the routing id that node's frames came with: a REVERSE link). Two
+ * such nodes cannot reach each other: a RELAYED link wraps each frame in a
+ * Relay envelope signed by the origin's Ed25519 key and sends it to a
+ * reachable member both are connected to, which forwards it unchanged; the
+ * target checks the signature against the origin's signing key (bound by its
+ * admission record or its own hello) before the inner envelope goes up, so a
+ * relay can delay or drop what it carries but not alter or invent it. A
+ * member relays only what the origin itself handed it, to the target named.
+ *
  * Floods and silent connections (inbound.c): the socket monitor on the
  * ROUTER counts every inbound connection against the descriptor shares and
  * sheds the ones over them; the tick closes the long-silent ones. */
@@ -38,10 +50,12 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <netinet/in.h>
+#include <sodium.h>
 #include <zmq.h>
 
 #include "common/error.h"
@@ -59,6 +73,29 @@
 #define ROUTER_RCVHWM_FRAMES 20000
 /* libzmq's default is 30 s: a connection that says nothing is closed sooner. */
 #define HANDSHAKE_TIMEOUT_MS 5000
+
+/* How a link reaches its peer. */
+typedef enum {
+  LINK_CLOSED = 0, /* a free slot (its key was revoked) */
+  LINK_DIRECT,     /* our DEALERs dial the peer's ROUTER */
+  LINK_REVERSE,    /* the peer accepts no connections: our ROUTER answers on its own */
+  LINK_RELAYED,    /* neither side accepts connections: through a reachable member */
+} link_route_t;
+
+/* A DEALER read by a node without a ROUTER (heap: uv_close frees it). */
+typedef struct {
+  uv_poll_t h;
+  struct td__transport *t;
+  struct td__link *l;
+} dealer_poll_t;
+
+/* The routing id of the last frame an authenticated peer sent to our ROUTER:
+ * what a REVERSE link sends back on. */
+typedef struct {
+  uint64_t peer;
+  uint8_t rid[256];
+  size_t rid_len;
+} reverse_id_t;
 
 typedef struct {
   double sent_at; /* mono seconds; 0 when acked or never sent */
@@ -85,6 +122,9 @@ struct td__link {
   double echo_heard_at;        /* when it came, mono seconds */
   double reply_tokens, reply_at; /* td__link_take_reply's bucket; reply_at 0: full */
   bool reply_owed;
+  link_route_t route;
+  dealer_poll_t *polls[2]; /* --listen none: sock's and ctl_sock's input */
+  uint64_t via;            /* RELAYED: the member that carried the last frame */
 };
 
 struct td__transport {
@@ -113,7 +153,13 @@ struct td__transport {
   td__link_t links[MAX_LINKS];
   size_t n_links;
   td__inbound_t *inbound; /* the peer port's inbound connections, under their shares */
+  bool no_inbound;        /* --listen none: no ROUTER at all */
+  reverse_id_t reverse[MAX_LINKS];
+  size_t n_reverse;
+  uint64_t relayed_out, relayed_in, relay_forwarded; /* frames, for status */
 };
+
+static void drain_dealer(td__transport_t *t, td__link_t *l, void *sock);
 
 const char *td__transport_endpoint(const td__transport_t *t) { return t->endpoint; }
 const char *td__transport_listen_endpoint(const td__transport_t *t) { return t->listen_endpoint; }
@@ -126,6 +172,11 @@ void td__transport_set_advertise(td__transport_t *t, const char *advertise) {
 int td__transport_advertise_to(const td__transport_t *t, const char *peer_endpoint, char *out,
                                size_t cap, char *why, size_t why_len) {
   char host[TD_ENDPOINT_MAX], port[16];
+  if (t->no_inbound || strcmp(peer_endpoint, TD_LISTEN_NONE) == 0) {
+    /* nothing to route to (ours or the peer's side has no address) */
+    snprintf(out, cap, "%s", t->endpoint);
+    return 0;
+  }
   if (!t->advertise_by_route ||
       !td_advertise_split(t->listen_endpoint, host, sizeof host, port, sizeof port) ||
       td_advertise_route(peer_endpoint, port, out, cap) != 0)
@@ -205,6 +256,72 @@ static void *open_dealer(td__transport_t *t, const char *endpoint, const char *s
   return s;
 }
 
+static void free_dealer_poll(uv_handle_t *h) { free(h->data); }
+
+/* --listen none: read what the peer answers on our own connections. */
+static void on_dealer_readable(uv_poll_t *h, int status, int events) {
+  (void)status;
+  (void)events;
+  dealer_poll_t *p = h->data;
+  drain_dealer(p->t, p->l, p->l->sock);
+  drain_dealer(p->t, p->l, p->l->ctl_sock);
+}
+
+static void watch_dealers(td__transport_t *t, td__link_t *l) {
+  void *socks[2] = {l->sock, l->ctl_sock};
+  for (int i = 0; i < 2; i++) {
+    int fd;
+    size_t sz = sizeof fd;
+    dealer_poll_t *p = calloc(1, sizeof *p);
+    if (p == NULL || zmq_getsockopt(socks[i], ZMQ_FD, &fd, &sz) != 0) {
+      free(p);
+      continue; /* the tick still drains it */
+    }
+    *p = (dealer_poll_t){.t = t, .l = l};
+    uv_poll_init(t->loop, &p->h, fd);
+    p->h.data = p;
+    uv_poll_start(&p->h, UV_READABLE, on_dealer_readable);
+    l->polls[i] = p;
+  }
+}
+
+/* Close a link's sockets and their watchers (the queue stays). */
+static void close_link_sockets(td__link_t *l) {
+  for (int i = 0; i < 2; i++)
+    if (l->polls[i] != NULL) {
+      uv_poll_stop(&l->polls[i]->h);
+      uv_close((uv_handle_t *)&l->polls[i]->h, free_dealer_poll);
+      l->polls[i] = NULL;
+    }
+  if (l->sock != NULL)
+    zmq_close(l->sock);
+  if (l->ctl_sock != NULL)
+    zmq_close(l->ctl_sock);
+  l->sock = l->ctl_sock = NULL;
+}
+
+/* Route `l` to `endpoint`: dial it, or (TD_LISTEN_NONE) answer on the peer's
+ * connections or relay. False when the sockets cannot be made. */
+static bool route_link(td__transport_t *t, td__link_t *l, const char *endpoint, const char *key) {
+  close_link_sockets(l);
+  snprintf(l->endpoint, sizeof l->endpoint, "%s", endpoint);
+  if (strcmp(endpoint, TD_LISTEN_NONE) == 0) {
+    l->route = t->no_inbound ? LINK_RELAYED : LINK_REVERSE;
+    return true;
+  }
+  l->sock = open_dealer(t, endpoint, key ? key : "");
+  l->ctl_sock = l->sock != NULL ? open_dealer(t, endpoint, key ? key : "") : NULL;
+  if (l->ctl_sock == NULL) {
+    close_link_sockets(l);
+    l->route = LINK_CLOSED;
+    return false;
+  }
+  l->route = LINK_DIRECT;
+  if (t->no_inbound)
+    watch_dealers(t, l);
+  return true;
+}
+
 td__link_t *td__link_ensure(td__transport_t *t, uint64_t peer, const char *endpoint) {
   if (peer == t->node_id)
     return NULL;
@@ -215,38 +332,40 @@ td__link_t *td__link_ensure(td__transport_t *t, uint64_t peer, const char *endpo
   td__link_t *l = td__link_find(t, peer);
   if (l == NULL && endpoint != NULL && !secure) /* links opened by endpoint: insecure only */
     for (size_t i = 0; i < t->n_links; i++)
-      if (t->links[i].peer == 0 && strcmp(t->links[i].endpoint, endpoint) == 0) {
+      if (t->links[i].peer == 0 && t->links[i].route != LINK_CLOSED &&
+          strcmp(t->links[i].endpoint, endpoint) == 0) {
         l = &t->links[i];
         l->peer = peer;
       }
   if (l != NULL) {
     if (endpoint != NULL && endpoint[0] && strcmp(l->endpoint, endpoint) != 0) {
-      /* the peer restarted elsewhere: reconnect */
-      zmq_disconnect(l->sock, l->endpoint);
-      zmq_disconnect(l->ctl_sock, l->endpoint);
-      snprintf(l->endpoint, sizeof l->endpoint, "%s", endpoint);
+      /* the peer restarted elsewhere, or with(out) inbound connections */
+      if (l->route == LINK_DIRECT && strcmp(endpoint, TD_LISTEN_NONE) != 0) {
+        zmq_disconnect(l->sock, l->endpoint);
+        zmq_disconnect(l->ctl_sock, l->endpoint);
+        snprintf(l->endpoint, sizeof l->endpoint, "%s", endpoint);
+        zmq_connect(l->sock, l->endpoint);
+        zmq_connect(l->ctl_sock, l->endpoint);
+      } else if (!route_link(t, l, endpoint, key)) {
+        td_log_warn("cannot reach %016" PRIx64 " at %s", peer, endpoint);
+      }
       l->advertised[0] = '\0'; /* another address may route to it */
       l->advertise_refused = false;
-      zmq_connect(l->sock, l->endpoint);
-      zmq_connect(l->ctl_sock, l->endpoint);
     }
     return l;
   }
   size_t slot = t->n_links;
   for (size_t i = 0; i < t->n_links; i++)
-    if (t->links[i].sock == NULL) /* closed when its key was revoked */
+    if (t->links[i].route == LINK_CLOSED) /* closed when its key was revoked */
       slot = i;
   if (endpoint == NULL || endpoint[0] == '\0' || slot >= MAX_LINKS)
     return NULL;
-  void *s = open_dealer(t, endpoint, key ? key : "");
-  void *c = s != NULL ? open_dealer(t, endpoint, key ? key : "") : NULL;
+  td__link_t fresh = {.peer = peer};
   td_linkq_opts_t qo = {.delay_s = t->link_delay_s};
-  td_linkq_t *q = NULL;
-  if (c == NULL || td_linkq_open(&q, &qo) != 0) {
-    if (s)
-      zmq_close(s);
-    if (c)
-      zmq_close(c);
+  if (!route_link(t, &fresh, endpoint, key))
+    return NULL;
+  if (td_linkq_open(&fresh.q, &qo) != 0) {
+    close_link_sockets(&fresh);
     return NULL;
   }
   l = &t->links[slot];
@@ -254,16 +373,128 @@ td__link_t *td__link_ensure(td__transport_t *t, uint64_t peer, const char *endpo
     t->n_links++;
   else /* a revoked link's slot: its queue holds nothing for the new peer */
     td_linkq_close(&l->q);
-  *l = (td__link_t){.peer = peer, .sock = s, .ctl_sock = c, .q = q};
-  snprintf(l->endpoint, sizeof l->endpoint, "%s", endpoint);
+  *l = fresh;
+  for (int i = 0; i < 2; i++) /* the watchers point at the slot, not the local copy */
+    if (l->polls[i] != NULL)
+      l->polls[i]->l = l;
   td_log_debug("link to %016" PRIx64 " at %s", peer, endpoint);
   return l;
+}
+
+static const reverse_id_t *reverse_of(const td__transport_t *t, uint64_t peer) {
+  for (size_t i = 0; i < t->n_reverse; i++)
+    if (t->reverse[i].peer == peer)
+      return &t->reverse[i];
+  return NULL;
+}
+
+/* Remember the routing id an authenticated peer's frame came with. */
+static void note_reverse(td__transport_t *t, uint64_t peer, const zmq_msg_t *rid) {
+  size_t len = zmq_msg_size((zmq_msg_t *)rid);
+  if (len == 0 || len > sizeof t->reverse[0].rid)
+    return;
+  reverse_id_t *r = (reverse_id_t *)reverse_of(t, peer);
+  if (r == NULL) {
+    if (t->n_reverse < MAX_LINKS)
+      r = &t->reverse[t->n_reverse++];
+    else /* full: the slot of a peer we no longer link to */
+      for (size_t i = 0; i < t->n_reverse && r == NULL; i++)
+        if (td__link_find(t, t->reverse[i].peer) == NULL)
+          r = &t->reverse[i];
+    if (r == NULL)
+      return;
+  }
+  r->peer = peer;
+  memcpy(r->rid, zmq_msg_data((zmq_msg_t *)rid), len);
+  r->rid_len = len;
+}
+
+/* The digest a relayed frame's signature covers. */
+static void relay_digest(uint64_t origin, uint64_t target, const uint8_t *inner, size_t len,
+                         uint8_t out[crypto_generichash_BYTES]) {
+  static const char label[] = "traind-relay1";
+  uint8_t ids[16];
+  for (int i = 0; i < 8; i++) {
+    ids[i] = (uint8_t)(origin >> (56 - 8 * i));
+    ids[8 + i] = (uint8_t)(target >> (56 - 8 * i));
+  }
+  crypto_generichash_state st;
+  crypto_generichash_init(&st, NULL, 0, crypto_generichash_BYTES);
+  crypto_generichash_update(&st, (const uint8_t *)label, sizeof label - 1);
+  crypto_generichash_update(&st, ids, sizeof ids);
+  crypto_generichash_update(&st, inner, len);
+  crypto_generichash_final(&st, out, crypto_generichash_BYTES);
+}
+
+/* The member a RELAYED link goes through: the one used last while it stays
+ * reachable, else the first reachable member we dial directly. */
+static td__link_t *relay_for(td__transport_t *t, td__link_t *l) {
+  td__link_t *v = l->via != 0 ? td__link_find(t, l->via) : NULL;
+  if (t->members == NULL)
+    return NULL;
+  if (v != NULL && v->route == LINK_DIRECT && td_members_reachable(t->members, v->peer))
+    return v;
+  for (size_t i = 0; i < t->n_links; i++) {
+    v = &t->links[i];
+    if (v->route == LINK_DIRECT && v->peer != 0 &&
+        td_members_reachable(t->members, v->peer)) {
+      l->via = v->peer;
+      return v;
+    }
+  }
+  return NULL;
+}
+
+/* Send one packed frame (its sender and seq stamped) to l's peer by l's
+ * route; -1 when it cannot go now. */
+static int send_frame(td__transport_t *t, td__link_t *l, bool control, const uint8_t *buf,
+                      size_t len) {
+  switch (l->route) {
+  case LINK_DIRECT:
+    return zmq_send(control ? l->ctl_sock : l->sock, buf, len, ZMQ_DONTWAIT) < 0 ? -1 : 0;
+  case LINK_REVERSE: {
+    const reverse_id_t *r = reverse_of(t, l->peer);
+    if (r == NULL || t->router == NULL ||
+        zmq_send(t->router, r->rid, r->rid_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+      return -1;
+    return zmq_send(t->router, buf, len, ZMQ_DONTWAIT) < 0 ? -1 : 0;
+  }
+  case LINK_RELAYED: {
+    td__link_t *v = relay_for(t, l);
+    if (v == NULL || l->peer == 0 || len > TD_WIRE_MAX_RELAYED)
+      return -1;
+    uint8_t digest[crypto_generichash_BYTES], sig[TD__SIGNATURE_BYTES];
+    relay_digest(t->node_id, l->peer, buf, len, digest);
+    td__admission_sign_message(td__access_admission(t->access), digest, sizeof digest, sig);
+    Traind__Relay relay = TRAIND__RELAY__INIT;
+    relay.origin = t->node_id;
+    relay.target = l->peer;
+    relay.inner = (ProtobufCBinaryData){.len = len, .data = (uint8_t *)buf};
+    relay.signature = (ProtobufCBinaryData){.len = sizeof sig, .data = sig};
+    Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+    env.body_case = TRAIND__ENVELOPE__BODY_RELAY;
+    env.relay = &relay;
+    env.sender = t->node_id;
+    env.seq = ++t->seq;
+    uint8_t *out;
+    size_t out_len;
+    if (td_wire_pack(&env, &out, &out_len) != 0)
+      return -1;
+    int rc = zmq_send(control ? v->ctl_sock : v->sock, out, out_len, ZMQ_DONTWAIT) < 0 ? -1 : 0;
+    free(out);
+    t->relayed_out += rc == 0;
+    return rc;
+  }
+  case LINK_CLOSED:
+  default:
+    return -1;
+  }
 }
 
 int td__link_send(td__transport_t *t, td__link_t *l, Traind__Envelope *env) {
   uint8_t *buf;
   size_t len;
-  if (l->ctl_sock == NULL)
+  if (l->route == LINK_CLOSED)
     return TD_EINVAL;
   env->sender = t->node_id;
   env->seq = ++t->seq;
@@ -277,7 +508,7 @@ int td__link_send(td__transport_t *t, td__link_t *l, Traind__Envelope *env) {
     td__link_pump(t, l);
     return 0;
   }
-  int rc = zmq_send(l->ctl_sock, buf, len, ZMQ_DONTWAIT);
+  int rc = send_frame(t, l, true, buf, len);
   free(buf);
   if (rc < 0) {
     l->send_drops++;
@@ -370,13 +601,13 @@ static void arm_pump(td__transport_t *t) {
 void td__link_pump(td__transport_t *t, td__link_t *l) {
   td_linkq_frame_t f;
   double now = td_clock_mono_s();
-  if (l->sock == NULL)
+  if (l->route == LINK_CLOSED)
     return;
   while ((t->uplink_bps <= 0 || now >= t->uplink_free_s) && td_linkq_pop(l->q, now, &f)) {
     if (t->uplink_bps > 0)
       t->uplink_free_s = fmax(now, t->uplink_free_s) + (double)f.len * 8.0 / t->uplink_bps;
     bool control = f.prio == TD_PRIO_CONTROL; /* held by --link-delay-ms */
-    if (zmq_send(control ? l->ctl_sock : l->sock, f.frame, f.len, ZMQ_DONTWAIT) < 0) {
+    if (send_frame(t, l, control, f.frame, f.len) < 0) {
       l->send_drops++; /* counted; its window share comes back at expiry */
     } else {
       l->bytes_sent += f.len;
@@ -398,8 +629,7 @@ void td__link_close_peer(td__transport_t *t, uint64_t peer) {
   td__link_t *l = td__link_find(t, peer);
   if (l == NULL)
     return;
-  zmq_close(l->sock);
-  zmq_close(l->ctl_sock);
+  close_link_sockets(l);
   td_linkq_drop_class(l->q, TD_PRIO_CONTROL);
   td_linkq_drop_class(l->q, TD_PRIO_UPDATE);
   td_linkq_drop_class(l->q, TD_PRIO_BULK);
@@ -489,7 +719,11 @@ void td__link_stats(td__link_t *l, td__link_stats_t *out) {
                             .update_dense_recv = l->update_dense_recv,
                             .codec = l->codec[0] ? l->codec : "-",
                             .goodput_bps = l->goodput_bps, .ack_s = l->ack_s,
-                            .budget_bytes = l->budget, .path_rtt_s = td_pathrtt(&l->path)};
+                            .budget_bytes = l->budget, .path_rtt_s = td_pathrtt(&l->path),
+                            .route = l->route == LINK_REVERSE   ? "inbound"
+                                     : l->route == LINK_RELAYED ? "relayed"
+                                                                : "direct",
+                            .via = l->route == LINK_RELAYED ? l->via : 0};
   td_linkq_stats(l->q, &out->q);
 }
 
@@ -508,6 +742,13 @@ bool td__link_take_reply(td__link_t *l, double per_s, double burst) {
 
 void td__link_set_reply_owed(td__link_t *l, bool owed) { l->reply_owed = owed; }
 bool td__link_reply_owed(const td__link_t *l) { return l->reply_owed; }
+
+void td__transport_relay_stats(const td__transport_t *t, uint64_t *out, uint64_t *in,
+                               uint64_t *forwarded) {
+  *out = t->relayed_out;
+  *in = t->relayed_in;
+  *forwarded = t->relay_forwarded;
+}
 
 const td__descriptors_t *td__transport_descriptors(const td__transport_t *t) {
   return td__inbound_shares(t->inbound);
@@ -554,6 +795,86 @@ int td__transport_reply(td__invite_reply_t *reply, Traind__Envelope *env) {
   return rc;
 }
 
+__attribute__((format(printf, 2, 3))) static void relay_drop(td__transport_t *t,
+                                                              const char *fmt, ...) {
+  char what[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  td__drop(t->drops, TD__DROP_BAD_RELAY, what);
+}
+
+/* A member passes on what a node without inbound connections hands it for
+ * another such node (the origin must be the sender: nobody relays for a third
+ * party). The outer envelope is stamped as ours; the inner bytes and the
+ * origin's signature go on unchanged. */
+static void forward_relay(td__transport_t *t, Traind__Envelope *env, uint64_t sender) {
+  Traind__Relay *r = env->relay;
+  td__link_t *to = td__link_find(t, r->target);
+  if (r->origin != sender || t->no_inbound || to == NULL || to->route == LINK_RELAYED) {
+    relay_drop(t, "a relay request from %016" PRIx64 " for %016" PRIx64 " this node cannot or "
+               "may not carry (not the origin, or no link to the target)", sender, r->target);
+    return;
+  }
+  env->sender = t->node_id;
+  env->seq = ++t->seq;
+  uint8_t *buf;
+  size_t len;
+  if (td_wire_pack(env, &buf, &len) != 0)
+    return;
+  if (send_frame(t, to, true, buf, len) == 0)
+    t->relay_forwarded++;
+  else
+    to->send_drops++;
+  free(buf);
+}
+
+/* A frame relayed to us: it goes up only if its origin's signature holds. */
+static void on_relay(td__transport_t *t, Traind__Envelope *env, uint64_t sender) {
+  Traind__Relay *r = env->relay;
+  if (r->target != t->node_id) {
+    forward_relay(t, env, sender);
+    return;
+  }
+  if (td__access_secure(t->access)) {
+    const uint8_t *sign = td__access_sign_key_of(t->access, r->origin);
+    if (sign == NULL) {
+      relay_drop(t, "a message relayed from %016" PRIx64 " by %016" PRIx64 ": its origin is not "
+                 "admitted here or its signing key is not known yet", r->origin, sender);
+      return;
+    }
+    uint8_t digest[crypto_generichash_BYTES];
+    relay_digest(r->origin, r->target, r->inner.data, r->inner.len, digest);
+    if (crypto_sign_verify_detached(r->signature.data, digest, sizeof digest, sign) != 0) {
+      relay_drop(t, "a message relayed from %016" PRIx64 " by %016" PRIx64 " fails its origin's "
+                 "signature (altered on the way): rejected", r->origin, sender);
+      return;
+    }
+  }
+  Traind__Envelope *in = NULL;
+  td_wire_refusal_t refusal;
+  char why[256] = "";
+  if (td_wire_unpack_peer(&in, r->inner.data, r->inner.len, &refusal, why, sizeof why) != 0) {
+    td__drop(t->drops, TD__DROP_MALFORMED, why);
+    return;
+  }
+  if (in->sender != r->origin || in->body_case == TRAIND__ENVELOPE__BODY_RELAY ||
+      in->body_case == TRAIND__ENVELOPE__BODY_JOIN_REQUEST ||
+      in->body_case == TRAIND__ENVELOPE__BODY_JOIN_GRANT) {
+    relay_drop(t, "a message relayed from %016" PRIx64 " by %016" PRIx64 " names another sender "
+               "or carries what no relay may", r->origin, sender);
+    td_wire_free(&in);
+    return;
+  }
+  td__link_t *l = td__link_find(t, r->origin);
+  if (l != NULL && l->route == LINK_RELAYED)
+    l->via = sender;
+  t->relayed_in++;
+  t->events.received(t->events.user, in, r->inner.len);
+  td_wire_free(&in);
+}
+
 static void on_frame(td__transport_t *t, const void *data, size_t len, const char *user_id,
                      const zmq_msg_t *rid) {
   if (len > TD_WIRE_MAX_MESSAGE) {
@@ -579,14 +900,45 @@ static void on_frame(td__transport_t *t, const void *data, size_t len, const cha
     td_wire_free(&env);
     return;
   }
+  if (rid != NULL)
+    note_reverse(t, sender, rid);
   env->sender = sender;
-  t->events.received(t->events.user, env, len);
+  if (env->body_case == TRAIND__ENVELOPE__BODY_RELAY)
+    on_relay(t, env, sender);
+  else
+    t->events.received(t->events.user, env, len);
   td_wire_free(&env);
+}
+
+/* --listen none: the frames a peer answers on a link's own connection
+ * (authenticated as the link's peer by the CURVE handshake we made). */
+static void drain_dealer(td__transport_t *t, td__link_t *l, void *sock) {
+  while (sock != NULL && (sock == l->sock || sock == l->ctl_sock)) {
+    int events = 0;
+    size_t sz = sizeof events;
+    if (zmq_getsockopt(sock, ZMQ_EVENTS, &events, &sz) != 0 || !(events & ZMQ_POLLIN))
+      return;
+    zmq_msg_t msg;
+    zmq_msg_init(&msg);
+    if (zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&msg);
+      return;
+    }
+    if (zmq_msg_more(&msg)) {
+      td__drop(t->drops, TD__DROP_MALFORMED, "multi-frame message");
+      while (zmq_msg_more(&msg) && zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT) >= 0)
+        ;
+    } else {
+      on_frame(t, zmq_msg_data(&msg), zmq_msg_size(&msg),
+               td__access_key_of(t->access, l->peer), NULL);
+    }
+    zmq_msg_close(&msg);
+  }
 }
 
 /* Drain the ROUTER while ZMQ_EVENTS reports input (ZMQ_FD is edge-triggered). */
 static void drain_router(td__transport_t *t) {
-  for (;;) {
+  while (t->router != NULL) {
     int events = 0;
     size_t sz = sizeof events;
     if (zmq_getsockopt(t->router, ZMQ_EVENTS, &events, &sz) != 0 || !(events & ZMQ_POLLIN))
@@ -641,6 +993,10 @@ void td__transport_tick(td__transport_t *t) {
   td__zap_drain(t->zap);
   drain_router(t);
   td__inbound_tick(t->inbound);
+  for (size_t i = 0; i < t->n_links && t->no_inbound; i++) { /* ZMQ_FD is edge-triggered */
+    drain_dealer(t, &t->links[i], t->links[i].sock);
+    drain_dealer(t, &t->links[i], t->links[i].ctl_sock);
+  }
   for (size_t i = 0; i < t->n_links; i++) /* acks lost with a dead peer */
     if (td_linkq_expire(t->links[i].q, td_clock_mono_s(), TD__LINK_EXPIRE_S) > 0)
       td__link_pump(t, &t->links[i]);
@@ -743,10 +1099,17 @@ int td__transport_open(td__transport_t **out, const td__transport_opts_t *opts, 
   *out = t; /* closed by td__transport_close() whatever happens */
   if (inbound_rc != 0)
     return td_why(why, why_len, TD_ENOMEM, "out of memory");
-  int rc = bind_router(t, listen, why, why_len);
-  if (rc != 0)
-    return rc;
-  poll_socket(t, t->router, &t->router_poll, on_router_readable);
+  if (strcmp(listen, TD_LISTEN_NONE) == 0) {
+    /* no peer port: every connection is one this node opens */
+    t->no_inbound = true;
+    snprintf(t->endpoint, sizeof t->endpoint, "%s", TD_LISTEN_NONE);
+    snprintf(t->listen_endpoint, sizeof t->listen_endpoint, "%s", TD_LISTEN_NONE);
+  } else {
+    int rc = bind_router(t, listen, why, why_len);
+    if (rc != 0)
+      return rc;
+    poll_socket(t, t->router, &t->router_poll, on_router_readable);
+  }
   uv_timer_init(t->loop, &t->pump_timer);
   t->pump_timer.data = t;
   return 0;
@@ -758,10 +1121,10 @@ static void flush_control(td__transport_t *t) {
   double later = td_clock_mono_s() + t->link_delay_s + 1;
   for (size_t i = 0; i < t->n_links; i++) {
     td__link_t *l = &t->links[i];
-    while (l->ctl_sock != NULL && td_linkq_pop(l->q, later, &f)) {
+    while (l->route != LINK_CLOSED && td_linkq_pop(l->q, later, &f)) {
       bool control = f.prio == TD_PRIO_CONTROL;
       if (control)
-        zmq_send(l->ctl_sock, f.frame, f.len, ZMQ_DONTWAIT);
+        send_frame(t, l, true, f.frame, f.len);
       free(f.frame);
       if (!control)
         break; /* the classes below control: not worth sending now */
@@ -776,7 +1139,14 @@ void td__transport_stop(td__transport_t *t) {
     flush_control(t);
   t->stopped = true;
   td__zap_stop(t->zap);
-  uv_close((uv_handle_t *)&t->router_poll, NULL);
+  if (t->router != NULL)
+    uv_close((uv_handle_t *)&t->router_poll, NULL);
+  for (size_t i = 0; i < t->n_links; i++)
+    for (int k = 0; k < 2; k++)
+      if (t->links[i].polls[k] != NULL) {
+        uv_close((uv_handle_t *)&t->links[i].polls[k]->h, free_dealer_poll);
+        t->links[i].polls[k] = NULL;
+      }
   td__inbound_stop(t->inbound);
   uv_close((uv_handle_t *)&t->pump_timer, NULL);
 }
@@ -787,10 +1157,7 @@ void td__transport_close(td__transport_t **self_p) {
     return;
   *self_p = NULL;
   for (size_t i = 0; i < t->n_links; i++) {
-    if (t->links[i].sock != NULL) {
-      zmq_close(t->links[i].sock);
-      zmq_close(t->links[i].ctl_sock);
-    }
+    close_link_sockets(&t->links[i]); /* its watchers were closed at stop */
     td_linkq_close(&t->links[i].q);
   }
   td__inbound_close(&t->inbound); /* its monitor socket, before the context ends */

@@ -173,6 +173,46 @@ START_TEST(state_hash_is_32_bytes_or_a_request) {
 }
 END_TEST
 
+/* A relayed message (--listen none) needs its origin, target, a 64-byte
+ * signature and an inner message that leaves room for the wrapper. */
+START_TEST(relay_envelopes_are_checked) {
+  static uint8_t inner[TD_WIRE_MAX_RELAYED + 1], sig[TD_WIRE_SIGNATURE_BYTES + 1];
+  Traind__Relay r = TRAIND__RELAY__INIT;
+  r.origin = 1;
+  r.target = 2;
+  r.inner = (ProtobufCBinaryData){.len = 100, .data = inner};
+  r.signature = (ProtobufCBinaryData){.len = TD_WIRE_SIGNATURE_BYTES, .data = sig};
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_RELAY;
+  env.relay = &r;
+  uint8_t *buf;
+  size_t len;
+  char why[256] = "";
+  Traind__Envelope *got = NULL;
+  ck_assert_int_eq(td_wire_pack(&env, &buf, &len), 0);
+  ck_assert_int_eq(td_wire_unpack(&got, buf, len, why, sizeof why), 0);
+  ck_assert_uint_eq(got->relay->inner.len, 100);
+  ck_assert_str_eq(td_wire_body_name(got), "relay");
+  td_wire_free(&got);
+  free(buf);
+  struct {
+    uint64_t origin, target;
+    size_t inner, sig;
+  } bad[] = {{0, 2, 100, 64}, {1, 0, 100, 64}, {1, 2, 0, 64}, {1, 2, 100, 63},
+             {1, 2, 100, 65}, {1, 2, TD_WIRE_MAX_RELAYED + 1, 64}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    r.origin = bad[i].origin;
+    r.target = bad[i].target;
+    r.inner.len = bad[i].inner;
+    r.signature.len = bad[i].sig;
+    ck_assert_int_eq(td_wire_pack(&env, &buf, &len), 0);
+    ck_assert_int_eq(td_wire_unpack(&got, buf, len, why, sizeof why), TD_EPROTO);
+    ck_assert_ptr_nonnull(strstr(why, "relay"));
+    free(buf);
+  }
+}
+END_TEST
+
 /* Hostile input: random bytes and every truncation of a valid message. */
 START_TEST(random_and_truncated_bytes_never_crash) {
   td_rng_t rng;
@@ -243,6 +283,7 @@ int main(void) {
   tcase_add_test(tc, state_hash_is_32_bytes_or_a_request);
   tcase_add_test(tc, random_and_truncated_bytes_never_crash);
   tcase_add_test(tc, control_messages_round_trip);
+  tcase_add_test(tc, relay_envelopes_are_checked);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
