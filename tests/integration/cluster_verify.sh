@@ -42,7 +42,7 @@ verify_of() { ctl "$1" status --json | sed -E 's/.*"verify":(\{[^}]*\}).*/\1/'; 
 round_of() { json_field "$(ctl "$1" status --json | sed -E 's/.*"run":\{//')" round; }
 
 out=$(ctl a start --set model=mlp:784-64-10 --set batch=64 --set lr=0.05 --set local_steps=8 \
-      --set rounds=60 --set eval_every=60 --set seed=3 --set batching=equal --set slowdown=12 \
+      --set rounds=60 --set eval_every=60 --set seed=3 --set batching=equal --set slowdown=30 \
       --set verify_every=5) || { fail "start: $out"; finish; }
 for i in $(seq 300); do [ "$(round_of a)" -ge 1 ] 2>/dev/null && break; sleep 0.2; done
 
@@ -57,13 +57,15 @@ for n in b c d; do
     || fail "$n has no state_agreed event for round $asked"
 done
 
-# 2. corrupt d two rounds from now
+# 2. corrupt d two rounds from now. Status names d from the vote that finds it
+# until the repair's vote 3 rounds later (slowdown=30 keeps that window near
+# half a second even on a fast machine; polled every 50 ms)
 echo $(($(round_of d) + 2)) >"$T/corrupt.round"
 seen=""
-for i in $(seq 600); do
+for i in $(seq 1200); do
   v=$(verify_of a)
   grep -q "\"diverged\":\[\"$d_id\"\]" <<<"$v" && { seen=$v; break; }
-  sleep 0.1
+  sleep 0.05
 done
 [ -n "$seen" ] && pass "a's status names d: $seen" || fail "a's status never named d: $(verify_of a)"
 grep -q "td_corrupt: outer step" "$T/d.log" || fail "d's model was not corrupted"
