@@ -51,10 +51,13 @@ out=$(ctl a verify); rc=$?
 [ $rc -eq 0 ] && grep -q "4 of 4 members agree on state [0-9a-f]\{16\}" <<<"$out" \
   && pass "trainctl verify on a healthy run: $out" || fail "verify, healthy: rc $rc: $out"
 asked=$(sed -E 's/verify  round ([0-9]+):.*/\1/' <<<"$out")
+# (each member decides the vote itself and its ledger writes queue behind
+# the answer a gave: wait a little for the row)
+agreed_of() { sql "$1" "SELECT count(*) FROM events WHERE kind = 'state_agreed'
+                        AND detail LIKE 'round $asked: 4 of 4 members hold state %'"; }
 for n in b c d; do
-  [ "$(sql $n "SELECT count(*) FROM events WHERE kind = 'state_agreed'
-               AND detail LIKE 'round $asked: 4 of 4 members hold state %'")" -eq 1 ] \
-    || fail "$n has no state_agreed event for round $asked"
+  for i in $(seq 100); do [ "$(agreed_of $n)" -eq 1 ] && break; sleep 0.1; done
+  [ "$(agreed_of $n)" -eq 1 ] || fail "$n has no state_agreed event for round $asked"
 done
 
 # 2. corrupt d two rounds from now. Status names d from the vote that finds it
