@@ -33,7 +33,7 @@
 #include <zmq.h>
 
 #include "proto/wire.h"
-#include "tests/integration/peer_keys.h"
+#include "tests/integration/peer_wire.h"
 
 #define MAX_TARGETS 8
 #define MAX_LIST 64
@@ -50,20 +50,8 @@ static void on_term(int sig) {
   stopping = 1;
 }
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 static void send_env(void *s, Traind__Envelope *env) {
-  uint8_t *buf = NULL;
-  size_t len = 0;
-  env->version = TD_WIRE_VERSION;
-  env->sender = self_id;
-  if (td_wire_pack(env, &buf, &len) == 0)
-    zmq_send(s, buf, len, ZMQ_DONTWAIT);
-  free(buf);
+  peer_send(s, env, self_id, ZMQ_DONTWAIT);
 }
 
 /* What the nodes told it: the run, its spec and member list, the round. */
@@ -161,42 +149,27 @@ int main(int argc, char **argv) {
   size_t n_targets = (size_t)(argc - 4) / 2;
 
   void *ctx = zmq_ctx_new();
-  void *router = zmq_socket(ctx, ZMQ_ROUTER);
-  int linger = 0, timeout = 1;
-  zmq_setsockopt(router, ZMQ_LINGER, &linger, sizeof linger);
-  zmq_setsockopt(router, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
-  peer_keys_server(router);
-  if (zmq_bind(router, "tcp://127.0.0.1:*") != 0)
-    return 1;
   char me[256];
-  size_t me_len = sizeof me;
-  zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, me, &me_len);
+  void *router = peer_listen(ctx, 0, 1, me, sizeof me);
+  if (router == NULL)
+    return 1;
   void *dealers[MAX_TARGETS];
   for (size_t t = 0; t < n_targets; t++) {
-    dealers[t] = zmq_socket(ctx, ZMQ_DEALER);
-    zmq_setsockopt(dealers[t], ZMQ_LINGER, &linger, sizeof linger);
-    peer_keys_client(dealers[t], argv[5 + 2 * t]);
-    if (zmq_connect(dealers[t], argv[4 + 2 * t]) != 0)
+    if ((dealers[t] = peer_dial(ctx, argv[4 + 2 * t], argv[5 + 2 * t], 0, 0)) == NULL)
       return 1;
-    Traind__Hello hello = TRAIND__HELLO__INIT;
-    hello.endpoint = me;
-    hello.incarnation = (uint64_t)time(NULL);
-    Traind__Envelope env = TRAIND__ENVELOPE__INIT;
-    env.body_case = TRAIND__ENVELOPE__BODY_HELLO;
-    env.hello = &hello;
-    send_env(dealers[t], &env);
+    peer_hello(dealers[t], me, self_id, ZMQ_DONTWAIT);
   }
 
   run_t r = {0};
   uint64_t obeyed[MAX_LIST];
   size_t n_obeyed = 0;
   uint64_t sent = 0, refused_run = 0, rng = self_id ^ (uint64_t)time(NULL);
-  double start = now_s(), end = start + seconds, next_beat = start, next_attack = start;
+  double start = peer_now_s(), end = start + seconds, next_beat = start, next_attack = start;
   signal(SIGTERM, on_term);
-  while (now_s() < end && !stopping) {
+  while (peer_now_s() < end && !stopping) {
     for (int k = 0; k < 64 && receive_one(router, &r); k++) {
     }
-    double t = now_s();
+    double t = peer_now_s();
     if (r.run_id != 0 && r.run_id != refused_run) {
       for (size_t i = 0; i < n_targets; i++)
         send_refusal(dealers[i], r.run_id);

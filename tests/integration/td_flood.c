@@ -32,13 +32,7 @@
 #include <zmq.h>
 
 #include "proto/wire.h"
-#include "tests/integration/peer_keys.h"
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
+#include "tests/integration/peer_wire.h"
 
 static void raise_nofile(void) {
   struct rlimit rl;
@@ -87,8 +81,8 @@ static int flood_raw(const char *endpoint, int count, double seconds, const char
     fds[i] = (struct pollfd){.fd = open_raw(&to, src_ip), .events = POLLIN};
     opened += fds[i].fd >= 0;
   }
-  double end = now_s() + seconds;
-  while (now_s() < end) {
+  double end = peer_now_s() + seconds;
+  while (peer_now_s() < end) {
     poll(fds, (nfds_t)count, 100);
     for (int i = 0; i < count; i++) {
       char buf[256];
@@ -116,31 +110,10 @@ static int flood_raw(const char *endpoint, int count, double seconds, const char
 }
 
 static void count_events(void *mon, long *ok, long *failed) {
-  zmq_msg_t f;
-  for (;;) {
-    zmq_msg_init(&f);
-    if (zmq_msg_recv(&f, mon, ZMQ_DONTWAIT) < 0) {
-      zmq_msg_close(&f);
-      return;
-    }
-    uint16_t ev = 0;
-    if (zmq_msg_size(&f) >= 2)
-      memcpy(&ev, zmq_msg_data(&f), 2);
-    bool more = zmq_msg_more(&f);
-    zmq_msg_close(&f);
-    while (more) {
-      zmq_msg_init(&f);
-      if (zmq_msg_recv(&f, mon, 0) < 0) {
-        zmq_msg_close(&f);
-        break;
-      }
-      more = zmq_msg_more(&f);
-      zmq_msg_close(&f);
-    }
+  for (int ev; (ev = peer_monitor_event(mon)) >= 0;) {
     if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
       (*ok)++;
-    else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH || ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
-             ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
+    else if (peer_handshake_failed(ev))
       (*failed)++;
   }
 }
@@ -182,8 +155,8 @@ static int flood_idle(const char *endpoint, const char *server_key, int count, d
     made++;
   }
   long ok = 0, failed = 0;
-  double end = now_s() + seconds;
-  while (now_s() < end) {
+  double end = peer_now_s() + seconds;
+  while (peer_now_s() < end) {
     for (int i = 0; i < made; i++)
       count_events(mons[i], &ok, &failed);
     usleep(100000);
@@ -239,8 +212,8 @@ static int flood_hello(const char *endpoint, const char *server_key, int count, 
       sent++;
     free(buf);
   }
-  double end = now_s() + seconds;
-  while (now_s() < end) {
+  double end = peer_now_s() + seconds;
+  while (peer_now_s() < end) {
     zmq_msg_t id, msg;
     zmq_msg_init(&id);
     if (zmq_msg_recv(&id, router, 0) < 0) {

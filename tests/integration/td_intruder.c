@@ -28,7 +28,7 @@
 #include <zmq.h>
 
 #include "proto/wire.h"
-#include "tests/integration/peer_keys.h"
+#include "tests/integration/peer_wire.h"
 
 #define MAX_MEMBERS 16
 #define MONITOR_ENDPOINT "inproc://td-intruder-monitor"
@@ -36,60 +36,19 @@
 static uint64_t sender_id;
 
 static void send_env(void *s, Traind__Envelope *env) {
-  uint8_t *buf = NULL;
-  size_t len = 0;
-  env->version = TD_WIRE_VERSION;
-  if (env->sender == 0)
-    env->sender = sender_id;
-  if (td_wire_pack(env, &buf, &len) == 0)
-    zmq_send(s, buf, len, 0);
-  free(buf);
+  peer_send(s, env, sender_id, 0);
 }
 
 static void send_hello(void *s, const char *me, uint64_t as) {
-  Traind__Hello hello = TRAIND__HELLO__INIT;
-  hello.endpoint = (char *)me;
-  hello.incarnation = (uint64_t)time(NULL);
-  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
-  env.body_case = TRAIND__ENVELOPE__BODY_HELLO;
-  env.hello = &hello;
-  env.sender = as;
-  send_env(s, &env);
-}
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+  peer_hello(s, me, as != 0 ? as : sender_id, 0);
 }
 
 /* Read the DEALER's monitor: did a handshake ever succeed? */
 static void read_monitor(void *mon, int *succeeded, int *failed) {
-  for (;;) {
-    zmq_msg_t f;
-    zmq_msg_init(&f);
-    if (zmq_msg_recv(&f, mon, ZMQ_DONTWAIT) < 0) {
-      zmq_msg_close(&f);
-      return;
-    }
-    uint16_t ev = 0;
-    if (zmq_msg_size(&f) >= 2)
-      memcpy(&ev, zmq_msg_data(&f), 2);
-    bool more = zmq_msg_more(&f);
-    zmq_msg_close(&f);
-    while (more) {
-      zmq_msg_init(&f);
-      if (zmq_msg_recv(&f, mon, 0) < 0) {
-        zmq_msg_close(&f);
-        break;
-      }
-      more = zmq_msg_more(&f);
-      zmq_msg_close(&f);
-    }
+  for (int ev; (ev = peer_monitor_event(mon)) >= 0;) {
     if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
       (*succeeded)++;
-    else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH || ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
-             ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || ev == ZMQ_EVENT_DISCONNECTED)
+    else if (peer_handshake_failed(ev) || ev == ZMQ_EVENT_DISCONNECTED)
       (*failed)++;
   }
 }
@@ -109,16 +68,11 @@ int main(int argc, char **argv) {
   double wait_s = getenv("TD_INTRUDER_WAIT_S") ? atof(getenv("TD_INTRUDER_WAIT_S")) : 2.0;
 
   void *ctx = zmq_ctx_new();
-  void *router = zmq_socket(ctx, ZMQ_ROUTER);
-  int linger = 500, timeout = 50;
-  zmq_setsockopt(router, ZMQ_LINGER, &linger, sizeof linger);
-  zmq_setsockopt(router, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
-  peer_keys_server(router);
-  if (zmq_bind(router, "tcp://127.0.0.1:*") != 0)
-    return 1;
   char me[256];
-  size_t me_len = sizeof me;
-  zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, me, &me_len);
+  int linger = 500;
+  void *router = peer_listen(ctx, linger, 50, me, sizeof me);
+  if (router == NULL)
+    return 1;
   void *dealer = zmq_socket(ctx, ZMQ_DEALER);
   zmq_setsockopt(dealer, ZMQ_LINGER, &linger, sizeof linger);
   peer_keys_client(dealer, argv[2]);
@@ -186,9 +140,9 @@ int main(int argc, char **argv) {
 
   int succeeded = 0, failed = 0;
   long received = 0;
-  double until = now_s() + wait_s, next_beat = now_s() + 0.2;
-  while (now_s() < until) {
-    if (strcmp(attack, "linger") == 0 && now_s() >= next_beat) {
+  double until = peer_now_s() + wait_s, next_beat = peer_now_s() + 0.2;
+  while (peer_now_s() < until) {
+    if (strcmp(attack, "linger") == 0 && peer_now_s() >= next_beat) {
       Traind__Heartbeat hb = TRAIND__HEARTBEAT__INIT;
       Traind__Envelope beat = TRAIND__ENVELOPE__INIT;
       beat.body_case = TRAIND__ENVELOPE__BODY_HEARTBEAT;

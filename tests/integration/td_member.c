@@ -33,7 +33,7 @@
 #include <zmq.h>
 
 #include "proto/wire.h"
-#include "tests/integration/peer_keys.h"
+#include "tests/integration/peer_wire.h"
 
 /* A stale update's payload: any bytes (it is refused or dropped unread). */
 #define STALE_PAYLOAD 256
@@ -48,20 +48,8 @@ static void on_term(int sig) {
   stopping = 1;
 }
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 static void send_env(void *s, Traind__Envelope *env) {
-  uint8_t *buf = NULL;
-  size_t len = 0;
-  env->version = TD_WIRE_VERSION;
-  env->sender = self_id;
-  if (td_wire_pack(env, &buf, &len) == 0)
-    zmq_send(s, buf, len, ZMQ_DONTWAIT);
-  free(buf);
+  peer_send(s, env, self_id, ZMQ_DONTWAIT);
 }
 
 /* What the node told us: the run it took us into and its round. */
@@ -178,40 +166,22 @@ int main(int argc, char **argv) {
   double rate = getenv("TD_MEMBER_RATE") ? atof(getenv("TD_MEMBER_RATE")) : 2000;
 
   void *ctx = zmq_ctx_new();
-  void *router = zmq_socket(ctx, ZMQ_ROUTER);
-  int linger = 0, timeout = 1, hwm = 100000;
-  zmq_setsockopt(router, ZMQ_LINGER, &linger, sizeof linger);
-  zmq_setsockopt(router, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
-  peer_keys_server(router);
-  if (zmq_bind(router, "tcp://127.0.0.1:*") != 0)
-    return 1;
   char me[256];
-  size_t me_len = sizeof me;
-  zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, me, &me_len);
-  void *dealer = zmq_socket(ctx, ZMQ_DEALER);
-  zmq_setsockopt(dealer, ZMQ_LINGER, &linger, sizeof linger);
-  zmq_setsockopt(dealer, ZMQ_SNDHWM, &hwm, sizeof hwm);
-  peer_keys_client(dealer, argv[2]);
-  if (zmq_connect(dealer, argv[1]) != 0)
+  void *router = peer_listen(ctx, 0, 1, me, sizeof me);
+  void *dealer = peer_dial(ctx, argv[1], argv[2], 0, 100000);
+  if (router == NULL || dealer == NULL)
     return 1;
-
-  Traind__Hello hello = TRAIND__HELLO__INIT;
-  hello.endpoint = me;
-  hello.incarnation = (uint64_t)time(NULL);
-  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
-  env.body_case = TRAIND__ENVELOPE__BODY_HELLO;
-  env.hello = &hello;
-  send_env(dealer, &env);
+  peer_hello(dealer, me, self_id, ZMQ_DONTWAIT);
 
   heard_t h = {0};
   bool floods = strcmp(attack, "stale") == 0 || strcmp(attack, "snap") == 0;
   uint64_t sent = 0;
-  double start = now_s(), end = start + seconds, next_beat = start, armed_at = 0;
+  double start = peer_now_s(), end = start + seconds, next_beat = start, armed_at = 0;
   signal(SIGTERM, on_term);
-  while (now_s() < end && !stopping) {
+  while (peer_now_s() < end && !stopping) {
     for (int k = 0; k < 64 && receive_one(router, dealer, &h); k++) {
     }
-    double t = now_s();
+    double t = peer_now_s();
     if (t >= next_beat) {
       send_beat(dealer, attack, &h);
       next_beat += BEAT_S;

@@ -19,20 +19,10 @@
 #include <zmq.h>
 
 #include "proto/wire.h"
-#include "tests/integration/peer_keys.h"
+#include "tests/integration/peer_wire.h"
 
 #define MAX_NODES 8
 static uint64_t SELF_ID = 0x5e1f5e1f5e1f5e1full;
-
-static void send_env(void *s, Traind__Envelope *env) {
-  uint8_t *buf = NULL;
-  size_t len = 0;
-  env->version = TD_WIRE_VERSION;
-  env->sender = SELF_ID;
-  if (td_wire_pack(env, &buf, &len) == 0)
-    zmq_send(s, buf, len, 0);
-  free(buf);
-}
 
 static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -55,15 +45,10 @@ int main(int argc, char **argv) {
   double wait_s = atof(argv[2]);
   size_t n = (size_t)argc - 3;
   void *ctx = zmq_ctx_new();
-  void *router = zmq_socket(ctx, ZMQ_ROUTER);
-  int linger = 1000, timeout = 100;
-  zmq_setsockopt(router, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
-  peer_keys_server(router);
-  if (zmq_bind(router, "tcp://127.0.0.1:*") != 0)
-    return 1;
   char me[256];
-  size_t me_len = sizeof me;
-  zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, me, &me_len);
+  void *router = peer_listen(ctx, -1, 100, me, sizeof me);
+  if (router == NULL)
+    return 1;
   uint64_t members[MAX_NODES + 1];
   void *dealer[MAX_NODES];
   members[0] = SELF_ID;
@@ -75,18 +60,9 @@ int main(int argc, char **argv) {
     char *comma = strchr(eq, ',');
     if (comma != NULL)
       *comma = '\0';
-    dealer[i] = zmq_socket(ctx, ZMQ_DEALER);
-    zmq_setsockopt(dealer[i], ZMQ_LINGER, &linger, sizeof linger);
-    peer_keys_client(dealer[i], comma != NULL ? comma + 1 : NULL);
-    if (zmq_connect(dealer[i], eq + 1) != 0)
+    if ((dealer[i] = peer_dial(ctx, eq + 1, comma != NULL ? comma + 1 : NULL, 1000, 0)) == NULL)
       return 1;
-    Traind__Hello hello = TRAIND__HELLO__INIT;
-    hello.endpoint = me;
-    hello.incarnation = (uint64_t)time(NULL);
-    Traind__Envelope env = TRAIND__ENVELOPE__INIT;
-    env.body_case = TRAIND__ENVELOPE__BODY_HELLO;
-    env.hello = &hello;
-    send_env(dealer[i], &env);
+    peer_hello(dealer[i], me, SELF_ID, 0);
   }
   struct timespec pause = {0, 500 * 1000 * 1000}; /* the nodes take us in */
   nanosleep(&pause, NULL);
@@ -102,7 +78,7 @@ int main(int argc, char **argv) {
   env.run_id = run_id != NULL ? strtoull(run_id, NULL, 16)
                               : 0x9011c9011c9011cull ^ (uint64_t)time(NULL);
   for (size_t i = 0; i < n; i++)
-    send_env(dealer[i], &env);
+    peer_send(dealer[i], &env, SELF_ID, 0);
   struct timespec t0, t;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   do {

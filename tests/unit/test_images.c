@@ -28,30 +28,7 @@
 #include "compute/data/file.h"
 #include "compute/data/image.h"
 
-static char tmp_dir[256];
-
-static void make_tmp_dir(void) {
-  snprintf(tmp_dir, sizeof tmp_dir, "%s/td-test-images-XXXXXX",
-           getenv("TMPDIR") != NULL ? getenv("TMPDIR") : "/tmp");
-  ck_assert_ptr_nonnull(mkdtemp(tmp_dir));
-}
-
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st;
-  (void)flag;
-  (void)ftw;
-  return remove(path);
-}
-
-static void remove_tmp_dir(void) { nftw(tmp_dir, remove_one, 16, FTW_DEPTH | FTW_PHYS); }
-
-static const char *tmp_path(const char *name) {
-  static char slots[8][600];
-  static int next;
-  char *p = slots[next++ % 8];
-  snprintf(p, sizeof slots[0], "%s/%s", tmp_dir, name);
-  return p;
-}
+#include "tests/unit/tmp_dir.h"
 
 static void make_dir(const char *name) { ck_assert_int_eq(mkdir(tmp_path(name), 0700), 0); }
 
