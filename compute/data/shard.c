@@ -17,6 +17,9 @@
 #include "common/error.h"
 #include "compute/data/partition.h"
 
+/* Most label-count slots (nodes x classes) a shard keeps: 32 MiB of counts. */
+#define MAX_COUNT_SLOTS (1u << 22)
+
 static int open_text(td_shard_t *out, const td_shard_opts_t *o, const td_partition_t *part,
                      char *why, size_t why_len) {
   td_text_t *whole = NULL;
@@ -43,6 +46,11 @@ typedef struct {
 
 /* This node's share of the (normalised) test set, cut by the label counts. */
 static int cut_heldout(td_shard_t *out, const td_shard_opts_t *o, char *why, size_t why_len) {
+  if (out->label_counts == NULL)
+    return td_why(why, why_len, TD_ECONFIG,
+                  "client_eval: this dataset's label counts are not kept (more than %u "
+                  "nodes x classes); set client_eval = false",
+                  MAX_COUNT_SLOTS);
   uint32_t *idx = NULL;
   size_t n = 0;
   int rc = td_partition_heldout(out->label_counts, out->count_nodes, out->classes,
@@ -65,33 +73,32 @@ static int cut_heldout(td_shard_t *out, const td_shard_opts_t *o, char *why, siz
 }
 
 /* Every node's label counts from the whole training set's labels, into the
- * shard (the rule is the same on every node: any node can say them all). */
-static int count_labels(td_shard_t *out, const td_shard_opts_t *o, const td_partition_t *part,
-                        const int32_t *labels, size_t rows, int classes, char *why,
-                        size_t why_len) {
-  if (classes > TD_PARTITION_MAX_CLASSES)
-    return td_why(why, why_len, TD_ECONFIG, "%d classes: label counts stop at %d", classes,
-                  TD_PARTITION_MAX_CLASSES);
-  out->label_counts = calloc((size_t)o->nodes * (size_t)classes, sizeof *out->label_counts);
-  if (out->label_counts == NULL)
-    return td_why(why, why_len, TD_ENOMEM, "out of memory for the label counts");
-  int rc = td_partition_label_counts(part, labels, rows, classes, o->nodes, o->seed,
-                                     out->label_counts);
-  if (rc != 0)
-    return td_why(why, why_len, rc, "cannot count the partition's labels: %s",
-                  td_strerror(rc));
+ * shard (the rule is the same on every node: any node can say them all).
+ * Best effort: they are for the ledger and client_eval, so a table too large
+ * or no memory for it leaves label_counts NULL rather than fail the load. */
+static void count_labels(td_shard_t *out, const td_shard_opts_t *o, const td_partition_t *part,
+                         const int32_t *labels, size_t rows, int classes) {
+  free(out->label_counts);
+  out->label_counts = NULL;
+  if (classes <= 0 || classes > TD_PARTITION_MAX_CLASSES ||
+      (size_t)o->nodes * (size_t)classes > MAX_COUNT_SLOTS)
+    return;
+  uint64_t *counts = calloc((size_t)o->nodes * (size_t)classes, sizeof *counts);
+  if (counts == NULL ||
+      td_partition_label_counts(part, labels, rows, classes, o->nodes, o->seed, counts) != 0) {
+    free(counts);
+    return;
+  }
+  out->label_counts = counts;
   out->count_nodes = o->nodes;
   out->classes = classes;
-  return 0;
 }
 
 static int pick_partition(const int32_t *labels, size_t rows, int classes, void *user,
                           uint32_t **idx, size_t *count, char *why, size_t why_len) {
   const pick_ctx_t *p = user;
-  int rc = count_labels(p->out, p->o, p->part, labels, rows, classes, why, why_len);
-  if (rc != 0)
-    return rc;
-  rc = td_partition_indices(p->part, labels, rows, classes, p->o->rank, p->o->nodes,
+  count_labels(p->out, p->o, p->part, labels, rows, classes);
+  int rc = td_partition_indices(p->part, labels, rows, classes, p->o->rank, p->o->nodes,
                                 p->o->seed, idx, count);
   if (rc != 0)
     return td_why(why, why_len, rc, "cannot partition the dataset: %s", td_strerror(rc));
@@ -112,10 +119,8 @@ static int open_labelled(td_shard_t *out, const td_shard_opts_t *o, const td_par
       return rc;
     td_dataset_stats(out->train, &mean, &std);
     out->full_count = td_dataset_rows(out->train);
-    rc = count_labels(out, o, part, td_dataset_labels_const(out->train),
-                      td_dataset_rows(out->train), td_dataset_classes(out->train), why, why_len);
-    if (rc != 0)
-      return rc;
+    count_labels(out, o, part, td_dataset_labels_const(out->train), td_dataset_rows(out->train),
+                 td_dataset_classes(out->train));
   } else { /* only this node's rows are ever held (the statistics are the whole set's) */
     pick_ctx_t ctx = {.out = out, .o = o, .part = part};
     rc = td_dataset_open_rows(&out->train, &out->test, o->dataset, &o->images_as,

@@ -41,7 +41,8 @@ typedef struct {
                               normalised train and test */
   td_image_shape_t images_as; /* the opts' (td_shard_reload_test converts alike) */
   /* labelled: every node's label counts under the partition rule
-   * (td_partition_label_counts), label_counts[k * classes + c]; NULL for text */
+   * (td_partition_label_counts), label_counts[k * classes + c]; NULL for text
+   * and where nodes x classes is over 4M slots (none are kept then) */
   uint64_t *label_counts;
   unsigned count_nodes;
   int classes;
