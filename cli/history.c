@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli/clients.h"
 #include "cli/ledgers.h"
 #include "common/numfmt.h"
 
@@ -155,8 +156,14 @@ int td_history_show(int argc, char **argv) {
   td__ledgers_figures_t f;
   if (rc == 0)
     rc = td__ledgers_figures(r, &f);
+  td__client_t *clients = NULL; /* the per-client view (client_labels, client_evals) */
+  size_t n_clients = 0;
+  if (rc == 0)
+    rc = td__clients_read(r, &clients, &n_clients);
   if (rc == 0 && json) {
     json_object *o = td__ledgers_run_json(r, &f, true);
+    if (n_clients > 0)
+      json_object_object_add(o, "clients", td__clients_json(clients, n_clients));
     printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
     json_object_put(o);
   } else if (rc == 0) {
@@ -201,6 +208,7 @@ int td_history_show(int argc, char **argv) {
     printf("idle       %s of compute time waiting (%.1f s computing, %.1f s waiting)\n", buf,
            f.compute_s, f.wait_s);
     printf("updates    %" PRId64 " received; %" PRId64 " link measurements\n", f.updates, f.links);
+    td__clients_print(stdout, clients, n_clients);
     printf("spec\n");
     for (const char *p = r->spec; *p;) {
       const char *eol = strchr(p, '\n');
@@ -209,6 +217,7 @@ int td_history_show(int argc, char **argv) {
       p = eol ? eol + 1 : p + line;
     }
   }
+  td__clients_free(clients, n_clients);
   td__ledgers_runs_free(r, r ? 1 : 0);
   td__ledgers_close(&set);
   return rc;

@@ -7,7 +7,10 @@
  * mode=overlap"), plus the node (its data dir's name) when more than one
  * ledger is drawn. The data go into the gnuplot script itself as datablocks,
  * and the script is kept beside the image (FILE.gp, or --script), so a plot
- * can be restyled and redrawn without the ledgers. Runs on trainctl's thread. */
+ * can be restyled and redrawn without the ledgers. --y client_accuracy is the
+ * exception: one band (min to max over the clients) and one median line per
+ * run, pooled over every ledger named (cli/clients.h). Runs on trainctl's
+ * thread. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -17,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli/clients.h"
 #include "cli/ledgers.h"
 #include "cli/plot.h"
 
@@ -38,6 +42,7 @@ static const axis_t Y_AXES[] = {
     {"goodput", "link goodput, mean over peers (Mbit/s)"},
     {"staleness", "staleness of received updates, mean (rounds)"},
     {"idle", "compute idle fraction (wait / (compute + wait))"},
+    {"client_accuracy", "accuracy on each client's held-out share"},
 };
 
 static const axis_t *find_axis(const axis_t *axes, size_t n, const char *name) {
@@ -252,7 +257,8 @@ static int run_gnuplot(const char *script) {
 
 static int usage_err(void) {
   fprintf(stderr, "trainctl: error: usage: trainctl plot RUN... [--x time|round|samples|bytes]"
-                  " [--y accuracy|loss|bpb|goodput|staleness|idle] [-o FILE.png|FILE.svg]"
+                  " [--y accuracy|loss|bpb|goodput|staleness|idle|client_accuracy]"
+                  " [-o FILE.png|FILE.svg]"
                   " [--script FILE.gp] [--size WxH] [--db FILE | --data-dir DIR]...\n");
   return 2;
 }
@@ -303,7 +309,13 @@ int td_plot_main(int argc, char **argv) {
   }
   if (rc == 0 && find_axis(Y_AXES, sizeof Y_AXES / sizeof Y_AXES[0], y) == NULL) {
     fprintf(stderr, "trainctl: error: --y '%s' (accepted: accuracy, loss, bpb, goodput, "
-                    "staleness, idle)\n", y);
+                    "staleness, idle, client_accuracy)\n", y);
+    rc = 2;
+  }
+  /* the clients' spread: min, median and max over the clients of each round */
+  bool spread = rc == 0 && strcmp(y, "client_accuracy") == 0;
+  if (spread && strcmp(x, "round") != 0) {
+    fprintf(stderr, "trainctl: error: --y client_accuracy is drawn by round only: add --x round\n");
     rc = 2;
   }
   if (rc == 0 && out != NULL && !ends_with(out, ".png") && !ends_with(out, ".svg")) {
@@ -363,7 +375,12 @@ int td_plot_main(int argc, char **argv) {
     fprintf(gp, "# trainctl plot --x %s --y %s: %zu curve(s)\n", x, y, n);
     for (size_t i = 0; i < n; i++)
       fprintf(gp, "# curve %zu: run %s in %s\n", i + 1, series[i].id, series[i].ledger->path);
-    for (size_t i = 0; rc == 0 && i < n; i++) {
+    size_t *spread_runs = spread ? calloc(n, sizeof *spread_runs) : NULL, blocks = 0;
+    if (spread && spread_runs == NULL)
+      rc = td__ledgers_err("out of memory");
+    if (spread && rc == 0)
+      rc = td__clients_write_spread(gp, series, n, spread_runs, &blocks);
+    for (size_t i = 0; !spread && rc == 0 && i < n; i++) {
       long points;
       rc = write_series(gp, &series[i], i, x, y, &points);
     }
@@ -395,7 +412,27 @@ int td_plot_main(int argc, char **argv) {
     if (fit > 511)
       fit = 511;
     fprintf(gp, "plot ");
-    for (size_t i = 0; i < n; i++) {
+    for (size_t k = 0; k < blocks; k++) { /* a band from min to max and the median */
+      char title[600];
+      size_t first = spread_runs[k];
+      /* the run's own title, without the node a curve per ledger would name */
+      snprintf(title, sizeof title, "%.500s", titles[first]);
+      char *node = by_node ? strstr(title, "node ") : NULL;
+      if (node != NULL)
+        *(node > title + 1 && node[-1] == ' ' && node[-2] == ',' ? node - 2 : node) = '\0';
+      if (title[0] == '\0')
+        snprintf(title, sizeof title, "run %.8s", series[first].id);
+      char band[700], median[700];
+      snprintf(band, sizeof band, "%.80s: clients min to max", title);
+      snprintf(median, sizeof median, "%.80s: median client", title);
+      fprintf(gp, "%s$c%zu using 1:2:4 with filledcurves fillstyle transparent solid 0.25 "
+                  "title ", k ? ", \\\n     " : "", k);
+      gp_quoted(gp, band);
+      fprintf(gp, ", \\\n     $c%zu using 1:3 with linespoints pointtype 7 pointsize 0.5 title ",
+              k);
+      gp_quoted(gp, median);
+    }
+    for (size_t i = 0; !spread && i < n; i++) {
       fprintf(gp, "%s$s%zu using 1:2 with linespoints pointtype 7 pointsize 0.5 title ",
               i ? ", \\\n     " : "", i);
       char cut[512];
@@ -410,12 +447,16 @@ int td_plot_main(int argc, char **argv) {
       gp_quoted(gp, cut);
     }
     fprintf(gp, "\n");
+    free(spread_runs);
   }
   if (gp != NULL && fclose(gp) != 0 && rc == 0)
     rc = td__ledgers_err("cannot write %s: %s", script_path, strerror(errno));
   if (rc == 0)
     rc = run_gnuplot(script_path);
-  if (rc == 0)
+  if (rc == 0 && spread)
+    printf("%s: the clients' accuracy spread (min, median, max) by round over %zu ledger(s)"
+           " (gnuplot script %s)\n", out, n, script_path);
+  else if (rc == 0)
     printf("%s: %zu curve(s) of %s by %s (gnuplot script %s)\n", out, n, y, x, script_path);
   free(titles);
   td__ledgers_runs_free(series, n);

@@ -521,7 +521,8 @@ static const command_t COMMANDS[] = {
     {"export", td_export_main, "RUN [--format csv|json] [--table rounds|updates|links|events]",
      "a run's rows (csv: one block per table)", READS_LEDGER},
     {"plot", td_plot_main,
-     "RUN... [--x time|round|samples|bytes] [--y accuracy|loss|bpb|goodput|staleness|idle]"
+     "RUN... [--x time|round|samples|bytes]"
+     " [--y accuracy|loss|bpb|goodput|staleness|idle|client_accuracy]"
      " [-o FILE.png|FILE.svg] [--script FILE.gp] [--size WxH]",
      "curves with gnuplot, one per run and node", READS_LEDGER},
     {"model", td_model_main, "RUN [--round R] -o FILE [--format safetensors|onnx]",

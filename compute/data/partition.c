@@ -19,6 +19,7 @@
 #define TD__PARTITION_MAX_ALPHA 1e6
 #define TD__PARTITION_MAX_SHARDS 100000ul
 #define TD__PARTITION_STREAM 0x5041525449ull /* "PARTI" */
+#define TD__PARTITION_HELDOUT_STREAM 0x48454c44ull /* "HELD" */
 
 #define TD__PARTITION_FORMS "all, iid, dirichlet:ALPHA, shard:K"
 
@@ -196,15 +197,11 @@ done:
   return rc;
 }
 
-int td_partition_indices(const td_partition_t *p, const int32_t *labels, size_t rows,
-                         int classes, unsigned node, unsigned nodes, uint64_t seed,
-                         uint32_t **idx_out, size_t *n_out) {
-  if (idx_out == NULL || n_out == NULL)
-    return TD_EINVAL;
-  *idx_out = NULL;
-  *n_out = 0;
+/* The arguments every entry point checks; 0 or TD_EINVAL. */
+static int check_rule(const td_partition_t *p, const int32_t *labels, size_t rows, int classes,
+                      unsigned nodes) {
   if (p == NULL || (labels == NULL && rows > 0) || nodes == 0 ||
-      nodes > TD__PARTITION_MAX_NODES || node >= nodes || classes <= 0 || rows > UINT32_MAX)
+      nodes > TD__PARTITION_MAX_NODES || classes <= 0 || rows > UINT32_MAX)
     return TD_EINVAL;
   if ((p->kind == TD_PARTITION_DIRICHLET &&
        (!(p->alpha > 0) || p->alpha > TD__PARTITION_MAX_ALPHA)) ||
@@ -212,8 +209,15 @@ int td_partition_indices(const td_partition_t *p, const int32_t *labels, size_t 
        (p->shards_per_node == 0 || p->shards_per_node > TD__PARTITION_MAX_SHARDS)) ||
       (unsigned)p->kind > (unsigned)TD_PARTITION_SHARD)
     return TD_EINVAL;
-  /* Validate every label; size per-class tables by the labels actually seen,
-   * so a huge `classes` cannot make us allocate. */
+  return 0;
+}
+
+/* Every row's owner under a rule that is not `all` (caller frees *owner_out).
+ * Labels are validated here; per-class tables are sized by the labels
+ * actually seen, so a huge `classes` cannot make us allocate. */
+static int assign_owners(const td_partition_t *p, const int32_t *labels, size_t rows,
+                         int classes, unsigned nodes, uint64_t seed, uint16_t **owner_out) {
+  *owner_out = NULL;
   int used_classes = 1;
   for (size_t i = 0; i < rows; i++) {
     if (labels[i] < 0 || labels[i] >= classes)
@@ -221,6 +225,38 @@ int td_partition_indices(const td_partition_t *p, const int32_t *labels, size_t 
     if (labels[i] >= used_classes)
       used_classes = labels[i] + 1;
   }
+  uint16_t *owner = malloc((rows ? rows : 1) * sizeof *owner);
+  if (owner == NULL)
+    return TD_ENOMEM;
+  td_rng_t rng;
+  td_rng_seed2(&rng, seed, TD__PARTITION_STREAM);
+  int rc;
+  if (p->kind == TD_PARTITION_IID)
+    rc = assign_iid(&rng, rows, nodes, owner);
+  else if (p->kind == TD_PARTITION_DIRICHLET)
+    rc = assign_dirichlet(&rng, labels, rows, used_classes, nodes, p->alpha, owner);
+  else
+    rc = assign_shard(&rng, labels, rows, used_classes, nodes, p->shards_per_node, owner);
+  if (rc != 0) {
+    free(owner);
+    return rc;
+  }
+  *owner_out = owner;
+  return 0;
+}
+
+int td_partition_indices(const td_partition_t *p, const int32_t *labels, size_t rows,
+                         int classes, unsigned node, unsigned nodes, uint64_t seed,
+                         uint32_t **idx_out, size_t *n_out) {
+  if (idx_out == NULL || n_out == NULL)
+    return TD_EINVAL;
+  *idx_out = NULL;
+  *n_out = 0;
+  if (check_rule(p, labels, rows, classes, nodes) != 0 || node >= nodes)
+    return TD_EINVAL;
+  for (size_t i = 0; i < rows; i++)
+    if (labels[i] < 0 || labels[i] >= classes)
+      return TD_ERANGE;
   uint32_t *idx = malloc((rows ? rows : 1) * sizeof *idx);
   if (idx == NULL)
     return TD_ENOMEM;
@@ -229,22 +265,9 @@ int td_partition_indices(const td_partition_t *p, const int32_t *labels, size_t 
     for (size_t i = 0; i < rows; i++)
       idx[n++] = (uint32_t)i;
   } else {
-    uint16_t *owner = malloc((rows ? rows : 1) * sizeof *owner);
-    if (owner == NULL) {
-      free(idx);
-      return TD_ENOMEM;
-    }
-    td_rng_t rng;
-    td_rng_seed2(&rng, seed, TD__PARTITION_STREAM);
-    int rc;
-    if (p->kind == TD_PARTITION_IID)
-      rc = assign_iid(&rng, rows, nodes, owner);
-    else if (p->kind == TD_PARTITION_DIRICHLET)
-      rc = assign_dirichlet(&rng, labels, rows, used_classes, nodes, p->alpha, owner);
-    else
-      rc = assign_shard(&rng, labels, rows, used_classes, nodes, p->shards_per_node, owner);
+    uint16_t *owner;
+    int rc = assign_owners(p, labels, rows, classes, nodes, seed, &owner);
     if (rc != 0) {
-      free(owner);
       free(idx);
       return rc;
     }
@@ -259,6 +282,97 @@ int td_partition_indices(const td_partition_t *p, const int32_t *labels, size_t 
     if (fit != NULL)
       idx = fit;
   }
+  *idx_out = idx;
+  *n_out = n;
+  return 0;
+}
+
+int td_partition_label_counts(const td_partition_t *p, const int32_t *labels, size_t rows,
+                              int classes, unsigned nodes, uint64_t seed, uint64_t *counts) {
+  if (counts == NULL || check_rule(p, labels, rows, classes, nodes) != 0 ||
+      classes > TD_PARTITION_MAX_CLASSES)
+    return TD_EINVAL;
+  for (size_t i = 0; i < rows; i++)
+    if (labels[i] < 0 || labels[i] >= classes)
+      return TD_ERANGE;
+  memset(counts, 0, (size_t)nodes * (size_t)classes * sizeof *counts);
+  if (p->kind == TD_PARTITION_ALL) { /* every node holds every row */
+    for (size_t i = 0; i < rows; i++)
+      for (unsigned k = 0; k < nodes; k++)
+        counts[(size_t)k * (size_t)classes + (size_t)labels[i]]++;
+    return 0;
+  }
+  uint16_t *owner;
+  int rc = assign_owners(p, labels, rows, classes, nodes, seed, &owner);
+  if (rc != 0)
+    return rc;
+  for (size_t i = 0; i < rows; i++)
+    counts[(size_t)owner[i] * (size_t)classes + (size_t)labels[i]]++;
+  free(owner);
+  return 0;
+}
+
+int td_partition_heldout(const uint64_t *counts, unsigned nodes, int classes,
+                         const int32_t *labels, size_t rows, unsigned node, uint64_t seed,
+                         uint32_t **idx_out, size_t *n_out) {
+  if (idx_out == NULL || n_out == NULL)
+    return TD_EINVAL;
+  *idx_out = NULL;
+  *n_out = 0;
+  if (counts == NULL || nodes == 0 || nodes > TD__PARTITION_MAX_NODES || node >= nodes ||
+      classes <= 0 || classes > TD_PARTITION_MAX_CLASSES || (labels == NULL && rows > 0) ||
+      rows > UINT32_MAX)
+    return TD_EINVAL;
+  for (size_t i = 0; i < rows; i++)
+    if (labels[i] < 0 || labels[i] >= classes)
+      return TD_ERANGE;
+  uint32_t *grouped = malloc((rows ? rows : 1) * sizeof *grouped);
+  size_t *start = malloc(((size_t)classes + 1) * sizeof *start);
+  uint8_t *mine = calloc(rows ? rows : 1, 1);
+  uint32_t *idx = malloc((rows ? rows : 1) * sizeof *idx);
+  if (grouped == NULL || start == NULL || mine == NULL || idx == NULL) {
+    free(grouped);
+    free(start);
+    free(mine);
+    free(idx);
+    return TD_ENOMEM;
+  }
+  group_by_label(labels, rows, classes, start, grouped);
+  td_rng_t rng;
+  td_rng_seed2(&rng, seed, TD__PARTITION_HELDOUT_STREAM);
+  for (int c = 0; c < classes; c++) {
+    uint32_t *members = grouped + start[c];
+    size_t count = start[c + 1] - start[c];
+    td_rng_shuffle_u32(&rng, members, count);
+    /* the class's training rows per node set the cut; a class no node trains
+     * on is dealt evenly */
+    uint64_t total = 0, before = 0;
+    for (unsigned k = 0; k < nodes; k++) {
+      uint64_t v = counts[(size_t)k * (size_t)classes + (size_t)c];
+      total += v;
+      if (k < node)
+        before += v;
+    }
+    uint64_t own = counts[(size_t)node * (size_t)classes + (size_t)c];
+    if (total == 0) {
+      total = nodes;
+      before = node;
+      own = 1;
+    }
+    size_t from = (size_t)llround((double)count * ((double)before / (double)total));
+    size_t to = node + 1 == nodes
+                    ? count
+                    : (size_t)llround((double)count * ((double)(before + own) / (double)total));
+    for (size_t i = from; i < to && i < count; i++)
+      mine[members[i]] = 1;
+  }
+  size_t n = 0;
+  for (size_t i = 0; i < rows; i++) /* ascending, as td_partition_indices gives them */
+    if (mine[i])
+      idx[n++] = (uint32_t)i;
+  free(grouped);
+  free(start);
+  free(mine);
   *idx_out = idx;
   *n_out = n;
   return 0;

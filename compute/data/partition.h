@@ -38,4 +38,27 @@ int td_partition_indices(const td_partition_t *p, const int32_t *labels, size_t 
                          int classes, unsigned node, unsigned nodes, uint64_t seed,
                          uint32_t **idx_out, size_t *n_out);
 
+/* Most classes td_partition_label_counts and td_partition_heldout accept
+ * (their tables are nodes x classes). */
+#define TD_PARTITION_MAX_CLASSES 65536
+
+/* Every node's label counts under the rule: counts[k * classes + c] = the
+ * training rows of class c that node k of `nodes` holds (`all`: every node
+ * the whole set's). counts has nodes * classes slots, filled by the call.
+ * Deterministic in seed, the same on every node, so any node knows every
+ * node's skew. TD_EINVAL / TD_ERANGE (a label outside [0, classes)) / TD_ENOMEM. */
+int td_partition_label_counts(const td_partition_t *p, const int32_t *labels, size_t rows,
+                              int classes, unsigned nodes, uint64_t seed, uint64_t *counts);
+
+/* Node `node`'s held-out share of a test set (its rows, ascending): within
+ * each class the test rows, shuffled by seed, are cut in proportion to the
+ * training rows of that class each node holds (counts, as
+ * td_partition_label_counts gives them), so a node's share follows its own
+ * label distribution; a class no node trains on is dealt evenly. The shares
+ * of the nodes are disjoint and cover the test set. Caller owns *idx_out
+ * (free()). TD_EINVAL / TD_ERANGE / TD_ENOMEM. */
+int td_partition_heldout(const uint64_t *counts, unsigned nodes, int classes,
+                         const int32_t *labels, size_t rows, unsigned node, uint64_t seed,
+                         uint32_t **idx_out, size_t *n_out);
+
 #endif

@@ -3,7 +3,12 @@
  * and only the chosen rows are read into memory (td_dataset_open_rows: a
  * node of N holds 1/N of the training set, never the whole, even while it
  * loads); text goes through td_text_partition. A node whose partition is
- * empty is an error, never a silent zero-sample run. */
+ * empty is an error, never a silent zero-sample run. Labelled sets also get
+ * every node's label counts (the skew `trainctl show` prints) and, with
+ * client_eval, this node's held-out share of the test set: the test rows cut
+ * class by class in proportion to each node's training rows of the class,
+ * so the share follows the node's own label distribution (a fraction of the
+ * training rows held out instead would change what the run trains on). */
 #include "compute/data/shard.h"
 
 #include <stdlib.h>
@@ -11,6 +16,9 @@
 
 #include "common/error.h"
 #include "compute/data/partition.h"
+
+/* Most label-count slots (nodes x classes) a shard keeps: 32 MiB of counts. */
+#define MAX_COUNT_SLOTS (1u << 22)
 
 static int open_text(td_shard_t *out, const td_shard_opts_t *o, const td_partition_t *part,
                      char *why, size_t why_len) {
@@ -31,13 +39,65 @@ static int open_text(td_shard_t *out, const td_shard_opts_t *o, const td_partiti
 
 /* The partition's rows, chosen from the whole training set's labels. */
 typedef struct {
+  td_shard_t *out;
   const td_shard_opts_t *o;
   const td_partition_t *part;
 } pick_ctx_t;
 
+/* This node's share of the (normalised) test set, cut by the label counts. */
+static int cut_heldout(td_shard_t *out, const td_shard_opts_t *o, char *why, size_t why_len) {
+  if (out->label_counts == NULL)
+    return td_why(why, why_len, TD_ECONFIG,
+                  "client_eval: this dataset's label counts are not kept (more than %u "
+                  "nodes x classes); set client_eval = false",
+                  MAX_COUNT_SLOTS);
+  uint32_t *idx = NULL;
+  size_t n = 0;
+  int rc = td_partition_heldout(out->label_counts, out->count_nodes, out->classes,
+                                td_dataset_labels_const(out->test), td_dataset_rows(out->test),
+                                o->rank, o->seed, &idx, &n);
+  if (rc == 0 && n == 0)
+    rc = TD_ECONFIG;
+  if (rc == 0)
+    rc = td_dataset_subset(&out->heldout, out->test, idx, n);
+  free(idx);
+  if (rc == TD_ECONFIG)
+    return td_why(why, why_len, rc,
+                  "client_eval: node %u's held-out share of the test set is empty (a test set "
+                  "of %zu rows is too small for %u nodes)",
+                  o->rank, td_dataset_rows(out->test), o->nodes);
+  if (rc != 0)
+    return td_why(why, why_len, rc, "client_eval: cannot cut the held-out share: %s",
+                  td_strerror(rc));
+  return 0;
+}
+
+/* Every node's label counts from the whole training set's labels, into the
+ * shard (the rule is the same on every node: any node can say them all).
+ * Best effort: they are for the ledger and client_eval, so a table too large
+ * or no memory for it leaves label_counts NULL rather than fail the load. */
+static void count_labels(td_shard_t *out, const td_shard_opts_t *o, const td_partition_t *part,
+                         const int32_t *labels, size_t rows, int classes) {
+  free(out->label_counts);
+  out->label_counts = NULL;
+  if (classes <= 0 || classes > TD_PARTITION_MAX_CLASSES ||
+      (size_t)o->nodes * (size_t)classes > MAX_COUNT_SLOTS)
+    return;
+  uint64_t *counts = calloc((size_t)o->nodes * (size_t)classes, sizeof *counts);
+  if (counts == NULL ||
+      td_partition_label_counts(part, labels, rows, classes, o->nodes, o->seed, counts) != 0) {
+    free(counts);
+    return;
+  }
+  out->label_counts = counts;
+  out->count_nodes = o->nodes;
+  out->classes = classes;
+}
+
 static int pick_partition(const int32_t *labels, size_t rows, int classes, void *user,
                           uint32_t **idx, size_t *count, char *why, size_t why_len) {
   const pick_ctx_t *p = user;
+  count_labels(p->out, p->o, p->part, labels, rows, classes);
   int rc = td_partition_indices(p->part, labels, rows, classes, p->o->rank, p->o->nodes,
                                 p->o->seed, idx, count);
   if (rc != 0)
@@ -59,8 +119,10 @@ static int open_labelled(td_shard_t *out, const td_shard_opts_t *o, const td_par
       return rc;
     td_dataset_stats(out->train, &mean, &std);
     out->full_count = td_dataset_rows(out->train);
+    count_labels(out, o, part, td_dataset_labels_const(out->train), td_dataset_rows(out->train),
+                 td_dataset_classes(out->train));
   } else { /* only this node's rows are ever held (the statistics are the whole set's) */
-    pick_ctx_t ctx = {.o = o, .part = part};
+    pick_ctx_t ctx = {.out = out, .o = o, .part = part};
     rc = td_dataset_open_rows(&out->train, &out->test, o->dataset, &o->images_as,
                               pick_partition, &ctx, &mean, &std, &out->full_count, why,
                               why_len);
@@ -70,6 +132,8 @@ static int open_labelled(td_shard_t *out, const td_shard_opts_t *o, const td_par
   td_dataset_normalize(out->train, mean, std);
   if (out->test != NULL)
     td_dataset_normalize(out->test, mean, std);
+  if (o->client_eval && out->test != NULL && (rc = cut_heldout(out, o, why, why_len)) != 0)
+    return rc;
   out->mean = mean;
   out->std = std;
   out->images_as = o->images_as;
@@ -114,6 +178,9 @@ void td_shard_close(td_shard_t *shard) {
     return;
   td_dataset_close(&shard->train);
   td_dataset_close(&shard->test);
+  td_dataset_close(&shard->heldout);
+  free(shard->label_counts);
+  shard->label_counts = NULL;
   td_text_close(&shard->text_train);
   td_text_close(&shard->text_valid);
 }

@@ -11,6 +11,7 @@
 #ifndef TD_SHARD_H
 #define TD_SHARD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,6 +25,7 @@ typedef struct {
   uint64_t seed;         /* run seed: the partition depends on it and nothing else */
   td_image_shape_t images_as; /* what images:DIR becomes: the model's input(C,H,W);
                                  all zero for a model with flat input (mlp) */
+  bool client_eval;      /* also cut this node's held-out share of the test set */
 } td_shard_opts_t;
 
 /* What a node trains and evaluates on. Exactly one family is set: labelled
@@ -38,6 +40,15 @@ typedef struct {
   double mean, std;        /* labelled: the whole training set's statistics, which
                               normalised train and test */
   td_image_shape_t images_as; /* the opts' (td_shard_reload_test converts alike) */
+  /* labelled: every node's label counts under the partition rule
+   * (td_partition_label_counts), label_counts[k * classes + c]; NULL for text
+   * and where nodes x classes is over 4M slots (none are kept then) */
+  uint64_t *label_counts;
+  unsigned count_nodes;
+  int classes;
+  /* opts.client_eval with a test set: this node's held-out share of it
+   * (td_partition_heldout), normalised as the test set; else NULL */
+  td_dataset_t *heldout;
 } td_shard_t;
 
 /* Load, normalise and partition. On failure nothing is held and why has one

@@ -33,6 +33,7 @@ unsigned td_run_split_batch(unsigned batch, unsigned rank, unsigned nodes) {
 /* ---- start and close ----------------------------------------------------------------- */
 
 static void free_buffers(td_run_t *run) {
+  free(run->label_counts);
   free(run->anchor);
   free(run->delta[0]);
   free(run->delta[1]);
@@ -199,6 +200,11 @@ const float *td_run_delta(const td_run_t *run, uint64_t round) { return run->del
 float *td_run_avg(td_run_t *run, uint64_t round) { return run->avg[round % 2]; }
 uint64_t td_run_rounds(const td_run_t *run) { return run->rounds; }
 unsigned td_run_local_batch(const td_run_t *run) { return run->local_batch; }
+const uint64_t *td_run_label_counts(const td_run_t *run, unsigned *nodes, int *classes) {
+  *nodes = run->label_nodes;
+  *classes = run->label_classes;
+  return run->label_counts;
+}
 size_t td_run_anchor_bytes(const td_run_t *run) {
   return (run->numel + run->mom_floats) * sizeof(float);
 }

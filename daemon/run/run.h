@@ -58,12 +58,15 @@ typedef enum {
   TD_RUN_FINISHED,   /* all rounds done; final evaluation in accuracy/loss (bpb for text) */
   TD_RUN_FAILED,     /* message says why */
   TD_RUN_STOPPED,    /* stopped on request */
+  TD_RUN_CLIENT_EVAL, /* client_eval: the global model after `round` on this node's held-out
+                         share: accuracy, loss, samples = its rows (before EVAL/FINISHED) */
 } td_run_event_kind_t;
 
 typedef struct {
   td_run_event_kind_t kind;
   uint64_t round;
-  uint64_t samples;     /* ROUND_DONE: samples used in the round */
+  uint64_t samples;     /* ROUND_DONE: samples used in the round; READY: the training rows
+                           this node holds (0 for text) */
   double loss;          /* ROUND_DONE: mean training loss; EVAL/FINISHED: test loss */
   double accuracy;      /* EVAL/FINISHED: test accuracy (NaN for a text run) */
   double bpb;           /* EVAL/FINISHED of a text run: held-out bits per byte, also in
@@ -216,6 +219,10 @@ bool td_run_stopping(td_run_t *run);
 
 uint64_t td_run_rounds(const td_run_t *run);     /* known after READY */
 unsigned td_run_local_batch(const td_run_t *run); /* the initial (even) split */
+/* Every node's label counts under the run's partition rule, counts[k *
+ * classes + c] for node rank k < *nodes (compute/data/partition.h); NULL for a
+ * text run. Set before READY, then read-only: borrowed until the run closes. */
+const uint64_t *td_run_label_counts(const td_run_t *run, unsigned *nodes, int *classes);
 /* Local steps of round r (1-based): local_steps, or the QSR value; the same on
  * every node because it depends only on the shared schedule. Valid after READY. */
 unsigned td_run_steps_of(const td_run_t *run, uint64_t round);

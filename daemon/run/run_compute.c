@@ -194,7 +194,8 @@ static td__run_flow_t set_up(td__compute_t *c) {
   snprintf(c->backend_why, sizeof c->backend_why, "%.*s", (int)sizeof c->backend_why - 1, c->why);
   c->why[0] = '\0';
   td_shard_opts_t shard = {.dataset = td_runspec_dataset(sp), .partition = sp->partition,
-                           .rank = run->rank, .nodes = run->nodes, .seed = sp->seed};
+                           .rank = run->rank, .nodes = run->nodes, .seed = sp->seed,
+                           .client_eval = sp->client_eval};
   /* images:DIR becomes what the model reads (input(C,H,W)) */
   td_image_shape_t *as = &shard.images_as;
   if (td_model_spec_input_shape(sp->model, &as->channels, &as->height, &as->width, c->why,
@@ -204,6 +205,18 @@ static td__run_flow_t set_up(td__compute_t *c) {
   c->train = c->data.train;
   c->test = c->data.test;
   c->text = c->data.text_train != NULL;
+  if (sp->client_eval && c->data.heldout == NULL) {
+    snprintf(c->why, sizeof c->why,
+             "client_eval = true needs a labelled dataset with a test set (%s has none); "
+             "set client_eval = false or name a test set",
+             td_runspec_dataset(sp));
+    return td__compute_fail(c);
+  }
+  /* every node's label counts, for the ledger (the loop reads them after READY) */
+  run->label_counts = c->data.label_counts;
+  run->label_nodes = c->data.count_nodes;
+  run->label_classes = c->data.classes;
+  c->data.label_counts = NULL;
   /* a text epoch is bytes / (batch x CONTEXT) steps: the plan counts windows */
   size_t samples = c->data.full_count;
   if (c->text)
@@ -290,7 +303,8 @@ static td__run_flow_t set_up(td__compute_t *c) {
     snprintf(c->why, sizeof c->why, "out of memory for the overlap swap");
     return td__compute_fail(c);
   }
-  td_run_event_t ready = {.kind = TD_RUN_READY, .round = run->rounds};
+  td_run_event_t ready = {.kind = TD_RUN_READY, .round = run->rounds,
+                          .samples = c->text ? 0 : td_dataset_rows(c->train)};
   snprintf(ready.backend, sizeof ready.backend, "%s", td_backend_name(c->be));
   snprintf(ready.message, sizeof ready.message, "%s", c->backend_why);
   return td__run_post(run, &ready) ? TD__RUN_GO_ON : TD__RUN_STOPPED;
@@ -510,6 +524,42 @@ static bool consensus(const td__compute_t *c, uint64_t round) {
   return c->lead != NULL && round < c->run->rounds;
 }
 
+/* client_eval: the global model (as the run's own evaluation measures it)
+ * on this node's held-out share, every eval_every rounds and after the last,
+ * on every node whatever eval_nodes says (the share is a slice of the test
+ * set, cheap beside the whole), posted before the round's EVAL or FINISHED. */
+static td__run_flow_t client_eval(td__compute_t *c, uint64_t round) {
+  td_run_t *run = c->run;
+  const td_dataset_t *share = c->data.heldout;
+  if (share == NULL || (round % run->spec.eval_every != 0 && round != run->rounds))
+    return TD__RUN_GO_ON;
+  td__run_flow_t f;
+  bool swap = consensus(c, round);
+  if (swap) { /* the anchor in the model for the evaluation, then back */
+    if (c->saved == NULL && (c->saved = malloc(run->numel * sizeof(float))) == NULL) {
+      snprintf(c->why, sizeof c->why, "out of memory for the client evaluation");
+      return td__compute_fail(c);
+    }
+    td_backend_synchronize(c->be);
+    memcpy(c->saved, c->params, run->numel * sizeof(float));
+    memcpy(c->params, run->anchor, run->numel * sizeof(float));
+    if ((f = td__compute_push(c)) != TD__RUN_GO_ON)
+      return f;
+  }
+  double loss = NAN, acc = NAN;
+  if (td_trainer_evaluate(c->tr, share, &loss, &acc, c->why, sizeof c->why) != 0)
+    return td__compute_fail(c);
+  if (swap) {
+    td_backend_synchronize(c->be);
+    memcpy(c->params, c->saved, run->numel * sizeof(float));
+    if ((f = td__compute_push(c)) != TD__RUN_GO_ON)
+      return f;
+  }
+  td_run_event_t ev = {.kind = TD_RUN_CLIENT_EVAL, .round = round, .loss = loss,
+                       .accuracy = acc, .samples = td_dataset_rows(share)};
+  return td__run_post(run, &ev) ? TD__RUN_GO_ON : TD__RUN_STOPPED;
+}
+
 /* After the round: the transfer probe, and the evaluation every eval_every
  * rounds (on the nodes eval_nodes names) and after the last (FINISHED). A
  * periodic one goes to the evaluator when there is one; the last one is
@@ -520,6 +570,8 @@ static td__run_flow_t round_end(td__compute_t *c, uint64_t round) {
   bool probes = c->val != NULL || c->probe_bytes > 0;
   if (probes && round % run->spec.transfer == 0 && round < run->rounds &&
       (f = post_probe(c, round)) != TD__RUN_GO_ON)
+    return f;
+  if ((f = client_eval(c, round)) != TD__RUN_GO_ON)
     return f;
   bool last = round == run->rounds;
   if ((f = collect_eval(c, last)) != TD__RUN_GO_ON || !evaluates(run, round))

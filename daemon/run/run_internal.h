@@ -48,6 +48,9 @@ struct td_run {
   /* set by the compute thread before READY, then read-only */
   uint64_t rounds;
   unsigned *steps_of; /* H of round r at [r - 1] */
+  uint64_t *label_counts; /* every node's rows per label (td_run_label_counts); NULL: none */
+  unsigned label_nodes;
+  int label_classes;
   /* model state (ownership: run.h) */
   float *anchor;   /* consensus model (sync/overlap) */
   float *delta[2]; /* own delta of round r in [r % 2] */

@@ -546,6 +546,11 @@ static const run_key_t td__run_keys[] = {
      "sync: fixed (round_timeout after this node's own update) | adaptive[:C] (median + C x "
      "MAD of the recent updates' arrival times in their rounds, C 3 by default, at most "
      "round_timeout)"},
+    {"client_eval", KEY_BOOL, F(client_eval), "false", 0, 0, NULL,
+     "per-client view: every node also evaluates the global model on its own held-out share "
+     "of the test set (the test rows cut class by class in proportion to each node's "
+     "training rows of the class, so the share has the node's label skew), every eval_every "
+     "rounds and after the last, into the ledger (client_evals); needs a test set"},
     {"staleness_kappa", KEY_DOUBLE, F(staleness_kappa), "0.5", 0, 100, NULL,
      "async: an update a rounds old weighs (1 + a)^-kappa"},
     {"ef_decay", KEY_STR, F(ef_decay), "auto", 0, 0, check_ef_decay,

@@ -74,6 +74,7 @@ typedef struct {
   double participation;                 /* client sampling: fraction (0, 1] or count N >= 2 */
   unsigned min_updates;                 /* a round closes at this many sampled updates (0: all) */
   char round_deadline[TD_RUNSPEC_STR_MAX]; /* fixed | adaptive[:C] */
+  bool client_eval;                     /* evaluate on this node's held-out share too */
   double deadline_mad_c;                /* from round_deadline: C of median + C MAD; 0: fixed */
   double staleness_kappa;               /* async weight (1 + a)^-kappa */
   unsigned budget_ms;                   /* codec=auto: least time budget of a round's exchange */

@@ -225,6 +225,17 @@ static void checkpoints_settled(void *user) {
   }
 }
 
+/* The per-client view: every node's training rows per label (client 0 of
+ * each node while a node is one client), known to every node alike. */
+static void record_label_counts(td__session_t *s, td_run_t *run) {
+  unsigned nodes;
+  int classes;
+  const uint64_t *counts = td_run_label_counts(run, &nodes, &classes);
+  for (unsigned k = 0; counts != NULL && k < nodes; k++)
+    td__ledger_client_labels(s->node->ledger, s->run_id, k, 0,
+                             counts + (size_t)k * (size_t)classes, (unsigned)classes);
+}
+
 /* The compute thread's events, on the loop thread. Stops at the end of the
  * run: the events left are freed with the run. */
 static void on_run_events(td_run_t *run, void *user) {
@@ -244,7 +255,18 @@ static void on_run_events(td_run_t *run, void *user) {
                   s->run_id, s->rounds, td_run_steps_of(run, 1),
                   s->spec.qsr_alpha > 0 ? " (QSR)" : "", s->spec.mode,
                   td_run_local_batch(run), s->spec.batching, s->rank, s->n_members);
+      if (ev.samples > 0)
+        td_log_info("run %016" PRIx64 ": partition %s: %" PRIu64 " training rows on rank %u",
+                    s->run_id, s->spec.partition, ev.samples, s->rank);
+      record_label_counts(s, run);
       break;
+    case TD_RUN_CLIENT_EVAL: {
+      td_ledger_client_eval_t row = {.run_id = s->run_id, .round = ev.round, .node = s->rank,
+                                     .client = 0, .rows = ev.samples, .loss = ev.loss,
+                                     .accuracy = ev.accuracy};
+      td__ledger_client_eval(n->ledger, &row);
+      break;
+    }
     case TD_RUN_ROUND_DONE: on_round_done(s, &ev); break;
     case TD_RUN_PROBE: td__xfer_probe(s, &ev); break;
     case TD_RUN_ANCHOR: td__join_anchor(s, &ev); break;

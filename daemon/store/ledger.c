@@ -62,6 +62,16 @@ static const char *const migrations[] = {
     "CREATE TABLE models (run_id INTEGER PRIMARY KEY, round INTEGER NOT NULL,"
     "  state TEXT NOT NULL, metric REAL, model TEXT NOT NULL, tensors TEXT NOT NULL,"
     "  blob BLOB NOT NULL);",
+    /* 5 -> 6: the per-client view (issue 40): each client's training rows per
+     * label, keyed by the node's rank (its partition) and the client's index
+     * on the node (0 while a node is one client), and the global model's
+     * accuracy on each client's held-out share (client_eval) */
+    "CREATE TABLE client_labels (run_id INTEGER NOT NULL, node INTEGER NOT NULL,"
+    "  client INTEGER NOT NULL, label INTEGER NOT NULL, rows INTEGER NOT NULL,"
+    "  PRIMARY KEY (run_id, node, client, label));"
+    "CREATE TABLE client_evals (run_id INTEGER NOT NULL, node INTEGER NOT NULL,"
+    "  client INTEGER NOT NULL, round INTEGER NOT NULL, rows INTEGER NOT NULL, loss REAL,"
+    "  accuracy REAL, PRIMARY KEY (run_id, node, client, round));",
 };
 #define N_MIGRATIONS (sizeof migrations / sizeof migrations[0])
 
@@ -76,7 +86,7 @@ static const char *const migrations[] = {
 enum {
   ST_RUN_START, ST_RUN_END, ST_PEER, ST_ROUND, ST_UPDATE, ST_LINK, ST_EVENT, ST_CKPT_PUT,
   ST_CKPT_PRUNE, ST_CKPT_GET, ST_ROUNDS, ST_EVAL, ST_RUNS, ST_UNTRAINED, ST_MODEL_PUT,
-  ST_COUNT_
+  ST_CLIENT_LABEL, ST_CLIENT_EVAL, ST_COUNT_
 };
 static const char *const statements[ST_COUNT_] = {
     /* a run id names one spec forever, and an ended run stays ended: only a
@@ -118,6 +128,10 @@ static const char *const statements[ST_COUNT_] = {
     /* one row per run, replaced while the run is open (written before its end) */
     [ST_MODEL_PUT] = "INSERT OR REPLACE INTO models SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7 WHERE "
                      RUN_OPEN,
+    [ST_CLIENT_LABEL] = "INSERT OR REPLACE INTO client_labels SELECT ?1, ?2, ?3, ?4, ?5 WHERE "
+                        RUN_OPEN,
+    /* like ST_EVAL: the last evaluation may land after the run's end */
+    [ST_CLIENT_EVAL] = "INSERT OR REPLACE INTO client_evals VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
 };
 
 struct td_ledger {
@@ -457,6 +471,34 @@ int td_ledger_round_eval(td_ledger_t *l, uint64_t run_id, uint64_t round, double
   return step_done(l, ST_EVAL);
 }
 
+int td_ledger_client_labels(td_ledger_t *l, uint64_t run_id, unsigned node, unsigned client,
+                            const uint64_t *rows, unsigned labels) {
+  sqlite3_stmt *st = l->st[ST_CLIENT_LABEL];
+  for (unsigned c = 0; c < labels; c++) {
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)run_id);
+    sqlite3_bind_int64(st, 2, node);
+    sqlite3_bind_int64(st, 3, client);
+    sqlite3_bind_int64(st, 4, c);
+    sqlite3_bind_int64(st, 5, (sqlite3_int64)rows[c]);
+    int rc = step_done(l, ST_CLIENT_LABEL);
+    if (rc != 0)
+      return rc;
+  }
+  return 0;
+}
+
+int td_ledger_client_eval(td_ledger_t *l, const td_ledger_client_eval_t *e) {
+  sqlite3_stmt *st = l->st[ST_CLIENT_EVAL];
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)e->run_id);
+  sqlite3_bind_int64(st, 2, e->node);
+  sqlite3_bind_int64(st, 3, e->client);
+  sqlite3_bind_int64(st, 4, (sqlite3_int64)e->round);
+  sqlite3_bind_int64(st, 5, (sqlite3_int64)e->rows);
+  bind_real_or_null(st, 6, e->loss);
+  bind_real_or_null(st, 7, e->accuracy);
+  return step_done(l, ST_CLIENT_EVAL);
+}
+
 int td_ledger_update_add(td_ledger_t *l, const td_ledger_update_t *u) {
   sqlite3_stmt *st = l->st[ST_UPDATE];
   sqlite3_bind_int64(st, 1, (sqlite3_int64)u->run_id);
@@ -711,7 +753,8 @@ int td_ledger_runs_interrupt(td_ledger_t *l, double at, td_ledger_run_fn fn, voi
 
 int64_t td_ledger_count(td_ledger_t *l, const char *table) {
   static const char *const known[] = {"runs", "peers", "rounds", "updates", "links", "events",
-                                      "checkpoints", "models"};
+                                      "checkpoints", "models", "client_labels",
+                                      "client_evals"};
   for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
     if (strcmp(table, known[i]) != 0)
       continue;

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TD_LEDGER_SCHEMA_VERSION 5
+#define TD_LEDGER_SCHEMA_VERSION 6
 /* Room for the node ids of a round's members as text ("id,id,..." in hex):
  * TD_MAX_NODES (proto/limits.h) ids of 16 digits and a comma each. */
 #define TD_LEDGER_MEMBERS_TEXT (32 * 17 + 1)
@@ -114,6 +114,22 @@ int td_ledger_round_add(td_ledger_t *l, const td_ledger_round_t *r);
 int td_ledger_round_eval(td_ledger_t *l, uint64_t run_id, uint64_t round, double eval_acc,
                          double eval_bpb);
 int td_ledger_update_add(td_ledger_t *l, const td_ledger_update_t *u);
+
+/* The per-client view. A client is keyed by (run, node, client): node is the
+ * node's rank in the run (the partition it trains on, as rounds.partitions
+ * names it), client its index on that node (0 while a node is one client). */
+/* One row per label: rows[c] training rows of label c, c < labels (an open
+ * run's rows are replaced; an ended run's are left as they are). */
+int td_ledger_client_labels(td_ledger_t *l, uint64_t run_id, unsigned node, unsigned client,
+                            const uint64_t *rows, unsigned labels);
+typedef struct {
+  uint64_t run_id, round;
+  unsigned node, client;
+  uint64_t rows;       /* the client's held-out rows evaluated */
+  double loss, accuracy; /* the global model's on them; NaN: NULL */
+} td_ledger_client_eval_t;
+/* Record (replace) a client's evaluation of a round. */
+int td_ledger_client_eval(td_ledger_t *l, const td_ledger_client_eval_t *e);
 int td_ledger_link_add(td_ledger_t *l, const td_ledger_link_t *k);
 int td_ledger_event_add(td_ledger_t *l, double at, const char *kind, const char *detail);
 /* Store round's checkpoint of a run, then delete the run's checkpoints older than its `keep`

@@ -40,6 +40,7 @@
 
 typedef enum {
   OP_RUN_START, OP_RUN_END, OP_PEER, OP_ROUND, OP_UPDATE, OP_EVENT, OP_CKPT, OP_LINK, OP_EVAL, OP_MODEL,
+  OP_CLIENT_LABELS, OP_CLIENT_EVAL,
   OP_KINDS_ /* the number of kinds: keep it last */
 } op_kind_t;
 
@@ -47,7 +48,8 @@ static const char *const op_names[OP_KINDS_] = {
     [OP_RUN_START] = "run start", [OP_RUN_END] = "run end", [OP_PEER] = "peer",
     [OP_ROUND] = "round", [OP_UPDATE] = "update", [OP_EVENT] = "event",
     [OP_CKPT] = "checkpoint", [OP_LINK] = "link", [OP_EVAL] = "evaluation",
-    [OP_MODEL] = "model"};
+    [OP_MODEL] = "model", [OP_CLIENT_LABELS] = "client labels",
+    [OP_CLIENT_EVAL] = "client evaluation"};
 
 static const char *op_name(op_kind_t kind) { return op_names[kind] ? op_names[kind] : "other"; }
 
@@ -68,6 +70,8 @@ typedef struct ledger_op {
     td_ledger_link_t link;
     struct { uint64_t run_id, round; void *blob; size_t bytes; unsigned keep; } ckpt;
     struct { uint64_t run_id, round; void *blob; size_t bytes; double metric; char *model; } model;
+    struct { uint64_t run_id; unsigned node, client, labels; uint64_t *rows; } labels;
+    td_ledger_client_eval_t client_eval;
   } u;
 } ledger_op_t;
 
@@ -153,6 +157,8 @@ static size_t op_bytes(const ledger_op_t *op) {
   size_t n = sizeof *op + (op->text ? strlen(op->text) + 1 : 0);
   if (op->kind == OP_MODEL)
     return n + op->u.model.bytes + strlen(op->u.model.model) + 1;
+  if (op->kind == OP_CLIENT_LABELS)
+    return n + op->u.labels.labels * sizeof *op->u.labels.rows;
   return op->kind == OP_CKPT ? n + op->u.ckpt.bytes : n;
 }
 
@@ -164,6 +170,8 @@ static void free_op(ledger_op_t *op) {
     free(op->u.model.blob);
     free(op->u.model.model);
   }
+  if (op->kind == OP_CLIENT_LABELS)
+    free(op->u.labels.rows);
   free(op);
 }
 
@@ -285,6 +293,10 @@ static int apply_op(td_ledger_t *l, ledger_op_t *op) {
   case OP_LINK:
     op->u.link.codec = op->name;
     return td_ledger_link_add(l, &op->u.link);
+  case OP_CLIENT_LABELS:
+    return td_ledger_client_labels(l, op->u.labels.run_id, op->u.labels.node,
+                                   op->u.labels.client, op->u.labels.rows, op->u.labels.labels);
+  case OP_CLIENT_EVAL: return td_ledger_client_eval(l, &op->u.client_eval);
   case OP_KINDS_: break;
   }
   return TD_EINVAL;
@@ -620,6 +632,30 @@ void td__ledger_eval(td__ledgerq_t *q, uint64_t run_id, uint64_t round, double e
   if (op != NULL)
     op->u.round = (td_ledger_round_t){.run_id = run_id, .round = round, .eval_acc = eval_acc,
                                       .eval_bpb = eval_bpb};
+}
+
+void td__ledger_client_labels(td__ledgerq_t *q, uint64_t run_id, unsigned node, unsigned client,
+                              const uint64_t *rows, unsigned labels) {
+  uint64_t *copy = malloc((labels ? labels : 1) * sizeof *copy);
+  ledger_op_t *op = copy != NULL ? op_new(q, OP_CLIENT_LABELS) : NULL;
+  if (op == NULL) {
+    if (copy == NULL)
+      td_log_error("out of memory: a ledger record is lost");
+    free(copy);
+    return;
+  }
+  memcpy(copy, rows, labels * sizeof *copy);
+  op->u.labels.run_id = run_id;
+  op->u.labels.node = node;
+  op->u.labels.client = client;
+  op->u.labels.labels = labels;
+  op->u.labels.rows = copy;
+}
+
+void td__ledger_client_eval(td__ledgerq_t *q, const td_ledger_client_eval_t *row) {
+  ledger_op_t *op = op_new(q, OP_CLIENT_EVAL);
+  if (op != NULL)
+    op->u.client_eval = *row;
 }
 
 void td__ledger_update(td__ledgerq_t *q, const td_ledger_update_t *row, const char *codec) {

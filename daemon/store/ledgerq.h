@@ -74,6 +74,10 @@ void td__ledger_round(td__ledgerq_t *q, const td_ledger_round_t *row);
 void td__ledger_eval(td__ledgerq_t *q, uint64_t run_id, uint64_t round, double eval_acc,
                      double eval_bpb);
 void td__ledger_update(td__ledgerq_t *q, const td_ledger_update_t *row, const char *codec);
+/* A client's training rows per label (rows[0 .. labels), copied). */
+void td__ledger_client_labels(td__ledgerq_t *q, uint64_t run_id, unsigned node, unsigned client,
+                              const uint64_t *rows, unsigned labels);
+void td__ledger_client_eval(td__ledgerq_t *q, const td_ledger_client_eval_t *row);
 void td__ledger_link(td__ledgerq_t *q, const td_ledger_link_t *row, const char *codec);
 /* Takes `blob` (bytes) whatever happens. Once it is written, the run keeps its `keep` newest
  * checkpoints (0: all). */

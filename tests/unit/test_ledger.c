@@ -7,7 +7,9 @@
  * (td_ledger_fault), the transaction rolls back and the same rows go in
  * whole once writes work again; a row the schema refuses is told apart from
  * the storage failing; a ledger with 8 KiB of garbage in its middle is
- * refused at open, by name, with the way to recover it, and left as it was. */
+ * refused at open, by name, with the way to recover it, and left as it was.
+ * The per-client rows (client_labels, client_evals) are replaced by key, and
+ * an ended run's label counts are not rewritten. */
 #include <check.h>
 #include <math.h>
 #include <sqlite3.h>
@@ -561,6 +563,37 @@ START_TEST(an_ended_run_is_never_rewritten) {
 }
 END_TEST
 
+START_TEST(client_rows_are_recorded_and_an_ended_runs_labels_kept) {
+  fresh_path();
+  td_ledger_t *l = NULL;
+  char why[256] = "";
+  ck_assert_msg(td_ledger_open(&l, path, why, sizeof why) == 0, "%s", why);
+  uint64_t run = 42;
+  ck_assert_int_eq(td_ledger_run_start(l, run, "model = mlp:4-2\n", 100.0), 0);
+  uint64_t node0[3] = {5, 0, 7}, node1[3] = {1, 9, 0};
+  ck_assert_int_eq(td_ledger_client_labels(l, run, 0, 0, node0, 3), 0);
+  ck_assert_int_eq(td_ledger_client_labels(l, run, 1, 0, node1, 3), 0);
+  ck_assert_int_eq(td_ledger_client_labels(l, run, 1, 0, node1, 3), 0); /* replaced, not added */
+  ck_assert_int_eq(td_ledger_count(l, "client_labels"), 6);
+  td_ledger_client_eval_t e = {.run_id = run, .round = 2, .node = 1, .client = 0, .rows = 30,
+                               .loss = 0.7, .accuracy = 0.6};
+  ck_assert_int_eq(td_ledger_client_eval(l, &e), 0);
+  e.accuracy = 0.65; /* the same round again: the newer value */
+  ck_assert_int_eq(td_ledger_client_eval(l, &e), 0);
+  ck_assert_int_eq(td_ledger_count(l, "client_evals"), 1);
+  ck_assert_int_eq(td_ledger_run_end(l, run, "finished", 200.0, 0.8), 0);
+  /* an ended run's counts stay as they were; its last evaluation still lands */
+  uint64_t other[3] = {0, 0, 0};
+  ck_assert_int_eq(td_ledger_client_labels(l, run, 0, 0, other, 3), 0);
+  e.round = 4;
+  ck_assert_int_eq(td_ledger_client_eval(l, &e), 0);
+  td_ledger_close(&l);
+  ck_assert_int_eq(pragma_int("SELECT sum(rows) FROM client_labels WHERE node = 0"), 12);
+  ck_assert_int_eq(pragma_int("SELECT sum(rows) FROM client_labels WHERE node = 1"), 10);
+  ck_assert_int_eq(pragma_int("SELECT count(*) FROM client_evals WHERE accuracy = 0.65"), 2);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ledger");
   TCase *tc = tcase_create("core");
@@ -574,6 +607,7 @@ int main(void) {
   tcase_add_test(tc, runs_left_running_are_interrupted);
   tcase_add_test(tc, an_ended_run_is_never_rewritten);
   tcase_add_test(tc, kept_models_are_read_by_run_and_round);
+  tcase_add_test(tc, client_rows_are_recorded_and_an_ended_runs_labels_kept);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -5,7 +5,9 @@
  * partitions are disjoint, cover every row, are reproducible from the seed
  * alone, and show the label skew they promise (iid parts within one row of
  * each other, dirichlet skewed by a small alpha, shard giving each node few
- * classes, all giving every node every row). */
+ * classes, all giving every node every row). Every node's label counts agree
+ * with its own rows, and the held-out share of a test set follows each node's
+ * label skew. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -269,6 +271,84 @@ START_TEST(partition_rejects_bad_arguments) {
 }
 END_TEST
 
+
+START_TEST(label_counts_match_each_nodes_own_rows) {
+  /* the naive reference: ask every node for its rows and count their labels */
+  static const char *const specs[] = {"iid", "dirichlet:0.1", "shard:2", "all"};
+  for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+    td_partition_t p = parse_ok(specs[i]);
+    uint64_t counts[P_NODES * P_CLASSES];
+    ck_assert_int_eq(
+        td_partition_label_counts(&p, p_labels, P_ROWS, P_CLASSES, P_NODES, 7, counts), 0);
+    for (unsigned k = 0; k < P_NODES; k++) {
+      uint32_t *idx = NULL;
+      size_t n = 0;
+      ck_assert_int_eq(
+          td_partition_indices(&p, p_labels, P_ROWS, P_CLASSES, k, P_NODES, 7, &idx, &n), 0);
+      uint64_t naive[P_CLASSES] = {0};
+      for (size_t j = 0; j < n; j++)
+        naive[p_labels[idx[j]]]++;
+      free(idx);
+      for (int c = 0; c < P_CLASSES; c++)
+        ck_assert_msg(counts[k * P_CLASSES + c] == naive[c], "%s node %u class %d: %llu vs %llu",
+                      specs[i], k, c, (unsigned long long)counts[k * P_CLASSES + c],
+                      (unsigned long long)naive[c]);
+    }
+  }
+  td_partition_t p = parse_ok("iid");
+  uint64_t counts[P_NODES * P_CLASSES];
+  int32_t bad[2] = {0, P_CLASSES};
+  ck_assert_int_eq(td_partition_label_counts(&p, bad, 2, P_CLASSES, P_NODES, 1, counts),
+                   TD_ERANGE);
+  ck_assert_int_eq(td_partition_label_counts(&p, p_labels, P_ROWS, P_CLASSES, 0, 1, counts),
+                   TD_EINVAL);
+}
+END_TEST
+
+START_TEST(heldout_shares_follow_each_nodes_label_skew) {
+  /* a test set of 400 rows; the shares must be disjoint, cover it, and give
+   * each node about its training share of every class */
+  enum { T_ROWS = 400 };
+  int32_t test[T_ROWS];
+  for (int i = 0; i < T_ROWS; i++)
+    test[i] = (i * 3) % P_CLASSES;
+  td_partition_t p = parse_ok("dirichlet:0.1");
+  uint64_t counts[P_NODES * P_CLASSES];
+  ck_assert_int_eq(
+      td_partition_label_counts(&p, p_labels, P_ROWS, P_CLASSES, P_NODES, 3, counts), 0);
+  int owner[T_ROWS];
+  for (int i = 0; i < T_ROWS; i++)
+    owner[i] = -1;
+  for (unsigned k = 0; k < P_NODES; k++) {
+    uint32_t *idx = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(
+        td_partition_heldout(counts, P_NODES, P_CLASSES, test, T_ROWS, k, 3, &idx, &n), 0);
+    int per_class[P_CLASSES] = {0};
+    for (size_t j = 0; j < n; j++) {
+      if (j > 0 && idx[j] <= idx[j - 1])
+        ck_abort_msg("node %u: indices not ascending", k);
+      if (owner[idx[j]] != -1)
+        ck_abort_msg("test row %u on nodes %d and %u", idx[j], owner[idx[j]], k);
+      owner[idx[j]] = (int)k;
+      per_class[test[idx[j]]]++;
+    }
+    free(idx);
+    /* 40 test rows per class, 100 training rows per class: node k's share of
+     * class c is 40 * counts / 100, give or take the rounding of two cuts */
+    for (int c = 0; c < P_CLASSES; c++) {
+      double expect = 40.0 * (double)counts[k * P_CLASSES + c] / 100.0;
+      ck_assert_msg(per_class[c] >= expect - 1 && per_class[c] <= expect + 1,
+                    "node %u class %d: %d held out for %.1f expected", k, c, per_class[c],
+                    expect);
+    }
+  }
+  for (int i = 0; i < T_ROWS; i++)
+    if (owner[i] == -1)
+      ck_abort_msg("test row %d on no node", i);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("partition");
 
@@ -284,6 +364,8 @@ int main(void) {
   tcase_add_test(part, partition_depends_on_the_seed_only);
   tcase_add_test(part, partition_all_gives_every_node_every_row);
   tcase_add_test(part, partition_rejects_bad_arguments);
+  tcase_add_test(part, label_counts_match_each_nodes_own_rows);
+  tcase_add_test(part, heldout_shares_follow_each_nodes_label_skew);
   suite_add_tcase(s, part);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -7,7 +7,8 @@
  * set is read row by row (only the node's rows are held): its rows are bit
  * for bit those of the whole set loaded, normalised and subset. Text:
  * node k gets the k-th contiguous range of the training bytes and every node
- * the same validation text. */
+ * the same validation text. Every node's label counts come with the shard,
+ * and with client_eval the node's held-out share of the test set. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -267,6 +268,66 @@ START_TEST(text_partitions_are_byte_ranges_of_the_training_text) {
 }
 END_TEST
 
+/* The per-client view: every node's label counts (each node's own row equal
+ * to the labels of the rows it holds, the same table on every node), and with
+ * client_eval the node's held-out share of the test set: test rows, as
+ * normalised as the test set, the shares of the nodes adding up to it. */
+START_TEST(label_counts_and_heldout_shares) {
+  make_tmpdir();
+  char images[128], labels[128], timages[128], tlabels[128], spec[600], why[512] = "";
+  snprintf(images, sizeof images, "%s/img.idx", tmpdir);
+  snprintf(labels, sizeof labels, "%s/lab.idx", tmpdir);
+  snprintf(timages, sizeof timages, "%s/timg.idx", tmpdir);
+  snprintf(tlabels, sizeof tlabels, "%s/tlab.idx", tmpdir);
+  write_idx(images, labels, 80);
+  write_idx(timages, tlabels, 40);
+  snprintf(spec, sizeof spec, "idx:%s,%s,%s,%s", images, labels, timages, tlabels);
+  uint64_t first[3 * 4];
+  size_t held = 0;
+  for (unsigned k = 0; k < 3; k++) {
+    td_shard_t s;
+    td_shard_opts_t o = {.dataset = spec, .partition = "dirichlet:0.5", .rank = k, .nodes = 3,
+                         .seed = 9, .client_eval = true};
+    ck_assert_msg(td_shard_open(&s, &o, why, sizeof why) == 0, "%s", why);
+    ck_assert_ptr_nonnull(s.label_counts);
+    ck_assert_uint_eq(s.count_nodes, 3);
+    ck_assert_int_eq(s.classes, 4);
+    if (k == 0)
+      memcpy(first, s.label_counts, sizeof first);
+    else
+      ck_assert_mem_eq(first, s.label_counts, sizeof first);
+    uint64_t own[4] = {0};
+    const int32_t *y = td_dataset_labels_const(s.train);
+    for (size_t r = 0; r < td_dataset_rows(s.train); r++)
+      own[y[r]]++;
+    for (int c = 0; c < 4; c++)
+      ck_assert_uint_eq(s.label_counts[k * 4 + c], own[c]);
+    /* every held-out row is a row of the test set, features and label */
+    ck_assert_ptr_nonnull(s.heldout);
+    size_t dim = td_dataset_dim(s.test);
+    for (size_t r = 0; r < td_dataset_rows(s.heldout); r++) {
+      const float *row = td_dataset_features_const(s.heldout) + r * dim;
+      bool found = false;
+      for (size_t t = 0; t < td_dataset_rows(s.test) && !found; t++)
+        found = memcmp(row, td_dataset_features_const(s.test) + t * dim, dim * sizeof *row) == 0 &&
+                td_dataset_labels_const(s.heldout)[r] == td_dataset_labels_const(s.test)[t];
+      ck_assert_msg(found, "node %u: held-out row %zu is no test row", k, r);
+    }
+    held += td_dataset_rows(s.heldout);
+    td_shard_close(&s);
+  }
+  ck_assert_uint_eq(held, 40);
+  /* without client_eval no share is cut */
+  td_shard_t s;
+  td_shard_opts_t o = {.dataset = spec, .partition = "iid", .rank = 0, .nodes = 2};
+  ck_assert_msg(td_shard_open(&s, &o, why, sizeof why) == 0, "%s", why);
+  ck_assert_ptr_null(s.heldout);
+  ck_assert_ptr_nonnull(s.label_counts);
+  td_shard_close(&s);
+  remove_tmpdir();
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("shard");
   TCase *tc = tcase_create("core");
@@ -274,6 +335,7 @@ int main(void) {
   tcase_add_test(tc, idx_partitions_are_read_row_by_row_bit_for_bit);
   tcase_add_test(tc, fashion_mnist_partition_equals_the_whole_sets_rows);
   tcase_add_test(tc, test_rows_dropped_and_read_again_are_the_same);
+  tcase_add_test(tc, label_counts_and_heldout_shares);
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, text_partitions_are_byte_ranges_of_the_training_text);
   suite_add_tcase(s, tc);
