@@ -154,7 +154,7 @@ struct td__node {
   /* Set by the node's own files for the ones beside them, so that none calls
    * another by name in a circle: */
   void (*shutdown)(td__node_t *n, const char *why); /* node.c: leave, close */
-  void (*welcomed)(td__control_t *c, uint64_t peer); /* control.c's: answers `join` */
+  void (*welcomed)(td__control_t *c, uint64_t peer); /* control_admit.c's: answers `join` */
   void (*join_refused)(td__control_t *c, uint64_t peer, const char *reason); /* ...fails it */
   td__listener_t figures_changed; /* a round closed, a heartbeat: the monitor's feed */
   uv_timer_t heartbeat_timer;
@@ -251,7 +251,7 @@ struct td__session {
   uint64_t first_round; /* this node's first round (> 1: it joined late) */
   uint64_t round, rounds; /* open round (sync/overlap); rounds of the run */
   bool ready;
-  bool unannounced; /* started here, RunStart not sent yet (control.c): a failure
+  bool unannounced; /* started here, RunStart not sent yet (control_run.c): a failure
                        before READY refuses to nobody */
   td__own_round_t own[TD__RING];
   struct { /* an evaluation that came after its round left the ring (rounds.c) */
@@ -354,7 +354,7 @@ typedef struct td__run_stats {
 /* Start run `run_id` as one of `members`: a late joiner (first_round > 1)
  * fetches the model from `sponsor` first. The spec is checked against this
  * node's policy before anything is allocated. why says what went wrong.
- * `held`: the run is started here before the members hear of it (control.c):
+ * `held`: the run is started here before the members hear of it (control_run.c):
  * it is unannounced and its first round waits for td_run_go(). */
 int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
                       const uint64_t *members, size_t n_members, uint64_t first_round,
