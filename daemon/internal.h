@@ -1,7 +1,7 @@
 /* internal.h: what the node's own files share: node.c (start-up, shutdown,
  * the heartbeat that calls every part's tick), dispatch.c (which handler a
  * received message goes to), gossip.c (membership traffic), admit.c
- * (admission by invite, signed admissions and revocations), control.c and
+ * (admission by invite, signed admissions and revocations), control*.c and
  * status.c (trainctl's commands and their JSON) and monitor.c (the figures
  * `--metrics` serves).
  *
@@ -61,7 +61,7 @@ json_object *td__admit_status(td__node_t *n);
 int td__control_open(td__control_t **out, td__node_t *n, char *why, size_t why_len);
 void td__control_stop(td__control_t *c);
 void td__control_close(td__control_t **self_p);
-/* A welcome from `peer` answers a pending `trainctl join`. */
+/* A welcome from `peer` answers a pending `trainctl join` (control_admit.c). */
 void td__control_welcome(td__control_t *c, uint64_t peer);
 /* `peer` refused to take this node in (one line, from its welcome): the
  * pending `trainctl join` fails with it and admits nothing. */

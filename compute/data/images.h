@@ -1,7 +1,7 @@
 /* images.h: the folder walk behind the images:DIR[,TEST_DIR] dataset
- * (compute/data/images.c). It hands back plain arrays that dataset.c wraps
- * into datasets (td_dataset_load_images in dataset.h), so this file needs
- * nothing of dataset.c and dataset.c only calls it. */
+ * (compute/data/images.c). It hands back plain arrays that dataset_images.c
+ * wraps into datasets (td_dataset_load_images in dataset.h), so this file
+ * needs nothing of the dataset object and dataset_images.c only calls it. */
 #ifndef TD_IMAGES_H
 #define TD_IMAGES_H
 

@@ -1,7 +1,7 @@
 /* joinprobe.c: a throwaway CURVE client whose socket monitor tells a join why
  * the node it asked does not answer (joinprobe.h).
  *
- * Threads: loop thread; polled by control.c's join timer, never blocking
+ * Threads: loop thread; polled by control_admit.c's join timer, never blocking
  * (every receive is ZMQ_DONTWAIT). The probe has its own ZeroMQ context so
  * the node's transport, its links and its ZAP handler stay untouched; the
  * context's two threads live only as long as a pending join. A join by

@@ -1,7 +1,7 @@
 /* joinprobe.h: watch one CURVE handshake with the node a `trainctl join`
  * names, so the join can say why that node does not answer.
  *
- * Threads: loop thread (control.c). ZeroMQ answers a refused handshake with
+ * Threads: loop thread (control_admit.c). ZeroMQ answers a refused handshake with
  * nothing the application sees: the link just reconnects. A probe opens one
  * DEALER of its own, in a context of its own, with the same keys as the link,
  * and reads that socket's monitor events: the handshake succeeded, the node

@@ -29,7 +29,7 @@
  *    of its own in between (one that says it is idle and never trains, taken
  *    back and away in a loop) is put out of the run for its remainder: never
  *    readmitted, never waited for. A member that comes back and trains (a
- *    restarted node) starts the count over with its first update (rounds.c);
+ *    restarted node) starts the count over with its first update (inbox.c);
  *  - readmission: a run_rejoined event records the gap (the rounds missed),
  *    and the ledger's run is 'running' again, its rounds continuing.
  * Like any late joiner, the returning node must have started its session

@@ -1,23 +1,22 @@
-/* rounds.c: collecting the members' updates of a round, and closing it.
+/* rounds.c: a round's life: its sample, closing it, and its ledger row.
  *
- * Threads: the loop thread moves bytes: update chunks from peers go into the
- * session's collector (scheduler/round.h; async: one inbox per peer), and a
- * complete message is handed to the libuv work pool, which decodes it
- * (decode_work) and, in async mode, adds it into the compute thread's inbox;
- * the loop then marks the update complete. A sync or overlap round closes
+ * Threads: loop thread, and the libuv work pool for the aggregation. The
+ * members' updates come in through inbox.c, which marks each complete in
+ * the session's collector (scheduler/round.h). A sync or overlap round closes
  * when our own update is done and sent and every expected peer's update is
- * complete, or at its deadline without the late ones: the loop bounds each
- * update's sample weight by what the batch plan gave its sender (a member
- * claiming more is cut to its share, counted and recorded), the pool
+ * complete, or at its deadline without the late ones (round_timeout, or the
+ * adaptive deadline of deadline.c): the loop bounds each update's sample
+ * weight by what the batch plan gave its sender (a member claiming more is
+ * cut to its share, counted and recorded), the pool
  * combines the updates by the run's `aggregate` rule into the run's average
  * (scheduler/aggregate.h: the same result on every node, whatever the
  * arrival order), then the loop counts what the rule refused per member
  * (a member refused TD__SUSPECT_ROUNDS rounds in a row is logged, recorded
  * as a member_suspect event and shown by status), writes the round's ledger
- * row, revises the batch plan (docs/algorithms.md#weighted-dynamic-batching)
- * and releases the compute thread. So a large update never stalls
- * heartbeats. Each job holds a reference on the session and touches only
- * what it was handed, so results do not depend on which thread ran it. */
+ * row, revises the batch plan (capacity.c) and releases the compute thread.
+ * So a large update never stalls heartbeats. Each job holds a reference on
+ * the session and touches only what it was handed, so results do not depend
+ * on which thread ran it. */
 #include "daemon/session/shared.h"
 
 #include <inttypes.h>
@@ -28,18 +27,7 @@
 
 #include "common/error.h"
 #include "daemon/base/log.h"
-#include "scheduler/plan.h"
 
-/* Weighted batching: no node below this fraction of the even share. */
-#define MIN_SHARE_DIVISOR 4
-/* ...and never below this many rows. */
-#define MIN_BATCH_ROWS 2
-/* A new plan is applied only when some share moves by more than this. */
-#define REPLAN_FRACTION 0.1
-/* A peer's reported capacity or uplink is believed up to this (samples/s, bytes/s). */
-#define MAX_REPORTED_RATE 1e12
-
-static double adaptive_deadline_s(const td__session_t *s);
 static void arm_round_timer(td__session_t *s);
 static void cut_at_adaptive_deadline(td__session_t *s);
 
@@ -165,131 +153,6 @@ void td__rounds_eval(td__session_t *s, uint64_t round, double accuracy, double b
   }
 }
 
-/* Capacity member i reported with `round`, else its newest report (async). */
-static double reported_capacity(const td__session_t *s, size_t i, uint64_t round) {
-  const td__peer_report_t *r = s->peer_report[i];
-  double c = r[round % TD__RING].round == round ? r[round % TD__RING].capacity : 0;
-  for (unsigned j = 0; c <= 0 && j < TD__RING; j++)
-    if (r[j].capacity > c)
-      c = r[j].capacity;
-  return c;
-}
-
-void td__rounds_heard(const td__session_t *s, uint64_t round, double *heard) {
-  uint64_t q = round - 1;
-  unsigned k = (unsigned)(q % TD__RING);
-  for (size_t i = 0; i < s->n_members && i < TD_MEMBERS_MAX; i++) {
-    if (round < 2)
-      heard[i] = 0;
-    else if (s->members[i] == s->node->node_id)
-      heard[i] = s->own[k].round == q ? s->own[k].capacity : 0;
-    else
-      heard[i] = s->peer_report[i][k].round == q ? s->peer_report[i][k].capacity : 0;
-  }
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-/* Agreed capacities (docs/algorithms.md#agreed-capacities): the capacity of
- * member i for round `round` - 1 is the lower median of what every *other*
- * member echoed with its update of `round` (our own echo is what we sent),
- * unknown (0) echoes left out. Honest members echo the same bits to every
- * node, and i's own word is not among them, so a member that told nodes
- * different things gets one figure on all of them; with one liar among four
- * or more members an honest member's figure is its own. A disagreement among
- * the echoes is counted, and logged and recorded the first time. Returns 0
- * when no member echoed a figure for i. */
-static double agreed_capacity(td__session_t *s, size_t i, uint64_t round) {
-  double v[TD_MEMBERS_MAX];
-  size_t n = 0;
-  unsigned k = (unsigned)(round % TD__RING);
-  for (size_t j = 0; j < s->n_members; j++) {
-    if (j == i)
-      continue;
-    double c = 0;
-    if (s->members[j] == s->node->node_id)
-      c = s->own[k].round == round ? s->own[k].heard[i] : 0;
-    else if (s->peer_report[j][k].round == round && !s->out[j])
-      c = s->peer_report[j][k].heard[i];
-    if (c > 0)
-      v[n++] = c;
-  }
-  if (n == 0)
-    return 0;
-  qsort(v, n, sizeof *v, cmp_double);
-  double agreed = v[(n - 1) / 2];
-  if (v[0] != v[n - 1]) {
-    td__outlier_t *o = &s->outlier[i];
-    if (o->mismatched++ == 0) {
-      td_log_warn("member %016" PRIx64 ": the members heard different capacities from it for "
-                  "round %" PRIu64 " (%.3g to %.3g samples/s): it, or a member that echoed "
-                  "them, tells members different things; batch plans use the median, %.3g",
-                  s->members[i], round - 1, v[0], v[n - 1], agreed);
-      td__ledger_event(s->node->ledger, "capacity_mismatch",
-                       "%016" PRIx64 " round %" PRIu64 ": members heard %.3g to %.3g "
-                       "samples/s; the plan uses %.3g", s->members[i], round - 1, v[0],
-                       v[n - 1], agreed);
-    }
-  }
-  return agreed;
-}
-
-/* Split the global batch over the live members in proportion to their
- * capacities: sync and overlap, the agreed capacities of `round` - 1 (the
- * same figures on every node whatever a member told each); async, the ones
- * they reported with `round` (async plans set only the own batch: no node
- * bounds another's samples by them). So every node computes the same plan;
- * only our own share is applied, from round `from` on. */
-static void replan(td__session_t *s, uint64_t round, uint64_t from) {
-  if (!s->spec.weighted_batching || s->n_members < 2)
-    return;
-  double caps[TD_MEMBERS_MAX];
-  size_t idx[TD_MEMBERS_MAX], k = 0, me = 0;
-  bool agreed = s->spec.mode_kind != TD_MODE_ASYNC;
-  for (size_t i = 0; i < s->n_members; i++) {
-    uint64_t id = s->members[i];
-    double c;
-    if (agreed && (id == s->node->node_id || td__session_takes_part(s, i, 0))) {
-      c = agreed_capacity(s, i, round);
-      if (id == s->node->node_id)
-        me = k;
-    } else if (id == s->node->node_id) {
-      c = s->own[round % TD__RING].capacity;
-      me = k;
-    } else if (td__session_takes_part(s, i, 0)) { /* not one that refused or is away; a
-                                                     joiner counts (every node's plan agrees) */
-      c = reported_capacity(s, i, round);
-    } else {
-      continue;
-    }
-    if (!(c > 0))
-      return; /* someone has not measured yet: keep the current plan */
-    caps[k] = c;
-    idx[k++] = i;
-  }
-  unsigned split[TD_MEMBERS_MAX], old[TD_MEMBERS_MAX];
-  unsigned b_min = s->spec.batch / (MIN_SHARE_DIVISOR * (unsigned)k);
-  if (td_plan_split_batch(caps, k, s->spec.batch, b_min > MIN_BATCH_ROWS ? b_min : MIN_BATCH_ROWS,
-                          NULL, split) != 0 &&
-      td_plan_split_batch(caps, k, s->spec.batch, 1, NULL, split) != 0)
-    return;
-  bool have_old = true;
-  for (size_t j = 0; j < k; j++)
-    if ((old[j] = s->plan[idx[j]]) == 0)
-      have_old = false;
-  if (have_old && !td_plan_should_replan(old, split, k, REPLAN_FRACTION))
-    return;
-  memset(s->plan, 0, sizeof s->plan);
-  for (size_t j = 0; j < k; j++)
-    s->plan[idx[j]] = split[j];
-  s->plans_applied++;
-  td_run_set_batch(s->run, from, split[me]);
-  td_log_debug("round %" PRIu64 ": batch plan from round %" PRIu64 ": own %u of %u "
-               "(%.0f samples/s)", round, from, split[me], s->spec.batch, caps[me]);
-}
 
 /* One round's aggregation, on the pool. */
 typedef struct {
@@ -405,7 +268,7 @@ static void aggregate_done(uv_work_t *req, int status) {
                  s->rounds, job->res.used, job->n, s->own[r % TD__RING].loss);
     /* sync: the compute thread waits on this round, so the plan is used from
      * the next one; overlap: it is already computing r + 1 */
-    replan(s, r, r + (s->spec.mode_kind == TD_MODE_SYNC ? 1 : 2));
+    td__rounds_replan(s, r, r + (s->spec.mode_kind == TD_MODE_SYNC ? 1 : 2));
     s->rounds_done++;
     s->node->totals.rounds++;
     td__rounds_begin(s, r + 1);
@@ -574,7 +437,7 @@ void td__rounds_try_close(td__session_t *s) {
   }
 }
 
-static void async_release(td__session_t *s) {
+void td__rounds_async_release(td__session_t *s) {
   uint64_t slowest = UINT64_MAX;
   for (size_t i = 0; i < s->n_members; i++) /* one that refused or is away sends nothing */
     if (td__session_takes_part(s, i, 0) && s->peer_round[i] < slowest)
@@ -582,14 +445,6 @@ static void async_release(td__session_t *s) {
   td_run_release(s->run, slowest);
 }
 
-/* A peer's update of the open round arrived: its time into the round, for
- * the adaptive deadline. Our own is not one: it comes after the compute
- * alone, the peers' after the compute and the network, and mixing the two
- * would widen the spread until no straggler ever looks late. */
-static void note_arrival(td__session_t *s) {
-  double t = td_clock_mono_s() - s->round_begun;
-  s->arrival_s[s->arrivals++ % TD__ARRIVALS] = t > 0 ? t : 0;
-}
 
 void td__rounds_own_done(td__session_t *s, uint64_t round) {
   if (s->spec.mode_kind == TD_MODE_ASYNC) {
@@ -601,8 +456,8 @@ void td__rounds_own_done(td__session_t *s, uint64_t round) {
     s->bytes_recv_round = 0;
     s->rounds_done++;
     s->node->totals.rounds++;
-    replan(s, round, round + 1);
-    async_release(s);
+    td__rounds_replan(s, round, round + 1);
+    td__rounds_async_release(s);
     td__ledgerq_flush(s->node->ledger);
     td__node_figures_changed(s->node);
   }
@@ -612,29 +467,10 @@ void td__rounds_own_done(td__session_t *s, uint64_t round) {
 void td__rounds_forget_peer(td__session_t *s, uint64_t peer) {
   td_round_forget_peer(s->collector, peer);
   if (s->spec.mode_kind == TD_MODE_ASYNC) /* a compute thread held back by it goes on */
-    async_release(s);
+    td__rounds_async_release(s);
   td__rounds_try_close(s);
 }
 
-/* round_deadline = adaptive:C: median + C x MAD of the newest arrival times,
- * at most round_timeout; 0 until TD__ARRIVALS_MIN arrived. */
-static double adaptive_deadline_s(const td__session_t *s) {
-  size_t n = s->arrivals < TD__ARRIVALS ? s->arrivals : TD__ARRIVALS;
-  if (n < TD__ARRIVALS_MIN)
-    return 0;
-  double t[TD__ARRIVALS], dev[TD__ARRIVALS];
-  memcpy(t, s->arrival_s, n * sizeof *t);
-  qsort(t, n, sizeof *t, cmp_double);
-  double median = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
-  for (size_t i = 0; i < n; i++)
-    dev[i] = fabs(t[i] - median);
-  qsort(dev, n, sizeof *dev, cmp_double);
-  double mad = n % 2 ? dev[n / 2] : (dev[n / 2 - 1] + dev[n / 2]) / 2;
-  /* MAD floored at a tenth of the median: near-identical arrival times must
-   * not put the deadline on the median itself, cutting half the punctual */
-  double d = median + s->spec.deadline_mad_c * (mad > median / 10 ? mad : median / 10);
-  return d < s->spec.round_timeout ? d : s->spec.round_timeout;
-}
 
 /* round_deadline = adaptive: once the open round is older than the
  * deadline and something of it is in, the missing are late. Only a node
@@ -651,7 +487,7 @@ static void cut_at_adaptive_deadline(td__session_t *s) {
       cut_missing(s, "late", "the others closed the round (an update of the next is in)");
     return;
   }
-  double adaptive = adaptive_deadline_s(s);
+  double adaptive = td__rounds_adaptive_deadline_s(s);
   if (adaptive > 0 && contributions(s) > 0 && td_clock_mono_s() - s->round_begun >= adaptive &&
       missing_have_started(s)) {
     char why[96];
@@ -674,7 +510,7 @@ static void on_round_timer(uv_timer_t *t) {
 }
 
 static void arm_round_timer(td__session_t *s) {
-  double adaptive = s->spec.deadline_mad_c > 0 ? adaptive_deadline_s(s) : 0;
+  double adaptive = s->spec.deadline_mad_c > 0 ? td__rounds_adaptive_deadline_s(s) : 0;
   if (!(adaptive > 0) || s->round > s->rounds)
     return;
   double left = s->round_begun + adaptive - td_clock_mono_s();
@@ -702,270 +538,4 @@ void td__rounds_tick(td__session_t *s) {
     }
   }
   td__rounds_try_close(s);
-}
-
-/* Member mi's update of `round` may still get its ledger row: that round
- * has none yet, and it is one of the 64 before the member's newest recorded
- * one or newer (updates decoded on the pool may complete out of order). So a
- * member gets at most one row per round however often it sends one again. */
-static bool may_record(const td__session_t *s, size_t mi, uint64_t round) {
-  if (mi >= TD_MEMBERS_MAX || round == 0)
-    return false;
-  uint64_t newest = s->recorded_round[mi];
-  if (round > newest)
-    return true;
-  return newest - round < 64 && !(s->recorded_mask[mi] >> (newest - round) & 1);
-}
-
-/* Member mi's update of `round` got its row (may_record said it may). */
-static void note_recorded(td__session_t *s, size_t mi, uint64_t round) {
-  uint64_t newest = s->recorded_round[mi];
-  if (round > newest) {
-    s->recorded_mask[mi] = round - newest < 64 ? s->recorded_mask[mi] << (round - newest) : 0;
-    s->recorded_round[mi] = round;
-    newest = round;
-  }
-  s->recorded_mask[mi] |= UINT64_C(1) << (newest - round);
-}
-
-static void record_update(td__session_t *s, uint64_t peer, uint64_t peer_round,
-                          int64_t staleness, uint64_t bytes, const char *codec) {
-  size_t i = td__session_member(s, peer);
-  if (!may_record(s, i, peer_round))
-    return;
-  note_recorded(s, i, peer_round);
-  td_ledger_update_t row = {
-      .run_id = s->run_id,
-      .round = s->spec.mode_kind == TD_MODE_ASYNC ? s->own_done : s->round,
-      .peer = peer, .peer_round = peer_round, .staleness = staleness > 0 ? staleness : 0,
-      .bytes = bytes, .ratio = (double)td_run_numel(s->run) * sizeof(float) / (double)bytes,
-      .arrived = td_clock_wall_s()};
-  s->staleness[i] = row.staleness;
-  if (i < 64)
-    s->heard |= 1ull << i;
-  td__ledger_update(s->node->ledger, &row, codec);
-}
-
-/* One peer update, decoded on the pool. */
-typedef struct {
-  uv_work_t req;
-  td__session_t *s; /* one reference */
-  uint64_t peer, round, ticket, bytes;
-  int64_t staleness;
-  size_t member;
-  const td_layout_t *layout;
-  size_t numel;
-  uint8_t *msg; /* owned */
-  size_t len;
-  td_run_t *run;
-  double weight; /* async: > 0: add weight * update into the compute thread's inbox */
-  float *data;
-  unsigned codec;
-  int rc;
-  char why[256];
-} decode_job_t;
-
-/* Work pool: the job's own message and output, the (borrowed) layout. */
-static void decode_work(uv_work_t *req) {
-  decode_job_t *job = req->data;
-  if ((job->data = td_params_alloc(job->numel)) == NULL) {
-    job->rc = td_why(job->why, sizeof job->why, TD_ENOMEM, "out of memory for a decoded update");
-    return;
-  }
-  job->rc = td_codec_decode_message(job->layout, job->msg, job->len, job->data, &job->codec,
-                                    job->why, sizeof job->why);
-  if (job->rc == 0 && job->weight > 0)
-    td_run_async_add(job->run, job->data, job->weight);
-}
-
-static void update_rejected(td__session_t *s, uint64_t peer, uint64_t round, const char *why) {
-  char what[320];
-  size_t i = td__session_member(s, peer);
-  if (i < TD_MEMBERS_MAX) {
-    s->refused_round[i] = round; /* sync/overlap: in its streak when the round closes */
-    s->outlier[i].rejected++;
-  }
-  snprintf(what, sizeof what, "update from %016" PRIx64 " rejected: %s", peer, why);
-  td__drop(&s->node->drops, TD__DROP_REJECTED, what);
-  td__ledger_event(s->node->ledger, "update_rejected", "peer %016" PRIx64 " round %" PRIu64 ": %s",
-                   peer, round, why);
-}
-
-static void decode_done(uv_work_t *req, int status) {
-  decode_job_t *job = req->data;
-  td__session_t *s = job->s;
-  (void)status;
-  free(job->msg);
-  if (s->node->session == s && s->spec.mode_kind == TD_MODE_ASYNC) {
-    if (job->rc != 0) {
-      update_rejected(s, job->peer, job->round, job->why);
-    } else {
-      s->updates_received++;
-      s->away_times[job->member] = 0; /* it trains: its away count starts over */
-      record_update(s, job->peer, job->round, job->staleness, job->bytes,
-                    td_codec_name(job->codec));
-    }
-    if (job->round > s->peer_round[job->member])
-      s->peer_round[job->member] = job->round;
-    async_release(s);
-  } else if (s->node->session == s) {
-    td_chunk_result_t res;
-    td_update_info_t info;
-    td_round_put_decoded(s->collector, job->round, job->peer, job->ticket, &job->data,
-                         job->codec, job->rc == 0, &res, &info);
-    if (res == TD_CHUNK_REJECTED) {
-      update_rejected(s, job->peer, job->round, job->why);
-    } else if (res == TD_CHUNK_COMPLETED) {
-      s->updates_received++;
-      s->away_times[job->member] = 0; /* it trains: its away count starts over */
-      record_update(s, job->peer, info.round, (int64_t)s->round - (int64_t)info.round,
-                    info.bytes, td_codec_name(info.codec));
-      if (info.round == s->round)
-        note_arrival(s);
-    } /* LATE: its round closed without it while it decoded */
-    td__rounds_try_close(s);
-  }
-  td_params_free(&job->data);
-  free(job);
-  td__session_unref(&s);
-}
-
-/* async: a peer's update of round j arrives while we are at own_done; it
- * weighs its sample share of a global round times (1 + a)^-kappa with
- * a = own_done - j, and is dropped (and counted) when a > S. */
-static double async_weight(td__session_t *s, const td_update_info_t *info, int64_t *staleness) {
-  *staleness = (int64_t)s->own_done - (int64_t)info->round;
-  double w = td_plan_staleness_weight(*staleness, s->spec.max_staleness, s->spec.staleness_kappa);
-  if (w <= 0)
-    return 0;
-  unsigned steps = td_run_steps_of(s->run, info->round);
-  double share = (double)info->samples / ((double)s->spec.batch * (steps ? steps : 1));
-  return w * (share < 1 ? share : 1);
-}
-
-/* Every chunk of an update is in: decode it on the pool. */
-static void assembled(td__session_t *s, size_t mi, td_round_t *collector,
-                      const td_update_info_t *info) {
-  bool async = s->spec.mode_kind == TD_MODE_ASYNC;
-  decode_job_t *job = calloc(1, sizeof *job);
-  int rc = job == NULL ? TD_ENOMEM
-                       : td_round_take_message(collector, info->round, info->peer, &job->msg,
-                                               &job->len, &job->ticket);
-  if (rc == 0) {
-    job->s = s;
-    job->peer = info->peer;
-    job->round = info->round;
-    job->bytes = info->bytes;
-    job->member = mi;
-    job->layout = td_run_layout(s->run);
-    job->numel = td_round_numel(collector);
-    job->run = s->run;
-    if (async)
-      job->weight = async_weight(s, info, &job->staleness);
-  }
-  if (async) { /* the inbox moves on to the peer's next round at once */
-    uint64_t peer = info->peer;
-    td_round_begin(collector, info->round + 1, &peer, 1);
-    if (rc == 0 && !(job->weight > 0)) {
-      s->stale_dropped++;
-      td__drop(&s->node->drops, TD__DROP_LATE, "async update older than the staleness bound");
-      record_update(s, info->peer, info->round, job->staleness, info->bytes,
-                    td__outbox_codec(s->outbox));
-      if (info->round > s->peer_round[mi])
-        s->peer_round[mi] = info->round;
-      async_release(s);
-      free(job->msg);
-      free(job);
-      return;
-    }
-  }
-  job->req.data = job;
-  if (rc == 0) {
-    td__session_ref(s);
-    if (uv_queue_work(&s->node->loop, &job->req, decode_work, decode_done) == 0)
-      return;
-    decode_work(&job->req); /* cannot happen in practice: decode here rather than lose it */
-    decode_done(&job->req, 0);
-    return;
-  }
-  td_log_error("cannot decode the round %" PRIu64 " update of %016" PRIx64 ": %s", info->round,
-               info->peer, td_strerror(rc));
-  if (job != NULL)
-    free(job->msg);
-  free(job);
-}
-
-static double finite_rate(double v) { return isfinite(v) && v > 0 && v < MAX_REPORTED_RATE ? v : 0; }
-
-void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes) {
-  const Traind__UpdateChunk *up = env->update;
-  td__session_t *s = td__session_of(n, env->run_id);
-  /* every chunk frees the sender's window, whatever becomes of it: one left
-   * unacked (a stopped run's, say) held the window shut until it expired */
-  td__link_send_ack(n->net, env->sender, env->run_id, TD__ACK_CHUNK, env->seq, up->payload.len);
-  if (s == NULL) {
-    td__drop(&n->drops, TD__DROP_WRONG_RUN, "update for a run this node is not running");
-    return;
-  }
-  size_t mi = td__session_member(s, env->sender);
-  if (mi == TD_MEMBERS_MAX || s->out[mi]) { /* out: put out of the run (comeback.c) */
-    td__drop(&n->drops, TD__DROP_NOT_MEMBER, mi == TD_MEMBERS_MAX
-                                                 ? "update from a node outside the run"
-                                                 : NULL);
-    return;
-  }
-  if (mi < 64)
-    s->sent_once |= UINT64_C(1) << mi;
-  td__peer_report_t *rep = &s->peer_report[mi][up->round % TD__RING];
-  *rep = (td__peer_report_t){.round = up->round, .capacity = finite_rate(up->capacity),
-                             .uplink = finite_rate(up->uplink)};
-  if (up->n_heard_capacity == s->n_members) /* else: none echoed (unknown) */
-    for (size_t i = 0; i < s->n_members; i++)
-      rep->heard[i] = finite_rate(up->heard_capacity[i]);
-  bool async = s->spec.mode_kind == TD_MODE_ASYNC;
-  td_round_t *collector = async ? s->peer_inbox[mi] : s->collector;
-  if (collector == NULL)
-    return;
-  if (async && up->round >= td_round_current(collector) + TD_ROUND_SLOTS) {
-    uint64_t peer = env->sender; /* the peer skipped ahead: follow it */
-    td_round_begin(collector, up->round, &peer, 1);
-  }
-  td_chunk_result_t res;
-  td_update_info_t info;
-  if (td_round_add_chunk(collector, env->sender, up->round, up->samples, up->chunk, up->chunks,
-                         up->total_bytes, up->payload.data, up->payload.len, up->loss, &res,
-                         &info) != 0) {
-    td__drop(&n->drops, TD__DROP_MALFORMED, "update chunk inconsistent with the model");
-    return;
-  }
-  if (l != NULL)
-    td__link_note_recv(l, bytes);
-  switch (res) {
-  case TD_CHUNK_ACCEPTED: s->bytes_recv_round += bytes; break;
-  case TD_CHUNK_DUPLICATE: td__drop(&n->drops, TD__DROP_DUPLICATE, NULL); break;
-  case TD_CHUNK_AHEAD: td__drop(&n->drops, TD__DROP_AHEAD, "update beyond the round window"); break;
-  case TD_CHUNK_LATE:
-    /* the first chunk of a member's late update of a round is counted late
-     * and recorded; any chunk again of that round or an older one is only
-     * counted (a member sending past rounds over and over adds no rows) */
-    if (!may_record(s, mi, up->round)) {
-      td__drop(&n->drops, TD__DROP_DUPLICATE, NULL);
-    } else if (up->chunk == 0) {
-      td__drop(&n->drops, TD__DROP_LATE, NULL);
-      record_update(s, env->sender, up->round, (int64_t)s->round - (int64_t)up->round,
-                    up->total_bytes, td__outbox_codec(s->outbox));
-    }
-    break;
-  case TD_CHUNK_COMPLETED: /* td_round_put_decoded reports these two, when the pool */
-  case TD_CHUNK_REJECTED:  /* has decoded the message (decode_done) */
-    break;
-  case TD_CHUNK_ASSEMBLED:
-    s->bytes_recv_round += bytes;
-    if (l != NULL)
-      td__link_note_update_recv(l, info.bytes, td_run_numel(s->run) * sizeof(float));
-    /* the network's part is done: the ack measures the link, not our decoder */
-    td__link_send_ack(n->net, env->sender, s->run_id, TD__ACK_UPDATE, info.round, info.bytes);
-    assembled(s, mi, collector, &info);
-    break;
-  }
 }

@@ -207,7 +207,7 @@ static void on_round_done(td__session_t *s, const td_run_event_t *ev) {
   s->own_fresh = ev->fresh;
   if (ev->round == s->round)
     s->deadline = o->done_at + s->spec.round_timeout;
-  td__rounds_heard(s, ev->round, o->heard); /* echoed with the update (rounds.c) */
+  td__rounds_heard(s, ev->round, o->heard); /* echoed with the update (capacity.c) */
   td__outbox_send(s->outbox, ev->round);
   td__rounds_own_done(s, ev->round);
 }
@@ -349,7 +349,7 @@ static int open_parts(td__session_t *s, const td_codec_spec_t *codec, char *why,
                       size_t why_len) {
   const td_layout_t *layout = td_run_layout(s->run);
   const char *what = "the round collector";
-  int rc = td_round_open(&s->collector, layout); /* updates decode on the pool (rounds.c) */
+  int rc = td_round_open(&s->collector, layout); /* updates decode on the pool (inbox.c) */
   if (rc == 0 && s->spec.mode_kind == TD_MODE_ASYNC) {
     what = "the async inboxes";
     for (size_t i = 0; rc == 0 && i < s->n_members; i++)

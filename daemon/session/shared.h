@@ -3,7 +3,9 @@
  *
  * daemon/session/ holds a run's life on the loop thread: session.c (start to
  * finish), core.c (the members, the running session, its reference count),
- * rounds.c (collecting and closing rounds), outbox.c (encoding our updates),
+ * rounds.c (closing rounds), inbox.c (the members' updates coming in),
+ * capacity.c (the batch plan), deadline.c (the adaptive round deadline),
+ * outbox.c (encoding our updates),
  * transfer.c (resumable blob transfer and knowledge transfer), join.c (late
  * join), reconcile.c (anchor reconciliation), verify.c (model-state
  * agreement: the members compare state hashes, one that differs is
@@ -154,7 +156,7 @@ struct td__node {
   /* Set by the node's own files for the ones beside them, so that none calls
    * another by name in a circle: */
   void (*shutdown)(td__node_t *n, const char *why); /* node.c: leave, close */
-  void (*welcomed)(td__control_t *c, uint64_t peer); /* control.c's: answers `join` */
+  void (*welcomed)(td__control_t *c, uint64_t peer); /* control_admit.c's: answers `join` */
   void (*join_refused)(td__control_t *c, uint64_t peer, const char *reason); /* ...fails it */
   td__listener_t figures_changed; /* a round closed, a heartbeat: the monitor's feed */
   uv_timer_t heartbeat_timer;
@@ -195,7 +197,7 @@ typedef struct {
 
 /* What a member sent with its update of a round; 0: not reported. heard:
  * the capacities of round - 1 it echoed, by member rank (agreed capacities,
- * rounds.c). */
+ * capacity.c). */
 typedef struct {
   uint64_t round;
   double capacity, uplink;
@@ -235,14 +237,14 @@ struct td__session {
                                       own end later says nothing about the run's */
   bool away[TD_MEMBERS_MAX]; /* reachable but out of the run (comeback.c) until readmitted */
   unsigned away_times[TD_MEMBERS_MAX]; /* times each member was marked away since its last
-                                          update (comeback.c; rounds.c resets it) */
+                                          update (comeback.c; inbox.c resets it) */
   bool out[TD_MEMBERS_MAX]; /* away too often: out for the rest of the run, never readmitted */
   /* the round (+ 1; 0: never) in which each member was last admitted or
    * readmitted here: at most one admission per member and round (join.c) */
   uint64_t admitted_in[TD_MEMBERS_MAX];
   uint64_t admissions_refused; /* admissions the rule refused in this run (join.c) */
   uint64_t recorded_round[TD_MEMBERS_MAX]; /* newest round of each member's with an update
-                                              row (rounds.c): one row per member and round */
+                                              row (inbox.c): one row per member and round */
   uint64_t recorded_mask[TD_MEMBERS_MAX]; /* bit k: round recorded_round - k has its row */
   uint64_t heard_round[TD_MEMBERS_MAX]; /* the round each member's last heartbeat in this
                                            run named (comeback.c) */
@@ -251,7 +253,7 @@ struct td__session {
   uint64_t first_round; /* this node's first round (> 1: it joined late) */
   uint64_t round, rounds; /* open round (sync/overlap); rounds of the run */
   bool ready;
-  bool unannounced; /* started here, RunStart not sent yet (control.c): a failure
+  bool unannounced; /* started here, RunStart not sent yet (control_run.c): a failure
                        before READY refuses to nobody */
   td__own_round_t own[TD__RING];
   struct { /* an evaluation that came after its round left the ring (rounds.c) */
@@ -354,7 +356,7 @@ typedef struct td__run_stats {
 /* Start run `run_id` as one of `members`: a late joiner (first_round > 1)
  * fetches the model from `sponsor` first. The spec is checked against this
  * node's policy before anything is allocated. why says what went wrong.
- * `held`: the run is started here before the members hear of it (control.c):
+ * `held`: the run is started here before the members hear of it (control_run.c):
  * it is unannounced and its first round waits for td_run_go(). */
 int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
                       const uint64_t *members, size_t n_members, uint64_t first_round,
@@ -404,7 +406,7 @@ uint64_t td__session_codec_seed(const td__session_t *s, uint64_t peer);
 void td__session_rejoined(td__node_t *n, uint64_t run_id, uint64_t round);
 /* Staleness (rounds) of the last update the running run got from `peer`; NaN if none. */
 double td__session_staleness(td__node_t *n, uint64_t peer);
-/* ---- rounds (rounds.c) ------------------------------------------------------------------ */
+/* ---- rounds (rounds.c, capacity.c, deadline.c, inbox.c) --------------------------------- */
 
 void td__rounds_begin(td__session_t *s, uint64_t round);
 void td__rounds_own_done(td__session_t *s, uint64_t round);
@@ -416,6 +418,16 @@ void td__rounds_try_close(td__session_t *s);
 void td__rounds_forget_peer(td__session_t *s, uint64_t peer);
 void td__rounds_tick(td__session_t *s);
 void td__rounds_eval(td__session_t *s, uint64_t round, double accuracy, double bpb);
+/* async: let the compute thread go up to the slowest member's newest round. */
+void td__rounds_async_release(td__session_t *s);
+/* The batch plan from capacity.c: revised with the capacities of `round`,
+ * own share applied from round `from` on. */
+void td__rounds_replan(td__session_t *s, uint64_t round, uint64_t from);
+/* deadline.c: note a peer update's arrival time into the open round; the
+ * adaptive deadline (s from the round's start, 0: none yet) they make. */
+void td__rounds_note_arrival(td__session_t *s);
+double td__rounds_adaptive_deadline_s(const td__session_t *s);
+/* inbox.c: one chunk of a peer's update. */
 void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
 
 /* ---- outbox (outbox.c) ----------------------------------------------------------------- */

@@ -1,5 +1,5 @@
 /* test_control.c: trainctl's commands as the control socket answers them
- * (daemon/control.c), on a node state with real parts under it (a CURVE
+ * (daemon/control*.c), on a node state with real parts under it (a CURVE
  * access table and a ledger in a temporary directory, a transport on
  * loopback) and a real unix socket. A client thread makes each call with
  * td_control_call(), as trainctl does, while this thread runs the loop.
