@@ -1,7 +1,7 @@
 /* overlap.c: overlap mode's delayed swap, anchor pull-back and delay
  * compensation (overlap.h), one pass over the vectors each, the pull-back
- * fraction of each overlap_fix, and the choice of waiting for an exchange-bound round's own
- * average. */
+ * fraction of each overlap_fix, and the choice of waiting for an
+ * exchange-bound round's own average. */
 #include "scheduler/overlap.h"
 
 #include <math.h>
