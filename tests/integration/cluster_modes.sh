@@ -3,8 +3,9 @@
 #  - overlap: compute never waits a round; every node ends on the same
 #    consensus model (equal test accuracy) that learns as well as sync, and the
 #    ledger records one row per round;
-#  - overlap_fix = dc:LAMBDA: every node holds the same compensated state
-#    (verified hashes agree) and it trains differently from the pull;
+#  - overlap_fix = dc:LAMBDA: dc:0 repeats the pull's run bit for bit, and
+#    with a LAMBDA every node holds the same compensated state (verified
+#    hashes agree) and it trains differently from the pull;
 #  - async:1 with a 3x slower node: no barrier, every update's staleness is
 #    recorded, none above the bound was applied (the ones beyond it are
 #    counted as late drops), and the model still learns;
@@ -59,16 +60,22 @@ late=$(json_field "$(ctl a status --json)" late_peers)
 
 # ---- overlap_fix = dc:LAMBDA: the compensated anchors are the same on every
 # node (the verified state hashes agree, none differs) and differ from the
-# pull's (every round overlaps, so both runs repeat bit for bit)
+# pull's; every round overlaps and batches are equal, so runs repeat bit for
+# bit, which dc:0 (no compensation) shows by ending as the pull's run does
 last_loss() { q a "SELECT printf('%.9f', loss) FROM rounds WHERE printf('%016x', run_id) = '$run_id'
                    ORDER BY round DESC LIMIT 1"; }
 events_of() { q "$1" "SELECT count(*) FROM events WHERE kind = '$2'"; }
-start_run --set mode=overlap --set local_steps=8 --set rounds=30 --set overlap_wait=0
+DC_RUN=(--set mode=overlap --set local_steps=8 --set rounds=30 --set overlap_wait=0
+        --set batching=equal)
+start_run "${DC_RUN[@]}"
 pull_loss=$(last_loss)
+start_run "${DC_RUN[@]}" --set overlap_fix=dc:0 # no compensation: the pull, bit for bit
+[ -n "$pull_loss" ] && [ "$(last_loss)" = "$pull_loss" ] \
+  && pass "overlap dc:0 repeats the pull's run (last loss $pull_loss)" \
+  || fail "overlap dc:0: last loss '$(last_loss)', the pull's '$pull_loss'"
 declare -A agreed0 differ0
 for n in a b c; do agreed0[$n]=$(events_of $n state_agreed); differ0[$n]=$(events_of $n state_diverged); done
-start_run --set mode=overlap --set local_steps=8 --set rounds=30 --set overlap_wait=0 \
-  --set overlap_fix=dc:1e4
+start_run "${DC_RUN[@]}" --set overlap_fix=dc:1e4
 dc_loss=$(last_loss)
 for n in a b c; do
   agreed=$(( $(events_of $n state_agreed) - agreed0[$n] ))
