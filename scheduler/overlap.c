@@ -1,7 +1,7 @@
-/* overlap.c: overlap mode's delayed swap and anchor pull-back (overlap.h),
- * one pass over the vectors each, the pull-back fraction of each
- * overlap_fix, and the choice of waiting for an exchange-bound round's own
- * average. */
+/* overlap.c: overlap mode's delayed swap, anchor pull-back and delay
+ * compensation (overlap.h), one pass over the vectors each, the pull-back
+ * fraction of each overlap_fix, and the choice of waiting for an
+ * exchange-bound round's own average. */
 #include "scheduler/overlap.h"
 
 #include <math.h>
@@ -26,6 +26,14 @@ void td_overlap_pull(float *params, float *start, float *lead, const float *own,
   }
 }
 
+void td_overlap_compensate(float *avg, const float *drift, double lambda, size_t n) {
+  const float l = (float)lambda;
+  for (size_t i = 0; i < n; i++) {
+    float k = avg[i] * avg[i] * l; /* the Hessian's diagonal, in units of one round's map */
+    avg[i] -= (k < 1 ? k : 1) * drift[i];
+  }
+}
+
 double td_overlap_pull_fraction(td_overlap_fix_t fix, double overlap_pull, unsigned nodes) {
   switch (fix) {
   case TD_OVERLAP_FIX_NONE:
@@ -33,6 +41,7 @@ double td_overlap_pull_fraction(td_overlap_fix_t fix, double overlap_pull, unsig
   case TD_OVERLAP_FIX_EAGER:
     return nodes > 1 ? 1.0 - 1.0 / nodes : 0;
   case TD_OVERLAP_FIX_PULL:
+  case TD_OVERLAP_FIX_DC:
   default:
     return overlap_pull;
   }

@@ -18,6 +18,7 @@
 #include "compute/backend.h"
 #include "common/error.h"
 #include "daemon/run/run_internal.h"
+#include "scheduler/overlap.h"
 #include "scheduler/steps.h"
 
 uint64_t td_run_round_count(const td_runspec_t *spec, size_t train_rows) {
@@ -76,7 +77,10 @@ static void on_async(uv_async_t *h) {
 static int alloc_buffers(td_run_t *run) {
   td_outer_opts_t outer;
   td_runspec_outer_opts(&run->spec, &outer);
-  run->mom_floats = td_outer_state_floats(&outer, run->numel);
+  run->outer_floats = td_outer_state_floats(&outer, run->numel);
+  bool dc = run->spec.mode_kind == TD_MODE_OVERLAP &&
+            run->spec.overlap_fix_kind == TD_OVERLAP_FIX_DC;
+  run->mom_floats = run->outer_floats + (dc ? run->numel : 0);
   bool need_inbox = run->spec.mode_kind == TD_MODE_ASYNC;
   bool need_rec = td_runspec_reconciles(&run->spec);
   struct {
@@ -97,6 +101,10 @@ static int alloc_buffers(td_run_t *run) {
     if ((run->mom = malloc(run->mom_floats * sizeof(float))) == NULL)
       return TD_ENOMEM;
     td_outer_state_init(&outer, run->mom, run->numel);
+    if (dc) { /* no step before the first round */
+      run->dc_drift = run->mom + run->outer_floats;
+      memset(run->dc_drift, 0, run->numel * sizeof(float));
+    }
   }
   return 0;
 }

@@ -110,12 +110,21 @@ td__run_flow_t td__compute_wait_release(td__compute_t *c, uint64_t round) {
 
 /* Outer step on round r's average: anchor += step and, in overlap mode
  * (lead != NULL), params += step - lead (swap what params still hold of round
- * r for the global step, keeping the progress made since; scheduler/overlap.h). */
+ * r for the global step, keeping the progress made since; scheduler/overlap.h).
+ * With overlap_fix = dc the average is first compensated for the anchor's
+ * step since round r began: the previous round's step, on every node, also
+ * after a round that waited for its own average (that choice is each node's
+ * own, the anchors must not depend on it). */
 void td__compute_apply_round(td_run_t *run, uint64_t r, float *params, const float *lead) {
   td_outer_opts_t o;
   td_runspec_outer_opts(&run->spec, &o);
   float *avg = run->avg[r % 2];
-  td_outer_step(&o, avg, run->mom, avg, run->numel); /* avg becomes the step */
+  if (run->dc_drift != NULL)
+    td_overlap_compensate(avg, run->dc_drift, run->spec.overlap_dc_lambda, run->numel);
+  td_outer_step(&o, avg, run->outer_floats > 0 ? run->mom : NULL, avg,
+                run->numel); /* avg becomes the step */
+  if (run->dc_drift != NULL)
+    memcpy(run->dc_drift, avg, run->numel * sizeof(float));
   for (size_t i = 0; i < run->numel; i++)
     run->anchor[i] += avg[i];
   if (lead != NULL)
@@ -173,7 +182,7 @@ static td__run_flow_t adopt_state(td__compute_t *c, float *state) {
     run->anchor[i] = state[i];
   }
   if (run->mom != NULL)
-    memcpy(run->mom, state + run->numel, run->numel * sizeof(float));
+    memcpy(run->mom, state + run->numel, run->mom_floats * sizeof(float));
   free(state);
   return td__compute_push(c);
 }
@@ -186,7 +195,7 @@ td__run_flow_t td__compute_verify(td__compute_t *c, uint64_t round) {
   if (td_agree_hash(td_model_layout(run->probe), run->anchor, run->mom, ev.hash) != 0)
     return TD__RUN_GO_ON; /* libsodium would not start: nothing to compare, training goes on */
   td__run_flow_t f = td__run_post_copy(run, &ev, "the verified state", run->anchor, run->numel,
-                                       run->mom, run->mom ? run->numel : 0);
+                                       run->mom, run->mom_floats);
   if (f != TD__RUN_GO_ON || !td__run_repairs(run, round))
     return f;
   bool stopped = false;

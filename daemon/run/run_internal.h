@@ -56,9 +56,13 @@ struct td_run {
   float *delta[2]; /* own delta of round r in [r % 2] */
   float *avg[2];   /* average of round r in [r % 2], written by the loop */
   float *start;    /* params at the start of the round (overlap, async) */
-  float *mom;      /* outer optimizer state (NULL when not needed): sgd's momentum, or
-                      adam/yogi/adagrad's m then v (scheduler/outer.h) */
-  size_t mom_floats; /* its length: td_outer_state_floats() */
+  float *mom;      /* outer state (NULL when not needed): the outer optimizer's, sgd's
+                      momentum or adam/yogi/adagrad's m then v (scheduler/outer.h), then
+                      overlap_fix = dc's last anchor step (dc_drift); a late joiner gets
+                      it all with the anchor */
+  size_t mom_floats; /* its length: td_outer_state_floats() + numel with dc */
+  size_t outer_floats; /* the outer optimizer's part: td_outer_state_floats() */
+  float *dc_drift; /* overlap_fix = dc: the anchor's last step (in mom; NULL without dc) */
   float *init;     /* the shared initial model (reconciliation measures from it) */
 
   uv_loop_t *loop;

@@ -62,7 +62,7 @@ void td_run_want_repair(td_run_t *run, uint64_t round) {
 }
 
 int td_run_repair(td_run_t *run, uint64_t round, const float *state, size_t bytes) {
-  if (bytes != run->numel * (run->mom ? 2 : 1) * sizeof(float)) /* td_run_anchor_bytes */
+  if (bytes != (run->numel + run->mom_floats) * sizeof(float)) /* td_run_anchor_bytes */
     return TD_EINVAL;
   float *copy = malloc(bytes);
   if (copy == NULL)

@@ -209,7 +209,7 @@ static int check_batching(td_runspec_t *rs, const char *v, char *why, size_t n) 
   return td_why(why, n, TD_ECONFIG, "unknown batching '%s' (accepted: weighted, equal)", v);
 }
 
-/* overlap_fix = pull | none | eager (scheduler/overlap.h) */
+/* overlap_fix = pull | none | eager | dc:LAMBDA (scheduler/overlap.h) */
 static int check_overlap_fix(td_runspec_t *rs, const char *v, char *why, size_t n) {
   static const struct {
     const char *name;
@@ -220,9 +220,25 @@ static int check_overlap_fix(td_runspec_t *rs, const char *v, char *why, size_t 
   for (size_t i = 0; i < sizeof fixes / sizeof fixes[0]; i++)
     if (strcmp(v, fixes[i].name) == 0) {
       rs->overlap_fix_kind = (unsigned)fixes[i].kind;
+      rs->overlap_dc_lambda = 0;
       return 0;
     }
-  return td_why(why, n, TD_ECONFIG, "unknown fix '%s' (accepted: pull, none, eager)", v);
+  if (strncmp(v, "dc:", 3) == 0) {
+    char *end;
+    errno = 0;
+    double lambda = strtod(v + 3, &end);
+    if (end != v + 3 && *end == '\0' && errno == 0 && lambda >= 0 &&
+        lambda <= TD_OVERLAP_DC_LAMBDA_MAX) {
+      rs->overlap_fix_kind = TD_OVERLAP_FIX_DC;
+      rs->overlap_dc_lambda = lambda;
+      return 0;
+    }
+    return td_why(why, n, TD_ECONFIG,
+                  "bad overlap_fix '%s': dc:LAMBDA needs a number LAMBDA in [0, %g]", v,
+                  TD_OVERLAP_DC_LAMBDA_MAX);
+  }
+  return td_why(why, n, TD_ECONFIG,
+                "unknown fix '%s' (accepted: pull, none, eager, dc:LAMBDA with LAMBDA >= 0)", v);
 }
 
 /* reconcile = end | off | N (rounds, >= 1) */
@@ -489,7 +505,8 @@ static const run_key_t td__run_keys[] = {
     {"overlap_fix", KEY_STR, F(overlap_fix), "pull", 0, 0, check_overlap_fix,
      "overlap: what stands in for the average in flight: pull (own round, overlap_pull "
      "pulled back) | none (own round) | eager (own round weighted 1/N, its share of the "
-     "average)"},
+     "average) | dc:LAMBDA (as pull, and each late average delay-compensated: "
+     "avg -= min(LAMBDA avg^2, 1) (anchor's drift since its round began))"},
     {"overlap_wait", KEY_DOUBLE, F(overlap_wait), "4", 0, 1e6, NULL,
      "overlap: a node whose exchanges take this many times its compute waits for each "
      "round's average before the next round (no delay), until under 3/4 of it; 0 = never"},

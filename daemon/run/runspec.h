@@ -47,8 +47,9 @@ typedef struct {
   bool weighted_batching;               /* batching = weighted */
   unsigned overlap_fill;                /* overlap: up to this x H steps instead of waiting */
   double overlap_pull;                  /* overlap: anchor pull-back after the delayed swap */
-  char overlap_fix[TD_RUNSPEC_STR_MAX]; /* pull | none | eager */
+  char overlap_fix[TD_RUNSPEC_STR_MAX]; /* pull | none | eager | dc:LAMBDA */
   unsigned overlap_fix_kind;            /* td_overlap_fix_t (scheduler/overlap.h) */
+  double overlap_dc_lambda;             /* dc:LAMBDA (td_overlap_compensate) */
   double overlap_wait;                  /* overlap: exchange / compute ratio from which a round
                                            waits for its own average (0: never) */
   bool overlap_early;                   /* overlap: swap an average in at the first step

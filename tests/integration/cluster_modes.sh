@@ -3,6 +3,9 @@
 #  - overlap: compute never waits a round; every node ends on the same
 #    consensus model (equal test accuracy) that learns as well as sync, and the
 #    ledger records one row per round;
+#  - overlap_fix = dc:LAMBDA: dc:0 repeats the pull's run bit for bit, and
+#    with a LAMBDA every node holds the same compensated state (verified
+#    hashes agree) and it trains differently from the pull;
 #  - async:1 with a 3x slower node: no barrier, every update's staleness is
 #    recorded, none above the bound was applied (the ones beyond it are
 #    counted as late drops), and the model still learns;
@@ -54,6 +57,40 @@ rows=$(q a "SELECT count(*) FROM rounds WHERE printf('%016x', run_id) = '$run_id
 [ "$rows" -eq 60 ] && pass "overlap: 60 rounds in the ledger" || fail "overlap: $rows round rows"
 late=$(json_field "$(ctl a status --json)" late_peers)
 [ "$late" -eq 0 ] && pass "overlap: no late peers" || fail "overlap: $late late peers"
+
+# ---- overlap_fix = dc:LAMBDA: the compensated anchors are the same on every
+# node (the verified state hashes agree, none differs) and differ from the
+# pull's; every round overlaps and batches are equal, so runs repeat bit for
+# bit, which dc:0 (no compensation) shows by ending as the pull's run does
+last_loss() { q a "SELECT printf('%.9f', loss) FROM rounds WHERE printf('%016x', run_id) = '$run_id'
+                   ORDER BY round DESC LIMIT 1"; }
+events_of() { q "$1" "SELECT count(*) FROM events WHERE kind = '$2'"; }
+DC_RUN=(--set mode=overlap --set local_steps=8 --set rounds=30 --set overlap_wait=0
+        --set batching=equal)
+start_run "${DC_RUN[@]}"
+pull_loss=$(last_loss)
+start_run "${DC_RUN[@]}" --set overlap_fix=dc:0 # no compensation: the pull, bit for bit
+[ -n "$pull_loss" ] && [ "$(last_loss)" = "$pull_loss" ] \
+  && pass "overlap dc:0 repeats the pull's run (last loss $pull_loss)" \
+  || fail "overlap dc:0: last loss '$(last_loss)', the pull's '$pull_loss'"
+declare -A agreed0 differ0
+for n in a b c; do agreed0[$n]=$(events_of $n state_agreed); differ0[$n]=$(events_of $n state_diverged); done
+start_run "${DC_RUN[@]}" --set overlap_fix=dc:1e4
+dc_loss=$(last_loss)
+for n in a b c; do
+  agreed=$(( $(events_of $n state_agreed) - agreed0[$n] ))
+  differ=$(( $(events_of $n state_diverged) - differ0[$n] ))
+  [ "$agreed" -ge 3 ] && [ "$differ" -eq 0 ] \
+    && pass "overlap dc: $n agrees on the state $agreed times, never differs" \
+    || fail "overlap dc: $n has $agreed state_agreed and $differ state_diverged events"
+done
+a1=$(acc_of a); b1=$(acc_of b); c1=$(acc_of c)
+[ "$a1" = "$b1" ] && [ "$b1" = "$c1" ] && awk -v a="$a1" 'BEGIN { exit !(a >= 0.65) }' \
+  && pass "overlap dc: all nodes end on one model that learns ($a1)" \
+  || fail "overlap dc: final accuracies $a1 $b1 $c1"
+[ -n "$dc_loss" ] && [ "$dc_loss" != "$pull_loss" ] \
+  && pass "overlap dc: the compensation changes training (last loss $dc_loss, pull $pull_loss)" \
+  || fail "overlap dc: last loss '$dc_loss', the same as the pull's '$pull_loss'"
 
 # ---- async:1 with one slow node
 start_run --set mode=async:1 --set local_steps=8 --set rounds=40 --set slowdown=1,1,3 \

@@ -17,10 +17,15 @@
  * waits for its own average. And at momentum 0.9, H = 8, in the stiff
  * directions where a guess of the step in flight diverged: eager diverges at
  * lr a = 0.3 too (as the published rule does), where the default pull holds.
+ * overlap_fix = dc against a naive double-precision rendering of DC-ASGD's
+ * rule (the anchors' x_now - x_then taken from snapshots), and in the same
+ * stiff directions: on the default pull it converges while its cap does not
+ * bind, on eager's it does not converge.
  * And the choice of waiting for an exchange-bound round's own average: its
  * thresholds, hysteresis and bad measures. */
 #include <check.h>
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "scheduler/overlap.h"
@@ -58,6 +63,8 @@ static const double OPT[NODES] = {1.0, -2.0, 0.5, 3.5}; /* c_i (the same in ever
 typedef struct {
   double alpha, mom;
   unsigned steps, rounds;
+  bool dc;          /* overlap_fix = dc: compensate each average (td_overlap_compensate) */
+  double dc_lambda; /* its lambda */
 } sim_opts_t;
 
 typedef struct {
@@ -94,13 +101,20 @@ static double spread_of(float p[NODES][DIM]) {
   return worst;
 }
 
-/* anchor += the mean of the nodes' deltas; every node swaps its lead for it. */
-static void apply_average(float (*own)[NODES][DIM], float anchor[DIM], float x[NODES][DIM],
-                          float start[NODES][DIM], float lead[NODES][DIM]) {
+/* anchor += the mean of the nodes' deltas (with dc, compensated for the
+ * anchor's last step, `drift`, which then becomes this step, as
+ * td__compute_apply_round does); every node swaps its lead for it. */
+static void apply_average(const sim_opts_t *o, float (*own)[NODES][DIM], float anchor[DIM],
+                          float drift[DIM], float x[NODES][DIM], float start[NODES][DIM],
+                          float lead[NODES][DIM]) {
   float step[DIM] = {0};
   for (unsigned i = 0; i < NODES; i++)
     for (unsigned d = 0; d < DIM; d++)
       step[d] += (*own)[i][d] / NODES;
+  if (o->dc) {
+    td_overlap_compensate(step, drift, o->dc_lambda, DIM);
+    memcpy(drift, step, sizeof step);
+  }
   for (unsigned d = 0; d < DIM; d++)
     anchor[d] += step[d];
   for (unsigned i = 0; i < NODES; i++)
@@ -111,7 +125,7 @@ static void apply_average(float (*own)[NODES][DIM], float anchor[DIM], float x[N
  * after_round_overlap) with the library calls; every node starts at 0. */
 static void run_overlap(const sim_opts_t *o, sim_out_t *out) {
   float x[NODES][DIM] = {{0}}, v[NODES][DIM] = {{0}}, start[NODES][DIM] = {{0}};
-  float own[2][NODES][DIM], lead[NODES][DIM], anchor[DIM] = {0};
+  float own[2][NODES][DIM], lead[NODES][DIM], anchor[DIM] = {0}, drift[DIM] = {0};
   for (unsigned r = 1; r <= o->rounds; r++) {
     for (unsigned i = 0; i < NODES; i++) {
       inner_f(x[i], v[i], i, o);
@@ -120,14 +134,14 @@ static void run_overlap(const sim_opts_t *o, sim_out_t *out) {
       memcpy(start[i], x[i], sizeof x[i]);
     }
     if (r > 1) /* round r - 1's average arrived: the delayed swap */
-      apply_average(&own[(r - 1) % 2], anchor, x, start, lead);
+      apply_average(o, &own[(r - 1) % 2], anchor, drift, x, start, lead);
     for (unsigned i = 0; i < NODES; i++)
       td_overlap_pull(x[i], start[i], lead[i], own[r % 2][i], o->alpha, DIM);
     if (r < o->rounds) {
       out->spread = spread_of(x);
       continue;
     }
-    apply_average(&own[r % 2], anchor, x, start, lead); /* the last round waits for its own */
+    apply_average(o, &own[r % 2], anchor, drift, x, start, lead); /* the last waits for its own */
     for (unsigned i = 0; i < NODES; i++)
       memcpy(x[i], anchor, sizeof anchor);
   }
@@ -332,6 +346,147 @@ START_TEST(eager_diverges_in_a_stiff_direction_where_the_pull_holds) {
 }
 END_TEST
 
+START_TEST(compensate_hand_values) {
+  float avg[3] = {0.5f, -1.0f, 0.25f};
+  const float drift[3] = {1.0f, 0.5f, -4.0f};
+  td_overlap_compensate(avg, drift, 0.5, 3);
+  /* avg -= 0.5 avg^2 drift: 0.5 - 0.125, -1 - 0.25, 0.25 + 0.125 */
+  ck_assert_float_eq_tol(avg[0], 0.375f, 1e-7);
+  ck_assert_float_eq_tol(avg[1], -1.25f, 1e-7);
+  ck_assert_float_eq_tol(avg[2], 0.375f, 1e-7);
+  /* lambda 0, or no drift, leaves the average */
+  const float none[3] = {0};
+  td_overlap_compensate(avg, drift, 0, 3);
+  td_overlap_compensate(avg, none, 1e6, 3);
+  ck_assert(avg[0] == 0.375f && avg[1] == -1.25f && avg[2] == 0.375f);
+  /* lambda avg^2 is capped at 1: at most the whole drift comes off */
+  float big[2] = {2.0f, 0.1f};
+  const float d2[2] = {0.5f, 0.5f};
+  td_overlap_compensate(big, d2, 1, 2); /* 1 x 4 -> 1; 1 x 0.01 */
+  ck_assert_float_eq_tol(big[0], 1.5f, 1e-7);
+  ck_assert_float_eq_tol(big[1], 0.095f, 1e-7);
+  ck_assert(td_overlap_pull_fraction(TD_OVERLAP_FIX_DC, 0.4, 4) == 0.4);
+}
+END_TEST
+
+/* DC-ASGD's rule, written naively in double precision on the closed form of
+ * run_reference: x_then is the anchor when a round began (snapshotted),
+ * x_now the anchor when its average is applied; with the outer gradient
+ * g = -avg the anchor moves by -(g + min(lambda g g, 1) (x_now - x_then)). Nodes
+ * start round r + 1 from the anchor plus (1 - alpha) of their own round r. */
+static void run_dc_reference(const sim_opts_t *o, double anchor_out[DIM]) {
+  double x[NODES][DIM] = {{0}}, v[NODES][DIM] = {{0}}, own[NODES][DIM];
+  double anchor[DIM] = {0}, pending[DIM] = {0}, pending_then[DIM] = {0};
+  for (unsigned r = 1; r <= o->rounds; r++) {
+    double then[DIM], avg[DIM] = {0};
+    memcpy(then, anchor, sizeof then); /* the anchor round r is computed from */
+    for (unsigned i = 0; i < NODES; i++) {
+      double x0[DIM];
+      memcpy(x0, x[i], sizeof x0);
+      inner_d(x[i], v[i], i, o);
+      for (unsigned d = 0; d < DIM; d++) {
+        own[i][d] = x[i][d] - x0[d];
+        avg[d] += own[i][d] / NODES;
+      }
+    }
+    for (unsigned d = 0; d < DIM && r > 1; d++) {
+      double g = -pending[d];
+      anchor[d] -= g + fmin(o->dc_lambda * g * g, 1) * (anchor[d] - pending_then[d]);
+    }
+    memcpy(pending, avg, sizeof avg);
+    memcpy(pending_then, then, sizeof then);
+    for (unsigned i = 0; i < NODES; i++)
+      for (unsigned d = 0; d < DIM; d++)
+        x[i][d] = anchor[d] + (1 - o->alpha) * own[i][d];
+  }
+  for (unsigned d = 0; d < DIM; d++) {
+    double g = -pending[d];
+    anchor_out[d] = anchor[d] - (g + fmin(o->dc_lambda * g * g, 1) * (anchor[d] - pending_then[d]));
+  }
+}
+
+/* overlap_fix = dc on four nodes' quadratics (the pull of 0.4 with each
+ * late average compensated) against the naive rule, with lambda large
+ * enough that the correction moves the anchor (it differs from the pull's). */
+START_TEST(dc_matches_the_delay_compensation_rule) {
+  const sim_opts_t cases[] = {
+      {.alpha = 0.4, .mom = 0.5, .steps = 3, .rounds = 10, .dc = true, .dc_lambda = 0.3},
+      {.alpha = 0.4, .mom = 0.5, .steps = 3, .rounds = 12, .dc = true, .dc_lambda = 0.5},
+      {.alpha = 0.4, .mom = 0, .steps = 1, .rounds = 12, .dc = true, .dc_lambda = 2},
+      {.alpha = 0, .mom = 0.5, .steps = 3, .rounds = 8, .dc = true, .dc_lambda = 1},
+      {.alpha = 0.4, .mom = 0.9, .steps = 8, .rounds = 40, .dc = true, .dc_lambda = 0.1},
+  };
+  for (unsigned k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    sim_out_t got, pulled;
+    double want[DIM];
+    run_overlap(&cases[k], &got);
+    run_dc_reference(&cases[k], want);
+    sim_opts_t plain = cases[k];
+    plain.dc = false;
+    run_overlap(&plain, &pulled);
+    double moved = 0;
+    for (unsigned d = 0; d < DIM; d++) {
+      ck_assert_msg(fabs(got.anchor[d] - want[d]) < 1e-4 * (1 + fabs(want[d])),
+                    "case %u coordinate %u: anchor %g, dc rule %g", k, d, got.anchor[d],
+                    want[d]);
+      for (unsigned i = 0; i < NODES; i++)
+        ck_assert(got.params[i][d] == got.anchor[d]);
+      moved = fmax(moved, fabs(got.anchor[d] - pulled.anchor[d]));
+    }
+    ck_assert_msg(moved > 1e-3, "case %u: the compensation moved the anchor by %g only", k, moved);
+  }
+}
+END_TEST
+
+/* dc in the stiff directions where eager's and the guess's delayed steps
+ * diverged (momentum 0.9, H = 8). The correction min(lambda avg^2, 1) drift
+ * is of third order in the distance to the optimum (avg and drift both
+ * vanish there), so near it the round-to-round map is the pull's it rides
+ * on: with the default pull (0.4) and a lambda whose correction stays under
+ * its cap, dc converges in every direction, lr x curvature 0.3 and 1
+ * included; on eager's pull (0.75), which is linearly unstable at lr x
+ * curvature 0.3, it cannot make the anchor converge there. Where the cap
+ * binds in the stiffest direction (lambda 0.3) the anchor is held at a
+ * bounded distance from the optimum (the correction then takes off the
+ * whole drift, a different map); where it binds everywhere (lambda 10) that
+ * map, step_r = avg_r - step_{r-1}, diverges. Uncapped, lambda 10 overflowed
+ * here, as lambda 1e4 did on the MLP. The g * g stand-in for the Hessian
+ * holds only as much curvature as the deltas' squares carry. */
+START_TEST(dc_keeps_the_pulls_stability_in_stiff_directions) {
+  double cbar = 0;
+  for (unsigned i = 0; i < NODES; i++)
+    cbar += OPT[i] / NODES;
+  sim_opts_t o = {.alpha = 0.4, .mom = 0.9, .steps = 8, .rounds = 300, .dc = true};
+  sim_out_t got;
+  const double converging[] = {0.01, 0.1};
+  for (unsigned k = 0; k < sizeof converging / sizeof converging[0]; k++) {
+    o.dc_lambda = converging[k];
+    run_overlap(&o, &got);
+    for (unsigned d = 0; d < DIM; d++)
+      ck_assert_msg(fabs(got.anchor[d] - cbar) < 1e-3, "dc:%g pull 0.4, coordinate %u: %g",
+                    o.dc_lambda, d, got.anchor[d]);
+    ck_assert_msg(got.spread < 10, "dc:%g: spread %g", o.dc_lambda, got.spread);
+  }
+  o.dc_lambda = 0.3; /* the cap binds at lr x curvature 1 */
+  run_overlap(&o, &got);
+  ck_assert_msg(fabs(got.anchor[0] - cbar) < 1e-3 && fabs(got.anchor[1] - cbar) < 1e-3,
+                "dc:0.3: %g %g", got.anchor[0], got.anchor[1]);
+  ck_assert_msg(fabs(got.anchor[2] - cbar) > 0.1 && fabs(got.anchor[2] - cbar) < 10,
+                "dc:0.3, lr a 1: %g", got.anchor[2]);
+  o.dc_lambda = 10; /* the cap binds everywhere */
+  run_overlap(&o, &got);
+  ck_assert_msg(!(fabs(got.anchor[2] - cbar) < 1e3), "dc:10, lr a 1: %g", got.anchor[2]);
+  o.alpha = td_overlap_pull_fraction(TD_OVERLAP_FIX_EAGER, 0.4, NODES);
+  const double on_eager[] = {0.01, 0.1, 0.3};
+  for (unsigned k = 0; k < sizeof on_eager / sizeof on_eager[0]; k++) {
+    o.dc_lambda = on_eager[k];
+    run_overlap(&o, &got);
+    ck_assert_msg(!(fabs(got.anchor[1] - cbar) < 1e-3), "dc:%g on eager's pull, lr a 0.3: %g",
+                  o.dc_lambda, got.anchor[1]);
+  }
+}
+END_TEST
+
 START_TEST(exchange_bound_rounds_wait_for_their_own_average) {
   const double W = TD_OVERLAP_WAIT_DEFAULT; /* 4: enter at 4x, leave under 3x */
   /* overlapping: stays below W x the compute, waits from it on */
@@ -377,6 +532,9 @@ static Suite *overlap_suite(void) {
   tcase_add_test(tc, pull_fraction_of_each_fix);
   tcase_add_test(tc, eager_matches_the_published_rule);
   tcase_add_test(tc, eager_diverges_in_a_stiff_direction_where_the_pull_holds);
+  tcase_add_test(tc, compensate_hand_values);
+  tcase_add_test(tc, dc_matches_the_delay_compensation_rule);
+  tcase_add_test(tc, dc_keeps_the_pulls_stability_in_stiff_directions);
   tcase_add_test(tc, exchange_bound_rounds_wait_for_their_own_average);
   suite_add_tcase(s, tc);
   return s;

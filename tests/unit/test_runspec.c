@@ -236,7 +236,8 @@ START_TEST(codec_with_a_bad_parameter_names_it_and_its_range) {
 END_TEST
 
 /* overlap_fix: pull by default, each choice parsed to its kind and written
- * back (peers get the spec as text), anything else refused naming them. */
+ * back (peers get the spec as text), dc's lambda parsed and range-checked,
+ * anything else refused naming them. */
 START_TEST(overlap_fix_defaults_parses_and_refuses) {
   td_runspec_t rs;
   char why[512] = "", text[8192];
@@ -251,9 +252,28 @@ START_TEST(overlap_fix_defaults_parses_and_refuses) {
   td_runspec_format(&rs, text, sizeof text);
   ck_assert_ptr_nonnull(strstr(text, "overlap_fix = eager\n"));
   ck_assert_int_eq(td_runspec_set(&rs, "overlap_fix", "guess", why, sizeof why), TD_ECONFIG);
-  ck_assert_str_eq(why, "overlap_fix: unknown fix 'guess' (accepted: pull, none, eager)");
+  ck_assert_str_eq(why, "overlap_fix: unknown fix 'guess' (accepted: pull, none, eager, "
+                        "dc:LAMBDA with LAMBDA >= 0)");
   /* the refused value changed nothing */
   ck_assert_uint_eq(rs.overlap_fix_kind, TD_OVERLAP_FIX_EAGER);
+  /* dc:LAMBDA */
+  ck_assert_int_eq(td_runspec_set(&rs, "overlap_fix", "dc:2.5e6", why, sizeof why), 0);
+  ck_assert_uint_eq(rs.overlap_fix_kind, TD_OVERLAP_FIX_DC);
+  ck_assert(rs.overlap_dc_lambda == 2.5e6);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), 0);
+  td_runspec_format(&rs, text, sizeof text);
+  ck_assert_ptr_nonnull(strstr(text, "overlap_fix = dc:2.5e6\n"));
+  ck_assert_int_eq(td_runspec_set(&rs, "overlap_fix", "dc:0", why, sizeof why), 0);
+  ck_assert(rs.overlap_dc_lambda == 0 && rs.overlap_fix_kind == TD_OVERLAP_FIX_DC);
+  const char *bad[] = {"dc:", "dc:-1", "dc:1e13", "dc:nan", "dc:inf", "dc:3x", "dc: "};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ck_assert_int_eq(td_runspec_set(&rs, "overlap_fix", "dc:7", why, sizeof why), 0);
+    ck_assert_int_eq(td_runspec_set(&rs, "overlap_fix", bad[i], why, sizeof why), TD_ECONFIG);
+    ck_assert_ptr_nonnull(strstr(why, "dc:LAMBDA needs a number LAMBDA in [0, 1e+12]"));
+    ck_assert(rs.overlap_dc_lambda == 7); /* unchanged */
+  }
+  ck_assert_int_eq(td_runspec_set(&rs, "overlap_fix", "pull", why, sizeof why), 0);
+  ck_assert(rs.overlap_dc_lambda == 0 && rs.overlap_fix_kind == TD_OVERLAP_FIX_PULL);
 }
 END_TEST
 
