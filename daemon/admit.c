@@ -188,6 +188,11 @@ void td__admit_on_invite(void *user, const uint8_t invite_key[TD_KEY_BYTES],
   bool admin = false;
   char invite_z85[TD_KEY_Z85_LEN + 1], key_z85[TD_KEY_Z85_LEN + 1];
   zmq_z85_encode(invite_z85, invite_key, TD_KEY_BYTES);
+  char full[128];
+  if (!td__gossip_admits(n, td_key_node_id(req->key.data), "by invite", full, sizeof full)) {
+    grant(reply, adm, full); /* before the invite is used: it serves once there is room */
+    return;
+  }
   if (!td__admission_invite_use(adm, invite_key, &admin)) {
     td__drop(&n->drops, TD__DROP_DUPLICATE, "a second join request on an invite's connection");
     return;
