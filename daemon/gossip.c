@@ -118,18 +118,6 @@ static void on_member_event(const td_member_t *m, td_member_event_t ev, void *us
   record_peer(n, m);
 }
 
-bool td__gossip_admits(td__node_t *n, uint64_t joiner, const char *how, char *why,
-                       size_t why_len) {
-  if (td_members_has_room(n->members, joiner))
-    return true;
-  snprintf(why, why_len, "cluster is full: %d members, the most traind supports", TD_MEMBERS_MAX);
-  char what[256];
-  snprintf(what, sizeof what, "node %016" PRIx64 " asked to join (%.32s): %.160s", joiner, how,
-           why);
-  td__drop(&n->drops, TD__DROP_CLUSTER_FULL, what);
-  return false;
-}
-
 /* A full table refuses a new node's hello on a link of its own (the answer
  * says why, so that its `trainctl join` can tell the user). Links are as many
  * as members: the link of a node refused before, never a member, gives its
@@ -241,7 +229,7 @@ void td__on_hello(td__node_t *n, const Traind__Envelope *env, td__link_t *l, siz
     return;
   }
   char why[128];
-  if (!td__gossip_admits(n, env->sender, "hello", why, sizeof why)) {
+  if (!td__admit_room(n, env->sender, "hello", why, sizeof why)) {
     refuse_full(n, env->sender, env->hello->endpoint, why);
     return;
   }
