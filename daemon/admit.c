@@ -161,6 +161,17 @@ size_t td__admit_apply_grant(td__node_t *n, const Traind__JoinGrant *g, uint64_t
   return applied;
 }
 
+bool td__admit_room(td__node_t *n, uint64_t joiner, const char *how, char *why, size_t why_len) {
+  if (td_members_has_room(n->members, joiner))
+    return true;
+  snprintf(why, why_len, "cluster is full: %d members, the most traind supports", TD_MEMBERS_MAX);
+  char what[256];
+  snprintf(what, sizeof what, "node %016" PRIx64 " asked to join (%.32s): %.160s", joiner, how,
+           why);
+  td__drop(&n->drops, TD__DROP_CLUSTER_FULL, what);
+  return false;
+}
+
 static void grant(td__invite_reply_t *reply, td__admission_t *adm, const char *refused) {
   Traind__JoinGrant g = TRAIND__JOIN_GRANT__INIT;
   ProtobufCBinaryData bins[TD__RECORDS_MAX];
@@ -188,6 +199,11 @@ void td__admit_on_invite(void *user, const uint8_t invite_key[TD_KEY_BYTES],
   bool admin = false;
   char invite_z85[TD_KEY_Z85_LEN + 1], key_z85[TD_KEY_Z85_LEN + 1];
   zmq_z85_encode(invite_z85, invite_key, TD_KEY_BYTES);
+  char full[128];
+  if (!td__admit_room(n, td_key_node_id(req->key.data), "by invite", full, sizeof full)) {
+    grant(reply, adm, full); /* before the invite is used: it serves once there is room */
+    return;
+  }
   if (!td__admission_invite_use(adm, invite_key, &admin)) {
     td__drop(&n->drops, TD__DROP_DUPLICATE, "a second join request on an invite's connection");
     return;

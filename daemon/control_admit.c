@@ -129,6 +129,7 @@ static void invite_tick(conn_t *c, uint64_t waited) {
     c->join_by_invite = false;
     c->join_probed = false; /* the join by key may probe its own handshake */
     c->join_admitted[0] = '\0'; /* the inviter stays listed: it admitted us */
+    c->join_accepted = true; /* it answered: a slow welcome (a join storm) is not a dead node */
     c->join_began_ms = uv_now(&n->loop);
     td__link_t *l = td__link_ensure(n->net, c->join_peer, ep);
     if (l == NULL) {

@@ -118,6 +118,23 @@ static void on_member_event(const td_member_t *m, td_member_event_t ev, void *us
   record_peer(n, m);
 }
 
+/* A full table refuses a new node's hello on a link of its own (the answer
+ * says why, so that its `trainctl join` can tell the user). Links are as many
+ * as members: the link of a node refused before, never a member, gives its
+ * slot to this one. */
+static void refuse_full(td__node_t *n, uint64_t joiner, const char *endpoint, const char *why) {
+  td__link_t *l = td__link_ensure(n->net, joiner, endpoint);
+  for (size_t i = 0; l == NULL && i < td__transport_count(n->net); i++) {
+    uint64_t stray = td__link_peer(td__transport_at(n->net, i));
+    if (stray != 0 && stray != joiner && td_members_find(n->members, stray) == NULL) {
+      td__link_close_peer(n->net, stray);
+      l = td__link_ensure(n->net, joiner, endpoint);
+    }
+  }
+  if (l != NULL)
+    send_welcome(n, l, why);
+}
+
 bool td__gossip_heard(td__node_t *n, uint64_t peer, const char *endpoint) {
   td_member_event_t ev;
   if (td_members_heard(n->members, peer, endpoint, td_clock_mono_s(), &ev) != 0) {
@@ -211,15 +228,13 @@ void td__on_hello(td__node_t *n, const Traind__Envelope *env, td__link_t *l, siz
     td__link_set_reply_owed(known, true); /* the last one is answered at a later tick */
     return;
   }
-  if (!td__gossip_heard(n, env->sender, env->hello->endpoint)) {
-    /* say why on a link of its own, so its `trainctl join` can tell the user */
-    char why[128];
-    snprintf(why, sizeof why, "cluster full (%zu nodes, the limit)",
-             td_members_count(n->members));
-    if ((l = td__link_ensure(n->net, env->sender, env->hello->endpoint)) != NULL)
-      send_welcome(n, l, why);
+  char why[128];
+  if (!td__admit_room(n, env->sender, "hello", why, sizeof why)) {
+    refuse_full(n, env->sender, env->hello->endpoint, why);
     return;
   }
+  if (!td__gossip_heard(n, env->sender, env->hello->endpoint))
+    return; /* (not reached: admitted above) */
   if ((l = td__link_find(n->net, env->sender)) == NULL)
     return;
   if (l != known) /* a new link: its first welcome counts too */

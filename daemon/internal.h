@@ -37,6 +37,10 @@ void td__on_welcome(td__node_t *n, const Traind__Envelope *env, td__link_t *l, s
 void td__on_heartbeat(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
 void td__on_leave(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
 /* ---- admissions by invite, spread by signed records (admit.c) ---------------------------- */
+/* Whether `joiner` may join (it is a member already or the membership table
+ * has room); when not, the refusal is counted (drop cluster_full), logged
+ * with `how` it asked, and `why` gets the one line its trainctl prints. */
+bool td__admit_room(td__node_t *n, uint64_t joiner, const char *how, char *why, size_t why_len);
 
 /* Records from a peer: each checked and applied, the new ones passed on. */
 void td__on_admissions(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);

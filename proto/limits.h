@@ -1,8 +1,11 @@
 /* limits.h: the limits every layer shares, and how transfers are chunked.
  *
- * TD_MAX_NODES bounds a cluster: the membership table, a run's members, the
- * peers a round collects from, the peer lists on the wire and the member
- * bitmasks of reconciliation are all this size. Updates (scheduler/round.h) and blobs (models, late-join seeds,
+ * TD_MAX_NODES bounds a cluster: the membership table, its links and the
+ * peer lists on the wire are this size, and a node past it is refused at the
+ * door (the invite's grant or the hello's welcome says why). TD_MAX_RUN_MEMBERS
+ * bounds one run: a run's members, the peers a round collects from and the
+ * member bitmasks of sampling and reconciliation (64-bit words) are this size,
+ * and a start on more live members is refused with the reason. Updates (scheduler/round.h) and blobs (models, late-join seeds,
  * reconciliation messages: daemon/session/transfer.c) travel as payloads of at most
  * TD_CHUNK_BYTES, cut at multiples of it from the start of the message, so a
  * resumed transfer asks again from any chunk boundary. Pure arithmetic. */
@@ -12,8 +15,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Nodes in one cluster (at most 64: reconciliation keeps members in a bitmask). */
-#define TD_MAX_NODES 32
+/* Nodes in one cluster, this one included. */
+#define TD_MAX_NODES 256
+
+/* Members of one run (at most 64: sampling and reconciliation keep members in
+ * a 64-bit mask); never more than TD_MAX_NODES. */
+#define TD_MAX_RUN_MEMBERS 64
+_Static_assert(TD_MAX_RUN_MEMBERS <= 64 && TD_MAX_RUN_MEMBERS <= TD_MAX_NODES,
+               "a run's members fit a 64-bit mask and the cluster");
 
 /* Largest payload of one UpdateChunk / SnapshotChunk (a multiple of 4). */
 #define TD_CHUNK_BYTES (64u * 1024u)

@@ -108,15 +108,16 @@ static int validate(const Traind__Envelope *e, char *why, size_t n) {
   case TRAIND__ENVELOPE__BODY_LEAVE:
     return check_string(e->leave->reason, TD_WIRE_MAX_STRING, "leave reason", why, n);
   case TRAIND__ENVELOPE__BODY_RUN_START:
-    if (e->run_start->n_members == 0 || e->run_start->n_members > TD_WIRE_MAX_PEERS)
-      return td_why(why, n, TD_EPROTO, "run start with %zu members", e->run_start->n_members);
+    if (e->run_start->n_members == 0 || e->run_start->n_members > TD_WIRE_MAX_RUN_MEMBERS)
+      return td_why(why, n, TD_EPROTO, "run start with %zu members (limit %d)",
+                    e->run_start->n_members, TD_WIRE_MAX_RUN_MEMBERS);
     return check_string(e->run_start->spec, TD_WIRE_MAX_SPEC, "run spec", why, n);
   case TRAIND__ENVELOPE__BODY_RUN_STOP:
     return check_string(e->run_stop->reason, TD_WIRE_MAX_STRING, "stop reason", why, n);
   case TRAIND__ENVELOPE__BODY_RUN_REFUSED:
     return check_string(e->run_refused->reason, TD_WIRE_MAX_STRING, "refusal reason", why, n);
   case TRAIND__ENVELOPE__BODY_UPDATE:
-    if (e->update->n_heard_capacity > TD_WIRE_MAX_PEERS)
+    if (e->update->n_heard_capacity > TD_WIRE_MAX_RUN_MEMBERS)
       return td_why(why, n, TD_EPROTO, "update echoing %zu capacities",
                     e->update->n_heard_capacity);
     return check_chunk(e->update->chunk, e->update->chunks, e->update->total_bytes,

@@ -23,7 +23,10 @@
 /* Largest whole update or snapshot, and chunks per transfer. */
 #define TD_WIRE_MAX_TRANSFER (1ull << 32)
 #define TD_WIRE_MAX_CHUNKS (1u << 20)
+/* Peers in one peer list (welcome, heartbeat): the cluster. */
 #define TD_WIRE_MAX_PEERS TD_MAX_NODES
+/* Members of one run (RunStart) and capacities an update echoes. */
+#define TD_WIRE_MAX_RUN_MEMBERS TD_MAX_RUN_MEMBERS
 #define TD_WIRE_MAX_STRING 256
 #define TD_WIRE_MAX_SPEC 16384
 /* Signed admission records in one message, and the size of each

@@ -34,9 +34,12 @@
 #include "proto/limits.h"
 
 /* The local update plus one per peer. */
-#define TD_AGG_MAX_INPUTS (TD_MAX_NODES + 1)
-/* trimmed:B accepts B up to this (2B + 1 updates needed for the full trim). */
-#define TD_AGG_MAX_TRIM ((TD_AGG_MAX_INPUTS - 1) / 2)
+#define TD_AGG_MAX_INPUTS (TD_MAX_RUN_MEMBERS + 1)
+/* trimmed:B accepts B up to this (2B + 1 updates needed for the full trim);
+ * the range stays what it was when runs held 32 members, so a spec valid
+ * then means the same now. */
+#define TD_AGG_MAX_TRIM 16
+_Static_assert(2 * TD_AGG_MAX_TRIM + 1 <= TD_AGG_MAX_INPUTS, "a full trim fits a run");
 /* norm_bound = auto: the bound of trimmed and median (mean and clip: none). */
 #define TD_AGG_AUTO_NORM_BOUND 5.0
 

@@ -34,7 +34,7 @@
 #include "proto/limits.h"
 
 #define TD_RECON_SLOTS 2
-#define TD_RECON_MAX_MEMBERS TD_MAX_NODES
+#define TD_RECON_MAX_MEMBERS TD_MAX_RUN_MEMBERS
 #define TD_RECON_MESH ((size_t)-1) /* td_recon_plan: no hub, everyone to everyone */
 
 typedef struct td_recon td_recon_t;

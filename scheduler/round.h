@@ -25,7 +25,7 @@
 #include "scheduler/aggregate.h"
 #include "proto/limits.h"
 
-#define TD_ROUND_MAX_PEERS TD_MAX_NODES
+#define TD_ROUND_MAX_PEERS TD_MAX_RUN_MEMBERS
 #define TD_ROUND_SLOTS 4
 
 typedef struct td_round td_round_t;

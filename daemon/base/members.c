@@ -1,4 +1,4 @@
-/* members.c: a fixed-size table (TD_MEMBERS_MAX, the full-mesh limit) with a
+/* members.c: a fixed-size table (TD_MEMBERS_MAX, the cluster limit) with a
  * timeout-based failure detector. Kept deliberately free of I/O so the state
  * machine is unit-tested with a fake clock. */
 #include "daemon/base/members.h"
@@ -50,6 +50,15 @@ bool td_members_reachable(const td_members_t *m, uint64_t node_id) {
     if (m->peers[i].node_id == node_id)
       return !m->peers[i].self &&
              (m->peers[i].state == TD_PEER_ALIVE || m->peers[i].state == TD_PEER_SUSPECT);
+  return false;
+}
+
+bool td_members_has_room(const td_members_t *m, uint64_t node_id) {
+  if (m->count < TD_MEMBERS_MAX)
+    return true;
+  for (size_t i = 0; i < m->count; i++)
+    if (m->peers[i].node_id == node_id)
+      return true;
   return false;
 }
 

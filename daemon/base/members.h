@@ -54,10 +54,14 @@ int td_members_open(td_members_t **out, uint64_t self_id, const char *self_endpo
 void td_members_close(td_members_t **self_p);
 
 /* Direct evidence that node_id is alive at `now`. Adds it if new (TD_ENOMEM
- * style failure: returns TD_ERANGE when the table is full). *event says what
- * changed. endpoint may be NULL (keep the known one). */
+ * style failure: returns TD_ERANGE when the table is full, TD_MEMBERS_MAX
+ * entries, this node's included). *event says what changed. endpoint may be
+ * NULL (keep the known one). */
 int td_members_heard(td_members_t *m, uint64_t node_id, const char *endpoint, double now,
                      td_member_event_t *event);
+/* Whether node_id is in the table already or would still fit: false is the
+ * answer to give a node that asks to join a full cluster. */
+bool td_members_has_room(const td_members_t *m, uint64_t node_id);
 /* Learn of a peer second hand (gossip): added as alive with last_heard = now
  * if unknown, otherwise nothing changes. Returns 1 when it was new. */
 int td_members_learn(td_members_t *m, uint64_t node_id, const char *endpoint, double now);

@@ -39,7 +39,8 @@ typedef struct td__zap td__zap_t;
   X(WRONG_RUN, wrong_run) X(NOT_MEMBER, not_member) X(LATE, late) X(AHEAD, ahead)           \
   X(REJECTED, rejected) X(NONFINITE_LOCAL, nonfinite_local) X(DUPLICATE, duplicate)         \
   X(HANDSHAKE, handshake) X(UNKNOWN_KEY, unknown_key) X(FORBIDDEN, forbidden)             \
-  X(REUSED_RUN_ID, reused_run_id) X(FLOODED, flooded) X(BAD_RELAY, bad_relay)
+  X(REUSED_RUN_ID, reused_run_id) X(FLOODED, flooded) X(BAD_RELAY, bad_relay)           \
+  X(CLUSTER_FULL, cluster_full)
 #define TD__DROP_ENUM(u, l) TD__DROP_##u,
 typedef enum { TD__DROPS(TD__DROP_ENUM) TD__DROP_COUNT } td__drop_t;
 #undef TD__DROP_ENUM

@@ -584,7 +584,7 @@ static const run_key_t td__run_keys[] = {
     {"eval_every", KEY_UINT, F(eval_every), "10", 1, 100000000, NULL,
      "rounds between test evaluations (peer runs); on the CPU they run on a copy of the model "
      "in a thread of their own while training goes on"},
-    {"eval_nodes", KEY_UINT, F(eval_nodes), "1", 0, TD_MAX_NODES, NULL,
+    {"eval_nodes", KEY_UINT, F(eval_nodes), "1", 0, TD_MAX_RUN_MEMBERS, NULL,
      "how many nodes (the lowest ranks) evaluate every eval_every rounds; 0: every node. Every "
      "node evaluates after the last round. One keeps the others' CPU for training"},
     {"verify_every", KEY_UINT, F(verify_every), "10", 0, 100000000, NULL,

@@ -84,7 +84,7 @@ void td__rounds_begin(td__session_t *s, uint64_t round) {
     s->deadline = s->own[round % TD__RING].done_at + s->spec.round_timeout;
 }
 
-_Static_assert(TD_LEDGER_MEMBERS_TEXT >= TD_MEMBERS_MAX * 17 + 1 && TD_MEMBERS_MAX <= 64,
+_Static_assert(TD_LEDGER_MEMBERS_TEXT >= TD_MAX_RUN_MEMBERS * 17 + 1 && TD_MAX_RUN_MEMBERS <= 64,
                "a round row names every member (text) and its partition (bit)");
 
 /* The row of `round`: `took_part` has bit i set for member i (rank and data

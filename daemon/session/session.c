@@ -394,6 +394,10 @@ static int check_run_id(td__node_t *n, uint64_t run_id, const char *spec_text, c
 int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
                       const uint64_t *members, size_t n_members, uint64_t first_round,
                       uint64_t sponsor, bool held, char *why, size_t why_len) {
+  if (n_members > TD_MAX_RUN_MEMBERS) /* sampling and reconciliation keep 64-bit masks */
+    return td_why(why, why_len, TD_EINVAL, "a run takes at most %d members and %zu are alive: "
+                  "start it on a cluster of at most %d nodes (trainctl leave on the others)",
+                  TD_MAX_RUN_MEMBERS, n_members, TD_MAX_RUN_MEMBERS);
   int rc = check_run_id(n, run_id, spec_text, why, why_len);
   if (rc != 0)
     return rc;

@@ -201,7 +201,7 @@ typedef struct {
 typedef struct {
   uint64_t round;
   double capacity, uplink;
-  double heard[TD_MEMBERS_MAX];
+  double heard[TD_MAX_RUN_MEMBERS];
 } td__peer_report_t;
 
 /* What the aggregation refused of one member's updates (rounds.c). */
@@ -263,7 +263,9 @@ struct td__session {
   uint64_t own_done;
   bool own_fresh; /* overlap: the last own round waited for its predecessor's average */
   double own_loss, lr, capacity, round_started, deadline;
-  td__peer_report_t peer_report[TD_MEMBERS_MAX][TD__RING];
+  /* by member index: a run has at most TD_MAX_RUN_MEMBERS (td__session_start),
+   * and each report echoes as many, so this is sized by the run, not the cluster */
+  td__peer_report_t peer_report[TD_MAX_RUN_MEMBERS][TD__RING];
   unsigned plan[TD_MEMBERS_MAX]; /* current batch plan by member index (0: none) */
   unsigned plan_hist[TD__RING][TD_MEMBERS_MAX]; /* plan in force when round r closed */
   uint64_t plan_hist_round[TD__RING];           /* ... that r (by r % TD__RING) */

@@ -16,10 +16,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/limits.h"
+
 #define TD_LEDGER_SCHEMA_VERSION 6
 /* Room for the node ids of a round's members as text ("id,id,..." in hex):
- * TD_MAX_NODES (proto/limits.h) ids of 16 digits and a comma each. */
-#define TD_LEDGER_MEMBERS_TEXT (32 * 17 + 1)
+ * TD_MAX_RUN_MEMBERS (proto/limits.h) ids of 16 digits and a comma each. */
+#define TD_LEDGER_MEMBERS_TEXT (TD_MAX_RUN_MEMBERS * 17 + 1)
 
 typedef struct td_ledger td_ledger_t;
 

@@ -62,13 +62,17 @@ run join_right ctl x join "$EA" "$(key_of a)"
 [ "$(rc_of join_right)" = 0 ] && grep -q "^joined $EA " "$T/join_right.out" \
   && pass "join_right: $(cat "$T/join_right.out")" || fail "join_right: $(cat "$T/join_right.err")"
 
-# a cluster of 32 (the limit): the intruder's hellos fill plain node f's table
+# a cluster of 256 (the limit): the intruder's hellos fill plain node f's table
 start_loner f --insecure || finish
 start_loner g --insecure || finish
 EF=$(endpoint_of f)
-TD_INTRUDER_WAIT_S=0.5 "$INTRUDER" "$EF" "" fill 31 >/dev/null 2>&1
+TD_INTRUDER_WAIT_S=0.5 "$INTRUDER" "$EF" "" fill 255 >/dev/null 2>&1
+for _ in $(seq 100); do # f takes each in; then its table is full
+  [ "$(ctl f peers --json | grep -o '"node_id"' | wc -l)" -ge 256 ] && break
+  sleep 0.2
+done
 run join_full ctl g join "$EF"
-exactly join_full "trainctl: error: join refused by $EF: cluster full (32 nodes, the limit)"
+exactly join_full "trainctl: error: join refused by $EF: cluster is full: 256 members, the most traind supports"
 
 # ---- start: a, b (--max-batch 32) and c (--max-batch 8), x gone
 ctl x leave >/dev/null || fail "x leave"

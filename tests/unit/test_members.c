@@ -1,6 +1,7 @@
 /* test_members.c: the failure detector with a fake clock. Silence makes a peer
  * suspect, then dead; hearing from it again readmits it; gossip adds unknown
- * peers only; the live list is sorted and excludes the dead. */
+ * peers only; the live list is sorted and excludes the dead; the table holds
+ * 256 members (TD_MAX_NODES) and refuses the 257th. */
 #include <check.h>
 #include <stdlib.h>
 
@@ -77,11 +78,40 @@ START_TEST(gossip_self_leave_and_capacity) {
 }
 END_TEST
 
+/* 256 members fit (this node and 255 peers); the 257th is refused whether it
+ * says hello or is gossiped, and a member already in keeps its place. */
+START_TEST(the_257th_node_is_refused) {
+  ck_assert_int_eq(TD_MEMBERS_MAX, 256);
+  td_members_t *m = NULL;
+  ck_assert_int_eq(td_members_open(&m, 1, "tcp://self", 1, 2), 0);
+  td_member_event_t ev;
+  for (uint64_t id = 2; id <= 256; id++) {
+    ck_assert(td_members_has_room(m, id));
+    ck_assert_int_eq(td_members_heard(m, id, "tcp://peer", 0, &ev), 0);
+    ck_assert_int_eq(ev, TD_MEMBER_JOINED);
+  }
+  ck_assert_uint_eq(td_members_count(m), 256);
+  ck_assert(!td_members_has_room(m, 257));
+  ck_assert_int_eq(td_members_heard(m, 257, "tcp://one-too-many", 0, &ev), TD_ERANGE);
+  ck_assert_int_eq(td_members_learn(m, 258, "tcp://gossiped", 0), 0); /* not taken */
+  ck_assert_ptr_null(td_members_find(m, 258));
+  ck_assert_ptr_null(td_members_find(m, 257));
+  ck_assert_uint_eq(td_members_count(m), 256);
+  /* a member of a full table is still heard, and may still ask again */
+  ck_assert(td_members_has_room(m, 256));
+  ck_assert_int_eq(td_members_heard(m, 256, NULL, 1, &ev), 0);
+  uint64_t ids[TD_MEMBERS_MAX];
+  ck_assert_uint_eq(td_members_live(m, false, ids, TD_MEMBERS_MAX), 256);
+  td_members_close(&m);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("members");
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, silence_suspects_then_kills_and_a_return_revives);
   tcase_add_test(tc, gossip_self_leave_and_capacity);
+  tcase_add_test(tc, the_257th_node_is_refused);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -6,7 +6,8 @@
  * Asserted: before any run status says idle; a started run is running,
  * found by its id and by no other, and status shows it; a second start while
  * it runs is refused with the running run's id and changes nothing, as is a
- * start by a node that is not a member or with a spec the policy refuses; a
+ * start by a node that is not a member, on more than TD_MAX_RUN_MEMBERS (64)
+ * members or with a spec the policy refuses; a
  * stop for an unknown run is counted as a drop and stops nothing; a stop for
  * the running one ends it `stopped` with its reason; a pool job's reference
  * keeps the ended session alive (its destructor has not run) until the last
@@ -105,6 +106,17 @@ START_TEST(bad_starts_are_refused) {
   uint64_t strangers[] = {PEER_A, PEER_B};
   ck_assert_int_ne(start_run(RUN, spec, strangers, 2, why, sizeof why), 0);
   ck_assert_msg(strstr(why, "not a member") != NULL, "%s", why);
+  ck_assert_ptr_null(fx->n.session);
+
+  /* a cluster may hold TD_MAX_NODES, a run only TD_MAX_RUN_MEMBERS (its
+   * sampling and reconciliation masks are 64 bits): the start on one more
+   * says so, before anything opens */
+  uint64_t crowd[TD_MAX_RUN_MEMBERS + 1] = {SELF};
+  for (size_t i = 1; i <= TD_MAX_RUN_MEMBERS; i++)
+    crowd[i] = 0x1000 + i;
+  ck_assert_int_ne(start_run(RUN, spec, crowd, TD_MAX_RUN_MEMBERS + 1, why, sizeof why), 0);
+  ck_assert_msg(strstr(why, "a run takes at most 64 members and 65 are alive") != NULL, "%s",
+                why);
   ck_assert_ptr_null(fx->n.session);
   free(spec);
 
