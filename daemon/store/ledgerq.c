@@ -21,11 +21,11 @@
  * end rows are never dropped. Every drop is counted by kind and logged. A row
  * SQLite refuses for itself (a constraint) is left out, counted and logged,
  * and the rest of its batch is written. When a batch succeeds again the
- * episode is logged and recorded as a `ledger_degraded` event. */
+ * episode is logged and recorded as a `ledger_degraded` event. The reads
+ * (start-up visits, the rounds query) are ledgerq_read.c's. */
 #include "daemon/store/ledgerq.h"
 
 #include <inttypes.h>
-#include <json-c/json.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -35,7 +35,6 @@
 
 #include "common/error.h"
 #include "daemon/base/clock.h"
-#include "daemon/base/json.h"
 #include "daemon/base/log.h"
 
 typedef enum {
@@ -723,85 +722,11 @@ void td__ledger_event(td__ledgerq_t *q, const char *kind, const char *fmt, ...) 
   op->text = strdup(detail);
 }
 
-void td__ledger_peers(td__ledgerq_t *q, td_ledger_peer_fn fn, void *user) {
+td_ledger_t *td__ledgerq_lock(td__ledgerq_t *q) {
   pthread_mutex_lock(&q->mu);
-  td_ledger_peers(q->ledger, fn, user);
-  pthread_mutex_unlock(&q->mu);
+  return q->ledger;
 }
 
-int td__ledger_runs_interrupt(td__ledgerq_t *q, double at, td_ledger_run_fn fn, void *user) {
-  pthread_mutex_lock(&q->mu);
-  int rc = td_ledger_runs_interrupt(q->ledger, at, fn, user);
-  pthread_mutex_unlock(&q->mu);
-  return rc;
-}
+void td__ledgerq_unlock(td__ledgerq_t *q) { pthread_mutex_unlock(&q->mu); }
 
-/* ---- rounds query ------------------------------------------------------------------ */
-
-typedef struct {
-  uv_work_t req;
-  td__ledgerq_t *q;
-  uint64_t run_id, from, limit, total; /* arguments, then the row count */
-  unsigned last;
-  json_object *arr;
-  char *json;
-  td__rounds_done_fn done;
-  void *user;
-} rounds_query_t;
-
-static void round_to_json(const td_ledger_round_t *r, void *user) {
-  rounds_query_t *rq = user;
-  uint64_t index = rq->total++;
-  if (index < rq->from || index - rq->from >= rq->limit)
-    return;
-  json_object *o = json_object_new_object();
-  json_object_object_add(o, "run_id", td__json_id(r->run_id));
-  json_object_object_add(o, "round", json_object_new_int64((int64_t)r->round));
-  json_object_object_add(o, "started", json_object_new_double(r->started));
-  json_object_object_add(o, "ended", json_object_new_double(r->ended));
-  json_object_object_add(o, "local_steps", json_object_new_int64(r->local_steps));
-  json_object_object_add(o, "batch", json_object_new_int64(r->batch));
-  json_object_object_add(o, "samples", json_object_new_int64((int64_t)r->samples));
-  json_object_object_add(o, "loss", td__json_real(r->loss));
-  json_object_object_add(o, "eval_acc", td__json_real(r->eval_acc));
-  json_object_object_add(o, "eval_bpb", td__json_real(r->eval_bpb));
-  json_object_object_add(o, "bytes_sent", json_object_new_int64((int64_t)r->bytes_sent));
-  json_object_object_add(o, "bytes_recv", json_object_new_int64((int64_t)r->bytes_recv));
-  json_object_object_add(o, "compute_s", td__json_real(r->compute_s));
-  json_object_object_add(o, "wait_s", td__json_real(r->wait_s));
-  json_object_array_add(rq->arr, o);
-}
-
-/* Work pool: only the query's own arguments and the ledger (under mu). */
-static void rounds_work(uv_work_t *req) {
-  rounds_query_t *rq = req->data;
-  rq->arr = json_object_new_array();
-  pthread_mutex_lock(&rq->q->mu);
-  td_ledger_rounds(rq->q->ledger, rq->run_id, rq->last, round_to_json, rq);
-  pthread_mutex_unlock(&rq->q->mu);
-  rq->json = strdup(json_object_to_json_string_ext(rq->arr, JSON_C_TO_STRING_PLAIN));
-  json_object_put(rq->arr);
-}
-
-static void rounds_done(uv_work_t *req, int status) {
-  rounds_query_t *rq = req->data;
-  (void)status;
-  rq->done(rq->json, rq->total, rq->user);
-  free(rq);
-}
-
-int td__ledger_rounds_query(td__ledgerq_t *q, uint64_t run_id, unsigned last, uint64_t from,
-                            uint64_t limit, td__rounds_done_fn done, void *user) {
-  rounds_query_t *rq = calloc(1, sizeof *rq);
-  if (rq == NULL)
-    return TD_ENOMEM;
-  *rq = (rounds_query_t){.q = q, .run_id = run_id, .last = last, .from = from,
-                         .limit = limit, .done = done, .user = user};
-  td__ledgerq_flush(q); /* the query runs behind the pending writes */
-  rq->req.data = rq;
-  if (uv_queue_work(q->loop, &rq->req, rounds_work, rounds_done) != 0) {
-    free(rq);
-    return TD_EIO;
-  }
-  return 0;
-}
+uv_loop_t *td__ledgerq_loop(const td__ledgerq_t *q) { return q->loop; }

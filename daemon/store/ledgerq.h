@@ -23,6 +23,11 @@ int td__ledgerq_open(td__ledgerq_t **out, uv_loop_t *loop, const char *path, cha
 /* Writes what is still queued on the calling thread, then closes. */
 void td__ledgerq_close(td__ledgerq_t **self_p);
 void td__ledgerq_flush(td__ledgerq_t *q);
+/* The ledger under the queue's lock, for a read between batches (any
+ * thread); td__ledgerq_unlock() releases it. The loop the queue runs on. */
+td_ledger_t *td__ledgerq_lock(td__ledgerq_t *q);
+void td__ledgerq_unlock(td__ledgerq_t *q);
+uv_loop_t *td__ledgerq_loop(const td__ledgerq_t *q);
 /* fn(user) after every batch the pool finished, written or not (one hook). */
 void td__ledgerq_on_batch(td__ledgerq_t *q, void (*fn)(void *user), void *user);
 /* No checkpoint is queued or being written, or the ledger cannot be written
