@@ -367,6 +367,6 @@ void td__gossip_greet_known(td__node_t *n) {
   if (g.dialled == 0 && strcmp(td__transport_endpoint(n->net), TD_LISTEN_NONE) == 0 &&
       td__access_count(n->access) > 0)
     td_log_warn("this node accepts no connections (--listen none) and knows the address of no "
-                "reachable member: run trainctl join tcp://HOST:PORT (a member's endpoint) so it "
-                "can reach the cluster");
+                "reachable member: give it one with trainctl join tcp://HOST:PORT KEY (a member's "
+                "endpoint and key) or a new invite");
 }
