@@ -97,7 +97,15 @@ static void send_welcome(td__node_t *n, td__link_t *l, const char *refused) {
   td__link_send(n->net, l, &env);
 }
 
-static void record_peer(td__node_t *n, const td_member_t *m) { td__ledger_peer(n->ledger, m); }
+/* A peer's row goes to disk now, not at the next heartbeat's flush: where the
+ * peers are is all a restarted node has to find its way back with, and a
+ * node that accepts no connections and lost it can be reached by nobody (it
+ * joined, was killed within a heartbeat, and came back knowing no address).
+ * Peer rows are rare (a join, a death, a new address), so this costs little. */
+static void record_peer(td__node_t *n, const td_member_t *m) {
+  td__ledger_peer(n->ledger, m);
+  td__ledgerq_flush(n->ledger);
+}
 
 static void on_member_event(const td_member_t *m, td_member_event_t ev, void *user) {
   td__node_t *n = user;
@@ -347,16 +355,33 @@ void td__gossip_leave(td__node_t *n, const char *why) {
   td__transport_broadcast(n->net, &env);
 }
 
+typedef struct {
+  td__node_t *n;
+  size_t dialled; /* known peers with an address this node can dial */
+} greeting_t;
+
 static void greet_known_peer(uint64_t node_id, const char *endpoint, const char *state,
                              void *user) {
-  td__node_t *n = user;
+  greeting_t *g = user;
+  td__node_t *n = g->n;
   if (node_id == n->node_id || endpoint == NULL || strcmp(state ? state : "", "left") == 0)
     return;
   td__link_t *l = td__link_ensure(n->net, node_id, endpoint);
   if (l != NULL) {
     td_log_info("saying hello to known peer %016" PRIx64 " at %s", node_id, endpoint);
     td__gossip_hello(n, l);
+    g->dialled += strcmp(endpoint, TD_LISTEN_NONE) != 0;
   }
 }
 
-void td__gossip_greet_known(td__node_t *n) { td__ledger_peers(n->ledger, greet_known_peer, n); }
+void td__gossip_greet_known(td__node_t *n) {
+  greeting_t g = {.n = n};
+  td__ledger_peers(n->ledger, greet_known_peer, &g);
+  /* nobody can call a node without a peer port: with no address to dial it
+   * stays alone until it is told one */
+  if (g.dialled == 0 && strcmp(td__transport_endpoint(n->net), TD_LISTEN_NONE) == 0 &&
+      td__access_count(n->access) > 0)
+    td_log_warn("this node accepts no connections (--listen none) and knows the address of no "
+                "reachable member: give it one with trainctl join tcp://HOST:PORT KEY (a member's "
+                "endpoint and key) or a new invite");
+}

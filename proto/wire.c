@@ -138,8 +138,8 @@ static int validate(const Traind__Envelope *e, char *why, size_t n) {
   case TRAIND__ENVELOPE__BODY_RELAY:
     if (e->relay->signature.len != TD_WIRE_SIGNATURE_BYTES || e->relay->inner.len == 0 ||
         e->relay->inner.len > TD_WIRE_MAX_RELAYED || e->relay->origin == 0 ||
-        e->relay->target == 0)
-      return td_why(why, n, TD_EPROTO, "relay without origin, target, a %d-byte signature or "
+        e->relay->target == 0 || e->relay->seq == 0)
+      return td_why(why, n, TD_EPROTO, "relay without origin, target, sequence number, a %d-byte signature or "
                     "an inner message of 1..%u bytes", TD_WIRE_SIGNATURE_BYTES,
                     TD_WIRE_MAX_RELAYED);
     return 0;

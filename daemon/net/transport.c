@@ -36,11 +36,12 @@
  * reachable member answers over the connection the node opened (its ROUTER
  * sends to the routing id that node's frames came with: a REVERSE link). Two
  * such nodes cannot reach each other: a RELAYED link wraps each frame in a
- * Relay envelope signed by the origin's Ed25519 key and sends it to a
- * reachable member both are connected to, which forwards it unchanged; the
+ * Relay envelope signed by the origin's Ed25519 key (relay.c) and sends it to
+ * a reachable member both are connected to, which forwards it unchanged; the
  * target checks the signature against the origin's signing key (bound by its
- * admission record or its own hello) before the inner envelope goes up, so a
- * relay can delay or drop what it carries but not alter or invent it. A
+ * admission record or its own hello) and the frame's sequence number against
+ * that origin's replay window before the inner envelope goes up, so a relay
+ * can delay or drop what it carries but not alter, invent or replay it. A
  * member relays only what the origin itself handed it, to the target named.
  *
  * Floods and silent connections (inbound.c): the socket monitor on the
@@ -55,7 +56,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <netinet/in.h>
-#include <sodium.h>
 #include <zmq.h>
 
 #include "common/error.h"
@@ -63,6 +63,7 @@
 #include "daemon/base/log.h"
 #include "daemon/net/advertise.h"
 #include "daemon/net/inbound.h"
+#include "daemon/net/relay.h"
 #include "scheduler/budget.h"
 #include "scheduler/pathrtt.h"
 
@@ -157,6 +158,7 @@ struct td__transport {
   reverse_id_t reverse[MAX_LINKS];
   size_t n_reverse;
   uint64_t relayed_out, relayed_in, relay_forwarded; /* frames, for status */
+  td__relays_t *relays; /* what we relay out, and the replay windows of what comes in */
 };
 
 static void drain_dealer(td__transport_t *t, td__link_t *l, void *sock);
@@ -409,23 +411,6 @@ static void note_reverse(td__transport_t *t, uint64_t peer, const zmq_msg_t *rid
   r->rid_len = len;
 }
 
-/* The digest a relayed frame's signature covers. */
-static void relay_digest(uint64_t origin, uint64_t target, const uint8_t *inner, size_t len,
-                         uint8_t out[crypto_generichash_BYTES]) {
-  static const char label[] = "traind-relay1";
-  uint8_t ids[16];
-  for (int i = 0; i < 8; i++) {
-    ids[i] = (uint8_t)(origin >> (56 - 8 * i));
-    ids[8 + i] = (uint8_t)(target >> (56 - 8 * i));
-  }
-  crypto_generichash_state st;
-  crypto_generichash_init(&st, NULL, 0, crypto_generichash_BYTES);
-  crypto_generichash_update(&st, (const uint8_t *)label, sizeof label - 1);
-  crypto_generichash_update(&st, ids, sizeof ids);
-  crypto_generichash_update(&st, inner, len);
-  crypto_generichash_final(&st, out, crypto_generichash_BYTES);
-}
-
 /* The member a RELAYED link goes through: the one used last while it stays
  * reachable, else the first reachable member we dial directly. */
 static td__link_t *relay_for(td__transport_t *t, td__link_t *l) {
@@ -463,22 +448,10 @@ static int send_frame(td__transport_t *t, td__link_t *l, bool control, const uin
     td__link_t *v = relay_for(t, l);
     if (v == NULL || l->peer == 0 || len > TD_WIRE_MAX_RELAYED)
       return -1;
-    uint8_t digest[crypto_generichash_BYTES], sig[TD__SIGNATURE_BYTES];
-    relay_digest(t->node_id, l->peer, buf, len, digest);
-    td__admission_sign_message(td__access_admission(t->access), digest, sizeof digest, sig);
-    Traind__Relay relay = TRAIND__RELAY__INIT;
-    relay.origin = t->node_id;
-    relay.target = l->peer;
-    relay.inner = (ProtobufCBinaryData){.len = len, .data = (uint8_t *)buf};
-    relay.signature = (ProtobufCBinaryData){.len = sizeof sig, .data = sig};
-    Traind__Envelope env = TRAIND__ENVELOPE__INIT;
-    env.body_case = TRAIND__ENVELOPE__BODY_RELAY;
-    env.relay = &relay;
-    env.sender = t->node_id;
-    env.seq = ++t->seq;
     uint8_t *out;
     size_t out_len;
-    if (td_wire_pack(&env, &out, &out_len) != 0)
+    if (td__relay_wrap(t->relays, td__access_admission(t->access), t->node_id, l->peer, ++t->seq,
+                       buf, len, &out, &out_len) != 0)
       return -1;
     int rc = zmq_send(control ? v->ctl_sock : v->sock, out, out_len, ZMQ_DONTWAIT) < 0 ? -1 : 0;
     free(out);
@@ -837,20 +810,25 @@ static void on_relay(td__transport_t *t, Traind__Envelope *env, uint64_t sender)
     forward_relay(t, env, sender);
     return;
   }
-  if (td__access_secure(t->access)) {
-    const uint8_t *sign = td__access_sign_key_of(t->access, r->origin);
-    if (sign == NULL) {
-      relay_drop(t, "a message relayed from %016" PRIx64 " by %016" PRIx64 ": its origin is not "
-                 "admitted here or its signing key is not known yet", r->origin, sender);
-      return;
-    }
-    uint8_t digest[crypto_generichash_BYTES];
-    relay_digest(r->origin, r->target, r->inner.data, r->inner.len, digest);
-    if (crypto_sign_verify_detached(r->signature.data, digest, sizeof digest, sign) != 0) {
-      relay_drop(t, "a message relayed from %016" PRIx64 " by %016" PRIx64 " fails its origin's "
-                 "signature (altered on the way): rejected", r->origin, sender);
-      return;
-    }
+  const uint8_t *sign = NULL;
+  if (td__access_secure(t->access) &&
+      (sign = td__access_sign_key_of(t->access, r->origin)) == NULL) {
+    relay_drop(t, "a message relayed from %016" PRIx64 " by %016" PRIx64 ": its origin is not "
+               "admitted here or its signing key is not known yet", r->origin, sender);
+    return;
+  }
+  switch (td__relay_accept(t->relays, r, sign)) {
+  case TD__RELAY_FORGED:
+    relay_drop(t, "a message relayed from %016" PRIx64 " by %016" PRIx64 " fails its origin's "
+               "signature (altered on the way): rejected", r->origin, sender);
+    return;
+  case TD__RELAY_REPLAYED:
+    relay_drop(t, "a message relayed from %016" PRIx64 " by %016" PRIx64 " repeats one this "
+               "node took before or is too old (sequence %" PRIu64 "): a replay, rejected",
+               r->origin, sender, r->seq);
+    return;
+  case TD__RELAY_OK:
+    break;
   }
   Traind__Envelope *in = NULL;
   td_wire_refusal_t refusal;
@@ -1094,10 +1072,11 @@ int td__transport_open(td__transport_t **out, const td__transport_opts_t *opts, 
   t->uplink_bps = opts->uplink_bps > 0 ? opts->uplink_bps : 0;
   int inbound_rc =
       td__inbound_open(&t->inbound, t->loop, opts->descriptors, opts->heartbeat_s, t->drops);
+  int relays_rc = td__relays_open(&t->relays);
   const char *listen = opts->listen;
   t->zctx = zmq_ctx_new();
   *out = t; /* closed by td__transport_close() whatever happens */
-  if (inbound_rc != 0)
+  if (inbound_rc != 0 || relays_rc != 0)
     return td_why(why, why_len, TD_ENOMEM, "out of memory");
   if (strcmp(listen, TD_LISTEN_NONE) == 0) {
     /* no peer port: every connection is one this node opens */
@@ -1161,6 +1140,7 @@ void td__transport_close(td__transport_t **self_p) {
     td_linkq_close(&t->links[i].q);
   }
   td__inbound_close(&t->inbound); /* its monitor socket, before the context ends */
+  td__relays_close(&t->relays);
   if (t->router)
     zmq_close(t->router);
   td__zap_close(&t->zap);

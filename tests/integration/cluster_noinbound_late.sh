@@ -1,8 +1,4 @@
 #!/bin/bash
-# NOT in make check: on an idle machine (a CI rehearsal) d, started late with
-# --listen none, was never admitted into the running sync run (first round 0,
-# no update received by anyone); it passed under load. A known gap of
-# issue 36 item 3; run it by hand: make check TESTS=tests/integration/cluster_noinbound_late.sh
 # cluster_noinbound_late.sh: a node that accepts no connections (--listen
 # none) joins a run late and comes back (issue 36, item 3). Three nodes join
 # by invites, c of them with --listen none; d, also --listen none, is invited

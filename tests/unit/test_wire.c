@@ -173,13 +173,15 @@ START_TEST(state_hash_is_32_bytes_or_a_request) {
 }
 END_TEST
 
-/* A relayed message (--listen none) needs its origin, target, a 64-byte
- * signature and an inner message that leaves room for the wrapper. */
+/* A relayed message (--listen none) needs its origin, target, sequence
+ * number, a 64-byte signature and an inner message that leaves room for the
+ * wrapper. */
 START_TEST(relay_envelopes_are_checked) {
   static uint8_t inner[TD_WIRE_MAX_RELAYED + 1], sig[TD_WIRE_SIGNATURE_BYTES + 1];
   Traind__Relay r = TRAIND__RELAY__INIT;
   r.origin = 1;
   r.target = 2;
+  r.seq = 1;
   r.inner = (ProtobufCBinaryData){.len = 100, .data = inner};
   r.signature = (ProtobufCBinaryData){.len = TD_WIRE_SIGNATURE_BYTES, .data = sig};
   Traind__Envelope env = TRAIND__ENVELOPE__INIT;
@@ -210,6 +212,15 @@ START_TEST(relay_envelopes_are_checked) {
     ck_assert_ptr_nonnull(strstr(why, "relay"));
     free(buf);
   }
+  r.origin = 1; /* all else right, but no sequence number: no replay window can hold it */
+  r.target = 2;
+  r.inner.len = 100;
+  r.signature.len = TD_WIRE_SIGNATURE_BYTES;
+  r.seq = 0;
+  ck_assert_int_eq(td_wire_pack(&env, &buf, &len), 0);
+  ck_assert_int_eq(td_wire_unpack(&got, buf, len, why, sizeof why), TD_EPROTO);
+  ck_assert_ptr_nonnull(strstr(why, "sequence"));
+  free(buf);
 }
 END_TEST
 
