@@ -8,14 +8,13 @@
  * Update and bulk frames wait in the link's queue (scheduler/linkq.h) and are
  * paced out by its window; the receiver acks every chunk. ZMQ_FD is
  * edge-triggered, so every wake-up drains the socket while ZMQ_EVENTS reports
- * input, and the heartbeat drains it once more as a safety net. Each link
- * also measures its goodput from update acknowledgements (docs/algorithms.md#per-link-budgets-codec-auto)
- * for the codec budgets (scheduler/budget.h), and its path round-trip time
- * from heartbeat echoes (scheduler/pathrtt.h; each heartbeat carries the
- * sender's clock and echoes the peer's last stamp with how long it was held).
- * Nothing received is trusted: envelopes go through proto/wire.c, then up
- * through the `received` callback given at open (the node's dispatch.c);
- * the transport never calls a part above it by name.
+ * input, and the heartbeat drains it once more as a safety net (the reading
+ * is transport_recv.c's). Each link also measures its goodput from update
+ * acknowledgements for the codec budgets, and its path round-trip time from
+ * heartbeat echoes (linkstats.c). Nothing received is trusted: envelopes go
+ * through proto/wire.c, then up through the `received` callback given at
+ * open (the node's dispatch.c); the transport never calls a part above it by
+ * name. The three files share transport_int.h.
  *
  * --link-delay-ms (an emulated WAN) holds every outgoing frame that long:
  * update and bulk frames in their link queue, control frames in its control
@@ -47,11 +46,10 @@
  * Floods and silent connections (inbound.c): the socket monitor on the
  * ROUTER counts every inbound connection against the descriptor shares and
  * sheds the ones over them; the tick closes the long-silent ones. */
-#include "daemon/net/net.h"
+#include "daemon/net/transport_int.h"
 
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,104 +62,8 @@
 #include "daemon/net/advertise.h"
 #include "daemon/net/inbound.h"
 #include "daemon/net/relay.h"
-#include "scheduler/budget.h"
 #include "scheduler/pathrtt.h"
 
-#define MAX_LINKS TD_MEMBERS_MAX
-/* libzmq refuses larger frames before allocating (our own limit is lower). */
-#define ZMQ_MAX_FRAME_BYTES (16 << 20)
-#define LINK_SNDHWM_FRAMES 4000
-#define ROUTER_RCVHWM_FRAMES 20000
-/* libzmq's default is 30 s: a connection that says nothing is closed sooner. */
-#define HANDSHAKE_TIMEOUT_MS 5000
-
-/* How a link reaches its peer. */
-typedef enum {
-  LINK_CLOSED = 0, /* a free slot (its key was revoked) */
-  LINK_DIRECT,     /* our DEALERs dial the peer's ROUTER */
-  LINK_REVERSE,    /* the peer accepts no connections: our ROUTER answers on its own */
-  LINK_RELAYED,    /* neither side accepts connections: through a reachable member */
-} link_route_t;
-
-/* A DEALER read by a node without a ROUTER (heap: uv_close frees it). */
-typedef struct {
-  uv_poll_t h;
-  struct td__transport *t;
-  struct td__link *l;
-} dealer_poll_t;
-
-/* The routing id of the last frame an authenticated peer sent to our ROUTER:
- * what a REVERSE link sends back on. */
-typedef struct {
-  uint64_t peer;
-  uint8_t rid[256];
-  size_t rid_len;
-} reverse_id_t;
-
-typedef struct {
-  double sent_at; /* mono seconds; 0 when acked or never sent */
-  uint64_t round, bytes;
-  char codec[32];
-} pending_update_t;
-
-struct td__link {
-  uint64_t peer; /* 0 until the node behind `endpoint` introduced itself */
-  char endpoint[TD_ENDPOINT_MAX];
-  void *sock;     /* update chunks and bulk, paced by q */
-  void *ctl_sock; /* everything else */
-  td_linkq_t *q;
-  uint64_t bytes_sent, bytes_recv, msgs_sent, msgs_recv, send_drops;
-  /* updates only: bytes on the wire and the dense fp32 bytes they stand for */
-  uint64_t update_wire_sent, update_dense_sent, update_wire_recv, update_dense_recv;
-  char codec[32];
-  double goodput_bps, ack_s, budget;
-  pending_update_t pending[2]; /* updates awaiting their ack, by round % 2 */
-  td_pathrtt_t path;           /* path RTT from heartbeat echoes */
-  char advertised[TD_ENDPOINT_MAX]; /* what we tell this peer to dial; "" = not chosen yet */
-  bool advertise_refused;           /* only loopback to offer a peer off loopback */
-  uint64_t echo_us;            /* the peer's last heartbeat stamp (0: none yet) */
-  double echo_heard_at;        /* when it came, mono seconds */
-  double reply_tokens, reply_at; /* td__link_take_reply's bucket; reply_at 0: full */
-  bool reply_owed;
-  link_route_t route;
-  dealer_poll_t *polls[2]; /* --listen none: sock's and ctl_sock's input */
-  uint64_t via;            /* RELAYED: the member that carried the last frame */
-};
-
-struct td__transport {
-  uv_loop_t *loop;
-  uint64_t node_id;
-  td_members_t *members; /* borrowed: who is reachable (NULL until set) */
-  td__drops_t *drops;    /* borrowed */
-  td__transport_events_t events;
-  uint64_t run_bytes_sent; /* every frame but control, since open */
-  void *zctx, *router;
-  td__access_t *access;
-  td__zap_t *zap; /* NULL when insecure */
-  uv_poll_t router_poll;
-  uv_timer_t pump_timer; /* next time a queued frame becomes sendable */
-  double link_delay_s;
-  /* --uplink-kbit: the queued frames of all links share this many bits per
-   * second, like a shaped uplink (0: no cap); uplink_free_s is when the
-   * emulated wire is free for the next frame. */
-  double uplink_bps, uplink_free_s;
-  size_t pump_turn; /* the link the pump timer serves first */
-  bool stopped;
-  uint64_t seq;
-  char endpoint[TD_ENDPOINT_MAX];        /* advertised by default (status, endpoint file) */
-  char listen_endpoint[TD_ENDPOINT_MAX]; /* what the router is bound to */
-  bool advertise_by_route; /* wildcard bound, no --advertise: per peer, by route */
-  td__link_t links[MAX_LINKS];
-  size_t n_links;
-  td__inbound_t *inbound; /* the peer port's inbound connections, under their shares */
-  bool no_inbound;        /* --listen none: no ROUTER at all */
-  reverse_id_t reverse[MAX_LINKS];
-  size_t n_reverse;
-  uint64_t relayed_out, relayed_in, relay_forwarded; /* frames, for status */
-  td__relays_t *relays; /* what we relay out, and the replay windows of what comes in */
-};
-
-static void drain_dealer(td__transport_t *t, td__link_t *l, void *sock);
 
 const char *td__transport_endpoint(const td__transport_t *t) { return t->endpoint; }
 const char *td__transport_listen_endpoint(const td__transport_t *t) { return t->listen_endpoint; }
@@ -265,8 +167,8 @@ static void on_dealer_readable(uv_poll_t *h, int status, int events) {
   (void)status;
   (void)events;
   dealer_poll_t *p = h->data;
-  drain_dealer(p->t, p->l, p->l->sock);
-  drain_dealer(p->t, p->l, p->l->ctl_sock);
+  td__transport_drain_dealer(p->t, p->l, p->l->sock);
+  td__transport_drain_dealer(p->t, p->l, p->l->ctl_sock);
 }
 
 static void watch_dealers(td__transport_t *t, td__link_t *l) {
@@ -391,7 +293,7 @@ static const reverse_id_t *reverse_of(const td__transport_t *t, uint64_t peer) {
 }
 
 /* Remember the routing id an authenticated peer's frame came with. */
-static void note_reverse(td__transport_t *t, uint64_t peer, const zmq_msg_t *rid) {
+void td__transport_note_reverse(td__transport_t *t, uint64_t peer, const zmq_msg_t *rid) {
   size_t len = zmq_msg_size((zmq_msg_t *)rid);
   if (len == 0 || len > sizeof t->reverse[0].rid)
     return;
@@ -432,8 +334,8 @@ static td__link_t *relay_for(td__transport_t *t, td__link_t *l) {
 
 /* Send one packed frame (its sender and seq stamped) to l's peer by l's
  * route; -1 when it cannot go now. */
-static int send_frame(td__transport_t *t, td__link_t *l, bool control, const uint8_t *buf,
-                      size_t len) {
+int td__transport_send_frame(td__transport_t *t, td__link_t *l, bool control,
+                             const uint8_t *buf, size_t len) {
   switch (l->route) {
   case LINK_DIRECT:
     return zmq_send(control ? l->ctl_sock : l->sock, buf, len, ZMQ_DONTWAIT) < 0 ? -1 : 0;
@@ -481,7 +383,7 @@ int td__link_send(td__transport_t *t, td__link_t *l, Traind__Envelope *env) {
     td__link_pump(t, l);
     return 0;
   }
-  int rc = send_frame(t, l, true, buf, len);
+  int rc = td__transport_send_frame(t, l, true, buf, len);
   free(buf);
   if (rc < 0) {
     l->send_drops++;
@@ -580,7 +482,7 @@ void td__link_pump(td__transport_t *t, td__link_t *l) {
     if (t->uplink_bps > 0)
       t->uplink_free_s = fmax(now, t->uplink_free_s) + (double)f.len * 8.0 / t->uplink_bps;
     bool control = f.prio == TD_PRIO_CONTROL; /* held by --link-delay-ms */
-    if (send_frame(t, l, control, f.frame, f.len) < 0) {
+    if (td__transport_send_frame(t, l, control, f.frame, f.len) < 0) {
       l->send_drops++; /* counted; its window share comes back at expiry */
     } else {
       l->bytes_sent += f.len;
@@ -610,374 +512,6 @@ void td__link_close_peer(td__transport_t *t, uint64_t peer) {
    * keeps the loops over all links simple */
   td_linkq_t *q = l->q;
   *l = (td__link_t){.q = q};
-}
-
-void td__link_note_recv(td__link_t *l, uint64_t bytes) { l->bytes_recv += bytes; }
-
-void td__link_note_update_recv(td__link_t *l, uint64_t wire, uint64_t dense) {
-  l->update_wire_recv += wire;
-  l->update_dense_recv += dense;
-}
-
-void td__link_note_update_sent(td__link_t *l, uint64_t round, uint64_t wire, uint64_t dense,
-                               const char *codec) {
-  l->update_wire_sent += wire;
-  l->update_dense_sent += dense;
-  snprintf(l->codec, sizeof l->codec, "%s", codec);
-  pending_update_t *p = &l->pending[round % 2];
-  p->round = round;
-  p->bytes = wire;
-  p->sent_at = td_clock_mono_s();
-  snprintf(p->codec, sizeof p->codec, "%s", codec);
-}
-
-double td__link_fit_budget(td__link_t *l, uint64_t round, double compute_s, double min_s) {
-  /* the update two rounds back still unacknowledged (its slot is about to be
-   * reused) caps the estimate at what the link delivered since */
-  const pending_update_t *old = &l->pending[round % 2];
-  double since = old->sent_at > 0 ? td_clock_mono_s() - old->sent_at : 0;
-  l->goodput_bps = td_budget_goodput_unacked(l->goodput_bps, old->bytes, since);
-  if (!(l->goodput_bps > 0))
-    return 0;
-  l->budget = td_budget_link_bytes(l->goodput_bps, compute_s, min_s);
-  return l->budget;
-}
-
-bool td__link_update_acked(td__link_t *l, uint64_t round, uint64_t bytes, td_ledger_link_t *row,
-                           char *codec, size_t codec_len) {
-  pending_update_t *p = &l->pending[round % 2];
-  if (round != p->round || p->sent_at <= 0 || bytes != p->bytes)
-    return false; /* stale, duplicate or forged: nothing to learn */
-  double dt = td_clock_mono_s() - p->sent_at;
-  p->sent_at = 0;
-  if (!(dt > 0))
-    return false;
-  l->ack_s = dt;
-  l->goodput_bps = td_budget_goodput_acked(l->goodput_bps, (double)bytes, dt, l->budget);
-  td_linkq_stats_t qs;
-  td_linkq_stats(l->q, &qs);
-  *row = (td_ledger_link_t){.round = round, .peer = l->peer, .at = td_clock_wall_s(),
-                            .goodput_bps = l->goodput_bps,
-                            .rtt_ms = qs.rtt_s > 0 ? qs.rtt_s * 1e3 : NAN,
-                            .budget_bytes = l->budget, .window_bytes = qs.window,
-                            .bytes_sent = bytes};
-  snprintf(codec, codec_len, "%s", p->codec);
-  return true;
-}
-
-/* Heartbeat stamps are monotonic microseconds: 0 means none. */
-static uint64_t mono_us(double s) { return s > 0 ? (uint64_t)(s * 1e6) : 0; }
-
-void td__link_echo_out(td__link_t *l, uint64_t *stamp_us, uint64_t *echo_us, uint64_t *hold_us) {
-  double now = td_clock_mono_s();
-  *stamp_us = mono_us(now);
-  *echo_us = l->echo_us;
-  *hold_us = l->echo_us != 0 ? mono_us(now - l->echo_heard_at) : 0;
-}
-
-void td__link_echo_in(td__link_t *l, uint64_t stamp_us, uint64_t echo_us, uint64_t hold_us) {
-  double now = td_clock_mono_s();
-  l->echo_us = stamp_us; /* the peer's own clock: echoed back as it is, never read */
-  l->echo_heard_at = now;
-  /* an echo of our stamp (under a minute old) is an RTT sample */
-  td_pathrtt_sample(&l->path, td_pathrtt_echo(mono_us(now), echo_us, hold_us, 60000000u), now);
-}
-
-void td__link_stats(td__link_t *l, td__link_stats_t *out) {
-  *out = (td__link_stats_t){.bytes_sent = l->bytes_sent, .bytes_recv = l->bytes_recv,
-                            .send_drops = l->send_drops,
-                            .update_wire_sent = l->update_wire_sent,
-                            .update_dense_sent = l->update_dense_sent,
-                            .update_wire_recv = l->update_wire_recv,
-                            .update_dense_recv = l->update_dense_recv,
-                            .codec = l->codec[0] ? l->codec : "-",
-                            .goodput_bps = l->goodput_bps, .ack_s = l->ack_s,
-                            .budget_bytes = l->budget, .path_rtt_s = td_pathrtt(&l->path),
-                            .route = l->route == LINK_REVERSE   ? "inbound"
-                                     : l->route == LINK_RELAYED ? "relayed"
-                                                                : "direct",
-                            .via = l->route == LINK_RELAYED ? l->via : 0};
-  td_linkq_stats(l->q, &out->q);
-}
-
-bool td__link_take_reply(td__link_t *l, double per_s, double burst) {
-  double now = td_clock_mono_s();
-  if (l->reply_at <= 0)
-    l->reply_tokens = burst;
-  else
-    l->reply_tokens = fmin(burst, l->reply_tokens + (now - l->reply_at) * per_s);
-  l->reply_at = now;
-  if (l->reply_tokens < 1.0)
-    return false;
-  l->reply_tokens -= 1.0;
-  return true;
-}
-
-void td__link_set_reply_owed(td__link_t *l, bool owed) { l->reply_owed = owed; }
-bool td__link_reply_owed(const td__link_t *l) { return l->reply_owed; }
-
-void td__transport_relay_stats(const td__transport_t *t, uint64_t *out, uint64_t *in,
-                               uint64_t *forwarded) {
-  *out = t->relayed_out;
-  *in = t->relayed_in;
-  *forwarded = t->relay_forwarded;
-}
-
-const td__descriptors_t *td__transport_descriptors(const td__transport_t *t) {
-  return td__inbound_shares(t->inbound);
-}
-
-void td__transport_inbound_stats(const td__transport_t *t, td__inbound_stats_t *out) {
-  td__inbound_stats(t->inbound, out);
-  out->handshake_limited = td__zap_limited(t->zap);
-}
-
-
-/* ---- receiving --------------------------------------------------------------------- */
-
-/* A connection an invite's one-time key authenticated carries one join
- * request and nothing else; the answer goes back on it (routing id `rid`). */
-static void on_invite_frame(td__transport_t *t, const Traind__Envelope *env, const char *user_id,
-                            const zmq_msg_t *rid) {
-  uint8_t key[TD_KEY_BYTES];
-  const char *z85 = user_id + strlen(TD__INVITE_USER_ID);
-  if (strlen(z85) != TD_KEY_Z85_LEN || zmq_z85_decode(key, z85) == NULL ||
-      env->body_case != TRAIND__ENVELOPE__BODY_JOIN_REQUEST || t->events.invite == NULL) {
-    td__drop(t->drops, TD__DROP_UNKNOWN_KEY, "a message other than a join request on an "
-             "invite's connection");
-    return;
-  }
-  td__invite_reply_t reply = {.transport = t, .rid = zmq_msg_data((zmq_msg_t *)rid),
-                              .rid_len = zmq_msg_size((zmq_msg_t *)rid)};
-  t->events.invite(t->events.user, key, env, &reply);
-}
-
-int td__transport_reply(td__invite_reply_t *reply, Traind__Envelope *env) {
-  td__transport_t *t = reply->transport;
-  uint8_t *buf;
-  size_t len;
-  env->sender = t->node_id;
-  env->seq = ++t->seq;
-  if (td_wire_pack(env, &buf, &len) != 0)
-    return TD_EPROTO;
-  int rc = zmq_send(t->router, reply->rid, reply->rid_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
-                   zmq_send(t->router, buf, len, ZMQ_DONTWAIT) < 0
-               ? TD_EIO
-               : 0;
-  free(buf);
-  return rc;
-}
-
-__attribute__((format(printf, 2, 3))) static void relay_drop(td__transport_t *t,
-                                                              const char *fmt, ...) {
-  char what[256];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(what, sizeof what, fmt, ap);
-  va_end(ap);
-  td__drop(t->drops, TD__DROP_BAD_RELAY, what);
-}
-
-/* A member passes on what a node without inbound connections hands it for
- * another such node (the origin must be the sender: nobody relays for a third
- * party). The outer envelope is stamped as ours; the inner bytes and the
- * origin's signature go on unchanged. */
-static void forward_relay(td__transport_t *t, Traind__Envelope *env, uint64_t sender) {
-  Traind__Relay *r = env->relay;
-  td__link_t *to = td__link_find(t, r->target);
-  if (r->origin != sender || t->no_inbound || to == NULL || to->route == LINK_RELAYED) {
-    relay_drop(t, "a relay request from %016" PRIx64 " for %016" PRIx64 " this node cannot or "
-               "may not carry (not the origin, or no link to the target)", sender, r->target);
-    return;
-  }
-  env->sender = t->node_id;
-  env->seq = ++t->seq;
-  uint8_t *buf;
-  size_t len;
-  if (td_wire_pack(env, &buf, &len) != 0)
-    return;
-  if (send_frame(t, to, true, buf, len) == 0)
-    t->relay_forwarded++;
-  else
-    to->send_drops++;
-  free(buf);
-}
-
-/* A frame relayed to us: it goes up only if its origin's signature holds. */
-static void on_relay(td__transport_t *t, Traind__Envelope *env, uint64_t sender) {
-  Traind__Relay *r = env->relay;
-  if (r->target != t->node_id) {
-    forward_relay(t, env, sender);
-    return;
-  }
-  const uint8_t *sign = NULL;
-  if (td__access_secure(t->access) &&
-      (sign = td__access_sign_key_of(t->access, r->origin)) == NULL) {
-    relay_drop(t, "a message relayed from %016" PRIx64 " by %016" PRIx64 ": its origin is not "
-               "admitted here or its signing key is not known yet", r->origin, sender);
-    return;
-  }
-  switch (td__relay_accept(t->relays, r, sign)) {
-  case TD__RELAY_FORGED:
-    relay_drop(t, "a message relayed from %016" PRIx64 " by %016" PRIx64 " fails its origin's "
-               "signature (altered on the way): rejected", r->origin, sender);
-    return;
-  case TD__RELAY_REPLAYED:
-    relay_drop(t, "a message relayed from %016" PRIx64 " by %016" PRIx64 " repeats one this "
-               "node took before or is too old (sequence %" PRIu64 "): a replay, rejected",
-               r->origin, sender, r->seq);
-    return;
-  case TD__RELAY_OK:
-    break;
-  }
-  Traind__Envelope *in = NULL;
-  td_wire_refusal_t refusal;
-  char why[256] = "";
-  if (td_wire_unpack_peer(&in, r->inner.data, r->inner.len, &refusal, why, sizeof why) != 0) {
-    td__drop(t->drops, TD__DROP_MALFORMED, why);
-    return;
-  }
-  if (in->sender != r->origin || in->body_case == TRAIND__ENVELOPE__BODY_RELAY ||
-      in->body_case == TRAIND__ENVELOPE__BODY_JOIN_REQUEST ||
-      in->body_case == TRAIND__ENVELOPE__BODY_JOIN_GRANT) {
-    relay_drop(t, "a message relayed from %016" PRIx64 " by %016" PRIx64 " names another sender "
-               "or carries what no relay may", r->origin, sender);
-    td_wire_free(&in);
-    return;
-  }
-  td__link_t *l = td__link_find(t, r->origin);
-  if (l != NULL && l->route == LINK_RELAYED)
-    l->via = sender;
-  t->relayed_in++;
-  t->events.received(t->events.user, in, r->inner.len);
-  td_wire_free(&in);
-}
-
-static void on_frame(td__transport_t *t, const void *data, size_t len, const char *user_id,
-                     const zmq_msg_t *rid) {
-  if (len > TD_WIRE_MAX_MESSAGE) {
-    td__drop(t->drops, TD__DROP_OVERSIZED, "oversized message");
-    return;
-  }
-  Traind__Envelope *env = NULL;
-  td_wire_refusal_t refusal;
-  char why[256] = "";
-  if (td_wire_unpack_peer(&env, data, len, &refusal, why, sizeof why) != 0) {
-    td__drop(t->drops, refusal == TD_WIRE_BAD_VERSION ? TD__DROP_VERSION : TD__DROP_MALFORMED, why);
-    return;
-  }
-  if (user_id != NULL && strncmp(user_id, TD__INVITE_USER_ID, strlen(TD__INVITE_USER_ID)) == 0) {
-    on_invite_frame(t, env, user_id, rid);
-    td_wire_free(&env);
-    return;
-  }
-  /* the sender is who the connection authenticated, whatever the field says */
-  uint64_t sender = td__access_sender(t->access, user_id, env->sender);
-  if (sender == 0) {
-    td__drop(t->drops, TD__DROP_UNKNOWN_KEY, "message on a connection whose key is not admitted");
-    td_wire_free(&env);
-    return;
-  }
-  if (rid != NULL)
-    note_reverse(t, sender, rid);
-  env->sender = sender;
-  if (env->body_case == TRAIND__ENVELOPE__BODY_RELAY)
-    on_relay(t, env, sender);
-  else
-    t->events.received(t->events.user, env, len);
-  td_wire_free(&env);
-}
-
-/* --listen none: the frames a peer answers on a link's own connection
- * (authenticated as the link's peer by the CURVE handshake we made). */
-static void drain_dealer(td__transport_t *t, td__link_t *l, void *sock) {
-  while (sock != NULL && (sock == l->sock || sock == l->ctl_sock)) {
-    int events = 0;
-    size_t sz = sizeof events;
-    if (zmq_getsockopt(sock, ZMQ_EVENTS, &events, &sz) != 0 || !(events & ZMQ_POLLIN))
-      return;
-    zmq_msg_t msg;
-    zmq_msg_init(&msg);
-    if (zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT) < 0) {
-      zmq_msg_close(&msg);
-      return;
-    }
-    if (zmq_msg_more(&msg)) {
-      td__drop(t->drops, TD__DROP_MALFORMED, "multi-frame message");
-      while (zmq_msg_more(&msg) && zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT) >= 0)
-        ;
-    } else {
-      on_frame(t, zmq_msg_data(&msg), zmq_msg_size(&msg),
-               td__access_key_of(t->access, l->peer), NULL);
-    }
-    zmq_msg_close(&msg);
-  }
-}
-
-/* Drain the ROUTER while ZMQ_EVENTS reports input (ZMQ_FD is edge-triggered). */
-static void drain_router(td__transport_t *t) {
-  while (t->router != NULL) {
-    int events = 0;
-    size_t sz = sizeof events;
-    if (zmq_getsockopt(t->router, ZMQ_EVENTS, &events, &sz) != 0 || !(events & ZMQ_POLLIN))
-      return;
-    zmq_msg_t id, msg;
-    zmq_msg_init(&id);
-    if (zmq_msg_recv(&id, t->router, ZMQ_DONTWAIT) < 0) {
-      zmq_msg_close(&id);
-      return;
-    }
-    bool more = zmq_msg_more(&id);
-    if (!more) {
-      zmq_msg_close(&id);
-      td__drop(t->drops, TD__DROP_MALFORMED, "message without a routing frame");
-      continue;
-    }
-    zmq_msg_init(&msg);
-    if (zmq_msg_recv(&msg, t->router, ZMQ_DONTWAIT) < 0) {
-      zmq_msg_close(&msg);
-      zmq_msg_close(&id);
-      continue;
-    }
-    bool extra = zmq_msg_more(&msg);
-    if (extra) { /* swallow the remaining frames of a multi-frame message */
-      while (extra) {
-        zmq_msg_t rest;
-        zmq_msg_init(&rest);
-        if (zmq_msg_recv(&rest, t->router, ZMQ_DONTWAIT) < 0) {
-          zmq_msg_close(&rest);
-          break;
-        }
-        extra = zmq_msg_more(&rest);
-        zmq_msg_close(&rest);
-      }
-      td__drop(t->drops, TD__DROP_MALFORMED, "multi-frame message");
-    } else {
-      on_frame(t, zmq_msg_data(&msg), zmq_msg_size(&msg), zmq_msg_gets(&msg, "User-Id"), &id);
-    }
-    zmq_msg_close(&msg);
-    zmq_msg_close(&id);
-  }
-}
-
-static void on_router_readable(uv_poll_t *h, int status, int events) {
-  (void)status;
-  (void)events;
-  drain_router(h->data);
-}
-
-
-void td__transport_tick(td__transport_t *t) {
-  td__zap_drain(t->zap);
-  drain_router(t);
-  td__inbound_tick(t->inbound);
-  for (size_t i = 0; i < t->n_links && t->no_inbound; i++) { /* ZMQ_FD is edge-triggered */
-    drain_dealer(t, &t->links[i], t->links[i].sock);
-    drain_dealer(t, &t->links[i], t->links[i].ctl_sock);
-  }
-  for (size_t i = 0; i < t->n_links; i++) /* acks lost with a dead peer */
-    if (td_linkq_expire(t->links[i].q, td_clock_mono_s(), TD__LINK_EXPIRE_S) > 0)
-      td__link_pump(t, &t->links[i]);
 }
 
 /* ---- start-up and shutdown ----------------------------------------------------------- */
@@ -1087,7 +621,7 @@ int td__transport_open(td__transport_t **out, const td__transport_opts_t *opts, 
     int rc = bind_router(t, listen, why, why_len);
     if (rc != 0)
       return rc;
-    poll_socket(t, t->router, &t->router_poll, on_router_readable);
+    poll_socket(t, t->router, &t->router_poll, td__transport_on_router_readable);
   }
   uv_timer_init(t->loop, &t->pump_timer);
   t->pump_timer.data = t;
@@ -1103,7 +637,7 @@ static void flush_control(td__transport_t *t) {
     while (l->route != LINK_CLOSED && td_linkq_pop(l->q, later, &f)) {
       bool control = f.prio == TD_PRIO_CONTROL;
       if (control)
-        send_frame(t, l, true, f.frame, f.len);
+        td__transport_send_frame(t, l, true, f.frame, f.len);
       free(f.frame);
       if (!control)
         break; /* the classes below control: not worth sending now */
