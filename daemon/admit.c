@@ -162,7 +162,7 @@ size_t td__admit_apply_grant(td__node_t *n, const Traind__JoinGrant *g, uint64_t
 }
 
 bool td__admit_room(td__node_t *n, uint64_t joiner, const char *how, char *why, size_t why_len) {
-  if (td_members_has_room(n->members, joiner))
+  if (td_members_has_room(n->members, joiner, td_clock_mono_s()))
     return true;
   snprintf(why, why_len, "cluster is full: %d members, the most traind supports", TD_MEMBERS_MAX);
   char what[256];

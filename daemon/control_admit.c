@@ -77,6 +77,17 @@ void td__control_join_refused(td__control_t *ctl, uint64_t peer, const char *rea
   join_failed(c, TD_EINVAL, msg);
 }
 
+/* The answer to a handshake that ran out of time: not a wrong key, a node
+ * that is not there, not traind, or too busy to finish it (a join storm). */
+static void handshake_timed_out(conn_t *c) {
+  char msg[600];
+  snprintf(msg, sizeof msg, "join failed: the node at %s did not finish a handshake within "
+           "%.1f s (check that traind runs there and is reachable from here, then retry the "
+           "join: a busy node may be slow to answer)", c->join_endpoint,
+           td__joinprobe_failed_after_s(c->probe));
+  join_failed(c, TD_EIO, msg);
+}
+
 /* A join by invite, while its request is out: a refused handshake, a
  * grant (then the join goes on as a join by key), or the deadline. */
 static void invite_tick(conn_t *c, uint64_t waited) {
@@ -94,6 +105,10 @@ static void invite_tick(conn_t *c, uint64_t waited) {
     snprintf(msg, sizeof msg, "join failed: the node at %s does not hold the key the invite "
              "names (is the endpoint right?)", ep);
     join_failed(c, TD_ECONFIG, msg);
+    return;
+  }
+  if (st == TD__PROBE_TIMED_OUT) {
+    handshake_timed_out(c);
     return;
   }
   size_t len = 0;
@@ -177,6 +192,10 @@ static void on_join_tick(uv_timer_t *t) {
     snprintf(msg, sizeof msg, "join failed: %s dropped the handshake: the server key given "
              "does not match that node's key (run 'trainctl key' there)", ep);
     join_failed(c, TD_ECONFIG, msg);
+    return;
+  }
+  if (st == TD__PROBE_TIMED_OUT) {
+    handshake_timed_out(c);
     return;
   }
   if (st == TD__PROBE_ACCEPTED) {

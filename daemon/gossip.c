@@ -126,6 +126,35 @@ static void on_member_event(const td_member_t *m, td_member_event_t ev, void *us
   record_peer(n, m);
 }
 
+/* The membership table's reuse hooks: a current run member keeps its slot
+ * whatever its state (the run's lists name it), and a member whose slot goes
+ * to a new node is logged, written to the ledger and loses its link, so that
+ * the link slot is free for the newcomer too. */
+static bool pinned_by_run(uint64_t node_id, void *user) {
+  td__node_t *n = user;
+  for (size_t i = 0; n->session != NULL && i < n->session->n_members; i++)
+    if (n->session->members[i] == node_id)
+      return true;
+  return false;
+}
+
+static void on_member_evicted(const td_member_t *m, void *user) {
+  td__node_t *n = user;
+  double silent_s = td_clock_mono_s() - m->last_heard;
+  td_log_info("membership table full: peer %016" PRIx64 " (%s, %s, silent %.0f s) gives its "
+              "slot to a new node",
+              m->node_id, m->endpoint, td_peer_state_name(m->state), silent_s);
+  td__ledger_event(n->ledger, "peer_evicted", "%016" PRIx64 " %s %s %.0f", m->node_id,
+                   m->endpoint, td_peer_state_name(m->state), silent_s);
+  td__link_close_peer(n->net, m->node_id);
+}
+
+void td__gossip_install(td__node_t *n) {
+  td_members_set_hooks(n->members, &(td_members_hooks_t){.pinned = pinned_by_run,
+                                                          .evicted = on_member_evicted,
+                                                          .user = n});
+}
+
 /* A full table refuses a new node's hello on a link of its own (the answer
  * says why, so that its `trainctl join` can tell the user). Links are as many
  * as members: the link of a node refused before, never a member, gives its

@@ -28,6 +28,9 @@ void td__dispatch(td__node_t *n, const Traind__Envelope *env, size_t bytes);
 void td__gossip_hello(td__node_t *n, td__link_t *l);
 void td__gossip_greet_known(td__node_t *n);
 void td__gossip_tick(td__node_t *n);
+/* Gives the membership table its reuse hooks (run members pinned, evictions
+ * logged and their links closed); once, after the table opens. */
+void td__gossip_install(td__node_t *n);
 void td__gossip_leave(td__node_t *n, const char *why);
 /* Direct evidence that `peer` is alive (endpoint NULL: unchanged). Returns
  * false when a new peer finds the membership table full. */

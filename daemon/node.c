@@ -210,6 +210,7 @@ static int node_open(td__node_t *n, const td_node_opts_t *opts, char *why, size_
                             DEAD_AFTER_BEATS * n->heartbeat_s)) != 0)
     return td_why(why, why_len, rc, "cannot open the membership table: %s", td_strerror(rc));
   td__transport_set_members(n->net, n->members);
+  td__gossip_install(n);
   if ((rc = td__control_open(&n->control, n, why, why_len)) != 0)
     return rc;
   n->welcomed = td__control_welcome;

@@ -241,6 +241,8 @@ json_object *td__status_json(td__node_t *n) {
   json_object_object_add(acc, "admission", td__admit_status(n));
   json_object_object_add(o, "access", acc);
   json_object_object_add(o, "peers", td__status_peers(n));
+  /* members whose slot a new node took in a full table (members.h) */
+  json_object_object_add(o, "members_evicted", count(td_members_evictions(n->members)));
   td__run_stats_t st;
   td__session_stats(n, &st);
   json_object_object_add(o, "run", run_json(&st));

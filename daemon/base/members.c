@@ -1,6 +1,8 @@
 /* members.c: a fixed-size table (TD_MEMBERS_MAX, the cluster limit) with a
- * timeout-based failure detector. Kept deliberately free of I/O so the state
- * machine is unit-tested with a fake clock. */
+ * timeout-based failure detector and slot reuse (a member that left, then
+ * the one dead longest past TD_MEMBERS_EVICT_AFTER_S, gives its slot to a
+ * new node). Kept deliberately free of I/O so the state machine is
+ * unit-tested with a fake clock. */
 #include "daemon/base/members.h"
 
 #include <stdio.h>
@@ -13,6 +15,8 @@ struct td_members {
   td_member_t peers[TD_MEMBERS_MAX];
   size_t count;
   double suspect_after_s, dead_after_s;
+  td_members_hooks_t hooks;
+  uint64_t evictions;
 };
 
 int td_members_open(td_members_t **out, uint64_t self_id, const char *self_endpoint,
@@ -38,6 +42,10 @@ void td_members_close(td_members_t **self_p) {
   *self_p = NULL;
 }
 
+void td_members_set_hooks(td_members_t *m, const td_members_hooks_t *hooks) {
+  m->hooks = hooks != NULL ? *hooks : (td_members_hooks_t){0};
+}
+
 td_member_t *td_members_find(td_members_t *m, uint64_t node_id) {
   for (size_t i = 0; i < m->count; i++)
     if (m->peers[i].node_id == node_id)
@@ -53,19 +61,49 @@ bool td_members_reachable(const td_members_t *m, uint64_t node_id) {
   return false;
 }
 
-bool td_members_has_room(const td_members_t *m, uint64_t node_id) {
+/* The slot a new node may take in a full table at `now`: a member that left
+ * (the one silent longest), else the member dead longest once dead for
+ * TD_MEMBERS_EVICT_AFTER_S; never this node, an alive or suspect member, or
+ * one the owner pins. NULL when there is none. */
+static td_member_t *reusable_slot(const td_members_t *m, double now) {
+  const td_member_t *best = NULL;
+  for (size_t i = 0; i < m->count; i++) {
+    const td_member_t *p = &m->peers[i];
+    bool left = p->state == TD_PEER_LEFT;
+    bool dead_long = p->state == TD_PEER_DEAD &&
+                     now - p->last_heard >= m->dead_after_s + TD_MEMBERS_EVICT_AFTER_S;
+    if (p->self || !(left || dead_long))
+      continue;
+    if (m->hooks.pinned != NULL && m->hooks.pinned(p->node_id, m->hooks.user))
+      continue;
+    bool best_left = best != NULL && best->state == TD_PEER_LEFT;
+    if (best == NULL || (left && !best_left) ||
+        (left == best_left && p->last_heard < best->last_heard))
+      best = p;
+  }
+  return (td_member_t *)best;
+}
+
+bool td_members_has_room(const td_members_t *m, uint64_t node_id, double now) {
   if (m->count < TD_MEMBERS_MAX)
     return true;
   for (size_t i = 0; i < m->count; i++)
     if (m->peers[i].node_id == node_id)
       return true;
-  return false;
+  return reusable_slot(m, now) != NULL;
 }
 
 static td_member_t *add(td_members_t *m, uint64_t node_id, const char *endpoint, double now) {
-  if (m->count >= TD_MEMBERS_MAX)
+  td_member_t *p = NULL;
+  if (m->count < TD_MEMBERS_MAX) {
+    p = &m->peers[m->count++];
+  } else if ((p = reusable_slot(m, now)) != NULL) {
+    m->evictions++;
+    if (m->hooks.evicted != NULL)
+      m->hooks.evicted(p, m->hooks.user);
+  } else {
     return NULL;
-  td_member_t *p = &m->peers[m->count++];
+  }
   memset(p, 0, sizeof *p);
   p->node_id = node_id;
   snprintf(p->endpoint, sizeof p->endpoint, "%s", endpoint ? endpoint : "");
@@ -126,6 +164,8 @@ void td_members_tick(td_members_t *m, double now, td_members_event_fn fn, void *
 }
 
 size_t td_members_count(const td_members_t *m) { return m->count; }
+
+uint64_t td_members_evictions(const td_members_t *m) { return m->evictions; }
 
 const td_member_t *td_members_at(const td_members_t *m, size_t i) {
   return i < m->count ? &m->peers[i] : NULL;

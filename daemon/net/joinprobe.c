@@ -14,6 +14,8 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "daemon/base/clock.h"
+
 #define PROBE_MONITOR "inproc://traind-join-probe"
 /* ZMTP handshake events come as a 6-byte frame: event (16 bits), value (32). */
 #define EVENT_FRAME_BYTES 6
@@ -23,6 +25,8 @@ struct td__joinprobe {
   td__probe_state_t state;
   bool reached;
   bool carries; /* a message was sent on it: keep it open once accepted */
+  double connected_at; /* monotonic s of the last TCP connection (open time before) */
+  double failed_after_s;
 };
 
 static void close_sockets(td__joinprobe_t *p) {
@@ -41,11 +45,14 @@ int td__joinprobe_open(td__joinprobe_t **out, const char *endpoint, const char *
     free(p);
     return -1;
   }
-  int linger = 0;
+  int linger = 0, handshake_ms = TD__HANDSHAKE_TIMEOUT_MS;
+  p->connected_at = td_clock_mono_s();
   p->dealer = zmq_socket(p->ctx, ZMQ_DEALER);
   p->monitor = zmq_socket(p->ctx, ZMQ_PAIR);
   bool ok = p->dealer != NULL && p->monitor != NULL &&
             zmq_setsockopt(p->dealer, ZMQ_LINGER, &linger, sizeof linger) == 0 &&
+            zmq_setsockopt(p->dealer, ZMQ_HANDSHAKE_IVL, &handshake_ms, sizeof handshake_ms) ==
+                0 &&
             zmq_setsockopt(p->dealer, ZMQ_CURVE_SERVERKEY, server_key, strlen(server_key) + 1) ==
                 0 &&
             zmq_setsockopt(p->dealer, ZMQ_CURVE_PUBLICKEY, public_key, strlen(public_key) + 1) ==
@@ -95,15 +102,21 @@ td__probe_state_t td__joinprobe_poll(td__joinprobe_t *p) {
   uint16_t event;
   uint32_t value;
   while (p->monitor != NULL && p->state == TD__PROBE_PENDING && next_event(p, &event, &value)) {
-    if (event == ZMQ_EVENT_CONNECTED)
+    if (event == ZMQ_EVENT_CONNECTED) {
       p->reached = true;
-    else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+      p->connected_at = td_clock_mono_s();
+    } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
       p->state = TD__PROBE_ACCEPTED;
     else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
       p->state = TD__PROBE_NOT_ADMITTED; /* the ZAP status: 300, 400 or 500 */
     else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
-             event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
-      p->state = TD__PROBE_KEY_MISMATCH;
+             event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+      /* the events carry no time: the loop reads them every few tens of ms */
+      p->failed_after_s = td_clock_mono_s() - p->connected_at;
+      bool late = p->failed_after_s >= TD__PROBE_TIMEOUT_SHARE * TD__HANDSHAKE_TIMEOUT_MS / 1e3;
+      p->state = event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && late ? TD__PROBE_TIMED_OUT
+                                                                       : TD__PROBE_KEY_MISMATCH;
+    }
   }
   if (p->state != TD__PROBE_PENDING && !(p->carries && p->state == TD__PROBE_ACCEPTED))
     close_sockets(p); /* no reconnecting to a node that answered */
@@ -111,6 +124,8 @@ td__probe_state_t td__joinprobe_poll(td__joinprobe_t *p) {
 }
 
 bool td__joinprobe_reached(const td__joinprobe_t *p) { return p->reached; }
+
+double td__joinprobe_failed_after_s(const td__joinprobe_t *p) { return p->failed_after_s; }
 
 int td__joinprobe_send(td__joinprobe_t *p, const void *data, size_t len) {
   if (p->dealer == NULL || zmq_send(p->dealer, data, len, ZMQ_DONTWAIT) < 0)

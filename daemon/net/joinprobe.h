@@ -7,12 +7,26 @@
  * and reads that socket's monitor events: the handshake succeeded, the node
  * refused our key (ZAP status 400: not on its allowlist), or it closed the
  * connection mid-handshake (it could not decrypt our hello: the server key
- * we were given is not its key). */
+ * we were given is not its key), or the handshake ran out of time.
+ *
+ * The last two give the same event (HANDSHAKE_FAILED_NO_DETAIL): a wrong
+ * key is dropped as soon as the node reads our hello, a handshake that runs
+ * out of time (an overloaded node, something that takes the connection but
+ * never speaks ZMTP) only when its timer fires, on either side, after
+ * TD__HANDSHAKE_TIMEOUT_MS. So a drop that comes late is a timeout, not a
+ * key mismatch. */
 #ifndef TD_DAEMON_JOINPROBE_H
 #define TD_DAEMON_JOINPROBE_H
 
 #include <stdbool.h>
 #include <stddef.h>
+
+/* How long a ZMTP handshake may take, on a node's ROUTER (transport.c) and
+ * on a probe, before the connection is closed (libzmq's default is 30 s). */
+#define TD__HANDSHAKE_TIMEOUT_MS 5000
+/* A handshake dropped after this share of TD__HANDSHAKE_TIMEOUT_MS since the
+ * connection was made ran out of time; a wrong key is dropped at once. */
+#define TD__PROBE_TIMEOUT_SHARE 0.8
 
 typedef struct td__joinprobe td__joinprobe_t;
 
@@ -21,6 +35,7 @@ typedef enum {
   TD__PROBE_ACCEPTED,     /* the handshake succeeded */
   TD__PROBE_NOT_ADMITTED, /* the node's ZAP handler refused our key */
   TD__PROBE_KEY_MISMATCH, /* the node dropped us mid-handshake: wrong server key */
+  TD__PROBE_TIMED_OUT,    /* the handshake did not finish in time (see above) */
 } td__probe_state_t;
 
 /* Connect a probe to `endpoint` as CURVE client of `server_key` with our
@@ -34,6 +49,9 @@ td__probe_state_t td__joinprobe_poll(td__joinprobe_t *p);
 
 /* Whether a TCP connection was ever made (something listens there). */
 bool td__joinprobe_reached(const td__joinprobe_t *p);
+/* Seconds from the connection to the failed handshake's end (after
+ * TD__PROBE_KEY_MISMATCH or TD__PROBE_TIMED_OUT; 0 before). */
+double td__joinprobe_failed_after_s(const td__joinprobe_t *p);
 
 /* Queue one message on the probe's connection (sent once it is up; the
  * probe then stays open when the handshake succeeds). -1 when closed. */

@@ -16,6 +16,7 @@
 
 #include "daemon/net/net.h"
 #include "daemon/net/inbound.h"
+#include "daemon/net/joinprobe.h"
 #include "daemon/net/relay.h"
 #include "scheduler/pathrtt.h"
 
@@ -24,8 +25,9 @@
 #define ZMQ_MAX_FRAME_BYTES (16 << 20)
 #define LINK_SNDHWM_FRAMES 4000
 #define ROUTER_RCVHWM_FRAMES 20000
-/* libzmq's default is 30 s: a connection that says nothing is closed sooner. */
-#define HANDSHAKE_TIMEOUT_MS 5000
+/* libzmq's default is 30 s: a connection that says nothing is closed sooner
+ * (joinprobe.h: a joining node's probe uses the same bound). */
+#define HANDSHAKE_TIMEOUT_MS TD__HANDSHAKE_TIMEOUT_MS
 
 /* How a link reaches its peer. */
 typedef enum {

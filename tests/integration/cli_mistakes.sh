@@ -11,7 +11,8 @@
 #  - `export RUN | head` ends quietly;
 #  - `trainctl key` prints the key single-quoted; allow takes it quoted, and
 #    `allow --file` admits a list, reporting each refused line by number;
-#  - `rounds --csv` has exactly the columns of `export RUN --table rounds`.
+#  - `rounds --csv` has exactly the columns of `export RUN --table rounds`;
+#  - traind-lab takes up to 64 nodes (the run limit) and refuses 65 naming it.
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
 MK="${top_builddir:-$(pwd)}/tests/integration/td_mkledger"
 PEER="${top_builddir:-$(pwd)}/tests/integration/td_control_peer"
@@ -146,4 +147,14 @@ run diverged "$TRAINCTL" --socket "$T/fake.sock" status
 grep -qxF "run 00000000000000bb  running   round 5/10  loss 1.235e+30  eval_acc 0.5000  test_acc -" "$T/diverged.out" \
   && pass "status after divergence: $(grep '^run' "$T/diverged.out")" \
   || { fail "status after divergence:"; cat "$T/diverged.out" "$T/diverged.err"; }
+
+# ---- traind-lab: nodes up to the run limit ---------------------------------------------------
+LAB="${top_builddir:-$(pwd)}/cli/traind-lab"
+printf '[lab]\nnodes = 65\n' >"$T/lab65.ini"
+run lab65 env TD_LAB_BINDIR="${top_builddir:-$(pwd)}" "$LAB" "$T/lab65.ini"
+expect_error lab65 "^traind-lab: error: $T/lab65.ini:2: nodes: an integer in \[1, 64\] \(64: the most nodes a run takes, TD_MAX_RUN_MEMBERS\)$"
+# 64 passes the check: the file's next mistake is the one reported
+printf '[lab]\nnodes = 64\nbogus = 1\n' >"$T/lab64.ini"
+run lab64 env TD_LAB_BINDIR="${top_builddir:-$(pwd)}" "$LAB" "$T/lab64.ini"
+expect_error lab64 "^traind-lab: error: $T/lab64.ini:3: unknown \[lab\] key 'bogus'"
 finish

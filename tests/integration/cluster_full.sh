@@ -8,7 +8,9 @@
 # (its key admitted beforehand) are refused: each `trainctl join` exits
 # non-zero with one line that says the cluster is full, a counts both
 # (drops.cluster_full) and logs them, the refused invite stays unused, and
-# b stays a member.
+# b stays a member. Then node e, crowded to the brim (no room) with
+# placeholders dead for an hour, takes f in: f's invite join succeeds, e
+# logs and counts the placeholder whose slot f took (members_evicted).
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
 CROWDED="${top_builddir:-$(pwd)}/tests/integration/traind_crowded"
 grep -q TD_CROWDED_ROOM "$CROWDED" || { fail "traind_crowded has no placeholder hook"; finish; }
@@ -59,4 +61,17 @@ ctl c peers --json | grep -q '"state":"alive"' && fail "c counts a member after 
   || pass "c, refused, has no member"
 sleep 1
 wait_peers b 1 10 && pass "b is still a member after the refusals" || fail "b lost a"
+
+# ---- a full table whose dead members are long dead gives a slot -----------------------
+TD_CROWDED_ROOM=0 TD_CROWDED_SILENT_S=3600 TRAIND="$CROWDED" start_node e || finish
+start_bare f
+ctl e invite >"$T/invite_e" || fail "invite on e"
+ctl f join "$(cat "$T/invite_e")" >/dev/null && pass "f joins e, full of long-dead members" \
+  || fail "f's join of the full e failed: $(tail -n 3 "$T/f.log")"
+wait_peers f 1 30 && pass "f sees e alive" || fail "f does not see e"
+grep -q "membership table full: peer fa11.* gives its slot to a new node" "$T/e.log" \
+  && pass "e logged the eviction" || fail "no eviction line in e's log"
+evicted=$(drops_of e members_evicted)
+[ "${evicted:-0}" -ge 1 ] && pass "e counted $evicted eviction(s) (members_evicted)" \
+  || fail "e counted ${evicted:-no} evictions"
 finish

@@ -6,7 +6,10 @@
 # one signed by a member without admin, a replayed admission of a revoked
 # key) are refused, counted and logged; a member without admin can neither
 # invite nor spread a revocation; an admin's revocation ends the member on
-# every node; an admin admitted by invite admits a node of its own.
+# every node; an admin admitted by invite admits a node of its own; a join
+# whose handshake times out (a listener that takes the connection, says
+# nothing and drops it after 4.5 s, as an overloaded node's handshake timer
+# does) says so, and is not reported as a wrong key.
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
 FORGE="${top_builddir:-$(pwd)}/tests/integration/td_forge"
 
@@ -156,4 +159,37 @@ ok=0
 for n in n0 n1 n2 n11; do lists_key "$n" "$(key_of later)" && ok=$((ok + 1)); done
 [ "$ok" -eq 4 ] && pass "an admission signed by the invited admin is accepted by the members" \
   || fail "later is listed on $ok of 4 members"
+
+# ---- a handshake that times out is not a wrong key -----------------------------------------------
+start_bare busy
+python3 -c '
+import socket, sys, threading, time
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(8)
+print(s.getsockname()[1], flush=True)
+s.settimeout(60)
+def drop_later(c):
+    time.sleep(4.5)
+    c.close()
+while True:
+    try:
+        c, _ = s.accept()
+    except OSError:
+        break
+    threading.Thread(target=drop_later, args=(c,), daemon=True).start()
+' >"$T/mute.port" &
+mute_pid=$!
+for i in $(seq 50); do [ -s "$T/mute.port" ] && break; sleep 0.1; done
+MUTE="tcp://127.0.0.1:$(cat "$T/mute.port")"
+ctl n0 invite >"$T/mute-invite" || fail "invite for the mute listener"
+# the same join string, naming the listener's endpoint instead of n0's
+IFS=, read -r tag _ rest <"$T/mute-invite"
+run mute_join ctl busy join "$tag,$MUTE,$rest"
+kill "$mute_pid" 2>/dev/null
+expect_error mute_join "^trainctl: (error: )?join failed: the node at $MUTE did not finish a \
+handshake within [0-9.]+ s \(check that traind runs there and is reachable from here, then \
+retry the join: a busy node may be slow to answer\)$"
+grep -q "does not hold the key" "$T/mute_join.err" && fail "a timeout reported as a wrong key" \
+  || pass "the timeout is not reported as a wrong key"
 finish

@@ -5,7 +5,10 @@
  * TD_CROWDED_ROOM entries (default 1) are left of TD_MEMBERS_MAX. The table is
  * the product's own, so a join past the limit meets the real refusal without
  * 257 processes; cluster_full.sh drives it. The placeholders fall silent and
- * are marked dead like any silent peer; nobody dials them (no link). */
+ * are marked dead like any silent peer; nobody dials them (no link).
+ * TD_CROWDED_SILENT_S (default 0) backdates their last word by that many
+ * seconds: past TD_MEMBERS_EVICT_AFTER_S they are "dead long ago" from the
+ * first heartbeat on, and a new node takes one's slot. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -27,7 +30,11 @@ int __wrap_td_members_open(td_members_t **out, uint64_t self_id, const char *sel
   long room = room_text != NULL ? strtol(room_text, NULL, 10) : 1;
   if (room < 0 || room >= TD_MEMBERS_MAX)
     room = 1;
-  double now = td_clock_mono_s();
+  const char *silent_text = getenv("TD_CROWDED_SILENT_S");
+  double silent_s = silent_text != NULL ? strtod(silent_text, NULL) : 0;
+  if (!(silent_s >= 0 && silent_s < 1e7))
+    silent_s = 0;
+  double now = td_clock_mono_s() - silent_s;
   for (uint64_t id = UINT64_C(0xfa11000000000001);
        td_members_count(*out) < (size_t)(TD_MEMBERS_MAX - room); id++)
     td_members_learn(*out, id, "tcp://127.0.0.1:9", now);
