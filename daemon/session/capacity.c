@@ -105,12 +105,17 @@ static double agreed_capacity(td__session_t *s, size_t i, uint64_t round) {
 void td__rounds_replan(td__session_t *s, uint64_t round, uint64_t from) {
   if (!s->spec.weighted_batching || s->n_members < 2)
     return;
+  if (s->plan_join_from != 0 && from >= s->plan_join_from)
+    return; /* a join's even split holds from then until the joiner has measured */
   double caps[TD_MEMBERS_MAX];
   size_t idx[TD_MEMBERS_MAX], k = 0, me = 0;
   bool agreed = s->spec.mode_kind != TD_MODE_ASYNC;
   for (size_t i = 0; i < s->n_members; i++) {
     uint64_t id = s->members[i];
     double c;
+    if (s->since[i] > from)
+      continue; /* a joiner admitted from a later round: not in this plan, whether or not
+                   this member took the admission in yet (every member plans alike) */
     if (agreed && (id == s->node->node_id || td__session_takes_part(s, i, 0))) {
       c = agreed_capacity(s, i, round);
       if (id == s->node->node_id)

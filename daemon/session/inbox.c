@@ -237,9 +237,14 @@ void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, si
   td__peer_report_t *rep = &s->peer_report[mi][up->round % TD__RING];
   *rep = (td__peer_report_t){.round = up->round, .capacity = finite_rate(up->capacity),
                              .uplink = finite_rate(up->uplink)};
-  if (up->n_heard_capacity == s->n_members) /* else: none echoed (unknown) */
-    for (size_t i = 0; i < s->n_members; i++)
-      rep->heard[i] = finite_rate(up->heard_capacity[i]);
+  /* member indices stay (a joiner comes last, a member back keeps its
+   * place), so a sender that took a late join in before or after this node
+   * did echoes one member more or fewer: the members both know keep their
+   * figures (each member must count the same echoes, or their plans part),
+   * the rest are unknown */
+  size_t echoed = up->n_heard_capacity < s->n_members ? up->n_heard_capacity : s->n_members;
+  for (size_t i = 0; i < echoed; i++)
+    rep->heard[i] = finite_rate(up->heard_capacity[i]);
   bool async = s->spec.mode_kind == TD_MODE_ASYNC;
   td_round_t *collector = async ? s->peer_inbox[mi] : s->collector;
   if (collector == NULL)

@@ -133,13 +133,19 @@ static void add_member(td__session_t *s, uint64_t id, uint64_t from) {
   memset(s->peer_report[i], 0, sizeof s->peer_report[i]);
   if (back && s->round < from) /* it holds no update of a round before `from`: do not wait */
     td__rounds_forget_peer(s, id);
-  /* from R on the batch is split evenly again, until the joiner has measured */
+  /* from R on the batch is split evenly again, until the joiner has measured;
+   * the rounds before R keep the plan they had (rounds.c's gather switches at
+   * R: this member may take the admission in a round before or after another
+   * member does, and the weights of a round must not depend on that) */
   unsigned k = (unsigned)s->n_members;
+  memset(s->plan_join, 0, sizeof s->plan_join);
   for (size_t m = 0; m < s->n_members; m++)
-    s->plan[m] = td_run_split_batch(s->spec.batch, (unsigned)m, k);
+    s->plan_join[m] = td_run_split_batch(s->spec.batch, (unsigned)m, k);
+  if (s->plan_join_from == 0 || from < s->plan_join_from)
+    s->plan_join_from = from;
   td_run_set_nodes(s->run, from, k);
   td__verify_at(s, from); /* every node checks that it starts from the members' state */
-  td_run_set_batch(s->run, from, s->plan[s->rank]);
+  td_run_set_batch(s->run, from, s->plan_join[s->rank]);
   td__ledger_event(s->node->ledger, back ? "member_back" : "member_added",
                    "%016" PRIx64 " %s run %016" PRIx64 " at round %" PRIu64, id,
                    back ? "is back in" : "joins", s->run_id, from);

@@ -290,6 +290,14 @@ static void gather(td__session_t *s, aggregate_job_t *job) {
   uint64_t r = job->round;
   uint64_t own_samples = s->own[r % TD__RING].round == r ? s->own[r % TD__RING].samples : 0;
   bool weigh_by_plan = s->spec.mode_kind != TD_MODE_ASYNC && s->spec.overlap_fill == 0;
+  if (s->plan_join_from != 0 && r >= s->plan_join_from) {
+    /* a join's plan bounds the rounds from its first on, on every member at
+     * this same round; the plans before it bound none of them (every member
+     * computes those rounds with the join's batches, td_run_set_batch) */
+    memcpy(s->plan, s->plan_join, sizeof s->plan);
+    memset(s->plan_hist_round, 0, sizeof s->plan_hist_round);
+    s->plan_join_from = 0;
+  }
   job->n = td_round_collect(s->collector, job->in, TD_AGG_MAX_INPUTS - 1);
   if (own_samples > 0)
     job->in[job->n++] = (td_agg_input_t){.id = s->node->node_id,

@@ -269,6 +269,12 @@ struct td__session {
   unsigned plan[TD_MEMBERS_MAX]; /* current batch plan by member index (0: none) */
   unsigned plan_hist[TD__RING][TD_MEMBERS_MAX]; /* plan in force when round r closed */
   uint64_t plan_hist_round[TD__RING];           /* ... that r (by r % TD__RING) */
+  /* a late join's (or comeback's) plan, the even split over the new member
+   * list: it bounds the weights of rounds from plan_join_from on (0: none
+   * pending). Members take the admission in at different rounds of theirs,
+   * so it replaces `plan` only when that round closes, the same on all. */
+  unsigned plan_join[TD_MEMBERS_MAX];
+  uint64_t plan_join_from;
   td__outlier_t outlier[TD_MEMBERS_MAX];        /* by member index */
   uint64_t refused_round[TD_MEMBERS_MAX];       /* last round a member's update did not decode */
   /* History of who trained (bit i: member i, whose rank and data partition

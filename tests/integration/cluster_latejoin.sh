@@ -7,8 +7,12 @@
 # R to the end: every member receives its updates from R on, the local batches
 # of 4 nodes sum to the global batch, its first round starts from the trained
 # model (its loss is far below a fresh model's), and it ends on the same
-# consensus model as the others. Then the same with mode=overlap and a fifth
-# node joining the four.
+# consensus model as the others. Every node's model state (anchor and outer
+# momentum) agrees through the join: each ledger has the members agreeing at
+# the join round R and names no divergence at any round (state_diverged: the
+# members once weighed the rounds around a join by batch plans that depended
+# on the round at which each took the admission in, which parted overlap
+# runs). Then the same with mode=overlap and a fifth node joining the four.
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
 
 for n in a b c; do start_node $n || finish; done
@@ -24,6 +28,8 @@ acc_of() { json_field "$(ctl "$1" status --json)" test_accuracy; }
 late_join() {
   local mode=$1 j=$2; shift 2
   local members=("$@") out n R i
+  local -A ev0 # each member's newest event before this run: the ledger's events name no run
+  for n in "${members[@]}"; do ev0[$n]=$(sql "$n" "SELECT coalesce(max(id), 0) FROM events"); done
   out=$(ctl "${members[0]}" start --set mode="$mode" --set model=mlp:784-256-10 --set batch=64 \
         --set lr=0.05 --set local_steps=16 --set rounds=50 --set eval_every=10 --set seed=9 \
         --set slowdown=2) || { fail "$mode: start: $out"; return 1; }
@@ -55,6 +61,20 @@ late_join() {
   done
   [ "$(sql "$j" "SELECT count(*) FROM events WHERE kind = 'joined'")" -eq 1 ] \
     && pass "$mode: $j fetched the model (joined event)" || fail "$mode: no joined event on $j"
+  # the model-state agreement: every node holds the members' state at R, and
+  # none differs at any verified round of the run
+  local div agreed
+  for n in "${members[@]}" "$j"; do
+    div=$(sql "$n" "SELECT count(*) FROM events WHERE id > ${ev0[$n]:-0}
+                    AND kind IN ('state_diverged', 'state_split', 'state_repair')")
+    [ "$div" -eq 0 ] && pass "$mode: $n's ledger names no state divergence" \
+      || fail "$mode: $n's ledger: $(sql "$n" "SELECT kind || ' ' || detail FROM events
+               WHERE id > ${ev0[$n]:-0} AND kind IN ('state_diverged', 'state_split',
+               'state_repair') LIMIT 2" | tr '\n' ';')"
+    agreed=$(sql "$n" "SELECT count(*) FROM events WHERE id > ${ev0[$n]:-0}
+                       AND kind = 'state_agreed' AND detail LIKE 'round $R: %'")
+    [ "$agreed" -eq 1 ] || fail "$mode: $n has $agreed state_agreed events for the join round $R"
+  done
   # from R + 1 on, the local batches of all nodes sum to the global batch
   local bad=$(for n in "${members[@]}" "$j"; do
                 sql "$n" "SELECT round, batch FROM rounds WHERE $(w) AND round > $R"
