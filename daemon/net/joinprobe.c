@@ -27,6 +27,7 @@ struct td__joinprobe {
   bool carries; /* a message was sent on it: keep it open once accepted */
   double connected_at; /* monotonic s of the last TCP connection (open time before) */
   double failed_after_s;
+  int early_drops; /* handshakes dropped at once, in a row */
 };
 
 static void close_sockets(td__joinprobe_t *p) {
@@ -114,8 +115,11 @@ td__probe_state_t td__joinprobe_poll(td__joinprobe_t *p) {
       /* the events carry no time: the loop reads them every few tens of ms */
       p->failed_after_s = td_clock_mono_s() - p->connected_at;
       bool late = p->failed_after_s >= TD__PROBE_TIMEOUT_SHARE * TD__HANDSHAKE_TIMEOUT_MS / 1e3;
-      p->state = event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && late ? TD__PROBE_TIMED_OUT
-                                                                       : TD__PROBE_KEY_MISMATCH;
+      if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && late)
+        p->state = TD__PROBE_TIMED_OUT;
+      else if (++p->early_drops >= TD__PROBE_MISMATCH_DROPS)
+        p->state = TD__PROBE_KEY_MISMATCH;
+      /* else libzmq reconnects: a node shedding a flood may take the next */
     }
   }
   if (p->state != TD__PROBE_PENDING && !(p->carries && p->state == TD__PROBE_ACCEPTED))
