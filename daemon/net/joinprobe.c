@@ -27,7 +27,8 @@ struct td__joinprobe {
   bool carries; /* a message was sent on it: keep it open once accepted */
   double connected_at; /* monotonic s of the last TCP connection (open time before) */
   double failed_after_s;
-  int early_drops; /* handshakes dropped at once, in a row */
+  int early_drops;        /* handshakes dropped at once, in a row */
+  double first_drop_at;   /* monotonic s of the first of them */
 };
 
 static void close_sockets(td__joinprobe_t *p) {
@@ -117,7 +118,10 @@ td__probe_state_t td__joinprobe_poll(td__joinprobe_t *p) {
       bool late = p->failed_after_s >= TD__PROBE_TIMEOUT_SHARE * TD__HANDSHAKE_TIMEOUT_MS / 1e3;
       if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && late)
         p->state = TD__PROBE_TIMED_OUT;
-      else if (++p->early_drops >= TD__PROBE_MISMATCH_DROPS)
+      else if (p->early_drops++ == 0)
+        p->first_drop_at = td_clock_mono_s();
+      else if (p->early_drops >= TD__PROBE_MISMATCH_DROPS &&
+               td_clock_mono_s() - p->first_drop_at >= TD__PROBE_MISMATCH_S)
         p->state = TD__PROBE_KEY_MISMATCH;
       /* else libzmq reconnects: a node shedding a flood may take the next */
     }

@@ -15,8 +15,9 @@
  * never speaks ZMTP) only when its timer fires, on either side, after
  * TD__HANDSHAKE_TIMEOUT_MS. So a drop that comes late is a timeout, not a
  * key mismatch. A node that sheds connections under a flood also drops one
- * at once, but not every time: only TD__PROBE_MISMATCH_DROPS early drops in
- * a row (libzmq reconnects between them) are read as a wrong key. */
+ * at once, but not every time: only early drops in a row (libzmq reconnects
+ * between them) for TD__PROBE_MISMATCH_S, at least TD__PROBE_MISMATCH_DROPS
+ * of them, are read as a wrong key. */
 #ifndef TD_DAEMON_JOINPROBE_H
 #define TD_DAEMON_JOINPROBE_H
 
@@ -29,9 +30,11 @@
 /* A handshake dropped after this share of TD__HANDSHAKE_TIMEOUT_MS since the
  * connection was made ran out of time; a wrong key is dropped at once. */
 #define TD__PROBE_TIMEOUT_SHARE 0.8
-/* Early drops in a row that make a key mismatch (a wrong key is dropped at
- * every try; a shed connection mostly gets through on the next). */
+/* Early drops in a row, and for how long, that make a key mismatch: a wrong
+ * key is dropped at every try (libzmq retries every 100 ms); a connection
+ * shed under a flood gets through on one of the next tries. */
 #define TD__PROBE_MISMATCH_DROPS 3
+#define TD__PROBE_MISMATCH_S 1.0
 
 typedef struct td__joinprobe td__joinprobe_t;
 
