@@ -135,6 +135,10 @@ static int validate(const Traind__Envelope *e, char *why, size_t n) {
       return td_why(why, n, TD_EPROTO, "state hash of %zu bytes (a hash has %d)",
                     e->state_hash->hash.len, TD_WIRE_STATE_HASH_BYTES);
     return 0;
+  case TRAIND__ENVELOPE__BODY_ROUND_CLOSE:
+    if (e->round_close->round == 0 || e->round_close->members == 0)
+      return td_why(why, n, TD_EPROTO, "round close without a round or a member");
+    return 0;
   case TRAIND__ENVELOPE__BODY_RELAY:
     if (e->relay->signature.len != TD_WIRE_SIGNATURE_BYTES || e->relay->inner.len == 0 ||
         e->relay->inner.len > TD_WIRE_MAX_RELAYED || e->relay->origin == 0 ||
@@ -268,6 +272,7 @@ const char *td_wire_body_name(const Traind__Envelope *env) {
   case TRAIND__ENVELOPE__BODY_JOIN_GRANT: return "join_grant";
   case TRAIND__ENVELOPE__BODY_STATE_HASH: return "state_hash";
   case TRAIND__ENVELOPE__BODY_RELAY: return "relay";
+  case TRAIND__ENVELOPE__BODY_ROUND_CLOSE: return "round_close";
   default: return "none";
   }
 }

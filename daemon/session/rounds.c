@@ -36,8 +36,7 @@ static bool samples(const td__session_t *s) {
   return s->spec.mode_kind == TD_MODE_SYNC && s->spec.participation != 1;
 }
 
-/* Whether a sync round may close before every sampled update is in. */
-static bool tolerates_stragglers(const td__session_t *s) {
+bool td__rounds_tolerate_stragglers(const td__session_t *s) {
   return s->spec.mode_kind == TD_MODE_SYNC &&
          (s->spec.min_updates > 0 || s->spec.deadline_mad_c > 0);
 }
@@ -64,6 +63,7 @@ void td__rounds_begin(td__session_t *s, uint64_t round) {
   size_t np = td__session_peers(s, round, peers);
   s->round = round;
   s->round_cut = false;
+  s->round_set = 0;
   s->round_begun = td_clock_mono_s();
   s->sample = UINT64_MAX;
   if (samples(s) && round <= s->rounds) { /* the others neither train nor send this round */
@@ -299,6 +299,17 @@ static void gather(td__session_t *s, aggregate_job_t *job) {
     s->plan_join_from = 0;
   }
   job->n = td_round_collect(s->collector, job->in, TD_AGG_MAX_INPUTS - 1);
+  if (s->round_set != 0) { /* the coordinator's set: what came from outside it is left out */
+    size_t kept = 0;
+    for (size_t j = 0; j < job->n; j++) {
+      size_t i = td__session_member(s, job->in[j].id);
+      if (i < 64 && (s->round_set >> i & 1))
+        job->in[kept++] = job->in[j];
+    }
+    job->n = kept;
+    if (s->rank >= 64 || !(s->round_set >> s->rank & 1))
+      own_samples = 0;
+  }
   if (own_samples > 0)
     job->in[job->n++] = (td_agg_input_t){.id = s->node->node_id,
                                          .delta = td_run_delta(s->run, r),
@@ -333,6 +344,17 @@ static uint64_t take_bytes_sent(td__session_t *s) {
   return sent;
 }
 
+/* The members whose updates are in the job (bit i: member i). */
+static uint64_t contributors(const td__session_t *s, const aggregate_job_t *job) {
+  uint64_t set = 0;
+  for (size_t j = 0; j < job->n; j++) {
+    size_t i = td__session_member(s, job->in[j].id);
+    if (i < 64)
+      set |= 1ull << i;
+  }
+  return set;
+}
+
 static void close_round(td__session_t *s) {
   aggregate_job_t *job = calloc(1, sizeof *job);
   if (job == NULL) { /* the round waits for the next tick */
@@ -350,6 +372,8 @@ static void close_round(td__session_t *s) {
   td_runspec_agg(&s->spec, &job->spec);
   s->bytes_recv_round = 0; /* what comes now is the next round's */
   gather(s, job);
+  if (td__roundclose_coordinates(s)) /* the others average exactly these */
+    td__roundclose_send(s, r, contributors(s, job));
   job->req.data = job;
   td__session_ref(s);
   s->closing = true;
@@ -425,19 +449,75 @@ static bool own_settled(const td__session_t *s) {
   return s->round_cut && s->own_done + 1 >= s->round && s->own_sent_once;
 }
 
+/* min_updates: once that many sampled updates are in (ours counted), the
+ * missing are cut. */
+static void cut_at_min_updates(td__session_t *s) {
+  if (!td__rounds_tolerate_stragglers(s) || s->round_cut || s->spec.min_updates == 0 ||
+      td_round_complete(s->collector) ||
+      (td__roundclose_coordinated(s) && !td__roundclose_coordinates(s)))
+    return;
+  unsigned want = s->spec.min_updates, sampled = sampled_count(s);
+  if (contributions(s) >= (want < sampled ? want : sampled) && missing_have_started(s)) {
+    char why[64];
+    snprintf(why, sizeof why, "min_updates %u reached", want);
+    cut_missing(s, "cut", why);
+  }
+}
+
+/* A member that does not coordinate keeps to the coordinator's set for the
+ * open round: the missing outside it are cut, and it waits for those inside
+ * it. True once the set is taken, or when none came by the fixed deadline
+ * (the round then closes on what came, as without a coordinator). */
+static bool follow_agreed_set(td__session_t *s) {
+  if (s->round_set != 0)
+    return true;
+  uint64_t set;
+  if (!td__roundclose_agreed(s, s->round, &set)) {
+    if (s->own_done < s->round || td_clock_mono_s() < s->deadline)
+      return false;
+    if (!s->round_cut) {
+      td_log_warn("round %" PRIu64 ": no round close from the coordinator within %.1f s: "
+                  "closing on the updates that came", s->round, s->spec.round_timeout);
+      td__ledger_event(s->node->ledger, "late", "round %" PRIu64 ": no round close from the "
+                       "coordinator", s->round);
+      s->round_cut = true;
+    }
+    return true;
+  }
+  s->round_set = set;
+  uint64_t missing[TD_MEMBERS_MAX];
+  size_t k = td_round_missing(s->collector, missing, TD_MEMBERS_MAX);
+  for (size_t j = 0; j < k; j++) {
+    size_t i = td__session_member(s, missing[j]);
+    if (i < 64 && (set >> i & 1))
+      continue;
+    td_log_info("round %" PRIu64 ": peer %016" PRIx64 " cut (not in the coordinator's set)",
+                s->round, missing[j]);
+    td__ledger_event(s->node->ledger, "cut", "round %" PRIu64 " peer %016" PRIx64 ": not in "
+                     "the coordinator's set", s->round, missing[j]);
+    td_round_forget_peer(s->collector, missing[j]);
+    s->cut_peers++;
+  }
+  if (s->rank >= 64 || !(set >> s->rank & 1)) { /* closes without our own update */
+    if (s->own_done < s->round && s->rank < 64 && (s->sample >> s->rank & 1))
+      td__ledger_event(s->node->ledger, "cut", "round %" PRIu64 " peer %016" PRIx64 " (this "
+                       "node): not in the coordinator's set", s->round, s->node->node_id);
+    s->round_cut = true;
+    s->round_cut_any = true;
+  }
+  return true;
+}
+
 void td__rounds_try_close(td__session_t *s) {
   if (s->spec.mode_kind == TD_MODE_ASYNC)
     return;
   while (s->node->session == s && !s->closing && s->round <= s->rounds) {
-    cut_at_adaptive_deadline(s); /* an update after the deadline is the first one in */
-    if (tolerates_stragglers(s) && !s->round_cut && s->spec.min_updates > 0 &&
-        !td_round_complete(s->collector)) {
-      unsigned want = s->spec.min_updates, sampled = sampled_count(s);
-      if (contributions(s) >= (want < sampled ? want : sampled) && missing_have_started(s)) {
-        char why[64];
-        snprintf(why, sizeof why, "min_updates %u reached", want);
-        cut_missing(s, "cut", why);
-      }
+    if (td__roundclose_coordinated(s) && !td__roundclose_coordinates(s)) {
+      if (!follow_agreed_set(s))
+        return;
+    } else {
+      cut_at_adaptive_deadline(s); /* an update after the deadline is the first one in */
+      cut_at_min_updates(s);
     }
     if (!own_settled(s) || !td_round_complete(s->collector))
       return;
@@ -482,15 +562,17 @@ void td__rounds_forget_peer(td__session_t *s, uint64_t peer) {
 
 /* round_deadline = adaptive: once the open round is older than the
  * deadline and something of it is in, the missing are late. Only a node
- * whose own part is in judges that (a straggler would cut the punctual);
+ * whose own part is in judges that (a straggler would cut the punctual), or
+ * the coordinator, whose set every member keeps to (roundclose.c);
  * a straggler closes the round when a peer's update of the next one shows
  * that the others closed it. */
 static void cut_at_adaptive_deadline(td__session_t *s) {
   if (s->spec.deadline_mad_c <= 0 || s->round_cut || s->round > s->rounds || s->closing ||
-      td_round_complete(s->collector))
-    return;
+      td_round_complete(s->collector) ||
+      (td__roundclose_coordinated(s) && !td__roundclose_coordinates(s)))
+    return; /* (a member that follows a coordinator keeps to its set) */
   bool own_in = s->own_done >= s->round || !(s->rank < 64 && (s->sample >> s->rank & 1));
-  if (!own_in) {
+  if (!own_in && !td__roundclose_coordinates(s)) { /* a coordinator judges for all */
     if (td_round_moved_on(s->collector))
       cut_missing(s, "late", "the others closed the round (an update of the next is in)");
     return;

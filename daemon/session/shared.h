@@ -76,6 +76,10 @@ typedef struct td__join td__join_t;
 typedef struct td__reconcile td__reconcile_t;
 typedef struct td__verify td__verify_t;
 typedef struct td__control td__control_t;
+/* A coordinator's RoundClose, kept for its round (roundclose.c). */
+typedef struct {
+  uint64_t round, members; /* round 0: none */
+} td__round_close_t;
 typedef struct td__monitor td__monitor_t;
 
 /* ---- this node's limits over run specs (policy.c) -------------------------------- */
@@ -305,6 +309,10 @@ struct td__session {
   bool own_sent_once;             /* this node sent an update of this run (the others then
                                      cut it when it straggles; until then they wait for it) */
   bool round_cut_any;             /* some round was cut (a straggler's own row may precede it) */
+  /* The coordinator's sets (roundclose.c), by round; and the open round's
+   * (bit i: member i; 0: none taken yet), which its average keeps to */
+  td__round_close_t closes[TD__RING];
+  uint64_t round_set;
   double test_accuracy, test_loss, last_eval_acc;
   double test_bpb, last_eval_bpb; /* text runs (bits per byte); NAN otherwise */
   uint64_t updates_received, rounds_done, late_peers, plans_applied, stale_dropped;
@@ -376,6 +384,10 @@ void td__session_settle(td__node_t *n);
 /* A peer's StateHash: the vote (verify.c), then td__session_settle(). */
 void td__session_on_state_hash(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
                                size_t bytes);
+/* A peer's RoundClose (roundclose.c): kept for its round, then the open
+ * round tries to close. */
+void td__session_on_round_close(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
+                                size_t bytes);
 /* This node will not run `run_id` (why): log it, record it in the ledger and
  * send RunRefused to every other one of `members`. */
 void td__session_refuse(td__node_t *n, uint64_t run_id, const uint64_t *members,
@@ -423,6 +435,21 @@ void td__rounds_own_done(td__session_t *s, uint64_t round);
  * unknown: what this node echoes with its update of `round`. */
 void td__rounds_heard(const td__session_t *s, uint64_t round, double *heard);
 void td__rounds_try_close(td__session_t *s);
+/* Whether a sync round may close before every sampled update is in
+ * (min_updates, round_deadline = adaptive). */
+bool td__rounds_tolerate_stragglers(const td__session_t *s);
+
+/* ---- roundclose.c: the round's contributors, agreed through a coordinator ---- */
+
+/* Whether the run's rounds close on the coordinator's set (sync runs of
+ * more than one member that tolerate stragglers). */
+bool td__roundclose_coordinated(const td__session_t *s);
+/* Whether this node is the coordinator now (see roundclose.c). */
+bool td__roundclose_coordinates(td__session_t *s);
+/* The coordinator's set for `round` into *members; false when none came. */
+bool td__roundclose_agreed(const td__session_t *s, uint64_t round, uint64_t *members);
+/* Send RoundClose{round, members} to every member taking part. */
+void td__roundclose_send(td__session_t *s, uint64_t round, uint64_t members);
 void td__rounds_forget_peer(td__session_t *s, uint64_t peer);
 void td__rounds_tick(td__session_t *s);
 void td__rounds_eval(td__session_t *s, uint64_t round, double accuracy, double bpb);
