@@ -173,6 +173,38 @@ START_TEST(state_hash_is_32_bytes_or_a_request) {
 }
 END_TEST
 
+/* A round close names its round and at least one member. */
+START_TEST(round_close_needs_a_round_and_a_member) {
+  const uint64_t rounds[] = {7, 0, 7}, members[] = {0x5, 0x5, 0};
+  for (size_t i = 0; i < 3; i++) {
+    Traind__RoundClose rc = TRAIND__ROUND_CLOSE__INIT;
+    rc.round = rounds[i];
+    rc.members = members[i];
+    Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+    env.body_case = TRAIND__ENVELOPE__BODY_ROUND_CLOSE;
+    env.round_close = &rc;
+    env.sender = 3;
+    uint8_t *buf;
+    size_t len;
+    char why[128] = "";
+    Traind__Envelope *got = NULL;
+    ck_assert_int_eq(td_wire_pack(&env, &buf, &len), 0);
+    int rc_unpack = td_wire_unpack(&got, buf, len, why, sizeof why);
+    if (i == 0) {
+      ck_assert_int_eq(rc_unpack, 0);
+      ck_assert_uint_eq(got->round_close->round, 7);
+      ck_assert_uint_eq(got->round_close->members, 0x5);
+      ck_assert_str_eq(td_wire_body_name(got), "round_close");
+      td_wire_free(&got);
+    } else {
+      ck_assert_int_eq(rc_unpack, TD_EPROTO);
+      ck_assert_ptr_nonnull(strstr(why, "round close"));
+    }
+    free(buf);
+  }
+}
+END_TEST
+
 /* A relayed message (--listen none) needs its origin, target, sequence
  * number, a 64-byte signature and an inner message that leaves room for the
  * wrapper. */
@@ -295,6 +327,7 @@ int main(void) {
   tcase_add_test(tc, random_and_truncated_bytes_never_crash);
   tcase_add_test(tc, control_messages_round_trip);
   tcase_add_test(tc, relay_envelopes_are_checked);
+  tcase_add_test(tc, round_close_needs_a_round_and_a_member);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
