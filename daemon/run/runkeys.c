@@ -537,8 +537,8 @@ const run_key_t td__run_keys[] = {
      "node derives the same sample; the others neither train nor send, and no round waits "
      "for them"},
     {"min_updates", KEY_UINT, F(min_updates), "0", 0, 64, NULL,
-     "sync: a round closes once this many of its sampled members' updates are in (this "
-     "node's own counting), the rest cut; 0: wait for every one (up to the deadline)"},
+     "sync: a round closes once this many of its sampled members' updates are in on the run's "
+     "coordinator (its lowest id), the rest cut; 0: wait for every one (up to the deadline)"},
     {"round_deadline", KEY_STR, F(round_deadline), "fixed", 0, 0, check_round_deadline,
      "sync: fixed (round_timeout after this node's own update) | adaptive[:C] (median + C x "
      "MAD of the recent updates' arrival times in their rounds, C 3 by default, at most "
