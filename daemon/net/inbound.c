@@ -6,7 +6,10 @@
  * that would take its address past the per-address share, the inbound share,
  * or the handshakes in progress past theirs is shut down at once (shutdown(2)
  * on libzmq's descriptor: libzmq sees the end of the stream and closes it,
- * as if the peer had). A handshake that does not finish within the ROUTER's
+ * as if the peer had). An address holding fewer than FEW_PER_ADDRESS
+ * connections is not held to the handshake share (only to the inbound one):
+ * silent connections from one flooding address would otherwise keep it full
+ * and lock out every node that joins or reconnects meanwhile. A handshake that does not finish within the ROUTER's
  * handshake timeout (transport.c) is abandoned by libzmq, so a silent
  * connection holds its descriptor seconds, not forever. The descriptors are
  * checked again on every tick, so a lost event cannot leave a count wrong for
@@ -36,6 +39,9 @@
 #include "daemon/base/log.h"
 
 #define MONITOR_ENDPOINT "inproc://traind-router-monitor"
+/* Connections an address may open past a full handshake share: a node's two
+ * links and their reconnects. */
+#define FEW_PER_ADDRESS 8
 /* Inbound descriptors tracked (by number): those beyond are shed. */
 #define INBOUND_FD_MAX (1 << 20)
 
@@ -158,7 +164,7 @@ static void on_accepted(td__inbound_t *in, int fd) {
     over = "inbound connections";
   else if (address_count(in, addr) >= in->shares.per_address)
     over = "connections from one address";
-  else if (in->pending >= in->shares.pending)
+  else if (in->pending >= in->shares.pending && address_count(in, addr) >= FEW_PER_ADDRESS)
     over = "handshakes in progress";
   if (over != NULL) {
     shutdown(fd, SHUT_RDWR);
