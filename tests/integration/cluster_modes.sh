@@ -73,6 +73,7 @@ DC_RUN=(--set mode=overlap --set local_steps=8 --set rounds=30 --set overlap_wai
 start_run "${DC_RUN[@]}"
 pull_loss=$(last_loss)
 start_run "${DC_RUN[@]}" --set overlap_fix=dc:0 # no compensation: the pull, bit for bit
+dc0_loss=$(last_loss)
 [ -n "$pull_loss" ] && [ "$(last_loss)" = "$pull_loss" ] \
   && pass "overlap dc:0 repeats the pull's run (last loss $pull_loss)" \
   || fail "overlap dc:0: last loss '$(last_loss)', the pull's '$pull_loss'"
@@ -116,10 +117,13 @@ check_agreement() { # LABEL
     && pass "$1: all nodes end on one model that learns ($a1)" \
     || fail "$1: final accuracies $a1 $b1 $c1"
 }
+# (the pull's and dc:0's runs both stand for the run without the key: a member
+# marked away under a heavy load changes one run's averages, not the rule)
 start_run "${DC_RUN[@]}" --set fragments=1
-[ "$(last_loss)" = "$pull_loss" ] \
-  && pass "fragments = 1 repeats the pull's run (last loss $pull_loss)" \
-  || fail "fragments = 1: last loss '$(last_loss)', the pull's '$pull_loss'"
+one_loss=$(last_loss)
+[ -n "$one_loss" ] && { [ "$one_loss" = "$pull_loss" ] || [ "$one_loss" = "$dc0_loss" ]; } \
+  && pass "fragments = 1 repeats the run without the key (last loss $one_loss)" \
+  || fail "fragments = 1: last loss '$one_loss', the pull's '$pull_loss', dc:0's '$dc0_loss'"
 agree_counts
 start_run "${DC_RUN[@]}" --set fragments=2
 check_agreement "overlap fragments = 2"
