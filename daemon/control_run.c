@@ -174,7 +174,7 @@ static int init_hash(td__node_t *n, td_runspec_t *spec, char *why, size_t why_le
 
 void td__control_cmd_start(conn_t *c, const Traind__ControlRequest *req) {
   td__node_t *n = c->ctl->n;
-  char why[768] = "";
+  char why[1536] = ""; /* room for an unknown key's list of every run key */
   td_runspec_t spec;
   td_runspec_defaults(&spec);
   int rc = 0;

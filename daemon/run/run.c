@@ -156,6 +156,12 @@ int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t wh
     return rc;
   }
   run->numel = td_model_numel(run->probe);
+  if (run->spec.fragments > run->numel) { /* before any buffer is sized */
+    td_why(why, why_len, TD_ECONFIG, "fragments = %u: model %s has only %zu parameters",
+           run->spec.fragments, run->spec.model, run->numel);
+    free_run(run);
+    return TD_ECONFIG;
+  }
   if ((rc = alloc_buffers(run)) != 0) {
     free_run(run);
     return td_why(why, why_len, rc, "out of memory for the model's buffers (%zu floats each)",

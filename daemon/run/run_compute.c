@@ -297,9 +297,12 @@ static td__run_flow_t set_up(td__compute_t *c) {
     c->test_dropped = true;
   }
   c->batch = run->local_batch;
-  if (sp->mode_kind == TD_MODE_OVERLAP &&
-      ((c->lead = calloc(run->numel, sizeof(float))) == NULL ||
-       (c->eval == NULL && (c->saved = malloc(run->numel * sizeof(float))) == NULL))) {
+  /* fragments: params hold local progress beyond the anchor after a round too */
+  bool evaluates_anchor = sp->mode_kind == TD_MODE_OVERLAP || sp->fragments > 1;
+  if ((sp->mode_kind == TD_MODE_OVERLAP &&
+       (c->lead = calloc(run->numel, sizeof(float))) == NULL) ||
+      (evaluates_anchor && c->eval == NULL &&
+       (c->saved = malloc(run->numel * sizeof(float))) == NULL)) {
     snprintf(c->why, sizeof c->why, "out of memory for the overlap swap");
     return td__compute_fail(c);
   }
@@ -453,8 +456,11 @@ static td__run_flow_t round_post_delta(td__compute_t *c, uint64_t round, const t
   td_run_t *run = c->run;
   float *delta = run->delta[round % 2];
   const float *base = run->spec.mode_kind == TD_MODE_SYNC ? run->anchor : run->start;
-  for (size_t i = 0; i < run->numel; i++)
-    delta[i] = c->params[i] - base[i];
+  if (run->spec.fragments > 1)
+    td__compute_fragment_delta(run, round, c->params);
+  else
+    for (size_t i = 0; i < run->numel; i++)
+      delta[i] = c->params[i] - base[i];
   td_run_event_t ev = {.kind = TD_RUN_ROUND_DONE, .round = round, .samples = st->samples,
                        .loss = st->loss, .compute_s = compute_s, .idle_s = c->idle,
                        .capacity = c->capacity, .batch = c->batch,
@@ -519,9 +525,11 @@ static td__run_flow_t collect_eval(td__compute_t *c, bool wait) {
  * the members' consensus, the anchor; what the cluster has trained is that
  * consensus, as DiLoCo evaluates its global model, not a worker's. In sync
  * mode params are the anchor after a round, in async there is no consensus,
- * and after the last round params are the consensus in every mode. */
+ * and after the last round params are the consensus in every mode. With
+ * fragments (scheduler/fragment.h) params keep local progress on the other
+ * slices after a sync round too: the anchor is measured in both modes. */
 static bool consensus(const td__compute_t *c, uint64_t round) {
-  return c->lead != NULL && round < c->run->rounds;
+  return (c->lead != NULL || c->run->spec.fragments > 1) && round < c->run->rounds;
 }
 
 /* client_eval: the global model (as the run's own evaluation measures it)
@@ -623,10 +631,14 @@ static td__run_flow_t run_round(td__compute_t *c, uint64_t round) {
   if (f == TD__RUN_GO_ON)
     f = round_post_delta(c, round, &st, compute_s);
   if (f == TD__RUN_GO_ON) {
-    switch (c->run->spec.mode_kind) {
-    case TD_MODE_SYNC: f = td__compute_after_round_sync(c, round); break;
-    case TD_MODE_OVERLAP: f = td__compute_after_round_overlap(c, round); break;
-    case TD_MODE_ASYNC: f = after_round_async(c, round, &st); break;
+    if (c->run->spec.fragments > 1) { /* sync or overlap (runspec.c refuses async) */
+      f = td__compute_after_round_fragments(c, round);
+    } else {
+      switch (c->run->spec.mode_kind) {
+      case TD_MODE_SYNC: f = td__compute_after_round_sync(c, round); break;
+      case TD_MODE_OVERLAP: f = td__compute_after_round_overlap(c, round); break;
+      case TD_MODE_ASYNC: f = after_round_async(c, round, &st); break;
+      }
     }
   }
   if (f == TD__RUN_GO_ON)

@@ -4,7 +4,8 @@
  * run_apply.c (device copies, waits, the outer step on a round's average and
  * what follows it, sync's end of a round) and run_overlap.c (overlap mode:
  * the delayed swap, the early swap during the next round's steps, fill
- * steps). run_compute.c calls the other two, run_overlap.c calls run_apply.c.
+ * steps) and run_fragment.c (fragments > 1, both modes). run_compute.c calls
+ * the others, run_overlap.c and run_fragment.c call run_apply.c.
  * Thread: the compute thread only; every call takes its state. */
 #ifndef TD_RUN_COMPUTE_H
 #define TD_RUN_COMPUTE_H
@@ -115,5 +116,18 @@ td__run_flow_t td__compute_steps_swapping(td__compute_t *c, uint64_t round, unsi
                                           unsigned taken, td_train_stats_t *st);
 /* What follows an overlapped round: the delayed swap and the pull-back. */
 td__run_flow_t td__compute_after_round_overlap(td__compute_t *c, uint64_t round);
+
+/* run_fragment.c (fragments > 1, scheduler/fragment.h) */
+/* Round `round`'s update into its delta slot: params - anchor on the round's
+ * fragment, zero elsewhere. */
+void td__compute_fragment_delta(td_run_t *run, uint64_t round, const float *params);
+/* Outer step on round r's average, on r's fragment only: that slice of the
+ * anchor (and of the outer momentum) moves, and params' slice becomes
+ * alpha params + (1 - alpha) anchor. */
+void td__compute_apply_fragment(td_run_t *run, uint64_t r, float *params, double alpha);
+/* What follows a round with fragments, sync or overlap: the fragment's
+ * average applied (overlap: the previous round's, mixed by fragment_alpha),
+ * what the round owes after it, and after the last round the anchor. */
+td__run_flow_t td__compute_after_round_fragments(td__compute_t *c, uint64_t round);
 
 #endif

@@ -21,6 +21,7 @@
 #include "compute/data/partition.h"
 #include "compute/data/text.h"
 #include "scheduler/overlap.h"
+#include "scheduler/fragment.h"
 
 static int check_model(td_runspec_t *rs, const char *v, char *why, size_t n) {
   (void)rs;
@@ -493,6 +494,13 @@ const run_key_t td__run_keys[] = {
     {"overlap_early", KEY_BOOL, F(overlap_early), "false", 0, 0, NULL,
      "overlap: swap the last round's average in at the first step after it arrives, not at "
      "the end of the round (less delay; timing decides the step)"},
+    {"fragments", KEY_UINT, F(fragments), "1", 1, TD_FRAGMENTS_MAX, NULL,
+     "sync/overlap: Streaming DiLoCo: the parameters cut into P equal contiguous slices, "
+     "round r synchronising slice r mod P only (its update covers the local steps since "
+     "that slice's last round); 1: the whole model every round"},
+    {"fragment_alpha", KEY_DOUBLE, F(fragment_alpha), "0.5", 0, 1, NULL,
+     "overlap with fragments > 1: when a slice's average arrives (a round late), the local "
+     "slice becomes alpha x local + (1 - alpha) x global (0.5, the paper's; 0: the global)"},
     {"reconcile", KEY_STR, F(reconcile), "end", 0, 0, check_reconcile,
      "sync/overlap with a lossy codec: nodes average their anchors (fp16) so they end on one "
      "model: end (after the last round) | N (also every N rounds) | off"},

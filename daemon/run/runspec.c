@@ -21,6 +21,8 @@
 #include "common/suggest.h"
 #include "compute/optim.h"
 #include "compute/data/text.h"
+#include "compress/codec.h"
+#include "scheduler/overlap.h"
 
 #define N_KEYS td__run_keys_n
 
@@ -111,11 +113,11 @@ void td_runspec_defaults(td_runspec_t *rs) {
 int td_runspec_set(td_runspec_t *rs, const char *key, const char *value, char *why,
                    size_t why_len) {
   const run_key_t *k = find_key(key);
-  if (k == NULL) { /* every key (541 bytes today), and the nearest first */
+  if (k == NULL) { /* every key (about 780 bytes today), and the nearest first */
     const char *names[TD__RUN_KEYS_MAX];
     for (size_t i = 0; i < N_KEYS; i++)
       names[i] = td__run_keys[i].name;
-    char msg[1024];
+    char msg[2048];
     return td_why(why, why_len, TD_ECONFIG, "%s",
                   td_suggest_unknown(msg, sizeof msg, "key", key, names, N_KEYS));
   }
@@ -236,6 +238,41 @@ void td_runspec_outer_opts(const td_runspec_t *rs, td_outer_opts_t *out) {
                            .tau = rs->outer_tau};
 }
 
+/* fragments > 1 (scheduler/fragment.h) with what it cannot split: each
+ * refusal says what to change. */
+static int check_fragments(const td_runspec_t *rs, char *why, size_t why_len) {
+  if (rs->fragments <= 1)
+    return 0;
+  unsigned p = rs->fragments;
+  if (rs->mode_kind == TD_MODE_ASYNC)
+    return td_why(why, why_len, TD_ECONFIG,
+                  "fragments = %u: needs rounds (mode sync or overlap); async adds each update "
+                  "as it arrives", p);
+  if (rs->outer_kind != TD_OUTER_SGD)
+    return td_why(why, why_len, TD_ECONFIG,
+                  "fragments = %u: needs outer = sgd (outer = %s keeps its moments in two "
+                  "halves that do not split by fragment yet); set fragments = 1", p, rs->outer);
+  td_codec_spec_t codec;
+  if (rs->codec_auto || (td_codec_parse(&codec, rs->codec, NULL, 0) == 0 &&
+                         td_codec_uses_error_feedback(&codec)))
+    return td_why(why, why_len, TD_ECONFIG,
+                  "fragments = %u: codec %s keeps each link's error feedback over the whole "
+                  "model, which does not split by fragment; use codec none, fp16, ternary or "
+                  "qsgd", p, rs->codec);
+  if (rs->mode_kind == TD_MODE_OVERLAP) {
+    if (rs->overlap_fix_kind != TD_OVERLAP_FIX_PULL)
+      return td_why(why, why_len, TD_ECONFIG,
+                    "fragments = %u: overlap_fix = %s does not apply; a fragment's late "
+                    "average is mixed in by fragment_alpha instead (leave overlap_fix unset)",
+                    p, rs->overlap_fix);
+    if (rs->overlap_early || rs->overlap_fill > 0)
+      return td_why(why, why_len, TD_ECONFIG,
+                    "fragments = %u: %s is not supported with fragments; set fragments = 1",
+                    p, rs->overlap_early ? "overlap_early" : "overlap_fill");
+  }
+  return 0;
+}
+
 int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len) {
   bool text = td_runspec_is_text(rs);
   if (token_model(rs->model) && !text)
@@ -286,7 +323,7 @@ int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len) {
                   "%s = %s: needs rounds (mode sync or overlap); async adds each update as "
                   "it arrives", agg.kind != TD_AGG_MEAN ? "aggregate" : "norm_bound",
                   agg.kind != TD_AGG_MEAN ? rs->aggregate : rs->norm_bound);
-  return 0;
+  return check_fragments(rs, why, why_len);
 }
 
 size_t td_runspec_format(const td_runspec_t *rs, char *buf, size_t len) {

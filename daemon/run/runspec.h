@@ -54,6 +54,10 @@ typedef struct {
                                            waits for its own average (0: never) */
   bool overlap_early;                   /* overlap: swap an average in at the first step
                                            boundary after it arrives, not at the round's end */
+  unsigned fragments;                   /* Streaming DiLoCo: P fragments on staggered rounds
+                                           (scheduler/fragment.h); 1: the whole model each round */
+  double fragment_alpha;                /* overlap, fragments > 1: what a node keeps of its own
+                                           slice when the slice's average arrives */
   char reconcile[TD_RUNSPEC_STR_MAX];   /* end | off | N */
   bool reconcile_on;                    /* from reconcile: anchors averaged after the last round */
   unsigned reconcile_every;             /* ... and every N rounds (0: only then) */

@@ -7,7 +7,9 @@
  * close are freed (the sanitizer and valgrind builds check that). Reading how full the mailbox is uses the internal
  * header: the test waits until it is full, so the overflow is certain, not a
  * matter of timing. Where an event is lost, FINISHED never comes and the
- * case fails on its timeout. */
+ * case fails on its timeout. And a run with more fragments than its model has
+ * parameters (its tensors padded: 32 for mlp:2-2) is refused before anything
+ * is sized. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,6 +129,27 @@ START_TEST(join_with_full_mailbox_ends_the_compute_thread) {
 }
 END_TEST
 
+/* fragments = P above the model's parameter count (mlp:2-2: 32 floats, its
+ * tensors padded): refused with a reason before any buffer is sized or a
+ * thread started. */
+START_TEST(more_fragments_than_parameters_are_refused) {
+  td_runspec_t spec;
+  td_runspec_defaults(&spec);
+  char why[512] = "";
+  const char *keys[] = {"model=mlp:2-2", "batch=8", "fragments=64"};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    ck_assert_msg(td_runspec_set_arg(&spec, keys[i], why, sizeof why) == 0, "%s", why);
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  td_run_opts_t opts = {.spec = &spec, .rank = 0, .nodes = 1, .loop = &loop};
+  td_run_t *run = (td_run_t *)&opts; /* set to NULL on failure */
+  ck_assert_int_eq(td_run_start(&run, &opts, why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_null(run);
+  ck_assert_str_eq(why, "fragments = 64: model mlp:2-2 has only 32 parameters");
+  ck_assert_int_eq(uv_loop_close(&loop), 0); /* nothing was left on the loop */
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("run");
   TCase *tc = tcase_create("mailbox");
@@ -134,6 +157,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, full_mailbox_loses_no_event);
   tcase_add_test(tc, join_with_full_mailbox_ends_the_compute_thread);
+  tcase_add_test(tc, more_fragments_than_parameters_are_refused);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

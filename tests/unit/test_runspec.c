@@ -277,6 +277,51 @@ START_TEST(overlap_fix_defaults_parses_and_refuses) {
 }
 END_TEST
 
+/* fragments: 1 by default (the whole model every round), bounded by the
+ * table, and refused in one line with what it cannot split. */
+START_TEST(fragments_default_bound_and_refusals) {
+  td_runspec_t rs;
+  char why[512] = "", text[8192];
+  td_runspec_defaults(&rs);
+  ck_assert_uint_eq(rs.fragments, 1);
+  ck_assert_double_eq(rs.fragment_alpha, 0.5);
+  ck_assert_int_eq(td_runspec_set(&rs, "fragments", "0", why, sizeof why), TD_ECONFIG);
+  ck_assert_int_eq(td_runspec_set(&rs, "fragments", "65", why, sizeof why), TD_ECONFIG);
+  ck_assert_int_eq(td_runspec_set(&rs, "fragment_alpha", "1.5", why, sizeof why), TD_ECONFIG);
+  ck_assert_int_eq(td_runspec_set(&rs, "fragments", "4", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set(&rs, "fragment_alpha", "0.25", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), 0); /* sync */
+  ck_assert_int_eq(td_runspec_set(&rs, "mode", "overlap", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), 0);
+  td_runspec_format(&rs, text, sizeof text);
+  ck_assert_ptr_nonnull(strstr(text, "fragments = 4\nfragment_alpha = 0.25\n"));
+  const struct {
+    const char *key, *value, *says;
+  } refused[] = {
+      {"mode", "async:2", "fragments = 4: needs rounds (mode sync or overlap)"},
+      {"outer", "adam", "fragments = 4: needs outer = sgd"},
+      {"codec", "topk:0.1", "codec topk:0.1 keeps each link's error feedback"},
+      {"codec", "auto", "codec auto keeps each link's error feedback"},
+      {"overlap_fix", "dc:1e4", "overlap_fix = dc:1e4 does not apply"},
+      {"overlap_early", "true", "overlap_early is not supported with fragments"},
+      {"overlap_fill", "1", "overlap_fill is not supported with fragments"},
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    td_runspec_t bad = rs;
+    ck_assert_int_eq(td_runspec_set(&bad, refused[i].key, refused[i].value, why, sizeof why), 0);
+    ck_assert_int_eq(td_runspec_validate(&bad, why, sizeof why), TD_ECONFIG);
+    ck_assert_msg(strstr(why, refused[i].says) != NULL, "%s = %s: %s", refused[i].key,
+                  refused[i].value, why);
+    ck_assert_ptr_null(strchr(why, '\n')); /* one line */
+    ck_assert_int_eq(td_runspec_set(&bad, "fragments", "1", why, sizeof why), 0);
+    ck_assert_int_eq(td_runspec_validate(&bad, why, sizeof why), 0); /* fine without */
+  }
+  /* stateless codecs and the sync-mode keys are fine */
+  ck_assert_int_eq(td_runspec_set(&rs, "codec", "fp16", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), 0);
+}
+END_TEST
+
 START_TEST(optimizer_keys_default_parse_and_check) {
   td_runspec_t rs;
   char why[512] = "", text[8192];
@@ -582,6 +627,7 @@ int main(void) {
   tcase_add_test(tc, scheduler_keys_fill_parsed_fields);
   tcase_add_test(tc, aggregate_keys_resolve_and_need_rounds);
   tcase_add_test(tc, overlap_fix_defaults_parses_and_refuses);
+  tcase_add_test(tc, fragments_default_bound_and_refusals);
   tcase_add_test(tc, optimizer_keys_default_parse_and_check);
   tcase_add_test(tc, diloco_recipe_is_expressible);
   tcase_add_test(tc, ef_decay_follows_the_optimizer_or_the_operator);
