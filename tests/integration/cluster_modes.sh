@@ -3,7 +3,9 @@
 #  - overlap: compute never waits a round; every node ends on the same
 #    consensus model (equal test accuracy) that learns as well as sync, and the
 #    ledger records one row per round;
-#  - overlap_fix = dc:LAMBDA: dc:0 repeats the pull's run bit for bit, and
+#  - overlap_fix = dc:LAMBDA: dc:0 repeats the pull's run bit for bit (compared
+#    only when no update was late or cut and no member away in either run:
+#    a heavy load can perturb one run's averages), and
 #    with a LAMBDA every node holds the same compensated state (verified
 #    hashes agree) and it trains differently from the pull;
 #  - fragments = 2 (Streaming DiLoCo), overlap and sync: every node's verified
@@ -39,11 +41,30 @@ for n in a b c; do wait_peers $n 2 15 || fail "$n does not see 2 alive peers"; d
 
 BASE=(--set batch=64 --set lr=0.05 --set seed=9 --set eval_every=1000)
 # start_run ARGS...: start a run from a and wait until all finish; sets run_id
+# start_run ARGS: one run to its end; $run_id names it and $perturbed counts
+# the events on any node that make its averages depend on timing (a late or
+# cut update, a member marked away or dead), which a heavy load can cause
 start_run() {
-  local out
+  local out n marks=()
+  for n in a b c; do marks+=("$(sql $n "SELECT coalesce(max(id), 0) FROM events")"); done
   out=$(ctl a start "${BASE[@]}" "$@") || { fail "start $*: $out"; return 1; }
   run_id=$(sed -E 's/started run ([0-9a-f]+).*/\1/' <<<"$out")
   for n in a b c; do wait_run_state $n finished 400 || fail "$n did not finish ($*)"; done
+  perturbed=0
+  for n in a b c; do
+    perturbed=$((perturbed + $(sql $n "SELECT count(*) FROM events WHERE id > ${marks[0]} AND kind IN
+      ('late', 'cut', 'member_away', 'member_out', 'peer_dead', 'run_behind')")))
+    marks=("${marks[@]:1}")
+  done
+}
+# same_run NAME LOSS OTHER OTHER_PERTURBED: LOSS, the last loss of a run that
+# should repeat another bit for bit, is OTHER's; when either run was perturbed
+# by timing the comparison says nothing, and is reported instead
+same_run() {
+  if [ -n "$3" ] && [ "$2" = "$3" ]; then pass "$1 (last loss $2)"
+  elif [ "$perturbed" -gt 0 ] || [ "$4" -gt 0 ]; then
+    echo "  not compared: $1: a run had $perturbed + $4 timing events (late, cut, away) under this load"
+  else fail "$1: last loss '$2', expected '$3'"; fi
 }
 acc_of() { json_field "$(ctl "$1" status --json)" test_accuracy; }
 q() { sql "$1" "$2" | head -n1; }
@@ -71,12 +92,10 @@ events_of() { q "$1" "SELECT count(*) FROM events WHERE kind = '$2'"; }
 DC_RUN=(--set mode=overlap --set local_steps=8 --set rounds=30 --set overlap_wait=0
         --set batching=equal)
 start_run "${DC_RUN[@]}"
-pull_loss=$(last_loss)
+pull_loss=$(last_loss) pull_perturbed=$perturbed
 start_run "${DC_RUN[@]}" --set overlap_fix=dc:0 # no compensation: the pull, bit for bit
-dc0_loss=$(last_loss)
-[ -n "$pull_loss" ] && [ "$(last_loss)" = "$pull_loss" ] \
-  && pass "overlap dc:0 repeats the pull's run (last loss $pull_loss)" \
-  || fail "overlap dc:0: last loss '$(last_loss)', the pull's '$pull_loss'"
+dc0_loss=$(last_loss) dc0_perturbed=$perturbed
+same_run "overlap dc:0 repeats the pull's run" "$dc0_loss" "$pull_loss" "$pull_perturbed"
 declare -A agreed0 differ0
 for n in a b c; do agreed0[$n]=$(events_of $n state_agreed); differ0[$n]=$(events_of $n state_diverged); done
 start_run "${DC_RUN[@]}" --set overlap_fix=dc:1e4
@@ -117,13 +136,14 @@ check_agreement() { # LABEL
     && pass "$1: all nodes end on one model that learns ($a1)" \
     || fail "$1: final accuracies $a1 $b1 $c1"
 }
-# (the pull's and dc:0's runs both stand for the run without the key: a member
-# marked away under a heavy load changes one run's averages, not the rule)
+# (the pull's and dc:0's runs both stand for the run without the key: the
+# one unperturbed by timing, or the one it matches)
 start_run "${DC_RUN[@]}" --set fragments=1
-one_loss=$(last_loss)
-[ -n "$one_loss" ] && { [ "$one_loss" = "$pull_loss" ] || [ "$one_loss" = "$dc0_loss" ]; } \
-  && pass "fragments = 1 repeats the run without the key (last loss $one_loss)" \
-  || fail "fragments = 1: last loss '$one_loss', the pull's '$pull_loss', dc:0's '$dc0_loss'"
+one_loss=$(last_loss) ref=$pull_loss ref_perturbed=$pull_perturbed
+if [ "$one_loss" = "$dc0_loss" ] || { [ "$one_loss" != "$pull_loss" ] && [ "$pull_perturbed" -gt 0 ]; }; then
+  ref=$dc0_loss ref_perturbed=$dc0_perturbed
+fi
+same_run "fragments = 1 repeats the run without the key" "$one_loss" "$ref" "$ref_perturbed"
 agree_counts
 start_run "${DC_RUN[@]}" --set fragments=2
 check_agreement "overlap fragments = 2"
