@@ -59,6 +59,28 @@ static void record_sample(td__session_t *s, uint64_t round) {
                    round, k, s->n_members, ids);
 }
 
+/* With virtual clients, the sampled clients instead: "round R: sampled K of
+ * M clients: C,C" (client n x clients + j is node n's j-th), shortened with
+ * "..." when the ledger's text has no room for them all. */
+static void record_client_sample(td__session_t *s, uint64_t round) {
+  uint64_t set[TD_SAMPLE_SET_WORDS];
+  unsigned k = td_run_sample_clients(s->run, round, set);
+  unsigned total = (unsigned)s->n_members * td_run_clients(s->run);
+  char ids[400]; /* the ledger keeps 511 bytes of an event's detail */
+  size_t used = 0;
+  ids[0] = '\0';
+  for (unsigned c = 0; c < TD_SAMPLE_MAX_CLIENTS; c++)
+    if (set[c / 64] >> (c % 64) & 1) {
+      if (used + 16 >= sizeof ids) {
+        snprintf(ids + used, sizeof ids - used, ",...");
+        break;
+      }
+      used += (size_t)snprintf(ids + used, sizeof ids - used, "%s%u", used ? "," : "", c);
+    }
+  td__ledger_event(s->node->ledger, "round_sample",
+                   "round %" PRIu64 ": sampled %u of %u clients: %s", round, k, total, ids);
+}
+
 void td__rounds_begin(td__session_t *s, uint64_t round) {
   uint64_t peers[TD_MEMBERS_MAX];
   size_t np = td__session_peers(s, round, peers);
@@ -75,7 +97,10 @@ void td__rounds_begin(td__session_t *s, uint64_t round) {
         peers[kept++] = peers[p];
     }
     np = kept;
-    record_sample(s, round);
+    if (td_run_clients(s->run) > 1)
+      record_client_sample(s, round);
+    else
+      record_sample(s, round);
   }
   td_round_begin(s->collector, round, peers, np);
   s->round_started = td_clock_wall_s();
@@ -308,6 +333,8 @@ static void gather(td__session_t *s, aggregate_job_t *job) {
     if (i >= TD_MEMBERS_MAX)
       continue;
     uint64_t bound = planned_samples(s, i, r);
+    if (td_run_clients(s->run) > 1) /* each sampled client trains the plan's share */
+      bound *= td_run_sampled_of(s->run, r, (unsigned)i);
     if (job->in[j].weight > (double)bound) {
       td__ledger_event(s->node->ledger, "samples_clamped",
                        "%016" PRIx64 " round %" PRIu64 ": claimed %.0f samples, plan gives %"
