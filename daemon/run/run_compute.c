@@ -233,7 +233,7 @@ static td__run_flow_t set_up(td__compute_t *c) {
   c->train = c->data.train;
   c->test = c->data.test;
   c->text = c->data.text_train != NULL;
-  if (sp->client_eval && c->data.heldout == NULL) {
+  if (sp->client_eval && c->data.heldout == NULL && c->data.client_heldout == NULL) {
     snprintf(c->why, sizeof c->why,
              "client_eval = true needs a labelled dataset with a test set (%s has none); "
              "set client_eval = false or name a test set",

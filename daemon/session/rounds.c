@@ -88,7 +88,11 @@ void td__rounds_begin(td__session_t *s, uint64_t round) {
   s->round_cut = false;
   s->round_begun = td_clock_mono_s();
   s->sample = UINT64_MAX;
-  if (samples(s) && round <= s->rounds) { /* the others neither train nor send this round */
+  s->sample_deferred = false;
+  bool clients = td_run_clients(s->run) > 1;
+  if (samples(s) && clients && !s->ready) {
+    s->sample_deferred = true; /* the clients are known at READY: td__rounds_sample_ready */
+  } else if (samples(s) && round <= s->rounds) { /* the others neither train nor send this round */
     s->sample = td_run_sample(s->run, round);
     size_t kept = 0;
     for (size_t p = 0; p < np; p++) {
@@ -97,7 +101,7 @@ void td__rounds_begin(td__session_t *s, uint64_t round) {
         peers[kept++] = peers[p];
     }
     np = kept;
-    if (td_run_clients(s->run) > 1)
+    if (clients)
       record_client_sample(s, round);
     else
       record_sample(s, round);
@@ -107,6 +111,19 @@ void td__rounds_begin(td__session_t *s, uint64_t round) {
   arm_round_timer(s);
   if (s->own_done >= round) /* overlap: own update already done */
     s->deadline = s->own[round % TD__RING].done_at + s->spec.round_timeout;
+}
+
+void td__rounds_sample_ready(td__session_t *s) {
+  if (!s->sample_deferred)
+    return;
+  s->sample_deferred = false;
+  if (s->round > s->rounds)
+    return;
+  s->sample = td_run_sample(s->run, s->round);
+  for (size_t i = 0; i < s->n_members && i < 64; i++)
+    if (!(s->sample >> i & 1) && s->members[i] != s->node->node_id)
+      td_round_forget_peer(s->collector, s->members[i]); /* it neither trains nor sends */
+  record_client_sample(s, s->round);
 }
 
 _Static_assert(TD_LEDGER_MEMBERS_TEXT >= TD_MAX_RUN_MEMBERS * 17 + 1 && TD_MAX_RUN_MEMBERS <= 64,

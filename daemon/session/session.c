@@ -260,6 +260,7 @@ static void on_run_events(td_run_t *run, void *user) {
         td_log_info("run %016" PRIx64 ": partition %s: %" PRIu64 " training rows on rank %u",
                     s->run_id, s->spec.partition, ev.samples, s->rank);
       record_label_counts(s, run);
+      td__rounds_sample_ready(s);
       break;
     case TD_RUN_CLIENT_EVAL: {
       td_ledger_client_eval_t row = {.run_id = s->run_id, .round = ev.round, .node = s->rank,
