@@ -90,8 +90,10 @@ void td__rounds_begin(td__session_t *s, uint64_t round) {
   s->sample = UINT64_MAX;
   s->sample_deferred = false;
   bool clients = td_run_clients(s->run) > 1;
-  if (samples(s) && clients && !s->ready) {
-    s->sample_deferred = true; /* the clients are known at READY: td__rounds_sample_ready */
+  if (samples(s) && !s->ready && (clients || round > s->rounds)) {
+    /* not known yet: the clients that hold rows, or whether a run sized by
+     * epochs has this round; both come with READY (td__rounds_sample_ready) */
+    s->sample_deferred = true;
   } else if (samples(s) && round <= s->rounds) { /* the others neither train nor send this round */
     s->sample = td_run_sample(s->run, round);
     size_t kept = 0;
@@ -123,7 +125,10 @@ void td__rounds_sample_ready(td__session_t *s) {
   for (size_t i = 0; i < s->n_members && i < 64; i++)
     if (!(s->sample >> i & 1) && s->members[i] != s->node->node_id)
       td_round_forget_peer(s->collector, s->members[i]); /* it neither trains nor sends */
-  record_client_sample(s, s->round);
+  if (td_run_clients(s->run) > 1)
+    record_client_sample(s, s->round);
+  else
+    record_sample(s, s->round);
 }
 
 _Static_assert(TD_LEDGER_MEMBERS_TEXT >= TD_MAX_RUN_MEMBERS * 17 + 1 && TD_MAX_RUN_MEMBERS <= 64,

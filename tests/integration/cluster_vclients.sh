@@ -13,7 +13,11 @@
 #  - client_evals scores every client's held-out share (the shares add up
 #    to the test set) and `trainctl show` lists every client;
 #  - the run finishes with every node on one model (the same test accuracy);
-#  - clients > 1 is refused with a reason in overlap mode and with partition all.
+#  - clients > 1 is refused with a reason in overlap mode and with partition all;
+#  - regression: a run sized by epochs (its rounds unknown until the data is
+#    loaded) samples its first round too, with one client per node as with
+#    four: every node logs round 1's sample, and no round waits out its
+#    deadline for a member that was not sampled (no `late` events).
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
 
 for n in a b c; do start_node $n || finish; done
@@ -111,4 +115,26 @@ accs=$(for n in a b c; do sql $n "SELECT test_accuracy FROM runs WHERE $w"; done
 [ "$(wc -l <<<"$accs")" -eq 1 ] && awk -v a="$accs" 'BEGIN { exit !(a > 0.5) }' \
   && pass "every node ends on one model (test accuracy $accs)" \
   || fail "the nodes' final accuracies: $(tr '\n' ' ' <<<"$accs")"
+
+# a run sized by epochs: 625 steps of 96 rows / 200 a round = 4 rounds
+for k in 1 4; do
+  out=$(ctl a start --set model=mlp:784-32-10 --set batch=96 --set local_steps=200 --set epochs=1 \
+        --set seed=7 --set clients=$k --set participation=0.5 --set round_timeout=20) \
+    || { fail "start (epochs, clients=$k): $out"; continue; }
+  rid=$(sed -E 's/started run ([0-9a-f]+).*/\1/' <<<"$out")
+  for n in a b c; do wait_run_state $n finished 120 || fail "$n did not finish run $rid"; done
+  for n in a b c; do
+    sql $n "SELECT detail FROM events WHERE kind = 'round_sample' AND detail LIKE 'round 1:%'
+            AND id > (SELECT coalesce(max(id), 0) FROM events WHERE kind = 'run_start'
+                      AND detail LIKE '%$rid%')" >"$T/first.$n"
+  done
+  cmp -s "$T/first.a" "$T/first.b" && cmp -s "$T/first.a" "$T/first.c" && [ -s "$T/first.a" ] \
+    && pass "epochs, clients=$k: every node sampled round 1 alike: $(cat "$T/first.a")" \
+    || fail "epochs, clients=$k: round 1's samples: a '$(cat "$T/first.a")' b '$(cat "$T/first.b")' c '$(cat "$T/first.c")'"
+  late=$(sql a "SELECT count(*) FROM events WHERE kind = 'late' AND detail LIKE 'round %'
+                AND id > (SELECT coalesce(max(id), 0) FROM events WHERE kind = 'run_start'
+                          AND detail LIKE '%$rid%')")
+  [ "$late" -eq 0 ] && pass "epochs, clients=$k: no round waited for an unsampled member" \
+    || fail "epochs, clients=$k: $late late events on a"
+done
 finish
