@@ -41,6 +41,7 @@ struct td_trainer {
   td_rng_t text_rng;
   float prox_mu;       /* FedProx: > 0 adds prox_mu (w - prox_center) to each gradient */
   float *prox_center;  /* backend memory, numel floats (NULL until the first set_prox) */
+  td_trainer_rows_t *bound; /* a virtual client's walk, or NULL: the whole set */
 };
 
 static double now_s(void) {
@@ -207,6 +208,18 @@ int td_trainer_set_prox(td_trainer_t *tr, double mu, const float *center, char *
   return 0;
 }
 
+void td_trainer_rows_init(td_trainer_rows_t *w, size_t first, size_t rows, uint64_t stream) {
+  *w = (td_trainer_rows_t){.first = first, .rows = rows, .stream = stream, .cursor = rows};
+}
+
+int td_trainer_bind_rows(td_trainer_t *tr, td_trainer_rows_t *w) {
+  if (w != NULL && (tr->text != NULL || w->rows == 0 || w->first > tr->rows ||
+                    w->rows > tr->rows - w->first))
+    return TD_EINVAL;
+  tr->bound = w;
+  return 0;
+}
+
 int td_trainer_set_batch(td_trainer_t *tr, unsigned batch) {
   if (batch == 0)
     return TD_EINVAL;
@@ -259,6 +272,21 @@ static int run_steps(td_trainer_t *tr, unsigned long n, bool advance, td_train_s
                       &tr->text_rng, tr->tokens, tr->targets);
       td_batch_t b = {.rows = (int)rows, .tokens = tr->tokens, .targets = tr->targets};
       rc = td_model_train(tr->model, &b, &loss, &hits);
+    } else if (tr->bound != NULL) { /* a virtual client's rows only */
+      td_trainer_rows_t *w = tr->bound;
+      if (w->cursor >= w->rows) {
+        td_rng_t rng;
+        td_rng_seed2(&rng, tr->seed ^ (w->stream * 0x9E3779B97F4A7C15ull),
+                     0x434C49454E54ull + w->epoch); /* "CLIENT" + epoch */
+        td_dataset_shuffle_rows(tr->train, w->first, w->rows, &rng);
+        w->cursor = 0;
+        w->epoch++;
+      }
+      rows = w->rows - w->cursor < tr->batch ? w->rows - w->cursor : tr->batch;
+      const float *x = td_dataset_features(tr->train) + (w->first + w->cursor) * dim;
+      const int32_t *y = td_dataset_labels(tr->train) + w->first + w->cursor;
+      rc = td_model_train_batch(tr->model, x, y, (int)rows, &loss, &hits);
+      w->cursor += rows;
     } else {
       if (tr->cursor >= tr->rows) {
         td_rng_t rng;

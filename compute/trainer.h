@@ -66,6 +66,24 @@ int td_trainer_steps(td_trainer_t *tr, unsigned long n, td_train_stats_t *stats,
  * network with them; the schedule keeps following the nominal steps). */
 int td_trainer_fill_steps(td_trainer_t *tr, unsigned long n, td_train_stats_t *stats, char *why,
                           size_t why_len);
+/* Virtual clients (compute/clients.h): one trainer walks several clients'
+ * rows in turn. A client's rows are a contiguous range of the training set;
+ * its walk (epoch, cursor) is its own and lives in this struct, which the
+ * caller owns. While bound, steps read only [first, first + rows), shuffled
+ * within that range at each of the client's epochs with a stream derived
+ * from (seed, stream, epoch). */
+typedef struct {
+  size_t first, rows;  /* the client's rows: [first, first + rows) */
+  uint64_t stream;     /* names the client's shuffles (e.g. its global index) */
+  unsigned long epoch; /* the client's epochs started */
+  size_t cursor;       /* next row of its epoch (== rows: shuffle first) */
+} td_trainer_rows_t;
+/* A fresh walk over [first, first + rows) named by stream. */
+void td_trainer_rows_init(td_trainer_rows_t *w, size_t first, size_t rows, uint64_t stream);
+/* Steps from now on walk w (borrowed until unbound; NULL unbinds: the whole
+ * set and the trainer's own walk again, exactly as before binding).
+ * TD_EINVAL for a text trainer, an empty range or one past the set. */
+int td_trainer_bind_rows(td_trainer_t *tr, td_trainer_rows_t *w);
 /* FedProx (Li et al. 2020): from now on every step adds mu (w - center) to
  * the gradient before the optimizer sees it, the gradient of (mu/2)|w - center|^2.
  * center is td_model_numel() host floats, copied. mu <= 0 turns it off (the

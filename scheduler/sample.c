@@ -6,6 +6,7 @@
 #include "scheduler/sample.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "compute/rng.h"
 
@@ -44,4 +45,30 @@ uint64_t td_sample_draw(uint64_t seed, uint64_t round, unsigned members, unsigne
     mask |= UINT64_C(1) << rank[i];
   }
   return mask;
+}
+
+unsigned td_sample_draw_set(uint64_t seed, uint64_t round, const uint16_t *cand,
+                            unsigned population, unsigned k, uint64_t *set) {
+  memset(set, 0, TD_SAMPLE_SET_WORDS * sizeof *set);
+  if (population > TD_SAMPLE_MAX_CLIENTS)
+    population = TD_SAMPLE_MAX_CLIENTS;
+  uint16_t pos[TD_SAMPLE_MAX_CLIENTS];
+  for (unsigned i = 0; i < population; i++)
+    pos[i] = (uint16_t)i;
+  if (k >= population) {
+    for (unsigned i = 0; i < population; i++)
+      set[cand[i] / 64] |= UINT64_C(1) << (cand[i] % 64);
+    return population;
+  }
+  td_rng_t rng;
+  td_rng_seed2(&rng, seed, SAMPLE_STREAM ^ (round * 0x9E3779B97F4A7C15ull));
+  for (unsigned i = 0; i < k; i++) {
+    unsigned j = i + td_rng_below(&rng, population - i);
+    uint16_t t = pos[i];
+    pos[i] = pos[j];
+    pos[j] = t;
+    unsigned c = cand[pos[i]] % TD_SAMPLE_MAX_CLIENTS;
+    set[c / 64] |= UINT64_C(1) << (c % 64);
+  }
+  return k;
 }

@@ -23,4 +23,18 @@ unsigned td_sample_size(double participation, unsigned members);
  * seeded by (seed, round) (partial Fisher-Yates). */
 uint64_t td_sample_draw(uint64_t seed, uint64_t round, unsigned members, unsigned k);
 
+/* Virtual clients (run key `clients`): a round samples among every node's
+ * clients, up to TD_SAMPLE_MAX_CLIENTS of them. */
+#define TD_SAMPLE_MAX_CLIENTS 4096u
+#define TD_SAMPLE_SET_WORDS (TD_SAMPLE_MAX_CLIENTS / 64)
+
+/* Round `round`'s sample of k among the `population` (<= TD_SAMPLE_MAX_CLIENTS)
+ * candidates cand[0..population) (client indices < TD_SAMPLE_MAX_CLIENTS):
+ * the same partial Fisher-Yates and stream as td_sample_draw over the
+ * candidates' positions, so with cand[i] = i and population <= 64 it picks
+ * what td_sample_draw picks. Bit c of set (TD_SAMPLE_SET_WORDS words, filled
+ * by the call) is client c. How many it picked (k, or all when k >= population). */
+unsigned td_sample_draw_set(uint64_t seed, uint64_t round, const uint16_t *cand,
+                            unsigned population, unsigned k, uint64_t *set);
+
 #endif

@@ -123,14 +123,22 @@ static void swap_rows(float *a, float *b, size_t dim) {
 }
 
 void td_dataset_shuffle(td_dataset_t *ds, td_rng_t *rng) {
+  td_dataset_shuffle_rows(ds, 0, ds->rows, rng);
+}
+
+void td_dataset_shuffle_rows(td_dataset_t *ds, size_t first, size_t n, td_rng_t *rng) {
+  if (first > ds->rows || n > ds->rows - first)
+    return;
   size_t dim = ds->dim;
-  for (size_t i = ds->rows; i > 1; i--) {
+  float *x = ds->x + first * dim;
+  int32_t *y = ds->y + first;
+  for (size_t i = n; i > 1; i--) {
     size_t j = shuffle_below(rng, i), last = i - 1;
     if (j == last)
       continue;
-    swap_rows(ds->x + last * dim, ds->x + j * dim, dim);
-    int32_t t = ds->y[last];
-    ds->y[last] = ds->y[j];
-    ds->y[j] = t;
+    swap_rows(x + last * dim, x + j * dim, dim);
+    int32_t t = y[last];
+    y[last] = y[j];
+    y[j] = t;
   }
 }

@@ -140,5 +140,9 @@ int td_dataset_subset(td_dataset_t **out, const td_dataset_t *src, const uint32_
 
 /* Permute the rows in place (features and labels together), Fisher-Yates. */
 void td_dataset_shuffle(td_dataset_t *ds, td_rng_t *rng);
+/* The same over rows [first, first + n) only (virtual clients shuffle their
+ * own rows); a range outside the set does nothing. td_dataset_shuffle is
+ * this over every row. */
+void td_dataset_shuffle_rows(td_dataset_t *ds, size_t first, size_t n, td_rng_t *rng);
 
 #endif

@@ -15,7 +15,7 @@
 #include "common/error.h"
 #include "compute/rng.h"
 
-#define TD__PARTITION_MAX_NODES 4096u
+#define TD__PARTITION_MAX_NODES TD_PARTITION_MAX_PARTS
 #define TD__PARTITION_MAX_ALPHA 1e6
 #define TD__PARTITION_MAX_SHARDS 100000ul
 #define TD__PARTITION_STREAM 0x5041525449ull /* "PARTI" */
@@ -284,6 +284,48 @@ int td_partition_indices(const td_partition_t *p, const int32_t *labels, size_t 
   }
   *idx_out = idx;
   *n_out = n;
+  return 0;
+}
+
+int td_partition_group(const td_partition_t *p, const int32_t *labels, size_t rows, int classes,
+                       unsigned first, unsigned count, unsigned parts, uint64_t seed,
+                       uint32_t **idx_out, size_t *offsets, uint32_t *part_rows) {
+  if (idx_out == NULL || offsets == NULL)
+    return TD_EINVAL;
+  *idx_out = NULL;
+  if (check_rule(p, labels, rows, classes, parts) != 0 || p->kind == TD_PARTITION_ALL ||
+      count == 0 || first >= parts || count > parts - first)
+    return TD_EINVAL;
+  uint16_t *owner;
+  int rc = assign_owners(p, labels, rows, classes, parts, seed, &owner);
+  if (rc != 0)
+    return rc;
+  memset(offsets, 0, ((size_t)count + 1) * sizeof *offsets);
+  if (part_rows != NULL) {
+    memset(part_rows, 0, (size_t)parts * sizeof *part_rows);
+    for (size_t i = 0; i < rows; i++)
+      part_rows[owner[i]]++;
+  }
+  for (size_t i = 0; i < rows; i++) /* a counting sort by owner, rows ascending within */
+    if (owner[i] >= first && owner[i] - first < count)
+      offsets[owner[i] - first + 1]++;
+  for (unsigned j = 0; j < count; j++)
+    offsets[j + 1] += offsets[j];
+  uint32_t *idx = malloc((offsets[count] ? offsets[count] : 1) * sizeof *idx);
+  size_t *fill = malloc((size_t)count * sizeof *fill);
+  if (idx == NULL || fill == NULL) {
+    free(idx);
+    free(fill);
+    free(owner);
+    return TD_ENOMEM;
+  }
+  memcpy(fill, offsets, (size_t)count * sizeof *fill);
+  for (size_t i = 0; i < rows; i++)
+    if (owner[i] >= first && owner[i] - first < count)
+      idx[fill[owner[i] - first]++] = (uint32_t)i;
+  free(fill);
+  free(owner);
+  *idx_out = idx;
   return 0;
 }
 

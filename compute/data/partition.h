@@ -38,6 +38,21 @@ int td_partition_indices(const td_partition_t *p, const int32_t *labels, size_t 
                          int classes, unsigned node, unsigned nodes, uint64_t seed,
                          uint32_t **idx_out, size_t *n_out);
 
+/* Most parts (nodes, or all the virtual clients of a run) a rule splits into. */
+#define TD_PARTITION_MAX_PARTS 4096u
+
+/* Virtual clients: the rows of parts [first, first + count) of `parts`, each
+ * part exactly what td_partition_indices(p, ..., first + j, parts, ...)
+ * gives, grouped by part: part first + j's rows (ascending) are
+ * idx[offsets[j] .. offsets[j + 1]). offsets has count + 1 slots; caller
+ * owns *idx_out (free()). The rule runs once, not count times. `all` is
+ * TD_EINVAL (every part would hold every row). part_rows, when not NULL,
+ * gets every part's row count (parts slots). TD_EINVAL / TD_ERANGE /
+ * TD_ENOMEM. */
+int td_partition_group(const td_partition_t *p, const int32_t *labels, size_t rows, int classes,
+                       unsigned first, unsigned count, unsigned parts, uint64_t seed,
+                       uint32_t **idx_out, size_t *offsets, uint32_t *part_rows);
+
 /* Most classes td_partition_label_counts and td_partition_heldout accept
  * (their tables are nodes x classes). */
 #define TD_PARTITION_MAX_CLASSES 65536

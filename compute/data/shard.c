@@ -37,6 +37,11 @@ static int open_text(td_shard_t *out, const td_shard_opts_t *o, const td_partiti
   return rc;
 }
 
+/* Parts the rule cuts: one per node, or one per virtual client. */
+static unsigned parts_of(const td_shard_opts_t *o) {
+  return o->clients > 1 ? o->nodes * o->clients : o->nodes;
+}
+
 /* The partition's rows, chosen from the whole training set's labels. */
 typedef struct {
   td_shard_t *out;
@@ -51,6 +56,26 @@ static int cut_heldout(td_shard_t *out, const td_shard_opts_t *o, char *why, siz
                   "client_eval: this dataset's label counts are not kept (more than %u "
                   "nodes x classes); set client_eval = false",
                   MAX_COUNT_SLOTS);
+  if (o->clients > 1) { /* one share per client; a client's may be empty */
+    out->client_heldout = calloc(o->clients, sizeof *out->client_heldout);
+    if (out->client_heldout == NULL)
+      return td_why(why, why_len, TD_ENOMEM, "client_eval: out of memory");
+    for (unsigned j = 0; j < o->clients; j++) {
+      uint32_t *idx = NULL;
+      size_t n = 0;
+      int rc = td_partition_heldout(out->label_counts, out->count_nodes, out->classes,
+                                    td_dataset_labels_const(out->test),
+                                    td_dataset_rows(out->test), o->rank * o->clients + j,
+                                    o->seed, &idx, &n);
+      if (rc == 0 && n > 0)
+        rc = td_dataset_subset(&out->client_heldout[j], out->test, idx, n);
+      free(idx);
+      if (rc != 0)
+        return td_why(why, why_len, rc, "client_eval: cannot cut client %u's held-out share: %s",
+                      o->rank * o->clients + j, td_strerror(rc));
+    }
+    return 0;
+  }
   uint32_t *idx = NULL;
   size_t n = 0;
   int rc = td_partition_heldout(out->label_counts, out->count_nodes, out->classes,
@@ -80,24 +105,53 @@ static void count_labels(td_shard_t *out, const td_shard_opts_t *o, const td_par
                          const int32_t *labels, size_t rows, int classes) {
   free(out->label_counts);
   out->label_counts = NULL;
+  unsigned parts = parts_of(o);
   if (classes <= 0 || classes > TD_PARTITION_MAX_CLASSES ||
-      (size_t)o->nodes * (size_t)classes > MAX_COUNT_SLOTS)
+      (size_t)parts * (size_t)classes > MAX_COUNT_SLOTS)
     return;
-  uint64_t *counts = calloc((size_t)o->nodes * (size_t)classes, sizeof *counts);
+  uint64_t *counts = calloc((size_t)parts * (size_t)classes, sizeof *counts);
   if (counts == NULL ||
-      td_partition_label_counts(part, labels, rows, classes, o->nodes, o->seed, counts) != 0) {
+      td_partition_label_counts(part, labels, rows, classes, parts, o->seed, counts) != 0) {
     free(counts);
     return;
   }
   out->label_counts = counts;
-  out->count_nodes = o->nodes;
+  out->count_nodes = parts;
   out->classes = classes;
+}
+
+/* Virtual clients: this node's clients' rows, grouped by client, and every
+ * client's row count. */
+static int pick_clients(const pick_ctx_t *p, const int32_t *labels, size_t rows, int classes,
+                        uint32_t **idx, size_t *count, char *why, size_t why_len) {
+  const td_shard_opts_t *o = p->o;
+  td_shard_t *out = p->out;
+  unsigned parts = parts_of(o);
+  out->client_offsets = malloc(((size_t)o->clients + 1) * sizeof *out->client_offsets);
+  out->client_rows = malloc((size_t)parts * sizeof *out->client_rows);
+  if (out->client_offsets == NULL || out->client_rows == NULL)
+    return td_why(why, why_len, TD_ENOMEM, "out of memory for %u clients", parts);
+  int rc = td_partition_group(p->part, labels, rows, classes, o->rank * o->clients, o->clients,
+                              parts, o->seed, idx, out->client_offsets, out->client_rows);
+  if (rc != 0)
+    return td_why(why, why_len, rc, "cannot partition the dataset into %u clients: %s", parts,
+                  td_strerror(rc));
+  out->clients = o->clients;
+  *count = out->client_offsets[o->clients];
+  if (*count == 0)
+    return td_why(why, why_len, TD_ECONFIG,
+                  "partition %s leaves all %u clients of node %u without samples; use fewer "
+                  "clients or another partition",
+                  o->partition, o->clients, o->rank);
+  return 0;
 }
 
 static int pick_partition(const int32_t *labels, size_t rows, int classes, void *user,
                           uint32_t **idx, size_t *count, char *why, size_t why_len) {
   const pick_ctx_t *p = user;
   count_labels(p->out, p->o, p->part, labels, rows, classes);
+  if (p->o->clients > 1)
+    return pick_clients(p, labels, rows, classes, idx, count, why, why_len);
   int rc = td_partition_indices(p->part, labels, rows, classes, p->o->rank, p->o->nodes,
                                 p->o->seed, idx, count);
   if (rc != 0)
@@ -112,7 +166,16 @@ static int open_labelled(td_shard_t *out, const td_shard_opts_t *o, const td_par
                          char *why, size_t why_len) {
   double mean, std;
   int rc;
-  if (part->kind == TD_PARTITION_ALL || o->nodes == 1) {
+  if (o->clients > 1 && part->kind == TD_PARTITION_ALL)
+    return td_why(why, why_len, TD_ECONFIG,
+                  "clients = %u needs a partition that splits the data (iid, dirichlet:A or "
+                  "shard:S), not all",
+                  o->clients);
+  if (o->clients > 1 && (size_t)o->nodes * o->clients > TD_PARTITION_MAX_PARTS)
+    return td_why(why, why_len, TD_ECONFIG,
+                  "%u nodes x clients = %u make %zu clients, over %u; use fewer clients",
+                  o->nodes, o->clients, (size_t)o->nodes * o->clients, TD_PARTITION_MAX_PARTS);
+  if ((part->kind == TD_PARTITION_ALL || o->nodes == 1) && o->clients <= 1) {
     rc = td_dataset_open_as(&out->train, &out->test, o->dataset, &o->images_as, why,
                             why_len);
     if (rc != 0)
@@ -165,7 +228,12 @@ int td_shard_open(td_shard_t *out, const td_shard_opts_t *opts, char *why, size_
                   opts ? opts->rank : 0, opts ? opts->nodes : 0);
   td_partition_t part;
   int rc = td_partition_parse(&part, opts->partition, why, why_len);
-  if (rc == 0)
+  if (rc == 0 && opts->clients > 1 && td_text_is_spec(opts->dataset))
+    rc = td_why(why, why_len, TD_ECONFIG,
+                "clients = %u: a text dataset cannot be split into virtual clients; set "
+                "clients = 1",
+                opts->clients);
+  else if (rc == 0)
     rc = td_text_is_spec(opts->dataset) ? open_text(out, opts, &part, why, why_len)
                                         : open_labelled(out, opts, &part, why, why_len);
   if (rc != 0)
@@ -181,6 +249,14 @@ void td_shard_close(td_shard_t *shard) {
   td_dataset_close(&shard->heldout);
   free(shard->label_counts);
   shard->label_counts = NULL;
+  for (unsigned j = 0; shard->client_heldout != NULL && j < shard->clients; j++)
+    td_dataset_close(&shard->client_heldout[j]);
+  free(shard->client_heldout);
+  shard->client_heldout = NULL;
+  free(shard->client_offsets);
+  shard->client_offsets = NULL;
+  free(shard->client_rows);
+  shard->client_rows = NULL;
   td_text_close(&shard->text_train);
   td_text_close(&shard->text_valid);
 }

@@ -26,6 +26,9 @@ typedef struct {
   td_image_shape_t images_as; /* what images:DIR becomes: the model's input(C,H,W);
                                  all zero for a model with flat input (mlp) */
   bool client_eval;      /* also cut this node's held-out share of the test set */
+  unsigned clients;      /* virtual clients per node (0 or 1: the node is one client);
+                            the partition is cut into nodes x clients parts, and this
+                            node's are parts rank x clients + j, j < clients */
 } td_shard_opts_t;
 
 /* What a node trains and evaluates on. Exactly one family is set: labelled
@@ -49,6 +52,16 @@ typedef struct {
   /* opts.client_eval with a test set: this node's held-out share of it
    * (td_partition_heldout), normalised as the test set; else NULL */
   td_dataset_t *heldout;
+  /* clients > 1: this node's clients' rows are consecutive in train, client j's
+   * [client_offsets[j], client_offsets[j + 1]) (clients + 1 values); every
+   * client's row count of the run, client_rows[rank x clients + j]
+   * (nodes x clients values); label_counts and count_nodes are per client
+   * (count_nodes = nodes x clients); with client_eval, heldout is NULL and
+   * client_heldout[j] is client j's share (NULL where it is empty). */
+  unsigned clients;
+  size_t *client_offsets;
+  uint32_t *client_rows;
+  td_dataset_t **client_heldout;
 } td_shard_t;
 
 /* Load, normalise and partition. On failure nothing is held and why has one

@@ -35,6 +35,7 @@ unsigned td_run_split_batch(unsigned batch, unsigned rank, unsigned nodes) {
 
 static void free_buffers(td_run_t *run) {
   free(run->label_counts);
+  free(run->client_cand);
   free(run->anchor);
   free(run->delta[0]);
   free(run->delta[1]);
@@ -304,17 +305,6 @@ void td_run_checkpoint_written(td_run_t *run) {
   run->checkpoint_out = false;
   pthread_cond_broadcast(&run->cv);
   pthread_mutex_unlock(&run->mu);
-}
-
-uint64_t td_run_sample(td_run_t *run, uint64_t round) {
-  pthread_mutex_lock(&run->mu);
-  unsigned n = run->nodes_from && round >= run->nodes_from ? run->nodes_next : run->nodes;
-  pthread_mutex_unlock(&run->mu);
-  return td__run_sample_of(&run->spec, round, n);
-}
-
-bool td_run_in_sample(td_run_t *run, uint64_t round, unsigned rank) {
-  return rank < 64 && (td_run_sample(run, round) >> rank & 1);
 }
 
 void td_run_release(td_run_t *run, uint64_t round) {

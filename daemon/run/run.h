@@ -34,6 +34,7 @@
 
 #include "compute/backend.h"
 #include "compute/params.h"
+#include "scheduler/sample.h"
 #include "daemon/run/runspec.h"
 #include "scheduler/agree.h"
 
@@ -59,7 +60,8 @@ typedef enum {
   TD_RUN_FAILED,     /* message says why */
   TD_RUN_STOPPED,    /* stopped on request */
   TD_RUN_CLIENT_EVAL, /* client_eval: the global model after `round` on this node's held-out
-                         share: accuracy, loss, samples = its rows (before EVAL/FINISHED) */
+                         share (with clients > 1, client `client`'s): accuracy, loss,
+                         samples = its rows (before EVAL/FINISHED) */
 } td_run_event_kind_t;
 
 typedef struct {
@@ -76,6 +78,7 @@ typedef struct {
   double idle_s;        /* ROUND_DONE: seconds blocked between the previous round and this one */
   double capacity;      /* ROUND_DONE: samples/s, EWMA over rounds */
   unsigned batch;       /* ROUND_DONE: rows per step in the round */
+  unsigned client;      /* CLIENT_EVAL: the node's client (0 to clients - 1) */
   unsigned steps;       /* ROUND_DONE: local steps in the round (H) */
   unsigned fill_steps;  /* ROUND_DONE: overlap: extra steps taken while waiting, included
                            in samples and loss but not in compute_s */
@@ -165,6 +168,18 @@ void td_run_release(td_run_t *run, uint64_t round);
  * holds the same one; every member with participation 1. Any thread. */
 uint64_t td_run_sample(td_run_t *run, uint64_t round);
 bool td_run_in_sample(td_run_t *run, uint64_t round, unsigned rank);
+/* Virtual clients (run key clients = K > 1; compute/clients.h): round's
+ * sample among the run's clients (client n x K + j is node n's j-th), drawn
+ * from (seed, round) among those that hold rows, so every member derives
+ * the same one; a node is in td_run_sample()'s mask when one of its clients
+ * is. Fills set (TD_SAMPLE_SET_WORDS words, bit c: client c) and returns how
+ * many were sampled; 0 (set empty) with K = 1 or before READY. Any thread. */
+unsigned td_run_sample_clients(td_run_t *run, uint64_t round, uint64_t *set);
+/* The clients of node `rank` in round's sample (K = 1: 1 when the node is
+ * in the sample, else 0). Any thread. */
+unsigned td_run_sampled_of(td_run_t *run, uint64_t round, unsigned rank);
+/* Virtual clients per node (the run key clients; 1: the node is one client). */
+unsigned td_run_clients(const td_run_t *run);
 /* async: add weight * delta (a peer's update) into the inbox (any thread). */
 void td_run_async_add(td_run_t *run, const float *delta, double weight);
 /* Knowledge transfer: merge params = (1 - lambda) params + lambda x (x is
@@ -220,8 +235,9 @@ bool td_run_stopping(td_run_t *run);
 uint64_t td_run_rounds(const td_run_t *run);     /* known after READY */
 unsigned td_run_local_batch(const td_run_t *run); /* the initial (even) split */
 /* Every node's label counts under the run's partition rule, counts[k *
- * classes + c] for node rank k < *nodes (compute/data/partition.h); NULL for a
- * text run. Set before READY, then read-only: borrowed until the run closes. */
+ * classes + c] for node rank k < *nodes (compute/data/partition.h); with
+ * clients = K > 1, for every client k (node k / K's client k % K) of *nodes
+ * = nodes x K; NULL for a text run. Set before READY, then read-only: borrowed until the run closes. */
 const uint64_t *td_run_label_counts(const td_run_t *run, unsigned *nodes, int *classes);
 /* Local steps of round r (1-based): local_steps, or the QSR value; the same on
  * every node because it depends only on the shared schedule. Valid after READY. */

@@ -177,6 +177,27 @@ static void open_evaluator(td__compute_t *c, const td_trainer_opts_t *opts) {
   (void)rc; /* without the evaluator the run evaluates between rounds: nothing is lost */
 }
 
+/* Virtual clients: this node's clients over its rows (consecutive by
+ * client, td_shard_t), and the run's clients that hold rows, which every
+ * node samples from alike (td_run_sample_clients). */
+static td__run_flow_t open_clients(td__compute_t *c) {
+  td_run_t *run = c->run;
+  const td_shard_t *d = &c->data;
+  unsigned total = run->nodes * d->clients;
+  if (td_clients_open(&c->clients, d->client_offsets, d->clients, run->rank * d->clients) != 0 ||
+      (c->which = malloc(d->clients * sizeof *c->which)) == NULL ||
+      (run->client_cand = malloc((size_t)total * sizeof *run->client_cand)) == NULL) {
+    snprintf(c->why, sizeof c->why, "out of memory for %u clients", d->clients);
+    return td__compute_fail(c);
+  }
+  run->n_cand = 0;
+  for (unsigned k = 0; k < total; k++)
+    if (d->client_rows[k] > 0)
+      run->client_cand[run->n_cand++] = (uint16_t)k;
+  run->n_clients = total;
+  return TD__RUN_GO_ON;
+}
+
 /* Backend, data, trainer and round plan; the model starts identical on every
  * node (same seed), the anchor with it. Posts READY. */
 static td__run_flow_t set_up(td__compute_t *c) {
@@ -195,7 +216,14 @@ static td__run_flow_t set_up(td__compute_t *c) {
   c->why[0] = '\0';
   td_shard_opts_t shard = {.dataset = td_runspec_dataset(sp), .partition = sp->partition,
                            .rank = run->rank, .nodes = run->nodes, .seed = sp->seed,
-                           .client_eval = sp->client_eval};
+                           .client_eval = sp->client_eval, .clients = sp->clients};
+  if (sp->clients > 1 && run->first_round > 1) {
+    snprintf(c->why, sizeof c->why,
+             "clients = %u: a node cannot join a run with virtual clients late (their "
+             "partition is cut for the members that started it); start it with every node",
+             sp->clients);
+    return td__compute_fail(c);
+  }
   /* images:DIR becomes what the model reads (input(C,H,W)) */
   td_image_shape_t *as = &shard.images_as;
   if (td_model_spec_input_shape(sp->model, &as->channels, &as->height, &as->width, c->why,
@@ -205,13 +233,15 @@ static td__run_flow_t set_up(td__compute_t *c) {
   c->train = c->data.train;
   c->test = c->data.test;
   c->text = c->data.text_train != NULL;
-  if (sp->client_eval && c->data.heldout == NULL) {
+  if (sp->client_eval && c->data.heldout == NULL && c->data.client_heldout == NULL) {
     snprintf(c->why, sizeof c->why,
              "client_eval = true needs a labelled dataset with a test set (%s has none); "
              "set client_eval = false or name a test set",
              td_runspec_dataset(sp));
     return td__compute_fail(c);
   }
+  if (sp->clients > 1 && open_clients(c) != TD__RUN_GO_ON)
+    return TD__RUN_FAILED;
   /* every node's label counts, for the ledger (the loop reads them after READY) */
   run->label_counts = c->data.label_counts;
   run->label_nodes = c->data.count_nodes;
@@ -393,10 +423,15 @@ static td__run_flow_t round_begin(td__compute_t *c, uint64_t round) {
  * and left out of the measure: a GPU node reports its real rate from its first
  * round, and weighted batching gives it its share at once. The steps are the
  * same either way (one call of n steps or 1 + (n - 1)). */
+static td__run_flow_t round_steps_clients(td__compute_t *c, uint64_t round,
+                                          td_train_stats_t *st, double *compute_s);
+
 static td__run_flow_t round_steps(td__compute_t *c, uint64_t round, td_train_stats_t *st,
                                   double *compute_s) {
   td_run_t *run = c->run;
   unsigned long n = td_run_steps_of(run, round);
+  if (c->clients != NULL)
+    return round_steps_clients(c, round, st, compute_s);
   if (run->rank >= 64 || !(td__run_sample_of(&run->spec, round, td__run_nodes_at(run, round)) >>
                            run->rank & 1)) {
     /* client sampling: not this round's; no steps, an empty update (no
@@ -449,6 +484,47 @@ static td__run_flow_t round_steps(td__compute_t *c, uint64_t round, td_train_sta
   return td__compute_pull(c); /* the round's result, for its delta */
 }
 
+/* Virtual clients (sync only): this node's sampled clients that hold rows
+ * train one after another from the anchor (compute/clients.h), their
+ * weighted mean straight into the round's delta slot. A node with none of
+ * them in the sample does what an unsampled node does: no steps, an empty
+ * update, the schedule kept in pace. */
+static td__run_flow_t round_steps_clients(td__compute_t *c, uint64_t round,
+                                          td_train_stats_t *st, double *compute_s) {
+  td_run_t *run = c->run;
+  unsigned long n = td_run_steps_of(run, round), step = td_trainer_global_step(c->tr);
+  uint64_t set[TD_SAMPLE_SET_WORDS];
+  td_run_sample_clients(run, round, set);
+  unsigned k = td_clients_count(c->clients), m = 0;
+  for (unsigned j = 0; j < k; j++) {
+    unsigned id = run->rank * k + j;
+    if ((set[id / 64] >> (id % 64) & 1) && td_clients_rows(c->clients, j) > 0)
+      c->which[m++] = j;
+  }
+  *compute_s = 0;
+  if (m == 0) {
+    td_trainer_seek(c->tr, step + n);
+    *st = (td_train_stats_t){.lr = td_trainer_lr_at(c->tr, td_trainer_global_step(c->tr))};
+    return TD__RUN_GO_ON;
+  }
+  if (run->spec.prox_mu > 0 &&
+      td_trainer_set_prox(c->tr, run->spec.prox_mu, run->anchor, c->why, sizeof c->why) != 0)
+    return td__compute_fail(c);
+  c->swap_step = (unsigned)n;
+  c->warm = true;
+  double t0 = td_clock_mono_s(), cpu0 = td_backend_cpu_seconds(c->be);
+  if (td_clients_train(c->clients, c->tr, c->which, m, run->anchor, step, n,
+                       run->delta[round % 2], st, c->why, sizeof c->why) != 0)
+    return td__compute_fail(c);
+  td_backend_synchronize(c->be);
+  td__compute_slow_down_round(c, t0, cpu0, round);
+  *compute_s = td_clock_mono_s() - t0;
+  if (*compute_s > 0)
+    c->capacity = td_plan_ewma(c->capacity, (double)st->samples / *compute_s, CAPACITY_RHO);
+  c->delta_ready = true;
+  return TD__RUN_GO_ON;
+}
+
 /* The round's delta (from the anchor in sync, the round start otherwise) into
  * its slot, and ROUND_DONE. */
 static td__run_flow_t round_post_delta(td__compute_t *c, uint64_t round, const td_train_stats_t *st,
@@ -456,11 +532,14 @@ static td__run_flow_t round_post_delta(td__compute_t *c, uint64_t round, const t
   td_run_t *run = c->run;
   float *delta = run->delta[round % 2];
   const float *base = run->spec.mode_kind == TD_MODE_SYNC ? run->anchor : run->start;
-  if (run->spec.fragments > 1)
+  if (c->delta_ready) /* the clients' weighted mean (clients.c) is in place */
+    ;
+  else if (run->spec.fragments > 1)
     td__compute_fragment_delta(run, round, c->params);
   else
     for (size_t i = 0; i < run->numel; i++)
       delta[i] = c->params[i] - base[i];
+  c->delta_ready = false;
   td_run_event_t ev = {.kind = TD_RUN_ROUND_DONE, .round = round, .samples = st->samples,
                        .loss = st->loss, .compute_s = compute_s, .idle_s = c->idle,
                        .capacity = c->capacity, .batch = c->batch,
@@ -536,11 +615,27 @@ static bool consensus(const td__compute_t *c, uint64_t round) {
  * on this node's held-out share, every eval_every rounds and after the last,
  * on every node whatever eval_nodes says (the share is a slice of the test
  * set, cheap beside the whole), posted before the round's EVAL or FINISHED. */
+static td__run_flow_t client_eval_share(td__compute_t *c, uint64_t round,
+                                        const td_dataset_t *share, unsigned client);
+
 static td__run_flow_t client_eval(td__compute_t *c, uint64_t round) {
   td_run_t *run = c->run;
-  const td_dataset_t *share = c->data.heldout;
-  if (share == NULL || (round % run->spec.eval_every != 0 && round != run->rounds))
+  if (round % run->spec.eval_every != 0 && round != run->rounds)
     return TD__RUN_GO_ON;
+  if (c->data.heldout != NULL)
+    return client_eval_share(c, round, c->data.heldout, 0);
+  td__run_flow_t f = TD__RUN_GO_ON;
+  for (unsigned j = 0; c->data.client_heldout != NULL && j < c->data.clients &&
+                       f == TD__RUN_GO_ON; j++)
+    if (c->data.client_heldout[j] != NULL) /* a client with no held-out rows has no score */
+      f = client_eval_share(c, round, c->data.client_heldout[j], j);
+  return f;
+}
+
+/* One held-out share's evaluation (client `client` of this node). */
+static td__run_flow_t client_eval_share(td__compute_t *c, uint64_t round,
+                                        const td_dataset_t *share, unsigned client) {
+  td_run_t *run = c->run;
   td__run_flow_t f;
   bool swap = consensus(c, round);
   if (swap) { /* the anchor in the model for the evaluation, then back */
@@ -564,7 +659,7 @@ static td__run_flow_t client_eval(td__compute_t *c, uint64_t round) {
       return f;
   }
   td_run_event_t ev = {.kind = TD_RUN_CLIENT_EVAL, .round = round, .loss = loss,
-                       .accuracy = acc, .samples = td_dataset_rows(share)};
+                       .accuracy = acc, .samples = td_dataset_rows(share), .client = client};
   return td__run_post(run, &ev) ? TD__RUN_GO_ON : TD__RUN_STOPPED;
 }
 
@@ -676,6 +771,8 @@ void *td__run_compute_main(void *arg) {
   }
   free(c.lead);
   free(c.saved);
+  free(c.which);
+  td_clients_close(&c.clients);
   td_dataset_close(&c.val);
   td_trainer_close(&c.tr);
   td_shard_close(&c.data);

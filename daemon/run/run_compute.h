@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "compute/backend.h"
+#include "compute/clients.h"
 #include "compute/data/dataset.h"
 #include "compute/data/shard.h"
 #include "compute/trainer.h"
@@ -49,6 +50,9 @@ typedef struct {
   size_t probe_bytes;               /* text: knowledge transfer's probe prefix, 0 = none */
   td_trainer_t *tr;
   float *params; /* the trainer's model */
+  td_clients_t *clients; /* clients > 1: the node's virtual clients; NULL: it is one */
+  unsigned *which;       /* ...and room for a round's sampled ones (clients slots) */
+  bool delta_ready;      /* the round's delta is in its slot already (virtual clients) */
   unsigned batch;  /* rows per step now */
   double capacity; /* samples/s, EWMA, measured on the run's backend */
   bool warm;       /* the backend has taken a step (device: its one-time costs are paid) */

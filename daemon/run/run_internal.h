@@ -51,6 +51,10 @@ struct td_run {
   uint64_t *label_counts; /* every node's rows per label (td_run_label_counts); NULL: none */
   unsigned label_nodes;
   int label_classes;
+  /* clients > 1: the run's clients that hold rows (the sampling's candidates),
+   * ascending, and how many clients the run has in all (nodes x clients) */
+  uint16_t *client_cand;
+  unsigned n_cand, n_clients;
   /* model state (ownership: run.h) */
   float *anchor;   /* consensus model (sync/overlap) */
   float *delta[2]; /* own delta of round r in [r % 2] */

@@ -539,9 +539,14 @@ const run_key_t td__run_keys[] = {
      "FedProx: each local step's gradient gains prox_mu (w - x), x the model the round "
      "started from (sync: the anchor), pulling a node's steps back toward it on skewed data "
      "(try 0.001 to 1); 0: off, FedAvg bit for bit. CPU backend"},
+    {"clients", KEY_UINT, F(clients), "1", 1, 4096, NULL,
+     "sync: virtual clients per node, each with its own part of the data (the partition "
+     "cuts nodes x clients parts; client j of node n is client n x clients + j), trained one "
+     "after another from the round's model; the node sends their weighted mean, so the mesh "
+     "sees nodes. participation samples among all the clients. 1: the node is one client"},
     {"participation", KEY_DOUBLE, F(participation), "1", 1e-6, 64, NULL,
-     "sync: client sampling: the members that train each round, a fraction in (0, 1] "
-     "(ceil(F x members), 1: all) or a whole number N >= 2, drawn from (seed, round) so every "
+     "sync: client sampling: the members (with clients > 1: the clients) that train each "
+     "round, a fraction in (0, 1] (ceil(F x members), 1: all) or a whole number N >= 2, drawn from (seed, round) so every "
      "node derives the same sample; the others neither train nor send, and no round waits "
      "for them"},
     {"min_updates", KEY_UINT, F(min_updates), "0", 0, 64, NULL,

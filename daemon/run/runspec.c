@@ -311,6 +311,21 @@ int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len) {
                   "%s: needs mode = sync (rounds that wait for their average)",
                   samples ? "participation" : rs->min_updates > 0 ? "min_updates"
                                                                   : "round_deadline");
+  if (rs->clients > 1 && rs->mode_kind != TD_MODE_SYNC)
+    return td_why(why, why_len, TD_ECONFIG,
+                  "clients = %u: needs mode = sync (a node trains its clients in turn within "
+                  "a round that waits for its average)",
+                  rs->clients);
+  if (rs->clients > 1 && rs->fragments > 1)
+    return td_why(why, why_len, TD_ECONFIG,
+                  "clients = %u with fragments = %u: not built (a client's update covers the "
+                  "whole model); use one of the two",
+                  rs->clients, rs->fragments);
+  if (rs->clients > 1 && strcmp(rs->partition, "all") == 0)
+    return td_why(why, why_len, TD_ECONFIG,
+                  "clients = %u: needs a partition that splits the data (iid, dirichlet:A or "
+                  "shard:S), not all",
+                  rs->clients);
   if (rs->outer_kind != TD_OUTER_SGD && rs->mode_kind == TD_MODE_ASYNC)
     return td_why(why, why_len, TD_ECONFIG,
                   "outer = %s: needs rounds (mode sync or overlap); async adds each update as "

@@ -58,6 +58,28 @@ static void record_sample(td__session_t *s, uint64_t round) {
                    round, k, s->n_members, ids);
 }
 
+/* With virtual clients, the sampled clients instead: "round R: sampled K of
+ * M clients: C,C" (client n x clients + j is node n's j-th), shortened with
+ * "..." when the ledger's text has no room for them all. */
+static void record_client_sample(td__session_t *s, uint64_t round) {
+  uint64_t set[TD_SAMPLE_SET_WORDS];
+  unsigned k = td_run_sample_clients(s->run, round, set);
+  unsigned total = (unsigned)s->n_members * td_run_clients(s->run);
+  char ids[400]; /* the ledger keeps 511 bytes of an event's detail */
+  size_t used = 0;
+  ids[0] = '\0';
+  for (unsigned c = 0; c < TD_SAMPLE_MAX_CLIENTS; c++)
+    if (set[c / 64] >> (c % 64) & 1) {
+      if (used + 16 >= sizeof ids) {
+        snprintf(ids + used, sizeof ids - used, ",...");
+        break;
+      }
+      used += (size_t)snprintf(ids + used, sizeof ids - used, "%s%u", used ? "," : "", c);
+    }
+  td__ledger_event(s->node->ledger, "round_sample",
+                   "round %" PRIu64 ": sampled %u of %u clients: %s", round, k, total, ids);
+}
+
 void td__rounds_begin(td__session_t *s, uint64_t round) {
   uint64_t peers[TD_MEMBERS_MAX];
   size_t np = td__session_peers(s, round, peers);
@@ -66,7 +88,13 @@ void td__rounds_begin(td__session_t *s, uint64_t round) {
   s->round_set = 0;
   s->round_begun = td_clock_mono_s();
   s->sample = UINT64_MAX;
-  if (samples(s) && round <= s->rounds) { /* the others neither train nor send this round */
+  s->sample_deferred = false;
+  bool clients = td_run_clients(s->run) > 1;
+  if (samples(s) && !s->ready && (clients || round > s->rounds)) {
+    /* not known yet: the clients that hold rows, or whether a run sized by
+     * epochs has this round; both come with READY (td__rounds_sample_ready) */
+    s->sample_deferred = true;
+  } else if (samples(s) && round <= s->rounds) { /* the others neither train nor send this round */
     s->sample = td_run_sample(s->run, round);
     size_t kept = 0;
     for (size_t p = 0; p < np; p++) {
@@ -75,13 +103,32 @@ void td__rounds_begin(td__session_t *s, uint64_t round) {
         peers[kept++] = peers[p];
     }
     np = kept;
-    record_sample(s, round);
+    if (clients)
+      record_client_sample(s, round);
+    else
+      record_sample(s, round);
   }
   td_round_begin(s->collector, round, peers, np);
   s->round_started = td_clock_wall_s();
   arm_round_timer(s);
   if (s->own_done >= round) /* overlap: own update already done */
     s->deadline = s->own[round % TD__RING].done_at + s->spec.round_timeout;
+}
+
+void td__rounds_sample_ready(td__session_t *s) {
+  if (!s->sample_deferred)
+    return;
+  s->sample_deferred = false;
+  if (s->round > s->rounds)
+    return;
+  s->sample = td_run_sample(s->run, s->round);
+  for (size_t i = 0; i < s->n_members && i < 64; i++)
+    if (!(s->sample >> i & 1) && s->members[i] != s->node->node_id)
+      td_round_forget_peer(s->collector, s->members[i]); /* it neither trains nor sends */
+  if (td_run_clients(s->run) > 1)
+    record_client_sample(s, s->round);
+  else
+    record_sample(s, s->round);
 }
 
 _Static_assert(TD_LEDGER_MEMBERS_TEXT >= TD_MAX_RUN_MEMBERS * 17 + 1 && TD_MAX_RUN_MEMBERS <= 64,
@@ -319,6 +366,8 @@ static void gather(td__session_t *s, aggregate_job_t *job) {
     if (i >= TD_MEMBERS_MAX)
       continue;
     uint64_t bound = planned_samples(s, i, r);
+    if (td_run_clients(s->run) > 1) /* each sampled client trains the plan's share */
+      bound *= td_run_sampled_of(s->run, r, (unsigned)i);
     if (job->in[j].weight > (double)bound) {
       td__ledger_event(s->node->ledger, "samples_clamped",
                        "%016" PRIx64 " round %" PRIu64 ": claimed %.0f samples, plan gives %"

@@ -225,14 +225,15 @@ static void checkpoints_settled(void *user) {
   }
 }
 
-/* The per-client view: every node's training rows per label (client 0 of
- * each node while a node is one client), known to every node alike. */
+/* The per-client view: every client's training rows per label (client 0 of
+ * each node while a node is one client; with clients = K, node k / K's
+ * client k % K), known to every node alike. */
 static void record_label_counts(td__session_t *s, td_run_t *run) {
-  unsigned nodes;
+  unsigned parts, per_node = td_run_clients(run);
   int classes;
-  const uint64_t *counts = td_run_label_counts(run, &nodes, &classes);
-  for (unsigned k = 0; counts != NULL && k < nodes; k++)
-    td__ledger_client_labels(s->node->ledger, s->run_id, k, 0,
+  const uint64_t *counts = td_run_label_counts(run, &parts, &classes);
+  for (unsigned k = 0; counts != NULL && k < parts; k++)
+    td__ledger_client_labels(s->node->ledger, s->run_id, k / per_node, k % per_node,
                              counts + (size_t)k * (size_t)classes, (unsigned)classes);
 }
 
@@ -259,10 +260,11 @@ static void on_run_events(td_run_t *run, void *user) {
         td_log_info("run %016" PRIx64 ": partition %s: %" PRIu64 " training rows on rank %u",
                     s->run_id, s->spec.partition, ev.samples, s->rank);
       record_label_counts(s, run);
+      td__rounds_sample_ready(s);
       break;
     case TD_RUN_CLIENT_EVAL: {
       td_ledger_client_eval_t row = {.run_id = s->run_id, .round = ev.round, .node = s->rank,
-                                     .client = 0, .rows = ev.samples, .loss = ev.loss,
+                                     .client = ev.client, .rows = ev.samples, .loss = ev.loss,
                                      .accuracy = ev.accuracy};
       td__ledger_client_eval(n->ledger, &row);
       break;

@@ -299,6 +299,9 @@ struct td__session {
   bool closing; /* the open round's aggregation runs on the pool */
   /* Client sampling and stragglers (rounds.c; sync mode): */
   uint64_t sample;     /* members sampled for the open round (bit i: member i) */
+  bool sample_deferred; /* the open round began before READY, when its sample could not
+                           be drawn (virtual clients not listed yet, or a run sized by
+                           epochs whose rounds were not known); drawn at READY */
   bool round_cut;      /* min_updates or the adaptive deadline closed the open round's list:
                           the missing were cut, and it may close without our own update */
   double round_begun;  /* monotonic time the open round began here */
@@ -429,6 +432,10 @@ double td__session_staleness(td__node_t *n, uint64_t peer);
 /* ---- rounds (rounds.c, capacity.c, deadline.c, inbox.c) --------------------------------- */
 
 void td__rounds_begin(td__session_t *s, uint64_t round);
+/* The sample of a round begun before READY (s->sample_deferred), once the
+ * compute thread has listed the clients (td_run_sample_clients) and the
+ * rounds are known; the members outside it are no longer waited for. */
+void td__rounds_sample_ready(td__session_t *s);
 void td__rounds_own_done(td__session_t *s, uint64_t round);
 /* Fills heard[i] (i < n_members) with the capacity member i sent with its
  * update of round - 1 as this node holds it (its own for itself), 0 where
