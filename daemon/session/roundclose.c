@@ -13,7 +13,8 @@
  * then closes on what it has, as before. A RoundClose is taken only from a
  * member that may be the coordinator (no member of lower id takes part in
  * this node's view), once per round, for the open round and the next
- * TD__RING - 1. */
+ * TD__RING - 1. rounds.c hands this file the message and then closes the
+ * round; this file never calls rounds.c. */
 #include "daemon/session/shared.h"
 
 #include <inttypes.h>
@@ -22,7 +23,8 @@
 #include "daemon/base/log.h"
 
 bool td__roundclose_coordinated(const td__session_t *s) {
-  return s->n_members > 1 && td__rounds_tolerate_stragglers(s);
+  return s->n_members > 1 && s->spec.mode_kind == TD_MODE_SYNC &&
+         (s->spec.min_updates > 0 || s->spec.deadline_mad_c > 0);
 }
 
 /* Whether `id` may coordinate: no member of lower id takes part (this node
@@ -65,42 +67,38 @@ void td__roundclose_send(td__session_t *s, uint64_t round, uint64_t members) {
   }
 }
 
-void td__session_on_round_close(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
-                                size_t bytes) {
-  (void)l;
-  (void)bytes;
-  td__session_t *s = td__session_of(n, env->run_id);
+bool td__roundclose_take(td__node_t *n, td__session_t *s, const Traind__Envelope *env) {
   const Traind__RoundClose *rc = env->round_close;
   if (s == NULL || td__session_member(s, env->sender) == TD_MEMBERS_MAX ||
       !td__roundclose_coordinated(s)) {
     td__drop(&n->drops, TD__DROP_WRONG_RUN, "round close outside our run");
-    return;
+    return false;
   }
   if (rc->round < s->round) {
     td__drop(&n->drops, TD__DROP_LATE, NULL);
-    return;
+    return false;
   }
   if (rc->round >= s->round + TD__RING || rc->round > s->rounds) {
     td__drop(&n->drops, TD__DROP_AHEAD, NULL);
-    return;
+    return false;
   }
   uint64_t all = s->n_members >= 64 ? UINT64_MAX : (1ull << s->n_members) - 1;
   if ((rc->members & ~all) != 0) {
     td__drop(&n->drops, TD__DROP_MALFORMED, "round close naming members the run lacks");
-    return;
+    return false;
   }
   if (!may_coordinate(s, env->sender)) {
     td__drop(&n->drops, TD__DROP_FORBIDDEN, NULL);
     if (td__drop_should_log(n->drops.count[TD__DROP_FORBIDDEN]))
       td_log_warn("run %016" PRIx64 ": refused round %" PRIu64 "'s close from %016" PRIx64
                   ": a member of lower id coordinates", s->run_id, rc->round, env->sender);
-    return;
+    return false;
   }
   td__round_close_t *c = &s->closes[rc->round % TD__RING];
   if (c->round == rc->round) { /* the first close of a round counts */
     td__drop(&n->drops, TD__DROP_DUPLICATE, NULL);
-    return;
+    return false;
   }
   *c = (td__round_close_t){.round = rc->round, .members = rc->members};
-  td__rounds_try_close(s);
+  return true;
 }

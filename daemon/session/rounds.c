@@ -36,7 +36,8 @@ static bool samples(const td__session_t *s) {
   return s->spec.mode_kind == TD_MODE_SYNC && s->spec.participation != 1;
 }
 
-bool td__rounds_tolerate_stragglers(const td__session_t *s) {
+/* Whether a sync round may close before every sampled update is in. */
+static bool tolerates_stragglers(const td__session_t *s) {
   return s->spec.mode_kind == TD_MODE_SYNC &&
          (s->spec.min_updates > 0 || s->spec.deadline_mad_c > 0);
 }
@@ -501,7 +502,7 @@ static bool own_settled(const td__session_t *s) {
 /* min_updates: once that many sampled updates are in (ours counted), the
  * missing are cut. */
 static void cut_at_min_updates(td__session_t *s) {
-  if (!td__rounds_tolerate_stragglers(s) || s->round_cut || s->spec.min_updates == 0 ||
+  if (!tolerates_stragglers(s) || s->round_cut || s->spec.min_updates == 0 ||
       td_round_complete(s->collector) ||
       (td__roundclose_coordinated(s) && !td__roundclose_coordinates(s)))
     return;
@@ -572,6 +573,15 @@ void td__rounds_try_close(td__session_t *s) {
       return;
     close_round(s);
   }
+}
+
+void td__session_on_round_close(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
+                                size_t bytes) {
+  (void)l;
+  (void)bytes;
+  td__session_t *s = td__session_of(n, env->run_id);
+  if (td__roundclose_take(n, s, env))
+    td__rounds_try_close(s);
 }
 
 void td__rounds_async_release(td__session_t *s) {

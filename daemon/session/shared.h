@@ -387,8 +387,8 @@ void td__session_settle(td__node_t *n);
 /* A peer's StateHash: the vote (verify.c), then td__session_settle(). */
 void td__session_on_state_hash(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
                                size_t bytes);
-/* A peer's RoundClose (roundclose.c): kept for its round, then the open
- * round tries to close. */
+/* A peer's RoundClose (rounds.c): kept for its round (roundclose.c), then
+ * the open round tries to close. */
 void td__session_on_round_close(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
                                 size_t bytes);
 /* This node will not run `run_id` (why): log it, record it in the ledger and
@@ -442,9 +442,6 @@ void td__rounds_own_done(td__session_t *s, uint64_t round);
  * unknown: what this node echoes with its update of `round`. */
 void td__rounds_heard(const td__session_t *s, uint64_t round, double *heard);
 void td__rounds_try_close(td__session_t *s);
-/* Whether a sync round may close before every sampled update is in
- * (min_updates, round_deadline = adaptive). */
-bool td__rounds_tolerate_stragglers(const td__session_t *s);
 
 /* ---- roundclose.c: the round's contributors, agreed through a coordinator ---- */
 
@@ -453,6 +450,10 @@ bool td__rounds_tolerate_stragglers(const td__session_t *s);
 bool td__roundclose_coordinated(const td__session_t *s);
 /* Whether this node is the coordinator now (see roundclose.c). */
 bool td__roundclose_coordinates(td__session_t *s);
+/* A peer's RoundClose for run session s (NULL: none here): checked (see
+ * roundclose.c; a refusal is a counted drop) and kept for its round. True
+ * when kept: the open round may then close (rounds.c). */
+bool td__roundclose_take(td__node_t *n, td__session_t *s, const Traind__Envelope *env);
 /* The coordinator's set for `round` into *members; false when none came. */
 bool td__roundclose_agreed(const td__session_t *s, uint64_t round, uint64_t *members);
 /* Send RoundClose{round, members} to every member taking part. */
