@@ -63,6 +63,16 @@ double td__session_staleness(td__node_t *n, uint64_t peer) {
                                                              : NAN;
 }
 
+void td__session_send_all(td__session_t *s, Traind__Envelope *env) {
+  uint64_t peers[TD_MEMBERS_MAX];
+  size_t k = td__session_peers(s, 0, peers);
+  for (size_t i = 0; i < k; i++) {
+    td__link_t *l = td__link_find(s->node->net, peers[i]);
+    if (l != NULL)
+      td__link_send(s->node->net, l, env);
+  }
+}
+
 td__session_t *td__session_of(td__node_t *n, uint64_t run_id) {
   return n->session != NULL && n->session->run_id == run_id ? n->session : NULL;
 }

@@ -58,13 +58,7 @@ void td__roundclose_send(td__session_t *s, uint64_t round, uint64_t members) {
   env.body_case = TRAIND__ENVELOPE__BODY_ROUND_CLOSE;
   env.round_close = &rc;
   env.run_id = s->run_id;
-  uint64_t peers[TD_MEMBERS_MAX];
-  size_t k = td__session_peers(s, 0, peers);
-  for (size_t i = 0; i < k; i++) {
-    td__link_t *l = td__link_find(s->node->net, peers[i]);
-    if (l != NULL)
-      td__link_send(s->node->net, l, &env);
-  }
+  td__session_send_all(s, &env);
 }
 
 bool td__roundclose_take(td__node_t *n, td__session_t *s, const Traind__Envelope *env) {

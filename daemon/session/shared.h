@@ -416,6 +416,9 @@ uint64_t td__session_last_id(td__node_t *n);
 size_t td__session_member(const td__session_t *s, uint64_t peer);
 /* Reachable peers of the run (not us), taking part in `round` (0: any). */
 size_t td__session_peers(td__session_t *s, uint64_t round, uint64_t *out);
+/* Send env to every member taking part (td__session_peers at any round)
+ * that has a link; env stays the caller's. */
+void td__session_send_all(td__session_t *s, Traind__Envelope *env);
 /* Member index i is another node, reachable and in the run (neither away nor
  * refused) at `round` (0: any round). */
 bool td__session_takes_part(td__session_t *s, size_t i, uint64_t round);

@@ -231,13 +231,7 @@ void td__xfer_probe(td__session_t *s, td_run_event_t *ev) {
   env.body_case = TRAIND__ENVELOPE__BODY_EVAL_REPORT;
   env.eval_report = &rep;
   env.run_id = s->run_id;
-  uint64_t peers[TD_MEMBERS_MAX];
-  size_t np = td__session_peers(s, 0, peers);
-  for (size_t p = 0; p < np; p++) {
-    td__link_t *l = td__link_find(s->node->net, peers[p]);
-    if (l != NULL)
-      td__link_send(s->node->net, l, &env);
-  }
+  td__session_send_all(s, &env);
   decide_transfer(x);
 }
 

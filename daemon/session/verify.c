@@ -144,13 +144,7 @@ static void send_hash(td__session_t *s, uint64_t round, const uint8_t *hash) {
   env.body_case = TRAIND__ENVELOPE__BODY_STATE_HASH;
   env.state_hash = &sh;
   env.run_id = s->run_id;
-  uint64_t peers[TD_MEMBERS_MAX];
-  size_t k = td__session_peers(s, 0, peers);
-  for (size_t i = 0; i < k; i++) {
-    td__link_t *l = td__link_find(s->node->net, peers[i]);
-    if (l != NULL)
-      td__link_send(s->node->net, l, &env);
-  }
+  td__session_send_all(s, &env);
 }
 
 /* Ask every member (and our compute thread) to hash the state after
