@@ -42,6 +42,7 @@ struct td_trainer {
   float prox_mu;       /* FedProx: > 0 adds prox_mu (w - prox_center) to each gradient */
   float *prox_center;  /* backend memory, numel floats (NULL until the first set_prox) */
   td_trainer_rows_t *bound; /* a virtual client's walk, or NULL: the whole set */
+  const float *correction;  /* SCAFFOLD: host floats added to each gradient, or NULL */
 };
 
 static double now_s(void) {
@@ -208,6 +209,24 @@ int td_trainer_set_prox(td_trainer_t *tr, double mu, const float *center, char *
   return 0;
 }
 
+int td_trainer_set_correction(td_trainer_t *tr, const float *correction, char *why,
+                              size_t why_len) {
+  if (correction != NULL && td_backend_device_memory(tr->be))
+    return td_why(why, why_len, TD_ECONFIG,
+                  "strategy = scaffold: the %s backend keeps gradients on the device, where "
+                  "the control-variate correction is not built; use backend = cpu",
+                  td_backend_name(tr->be));
+  tr->correction = correction;
+  return 0;
+}
+
+double td_trainer_lr_sum(const td_trainer_t *tr, unsigned long step, unsigned long n) {
+  double sum = 0;
+  for (unsigned long s = step; s < step + n; s++)
+    sum += td_lr_at(&tr->schedule, s) * tr->lr_scale;
+  return sum;
+}
+
 void td_trainer_rows_init(td_trainer_rows_t *w, size_t first, size_t rows, uint64_t stream) {
   *w = (td_trainer_rows_t){.first = first, .rows = rows, .stream = stream, .cursor = rows};
 }
@@ -313,6 +332,11 @@ static int run_steps(td_trainer_t *tr, unsigned long n, bool advance, td_train_s
     if (tr->prox_mu > 0) /* before the optimizer, so clipping and momentum see it */
       td_backend_prox_grad(tr->be, td_model_grads(tr->model), td_model_params(tr->model),
                            tr->prox_center, tr->prox_mu, td_model_numel(tr->model));
+    if (tr->correction != NULL) { /* SCAFFOLD: g - ci + c, host memory (checked at set) */
+      float *g = td_model_grads(tr->model);
+      for (size_t k = 0, numel = td_model_numel(tr->model); k < numel; k++)
+        g[k] += tr->correction[k];
+    }
     td_optim_step(tr->optim, td_model_params(tr->model), td_model_grads(tr->model), lr);
     tr->step += advance;
     loss_sum += loss * (double)rows;

@@ -91,6 +91,16 @@ int td_trainer_bind_rows(td_trainer_t *tr, td_trainer_rows_t *w);
  * without the kernel (td_backend_supports_prox), TD_ENOMEM, TD_EDEVICE. */
 int td_trainer_set_prox(td_trainer_t *tr, double mu, const float *center, char *why,
                         size_t why_len);
+/* SCAFFOLD (compute/scaffold.h): from now on every step adds correction
+ * (td_model_numel() host floats, c - ci, borrowed until replaced) to the
+ * gradient, after FedProx's term and before the optimizer. NULL turns it
+ * off (the steps are then exactly those without it). TD_ECONFIG with why on
+ * a backend that keeps gradients in device memory. */
+int td_trainer_set_correction(td_trainer_t *tr, const float *correction, char *why,
+                              size_t why_len);
+/* The sum of the learning rates steps [step, step + n) take: the schedule's
+ * rate times the current scale (td_trainer_set_lr_scale), SCAFFOLD's Σlr. */
+double td_trainer_lr_sum(const td_trainer_t *tr, unsigned long step, unsigned long n);
 /* Change the rows per step (weighted dynamic batching), within
  * [1, max_batch] of the options (clamped to the partition size). TD_EINVAL
  * outside. The learning-rate schedule keeps counting steps. */
