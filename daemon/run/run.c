@@ -81,7 +81,8 @@ static int alloc_buffers(td_run_t *run) {
   run->outer_floats = td_outer_state_floats(&outer, run->numel);
   bool dc = run->spec.mode_kind == TD_MODE_OVERLAP &&
             run->spec.overlap_fix_kind == TD_OVERLAP_FIX_DC;
-  run->mom_floats = run->outer_floats + (dc ? run->numel : 0);
+  bool scaffold = run->spec.scaffold; /* sync only (td_runspec_validate): never with dc */
+  run->mom_floats = run->outer_floats + (dc || scaffold ? run->numel : 0);
   bool need_inbox = run->spec.mode_kind == TD_MODE_ASYNC;
   bool need_rec = td_runspec_reconciles(&run->spec);
   struct {
@@ -105,6 +106,10 @@ static int alloc_buffers(td_run_t *run) {
     if (dc) { /* no step before the first round */
       run->dc_drift = run->mom + run->outer_floats;
       memset(run->dc_drift, 0, run->numel * sizeof(float));
+    }
+    if (scaffold) { /* c = 0 before the first round, as every ci */
+      run->scaffold_c = run->mom + run->outer_floats;
+      memset(run->scaffold_c, 0, run->numel * sizeof(float));
     }
   }
   return 0;

@@ -14,6 +14,7 @@
 
 #include "compute/backend.h"
 #include "compute/model.h"
+#include "compute/scaffold.h"
 #include "compute/trainer.h"
 #include "daemon/base/clock.h"
 #include "daemon/run/run_compute.h"
@@ -108,6 +109,17 @@ td__run_flow_t td__compute_wait_release(td__compute_t *c, uint64_t round) {
 
 /* ---- a round's average, and what the round owes after it ---------------------------- */
 
+/* SCAFFOLD's c after round r, from its average alone (docs/algorithms.md#scaffold):
+ * every sampled node's ci moved by -c + (x - y_i) / Σlr with the same Σlr, so
+ * their mean moved by -c - avg / Σlr, and c by that times sampled / all. */
+static void scaffold_round(td_run_t *run, uint64_t r, const float *avg) {
+  unsigned nodes = td__run_nodes_at(run, r), drawn = nodes < 64 ? nodes : 64;
+  uint64_t sample = td__run_sample_of(&run->spec, r, nodes);
+  double frac = (double)__builtin_popcountll(sample) / drawn, lr_sum = run->scaffold_lr_sum[r % 2];
+  if (frac > 0 && lr_sum > 0)
+    td_scaffold_server_update(run->scaffold_c, avg, lr_sum, frac > 1 ? 1 : frac, run->numel);
+}
+
 /* Outer step on round r's average: anchor += step and, in overlap mode
  * (lead != NULL), params += step - lead (swap what params still hold of round
  * r for the global step, keeping the progress made since; scheduler/overlap.h).
@@ -119,6 +131,8 @@ void td__compute_apply_round(td_run_t *run, uint64_t r, float *params, const flo
   td_outer_opts_t o;
   td_runspec_outer_opts(&run->spec, &o);
   float *avg = run->avg[r % 2];
+  if (run->scaffold_c != NULL && lead == NULL) /* before the outer step: the plain mean */
+    scaffold_round(run, r, avg);
   if (run->dc_drift != NULL)
     td_overlap_compensate(avg, run->dc_drift, run->spec.overlap_dc_lambda, run->numel);
   td_outer_step(&o, avg, run->outer_floats > 0 ? run->mom : NULL, avg,

@@ -33,6 +33,7 @@
 #include "compute/data/text.h"
 #include "compute/model.h"
 #include "compute/safetensors.h"
+#include "compute/scaffold.h"
 #include "compute/trainer.h"
 #include "daemon/base/clock.h"
 #include "daemon/run/run_compute.h"
@@ -303,6 +304,11 @@ static td__run_flow_t set_up(td__compute_t *c) {
     return td__compute_fail(c);
   }
   c->params = td_model_host_params(model); /* the model's own buffer on the CPU */
+  if (sp->scaffold && ((c->scaffold_ci = calloc(run->numel, sizeof(float))) == NULL ||
+                       (c->scaffold_corr = malloc(run->numel * sizeof(float))) == NULL)) {
+    snprintf(c->why, sizeof c->why, "out of memory for SCAFFOLD's control variates");
+    return td__compute_fail(c);
+  }
   if (strcmp(sp->init, "none") != 0 &&
       td_model_load_safetensors(model, sp->init, sp->init_hash, c->why, sizeof c->why) != 0) {
     char why[sizeof c->why];
@@ -432,6 +438,9 @@ static td__run_flow_t round_steps(td__compute_t *c, uint64_t round, td_train_sta
   unsigned long n = td_run_steps_of(run, round);
   if (c->clients != NULL)
     return round_steps_clients(c, round, st, compute_s);
+  unsigned long step0 = td_trainer_global_step(c->tr);
+  if (run->spec.scaffold) /* every node alike (batching = equal): the c update needs it */
+    run->scaffold_lr_sum[round % 2] = td_trainer_lr_sum(c->tr, step0, n);
   if (run->rank >= 64 || !(td__run_sample_of(&run->spec, round, td__run_nodes_at(run, round)) >>
                            run->rank & 1)) {
     /* client sampling: not this round's; no steps, an empty update (no
@@ -452,6 +461,11 @@ static td__run_flow_t round_steps(td__compute_t *c, uint64_t round, td_train_sta
   if (run->spec.prox_mu > 0) { /* FedProx pulls toward the model the delta is taken from */
     const float *x = run->spec.mode_kind == TD_MODE_SYNC ? run->anchor : run->start;
     if (td_trainer_set_prox(c->tr, run->spec.prox_mu, x, c->why, sizeof c->why) != 0)
+      return td__compute_fail(c);
+  }
+  if (run->spec.scaffold) { /* g - ci + c (sync: x is the anchor) */
+    td_scaffold_correction(c->scaffold_corr, run->scaffold_c, c->scaffold_ci, run->numel);
+    if (td_trainer_set_correction(c->tr, c->scaffold_corr, c->why, sizeof c->why) != 0)
       return td__compute_fail(c);
   }
   c->swap_step = (unsigned)td_run_steps_of(run, round);
@@ -481,7 +495,11 @@ static td__run_flow_t round_steps(td__compute_t *c, uint64_t round, td_train_sta
                (double)(st->samples + c->fill.samples);
     st->samples += c->fill.samples;
   }
-  return td__compute_pull(c); /* the round's result, for its delta */
+  td__run_flow_t f = td__compute_pull(c); /* the round's result, for its delta */
+  if (f == TD__RUN_GO_ON && run->spec.scaffold) /* option II: ci += -c + (x - y) / Σlr */
+    td_scaffold_client_update(c->scaffold_ci, run->scaffold_c, run->anchor, c->params,
+                              run->scaffold_lr_sum[round % 2], run->numel);
+  return f;
 }
 
 /* Virtual clients (sync only): this node's sampled clients that hold rows
@@ -772,6 +790,8 @@ void *td__run_compute_main(void *arg) {
   free(c.lead);
   free(c.saved);
   free(c.which);
+  free(c.scaffold_ci);
+  free(c.scaffold_corr);
   td_clients_close(&c.clients);
   td_dataset_close(&c.val);
   td_trainer_close(&c.tr);

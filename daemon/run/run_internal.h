@@ -64,9 +64,12 @@ struct td_run {
                       momentum or adam/yogi/adagrad's m then v (scheduler/outer.h), then
                       overlap_fix = dc's last anchor step (dc_drift); a late joiner gets
                       it all with the anchor */
-  size_t mom_floats; /* its length: td_outer_state_floats() + numel with dc */
+  size_t mom_floats; /* its length: td_outer_state_floats() + numel with dc or scaffold */
   size_t outer_floats; /* the outer optimizer's part: td_outer_state_floats() */
   float *dc_drift; /* overlap_fix = dc: the anchor's last step (in mom; NULL without dc) */
+  float *scaffold_c; /* strategy = scaffold: the run's control variate c (in mom, after the
+                        outer part, so late joiners, repairs and state hashes carry it) */
+  double scaffold_lr_sum[2]; /* scaffold: round r's Σlr in [r % 2] (compute thread) */
   float *init;     /* the shared initial model (reconciliation measures from it) */
 
   uv_loop_t *loop;

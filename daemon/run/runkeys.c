@@ -293,6 +293,14 @@ static int check_outer(td_runspec_t *rs, const char *v, char *why, size_t n) {
                 "'%s' is not an outer optimizer (accepted: sgd, adam, yogi, adagrad)", v);
 }
 
+/* strategy = fedavg | scaffold */
+static int check_strategy(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  if (strcmp(v, "fedavg") != 0 && strcmp(v, "scaffold") != 0)
+    return td_why(why, n, TD_ECONFIG, "'%s' is not a strategy (accepted: fedavg, scaffold)", v);
+  rs->scaffold = v[0] == 's';
+  return 0;
+}
+
 /* round_deadline = fixed | adaptive | adaptive:C, C in [0.5, 100] (3 by default) */
 static int check_round_deadline(td_runspec_t *rs, const char *v, char *why, size_t n) {
   if (strcmp(v, "fixed") == 0) {
@@ -539,6 +547,11 @@ const run_key_t td__run_keys[] = {
      "FedProx: each local step's gradient gains prox_mu (w - x), x the model the round "
      "started from (sync: the anchor), pulling a node's steps back toward it on skewed data "
      "(try 0.001 to 1); 0: off, FedAvg bit for bit. CPU backend"},
+    {"strategy", KEY_STR, F(strategy), "fedavg", 0, 0, check_strategy,
+     "fedavg | scaffold: SCAFFOLD's control variates (Karimireddy et al. 2020, option II): "
+     "each local gradient becomes g - ci + c, ci the node's and c the run's control variate, "
+     "c derived on every node from the round's average (nothing new on the wire); sync, "
+     "batching = equal, aggregate = mean, clients = 1, CPU backend"},
     {"clients", KEY_UINT, F(clients), "1", 1, 4096, NULL,
      "sync: virtual clients per node, each with its own part of the data (the partition "
      "cuts nodes x clients parts; client j of node n is client n x clients + j), trained one "

@@ -273,6 +273,39 @@ static int check_fragments(const td_runspec_t *rs, char *why, size_t why_len) {
   return 0;
 }
 
+/* strategy = scaffold with what it was not built for: each refusal says
+ * what to change (docs/algorithms.md#scaffold says why each is needed). */
+static int check_scaffold(const td_runspec_t *rs, const td_agg_spec_t *agg, char *why,
+                          size_t why_len) {
+  if (!rs->scaffold)
+    return 0;
+  const char *no = NULL;
+  if (rs->mode_kind != TD_MODE_SYNC)
+    no = "needs mode = sync (the control variates move with each round's average)";
+  else if (rs->weighted_batching)
+    no = "needs batching = equal (c is derived from the round's average only when every "
+         "node's steps have the same learning-rate sum)";
+  else if (strncmp(rs->lr_schedule, "step", 4) == 0)
+    no = "needs lr_schedule = constant or cosine (step:E counts each node's own epochs, so "
+         "the learning-rate sums differ between nodes)";
+  else if (strcmp(rs->backend, "cuda") == 0)
+    no = "needs backend = cpu (the correction is not built for device memory)";
+  else if (rs->clients > 1)
+    no = "needs clients = 1 (a control variate per virtual client is not built)";
+  else if (rs->fragments > 1)
+    no = "needs fragments = 1 (c is derived from the whole model's average)";
+  else if (agg->kind != TD_AGG_MEAN || agg->norm_bound > 0)
+    no = "needs aggregate = mean and no norm_bound (c is derived from the plain mean)";
+  else if (rs->min_updates > 0 || rs->deadline_mad_c > 0)
+    no = "needs round_deadline = fixed and no min_updates (c counts the sampled nodes as "
+         "the round's contributors)";
+  else if (rs->prox_mu > 0)
+    no = "with prox_mu > 0 is not built; use one of the two";
+  if (no != NULL)
+    return td_why(why, why_len, TD_ECONFIG, "strategy = scaffold: %s", no);
+  return 0;
+}
+
 int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len) {
   bool text = td_runspec_is_text(rs);
   if (token_model(rs->model) && !text)
@@ -338,6 +371,9 @@ int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len) {
                   "%s = %s: needs rounds (mode sync or overlap); async adds each update as "
                   "it arrives", agg.kind != TD_AGG_MEAN ? "aggregate" : "norm_bound",
                   agg.kind != TD_AGG_MEAN ? rs->aggregate : rs->norm_bound);
+  int rc = check_scaffold(rs, &agg, why, why_len);
+  if (rc != 0)
+    return rc;
   return check_fragments(rs, why, why_len);
 }
 

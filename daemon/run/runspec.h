@@ -76,6 +76,8 @@ typedef struct {
   unsigned outer_kind;                  /* td_outer_kind_t (scheduler/outer.h), from outer */
   double outer_beta1, outer_beta2, outer_tau; /* adam, yogi, adagrad */
   double prox_mu;                       /* FedProx: mu (w - round start) in the gradient */
+  char strategy[TD_RUNSPEC_STR_MAX];    /* fedavg | scaffold */
+  bool scaffold;                        /* strategy = scaffold: control variates */
   unsigned clients;                     /* virtual clients per node (1: the node is one) */
   double participation;                 /* client sampling: fraction (0, 1] or count N >= 2 */
   unsigned min_updates;                 /* a round closes at this many sampled updates (0: all) */
