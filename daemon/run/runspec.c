@@ -296,6 +296,9 @@ static int check_scaffold(const td_runspec_t *rs, const td_agg_spec_t *agg, char
     no = "needs fragments = 1 (c is derived from the whole model's average)";
   else if (agg->kind != TD_AGG_MEAN || agg->norm_bound > 0)
     no = "needs aggregate = mean and no norm_bound (c is derived from the plain mean)";
+  else if (strcmp(rs->codec, "none") != 0)
+    no = "needs codec = none (a lossy codec's error would build up between the nodes' ci and "
+         "the c derived from the decoded average; docs/algorithms.md#scaffold)";
   else if (rs->min_updates > 0 || rs->deadline_mad_c > 0)
     no = "needs round_deadline = fixed and no min_updates (c counts the sampled nodes as "
          "the round's contributors)";

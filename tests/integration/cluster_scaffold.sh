@@ -29,6 +29,8 @@ refused "scaffold with clients = 2" "strategy = scaffold: needs clients = 1" bat
 refused "scaffold in overlap mode" "strategy = scaffold: needs mode = sync" batching=equal mode=overlap
 refused "scaffold with min_updates" "needs round_deadline = fixed and no min_updates" \
   batching=equal min_updates=2
+refused "scaffold with a lossy codec" "strategy = scaffold: needs codec = none" \
+  batching=equal codec=qsgd:4
 refused "an unknown strategy" "'fedprox' is not a strategy (accepted: fedavg, scaffold)" \
   batching=equal strategy=fedprox
 

@@ -187,6 +187,40 @@ START_TEST(outer_optimizer_keys_parse_and_refuse_mixtures) {
 }
 END_TEST
 
+/* strategy = scaffold: accepted with batching = equal (and participation,
+ * outer = adam), refused one line each where the derivation of c from the
+ * round's average does not hold or what it was not built for. */
+START_TEST(scaffold_is_accepted_where_built_and_refused_elsewhere) {
+  static const char *const refused[][2] = {
+      {"batching", "weighted"}, {"lr_schedule", "step:1"}, {"codec", "fp16"},
+      {"codec", "topk:0.1"},    {"aggregate", "median"},   {"clients", "2"},
+      {"mode", "overlap"},      {"min_updates", "1"},      {"prox_mu", "0.1"},
+      {"backend", "cuda"},      {"fragments", "2"}};
+  td_runspec_t rs;
+  char why[512] = "";
+  td_runspec_defaults(&rs);
+  ck_assert(!rs.scaffold);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "strategy=fedprox", why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, "accepted: fedavg, scaffold"));
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "strategy=scaffold", why, sizeof why), 0);
+  ck_assert(rs.scaffold);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), TD_ECONFIG); /* weighted batching */
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "batching=equal", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "participation=0.5", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "outer=adam", why, sizeof why), 0);
+  ck_assert_msg(td_runspec_validate(&rs, why, sizeof why) == 0, "%s", why);
+  td_runspec_set_arg(&rs, "participation=1", why, sizeof why); /* its own refusal outside sync */
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    td_runspec_t bad = rs;
+    char one[512] = "";
+    ck_assert_int_eq(td_runspec_set(&bad, refused[i][0], refused[i][1], one, sizeof one), 0);
+    ck_assert_msg(td_runspec_validate(&bad, one, sizeof one) == TD_ECONFIG &&
+                      strstr(one, "scaffold") != NULL && strchr(one, '\n') == NULL,
+                  "%s = %s: '%s'", refused[i][0], refused[i][1], one);
+  }
+}
+END_TEST
+
 /* participation, min_updates, round_deadline: parsed, and refused outside
  * sync mode or as a fraction above 1. */
 START_TEST(sampling_and_straggler_keys) {
@@ -634,6 +668,7 @@ int main(void) {
   tcase_add_test(tc, checkpoint_space_is_held_to_the_limit);
   tcase_add_test(tc, init_names_a_file_or_a_run_and_round);
   tcase_add_test(tc, verifiable_runs_hold_one_state);
+  tcase_add_test(tc, scaffold_is_accepted_where_built_and_refused_elsewhere);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
