@@ -382,6 +382,8 @@ static td__run_flow_t wait_seed(td__compute_t *c) {
   td__run_flow_t f = td__compute_push(c);
   if (f != TD__RUN_GO_ON)
     return f;
+  if (run->scaffold_c != NULL) /* a new client with ci = c keeps c the mean of all ci */
+    memcpy(c->scaffold_ci, run->scaffold_c, run->numel * sizeof(float));
   /* the optimizer state is local and never travels: a joiner starts it from
    * zero on the members' model (compute/optim.h) */
   if (td_trainer_reset_optim(c->tr) != 0) {

@@ -285,6 +285,10 @@ static int check_scaffold(const td_runspec_t *rs, const td_agg_spec_t *agg, char
   else if (rs->weighted_batching)
     no = "needs batching = equal (c is derived from the round's average only when every "
          "node's steps have the same learning-rate sum)";
+  else if (rs->optimizer_kind != TD_OPTIM_SGD || rs->momentum > 0 || rs->clip > 0)
+    no = "needs optimizer = sgd with momentum = 0 and clip = 0 (option II reads a round's "
+         "displacement over its learning-rate sum as the mean gradient; momentum scales it by "
+         "about 1/(1 - momentum), AdamW and clipping change it per step)";
   else if (strncmp(rs->lr_schedule, "step", 4) == 0)
     no = "needs lr_schedule = constant or cosine (step:E counts each node's own epochs, so "
          "the learning-rate sums differ between nodes)";

@@ -195,7 +195,8 @@ START_TEST(scaffold_is_accepted_where_built_and_refused_elsewhere) {
       {"batching", "weighted"}, {"lr_schedule", "step:1"}, {"codec", "fp16"},
       {"codec", "topk:0.1"},    {"aggregate", "median"},   {"clients", "2"},
       {"mode", "overlap"},      {"min_updates", "1"},      {"prox_mu", "0.1"},
-      {"backend", "cuda"},      {"fragments", "2"}};
+      {"backend", "cuda"},      {"fragments", "2"},        {"momentum", "0.9"},
+      {"optimizer", "adamw"},   {"clip", "1"}};
   td_runspec_t rs;
   char why[512] = "";
   td_runspec_defaults(&rs);
@@ -206,6 +207,9 @@ START_TEST(scaffold_is_accepted_where_built_and_refused_elsewhere) {
   ck_assert(rs.scaffold);
   ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), TD_ECONFIG); /* weighted batching */
   ck_assert_int_eq(td_runspec_set_arg(&rs, "batching=equal", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), TD_ECONFIG); /* momentum 0.9 */
+  ck_assert_ptr_nonnull(strstr(why, "needs optimizer = sgd with momentum = 0"));
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "momentum=0", why, sizeof why), 0);
   ck_assert_int_eq(td_runspec_set_arg(&rs, "participation=0.5", why, sizeof why), 0);
   ck_assert_int_eq(td_runspec_set_arg(&rs, "outer=adam", why, sizeof why), 0);
   ck_assert_msg(td_runspec_validate(&rs, why, sizeof why) == 0, "%s", why);
