@@ -26,10 +26,14 @@ refused() { # refused WHAT EXPECTED KEY=VALUE...
     && { fail "$what was accepted: $out"; return; }
   grep -qF "$want" <<<"$out" && pass "$what refused" || fail "$what: '$out'"
 }
-refused "scaffold with weighted batching" "strategy = scaffold: needs batching = equal" batching=weighted momentum=0
-refused "scaffold with momentum" "strategy = scaffold: needs optimizer = sgd with momentum = 0" batching=equal
-refused "scaffold with clients = 2" "strategy = scaffold: needs clients = 1" batching=equal momentum=0 clients=2
-refused "scaffold in overlap mode" "strategy = scaffold: needs mode = sync" batching=equal momentum=0 mode=overlap
+refused "scaffold with weighted batching" "strategy = scaffold: needs batching = equal" \
+  batching=weighted momentum=0
+refused "scaffold with momentum" "strategy = scaffold: needs optimizer = sgd with momentum = 0" \
+  batching=equal
+refused "scaffold with clients = 2" "strategy = scaffold: needs clients = 1" \
+  batching=equal momentum=0 clients=2
+refused "scaffold in overlap mode" "strategy = scaffold: needs mode = sync" \
+  batching=equal momentum=0 mode=overlap
 refused "scaffold with min_updates" "needs round_deadline = fixed and no min_updates" \
   batching=equal momentum=0 min_updates=2
 refused "scaffold with a lossy codec" "strategy = scaffold: needs codec = none" \
@@ -43,35 +47,42 @@ run_with() { # run_with STRATEGY: leaves the run's id in $run_id, each node's la
   local out n
   for n in a b c; do eval "mark_$n=$(sql $n "SELECT coalesce(max(id), 0) FROM events")"; done
   out=$(ctl a start --set model=mlp:784-64-10 --set batch=96 --set batching=equal \
-        --set momentum=0 --set lr=0.1 --set local_steps=16 --set rounds=$ROUNDS --set eval_every=$ROUNDS --set verify_every=2 \
+        --set momentum=0 --set lr=0.1 --set local_steps=16 --set rounds=$ROUNDS \
+        --set eval_every=$ROUNDS --set verify_every=2 \
         --set partition=dirichlet:0.3 --set participation=2 --set seed=9 \
         --set strategy="$1") || { fail "$1: start: $out"; return 1; }
   run_id=$(sed -E 's/started run ([0-9a-f]+).*/\1/' <<<"$out")
   for n in a b c; do wait_run_state $n finished 120 || fail "$1: $n did not finish"; done
 }
-events_since() { sql "$1" "SELECT count(*) FROM events WHERE id > $(eval "echo \$mark_$1") AND kind = '$2'"; }
+events_since() { # events_since NODE KIND: NODE's KIND events since its mark
+  sql "$1" "SELECT count(*) FROM events WHERE id > $(eval "echo \$mark_$1") AND kind = '$2'"
+}
 
 run_with scaffold || finish
 ok=1
 for n in a b c; do
   [ "$(events_since $n state_agreed)" -ge 1 ] && [ "$(events_since $n state_diverged)" -eq 0 ] \
-    && [ "$(events_since $n state_split)" -eq 0 ] || { ok=0; fail "scaffold: $n: $(ctl $n status | grep '^verify')"; }
+    && [ "$(events_since $n state_split)" -eq 0 ] \
+    || { ok=0; fail "scaffold: $n: $(ctl $n status | grep '^verify')"; }
 done
 [ $ok -eq 1 ] && pass "scaffold: the 3 nodes' verified states (model and c) agree"
 accs=$(for n in a b c; do sql $n "SELECT test_accuracy FROM runs WHERE $(w)"; done | sort -u)
 [ "$(wc -l <<<"$accs")" -eq 1 ] && awk -v a="$accs" 'BEGIN { exit !(a > 0.3) }' \
   && pass "scaffold: every node ends on one model (test accuracy $accs)" \
   || fail "scaffold: the nodes' final accuracies: $(tr '\n' ' ' <<<"$accs")"
-for n in a b c; do sql $n "SELECT round, loss FROM rounds WHERE $(w) ORDER BY round" >"$T/scaffold.$n"; done
+losses() { sql "$1" "SELECT round, loss FROM rounds WHERE $(w) ORDER BY round"; }
+for n in a b c; do losses $n >"$T/scaffold.$n"; done
 
 run_with fedavg || finish
-for n in a b c; do sql $n "SELECT round, loss FROM rounds WHERE $(w) ORDER BY round" >"$T/fedavg.$n"; done
+for n in a b c; do losses $n >"$T/fedavg.$n"; done
 for n in a b c; do
   first_s=$(grep '^1|' "$T/scaffold.$n") first_f=$(grep '^1|' "$T/fedavg.$n")
   [ -n "$first_s" ] && [ "$first_s" = "$first_f" ] \
     || fail "$n: round 1 differs with c = 0: scaffold '$first_s', fedavg '$first_f'"
 done
-differ=$(cat "$T"/scaffold.? | grep -v '^1|' | sort >"$T/s"; cat "$T"/fedavg.? | grep -v '^1|' | sort >"$T/f"; comm -3 "$T/s" "$T/f" | wc -l)
+cat "$T"/scaffold.? | grep -v '^1|' | sort >"$T/s"
+cat "$T"/fedavg.? | grep -v '^1|' | sort >"$T/f"
+differ=$(comm -3 "$T/s" "$T/f" | wc -l)
 [ "$differ" -gt 0 ] && [ "$failures" -eq 0 ] \
   && pass "round 1 is FedAvg's on every node (c = 0); later rounds' losses differ ($differ lines)" \
   || fail "the correction changed nothing after round 1, or round 1 differed"
@@ -104,7 +115,8 @@ done
 agreed=$(sql d "SELECT count(*) FROM events WHERE kind = 'state_agreed' AND detail LIKE '%4 of 4%'")
 [ $ok -eq 1 ] && [ "$agreed" -ge 1 ] \
   && pass "late join: no divergence; d agrees 4 of 4 on model and c ($agreed verifications)" \
-  || fail "late join: d's agreements naming 4 of 4: $agreed ($(sql d "SELECT detail FROM events WHERE kind LIKE 'state_%'" | tail -2))"
+  || fail "late join: d's agreements naming 4 of 4: $agreed \
+           ($(sql d "SELECT detail FROM events WHERE kind LIKE 'state_%'" | tail -2))"
 accs=$(for n in a b c d; do sql $n "SELECT test_accuracy FROM runs WHERE $(w)"; done | sort -u)
 [ "$(wc -l <<<"$accs")" -eq 1 ] && [ -n "$(sql d "SELECT test_accuracy FROM runs WHERE $(w)")" ] \
   && awk -v a="$accs" 'BEGIN { exit !(a > 0.3) }' \
