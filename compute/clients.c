@@ -9,8 +9,12 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "compute/scaffold.h"
 
 struct td_clients {
+  const float *scaffold_c; /* SCAFFOLD (td_clients_set_scaffold): c, or NULL: off */
+  float *scaffold_ci;      /* count x numel: client j's ci at j * numel */
+  float *scaffold_corr;    /* numel floats of scratch: c - ci of the client training */
   unsigned count;
   td_trainer_rows_t walk[]; /* one per client: its range and where its epoch is */
 };
@@ -47,6 +51,12 @@ size_t td_clients_rows(const td_clients_t *cl, unsigned j) {
   return j < cl->count ? cl->walk[j].rows : 0;
 }
 
+void td_clients_set_scaffold(td_clients_t *cl, const float *c, float *ci, float *corr) {
+  cl->scaffold_c = c;
+  cl->scaffold_ci = ci;
+  cl->scaffold_corr = corr;
+}
+
 int td_clients_train(td_clients_t *cl, td_trainer_t *tr, const unsigned *which, unsigned n,
                      const float *base, unsigned long step, unsigned long steps, float *delta,
                      td_train_stats_t *st, char *why, size_t why_len) {
@@ -71,11 +81,21 @@ int td_clients_train(td_clients_t *cl, td_trainer_t *tr, const unsigned *which, 
     }
     td_trainer_seek(tr, step);
     td_trainer_bind_rows(tr, &cl->walk[which[i]]); /* checked above: cannot fail */
+    float *ci = cl->scaffold_c != NULL ? cl->scaffold_ci + (size_t)which[i] * numel : NULL;
+    if (ci != NULL) { /* this client's steps descend g - ci + c */
+      td_scaffold_correction(cl->scaffold_corr, cl->scaffold_c, ci, numel);
+      if ((rc = td_trainer_set_correction(tr, cl->scaffold_corr, why, why_len)) != 0)
+        break;
+    }
     td_train_stats_t one = {0};
     if ((rc = td_trainer_steps(tr, steps, &one, why, why_len)) != 0 ||
         (rc = td_model_pull(model, why, why_len)) != 0)
       break;
-    double w = (double)one.samples, total = weight + w;
+    if (ci != NULL) /* option II: ci += -c + (base - y) / Σlr */
+      td_scaffold_client_update(ci, cl->scaffold_c, base, params,
+                                td_trainer_lr_sum(tr, step, steps), numel);
+    /* SCAFFOLD weighs the clients alike: the run's c follows their plain mean */
+    double w = ci != NULL ? 1.0 : (double)one.samples, total = weight + w;
     if (i == 0) {
       for (size_t k = 0; k < numel; k++)
         delta[k] = params[k] - base[k];
@@ -92,6 +112,7 @@ int td_clients_train(td_clients_t *cl, td_trainer_t *tr, const unsigned *which, 
     st->lr = one.lr;
   }
   td_trainer_bind_rows(tr, NULL);
+  td_trainer_set_correction(tr, NULL, NULL, 0); /* turning it off cannot fail */
   td_trainer_seek(tr, step + steps);
   st->loss = weight > 0 ? loss_sum / weight : 0;
   return rc;

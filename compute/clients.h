@@ -36,6 +36,14 @@ unsigned td_clients_count(const td_clients_t *cl);
 /* Client j's rows (0 for j out of range). */
 size_t td_clients_rows(const td_clients_t *cl, unsigned j);
 
+/* SCAFFOLD (compute/scaffold.h) for every later td_clients_train: client j's
+ * steps add c - ci_j to the gradient (ci_j = ci + j * numel, ci holding
+ * count x numel floats), ci_j moves by option II after them, and the clients
+ * are weighed alike in delta. c, ci and corr (numel floats of scratch) are
+ * borrowed until the next call; c == NULL turns it off. CPU trainers only
+ * (td_trainer_set_correction's refusal comes back from td_clients_train). */
+void td_clients_set_scaffold(td_clients_t *cl, const float *c, float *ci, float *corr);
+
 /* One round of the clients which[0..n) (local indices, each holding rows),
  * in that order: each starts from base (numel host floats, borrowed) with a
  * zeroed optimizer (a client keeps no optimizer state between rounds) at

@@ -113,9 +113,14 @@ td__run_flow_t td__compute_wait_release(td__compute_t *c, uint64_t round) {
  * every sampled node's ci moved by -c + (x - y_i) / Σlr with the same Σlr, so
  * their mean moved by -c - avg / Σlr, and c by that times sampled / all. */
 static void scaffold_round(td_run_t *run, uint64_t r, const float *avg) {
-  unsigned nodes = td__run_nodes_at(run, r), drawn = nodes < 64 ? nodes : 64;
-  uint64_t sample = td__run_sample_of(&run->spec, r, nodes);
-  double frac = (double)__builtin_popcountll(sample) / drawn, lr_sum = run->scaffold_lr_sum[r % 2];
+  double frac, lr_sum = run->scaffold_lr_sum[r % 2];
+  if (run->spec.clients > 1) { /* virtual clients: sampled among those with rows */
+    uint64_t set[TD_SAMPLE_SET_WORDS];
+    frac = run->n_cand > 0 ? (double)td_run_sample_clients(run, r, set) / run->n_cand : 0;
+  } else {
+    unsigned nodes = td__run_nodes_at(run, r), drawn = nodes < 64 ? nodes : 64;
+    frac = (double)__builtin_popcountll(td__run_sample_of(&run->spec, r, nodes)) / drawn;
+  }
   if (frac > 0 && lr_sum > 0)
     td_scaffold_server_update(run->scaffold_c, avg, lr_sum, frac > 1 ? 1 : frac, run->numel);
 }

@@ -304,11 +304,15 @@ static td__run_flow_t set_up(td__compute_t *c) {
     return td__compute_fail(c);
   }
   c->params = td_model_host_params(model); /* the model's own buffer on the CPU */
-  if (sp->scaffold && ((c->scaffold_ci = calloc(run->numel, sizeof(float))) == NULL ||
+  size_t clients = sp->clients > 1 ? sp->clients : 1; /* a ci per client */
+  if (sp->scaffold && ((c->scaffold_ci = calloc(clients * run->numel, sizeof(float))) == NULL ||
                        (c->scaffold_corr = malloc(run->numel * sizeof(float))) == NULL)) {
-    snprintf(c->why, sizeof c->why, "out of memory for SCAFFOLD's control variates");
+    snprintf(c->why, sizeof c->why, "out of memory for SCAFFOLD's control variates (%zu x %zu "
+             "floats)", clients, run->numel);
     return td__compute_fail(c);
   }
+  if (sp->scaffold && c->clients != NULL)
+    td_clients_set_scaffold(c->clients, run->scaffold_c, c->scaffold_ci, c->scaffold_corr);
   if (strcmp(sp->init, "none") != 0 &&
       td_model_load_safetensors(model, sp->init, sp->init_hash, c->why, sizeof c->why) != 0) {
     char why[sizeof c->why];
@@ -522,6 +526,8 @@ static td__run_flow_t round_steps_clients(td__compute_t *c, uint64_t round,
       c->which[m++] = j;
   }
   *compute_s = 0;
+  if (run->spec.scaffold) /* every node alike (batching = equal): the c update needs it */
+    run->scaffold_lr_sum[round % 2] = td_trainer_lr_sum(c->tr, step, n);
   if (m == 0) {
     td_trainer_seek(c->tr, step + n);
     *st = (td_train_stats_t){.lr = td_trainer_lr_at(c->tr, td_trainer_global_step(c->tr))};

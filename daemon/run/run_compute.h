@@ -53,7 +53,7 @@ typedef struct {
   td_clients_t *clients; /* clients > 1: the node's virtual clients; NULL: it is one */
   unsigned *which;       /* ...and room for a round's sampled ones (clients slots) */
   bool delta_ready;      /* the round's delta is in its slot already (virtual clients) */
-  float *scaffold_ci;    /* strategy = scaffold: this node's control variate ci (numel) */
+  float *scaffold_ci;    /* strategy = scaffold: the ci of this node's clients (K x numel) */
   float *scaffold_corr;  /* ...and the round's correction c - ci the trainer adds */
   unsigned batch;  /* rows per step now */
   double capacity; /* samples/s, EWMA, measured on the run's backend */

@@ -551,8 +551,8 @@ const run_key_t td__run_keys[] = {
      "fedavg | scaffold: SCAFFOLD's control variates (Karimireddy et al. 2020, option II): "
      "each local gradient becomes g - ci + c, ci the node's and c the run's control variate, "
      "c derived on every node from the round's average (nothing new on the wire); sync, "
-     "batching = equal, sgd with momentum = 0, codec = none, aggregate = mean, clients = 1, "
-     "CPU backend"},
+     "batching = equal, sgd with momentum = 0, codec = none, aggregate = mean, CPU backend; "
+     "with clients > 1 a ci per virtual client"},
     {"clients", KEY_UINT, F(clients), "1", 1, 4096, NULL,
      "sync: virtual clients per node, each with its own part of the data (the partition "
      "cuts nodes x clients parts; client j of node n is client n x clients + j), trained one "

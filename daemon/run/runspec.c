@@ -294,8 +294,6 @@ static int check_scaffold(const td_runspec_t *rs, const td_agg_spec_t *agg, char
          "the learning-rate sums differ between nodes)";
   else if (strcmp(rs->backend, "cuda") == 0)
     no = "needs backend = cpu (the correction is not built for device memory)";
-  else if (rs->clients > 1)
-    no = "needs clients = 1 (a control variate per virtual client is not built)";
   else if (rs->fragments > 1)
     no = "needs fragments = 1 (c is derived from the whole model's average)";
   else if (agg->kind != TD_AGG_MEAN || agg->norm_bound > 0)

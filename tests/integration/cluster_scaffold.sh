@@ -8,6 +8,7 @@
 #    on every node too;
 #  - the same run with strategy = fedavg has the same round-1 losses (c and
 #    every ci start at 0) and different ones later (the correction acts);
+#  - with clients = 2 (a ci per virtual client) the nodes agree on model and c;
 #  - a node that joins a running scaffold run late gets c with the anchor:
 #    it agrees 4 of 4 at verification, no node diverges, one model at the end;
 #  - what scaffold was not built for is refused with its reason.
@@ -30,8 +31,8 @@ refused "scaffold with weighted batching" "strategy = scaffold: needs batching =
   batching=weighted momentum=0
 refused "scaffold with momentum" "strategy = scaffold: needs optimizer = sgd with momentum = 0" \
   batching=equal
-refused "scaffold with clients = 2" "strategy = scaffold: needs clients = 1" \
-  batching=equal momentum=0 clients=2
+refused "scaffold with fragments = 2" "strategy = scaffold: needs fragments = 1" \
+  batching=equal momentum=0 fragments=2
 refused "scaffold in overlap mode" "strategy = scaffold: needs mode = sync" \
   batching=equal momentum=0 mode=overlap
 refused "scaffold with min_updates" "needs round_deadline = fixed and no min_updates" \
@@ -43,16 +44,18 @@ refused "an unknown strategy" "'fedprox' is not a strategy (accepted: fedavg, sc
 
 ROUNDS=6
 w() { echo "printf('%016x', run_id) = '$run_id'"; }
-run_with() { # run_with STRATEGY: leaves the run's id in $run_id, each node's last event in mark_N
-  local out n
+run_with() { # run_with STRATEGY [KEY=VALUE...]: leaves the run's id in $run_id, each node's
+  local out n s=$1 args=() # last event before it in mark_N
+  shift
+  for kv in "$@"; do args+=(--set "$kv"); done
   for n in a b c; do eval "mark_$n=$(sql $n "SELECT coalesce(max(id), 0) FROM events")"; done
   out=$(ctl a start --set model=mlp:784-64-10 --set batch=96 --set batching=equal \
         --set momentum=0 --set lr=0.1 --set local_steps=16 --set rounds=$ROUNDS \
         --set eval_every=$ROUNDS --set verify_every=2 \
         --set partition=dirichlet:0.3 --set participation=2 --set seed=9 \
-        --set strategy="$1") || { fail "$1: start: $out"; return 1; }
+        --set strategy="$s" "${args[@]}") || { fail "$s: start: $out"; return 1; }
   run_id=$(sed -E 's/started run ([0-9a-f]+).*/\1/' <<<"$out")
-  for n in a b c; do wait_run_state $n finished 120 || fail "$1: $n did not finish"; done
+  for n in a b c; do wait_run_state $n finished 120 || fail "$s: $n did not finish"; done
 }
 events_since() { # events_since NODE KIND: NODE's KIND events since its mark
   sql "$1" "SELECT count(*) FROM events WHERE id > $(eval "echo \$mark_$1") AND kind = '$2'"
@@ -86,6 +89,18 @@ differ=$(comm -3 "$T/s" "$T/f" | wc -l)
 [ "$differ" -gt 0 ] && [ "$failures" -eq 0 ] \
   && pass "round 1 is FedAvg's on every node (c = 0); later rounds' losses differ ($differ lines)" \
   || fail "the correction changed nothing after round 1, or round 1 differed"
+
+# virtual clients: 3 nodes x 2 clients, each with its own ci, 2 of the 6 sampled a round
+run_with scaffold clients=2 || finish
+ok=1
+for n in a b c; do
+  [ "$(events_since $n state_agreed)" -ge 1 ] && [ "$(events_since $n state_diverged)" -eq 0 ] \
+    || { ok=0; fail "clients=2: $n: $(ctl $n status | grep '^verify')"; }
+done
+accs=$(for n in a b c; do sql $n "SELECT test_accuracy FROM runs WHERE $(w)"; done | sort -u)
+[ $ok -eq 1 ] && [ "$(wc -l <<<"$accs")" -eq 1 ] && awk -v a="$accs" 'BEGIN { exit !(a > 0.3) }' \
+  && pass "clients=2: the nodes agree on model and c, and end on one model ($accs)" \
+  || fail "clients=2: final accuracies $(tr '\n' ' ' <<<"$accs")"
 
 # a late joiner: d joins a running scaffold run and gets c with the anchor
 # (the outer state); had it not, its hashed state would differ from the

@@ -187,13 +187,13 @@ START_TEST(outer_optimizer_keys_parse_and_refuse_mixtures) {
 }
 END_TEST
 
-/* strategy = scaffold: accepted with batching = equal (and participation,
- * outer = adam), refused one line each where the derivation of c from the
+/* strategy = scaffold: accepted with batching = equal and momentum 0 (and
+ * participation, outer = adam, clients), refused one line each where the derivation of c from the
  * round's average does not hold or what it was not built for. */
 START_TEST(scaffold_is_accepted_where_built_and_refused_elsewhere) {
   static const char *const refused[][2] = {
       {"batching", "weighted"}, {"lr_schedule", "step:1"}, {"codec", "fp16"},
-      {"codec", "topk:0.1"},    {"aggregate", "median"},   {"clients", "2"},
+      {"codec", "topk:0.1"},    {"aggregate", "median"},
       {"mode", "overlap"},      {"min_updates", "1"},      {"prox_mu", "0.1"},
       {"backend", "cuda"},      {"fragments", "2"},        {"momentum", "0.9"},
       {"optimizer", "adamw"},   {"clip", "1"}};
@@ -213,6 +213,9 @@ START_TEST(scaffold_is_accepted_where_built_and_refused_elsewhere) {
   ck_assert_int_eq(td_runspec_set_arg(&rs, "participation=0.5", why, sizeof why), 0);
   ck_assert_int_eq(td_runspec_set_arg(&rs, "outer=adam", why, sizeof why), 0);
   ck_assert_msg(td_runspec_validate(&rs, why, sizeof why) == 0, "%s", why);
+  ck_assert_int_eq(td_runspec_set_arg(&rs, "clients=8", why, sizeof why), 0); /* a ci each */
+  ck_assert_msg(td_runspec_validate(&rs, why, sizeof why) == 0, "%s", why);
+  td_runspec_set_arg(&rs, "clients=1", why, sizeof why);
   td_runspec_set_arg(&rs, "participation=1", why, sizeof why); /* its own refusal outside sync */
   for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
     td_runspec_t bad = rs;

@@ -9,7 +9,8 @@
  * local steps. FedAvg settles on its closed-form fixed point, far from the
  * global optimum a (h1 - h2) / (h1 + h2); SCAFFOLD reaches the optimum. The
  * trainer's correction: one step with it moves the weights by -lr * corr
- * more than one without, and unset it changes no bit. */
+ * more than one without, and unset it changes no bit. Virtual clients keep
+ * a ci each, updated by option II, and are averaged alike. */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -18,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "compute/clients.h"
 #include "compute/rng.h"
 #include "compute/scaffold.h"
 #include "compute/trainer.h"
@@ -242,6 +244,91 @@ START_TEST(the_trainer_adds_the_correction_to_each_gradient) {
 }
 END_TEST
 
+/* Virtual clients (compute/clients.h) with SCAFFOLD: three clients of one
+ * node, c and their ci set to known values, one round of 6 steps at a cosine
+ * rate. Against a naive reference (each client alone on a second trainer
+ * with its correction c - ci_j): every ci_j moves to ci_j - c + (base -
+ * y_j) / Σlr, and the node's delta is the plain (unweighted) mean of the
+ * y_j - base, whatever rows each client trained. */
+START_TEST(virtual_clients_each_keep_their_own_control_variate) {
+  td_backend_t *be = NULL;
+  char why[256] = "";
+  ck_assert_int_eq(td_backend_open(&be, "cpu", 1, why, sizeof why), 0);
+  const char *csv = synthetic_csv();
+  td_trainer_opts_t o = {.model_spec = "mlp:8-16-3", .batch = 16, .seed = 3, .lr = 0.1,
+                         .lr_schedule = "cosine", .total_steps = 40};
+  td_dataset_t *ds[2] = {NULL};
+  td_trainer_t *tr[2] = {NULL};
+  for (int i = 0; i < 2; i++) {
+    ck_assert_int_eq(td_dataset_load_csv(&ds[i], csv, why, sizeof why), 0);
+    ck_assert_msg(td_trainer_open(&tr[i], be, ds[i], &o, why, sizeof why) == 0, "%s", why);
+  }
+  enum { K = 3, STEPS = 6, FIRST = 5 };
+  const size_t off[K + 1] = {0, 40, 140, 300}; /* 40 rows: short batches at its epoch's end */
+  size_t n = td_model_numel(td_trainer_model(tr[0]));
+  float *base = malloc(n * sizeof(float)), *delta = malloc(n * sizeof(float));
+  float *cv = malloc(n * sizeof(float)), *ci = malloc(K * n * sizeof(float));
+  float *ci0 = malloc(K * n * sizeof(float)), *corr = malloc(n * sizeof(float));
+  memcpy(base, td_model_host_params(td_trainer_model(tr[0])), n * sizeof(float));
+  for (size_t i = 0; i < n; i++) {
+    cv[i] = 0.2f * sinf((float)i);
+    for (int j = 0; j < K; j++)
+      ci[j * n + i] = ci0[j * n + i] = 0.1f * cosf((float)(i + 7 * j));
+  }
+  td_clients_t *cl = NULL;
+  ck_assert_int_eq(td_clients_open(&cl, off, K, 0), 0);
+  td_clients_set_scaffold(cl, cv, ci, corr);
+  unsigned which[K] = {0, 1, 2};
+  td_train_stats_t st;
+  ck_assert_int_eq(
+      td_clients_train(cl, tr[0], which, K, base, FIRST, STEPS, delta, &st, why, sizeof why), 0);
+  double lr_sum = td_trainer_lr_sum(tr[0], FIRST, STEPS), worst_ci = 0, worst_delta = 0;
+  double *mean = calloc(n, sizeof(double));
+  float *my_corr = malloc(n * sizeof(float));
+  for (int j = 0; j < K; j++) { /* the reference: client j alone */
+    memcpy(td_model_host_params(td_trainer_model(tr[1])), base, n * sizeof(float));
+    ck_assert_int_eq(td_trainer_reset_optim(tr[1]), 0);
+    td_trainer_seek(tr[1], FIRST);
+    td_trainer_rows_t w;
+    td_trainer_rows_init(&w, off[j], off[j + 1] - off[j], (uint64_t)j + 1);
+    ck_assert_int_eq(td_trainer_bind_rows(tr[1], &w), 0);
+    for (size_t i = 0; i < n; i++)
+      my_corr[i] = cv[i] - ci0[j * n + i];
+    ck_assert_int_eq(td_trainer_set_correction(tr[1], my_corr, why, sizeof why), 0);
+    td_train_stats_t sj;
+    ck_assert_int_eq(td_trainer_steps(tr[1], STEPS, &sj, why, sizeof why), 0);
+    const float *y = td_model_host_params(td_trainer_model(tr[1]));
+    for (size_t i = 0; i < n; i++) {
+      double want = (double)ci0[j * n + i] - cv[i] + ((double)base[i] - y[i]) / lr_sum;
+      double err = fabs(ci[j * n + i] - want) / (1 + fabs(want));
+      worst_ci = err > worst_ci ? err : worst_ci;
+      mean[i] += ((double)y[i] - base[i]) / K;
+    }
+  }
+  for (size_t i = 0; i < n; i++) {
+    double err = fabs(delta[i] - mean[i]);
+    worst_delta = err > worst_delta ? err : worst_delta;
+  }
+  ck_assert_msg(worst_ci < 1e-5, "a client's ci is off option II by %g", worst_ci);
+  ck_assert_msg(worst_delta < 1e-6, "the node's delta is off the plain mean by %g", worst_delta);
+  td_clients_close(&cl);
+  free(mean);
+  free(my_corr);
+  free(base);
+  free(delta);
+  free(cv);
+  free(ci);
+  free(ci0);
+  free(corr);
+  for (int i = 0; i < 2; i++) {
+    td_trainer_close(&tr[i]);
+    td_dataset_close(&ds[i]);
+  }
+  td_backend_close(&be);
+  unlink(csv);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("scaffold");
   TCase *tc = tcase_create("core");
@@ -249,6 +336,7 @@ int main(void) {
   tcase_add_test(tc, scaffold_reaches_the_optimum_where_fedavg_drifts);
   tcase_add_test(tc, sampled_rounds_keep_c_the_mean_of_all_clients);
   tcase_add_test(tc, the_trainer_adds_the_correction_to_each_gradient);
+  tcase_add_test(tc, virtual_clients_each_keep_their_own_control_variate);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
