@@ -125,7 +125,11 @@ done
 # ---- SIGSTOP 25 s, SIGCONT ------------------------------------------------------------
 # The run is stopped once the figures are in.
 TIMEOUT=30 # round_timeout, the default
-start_run --set rounds=100000 --set model=mlp:784-256-10 --set batch=64 --set local_steps=16 \
+# 256 local steps: the admitter takes c back 3 rounds ahead, and c must have
+# started its session before the members' first update of that round reaches
+# it (comeback.c); at 16 steps (about 30 ms a round here) the 3 rounds were
+# once shorter than c's session start, and that round waited for its deadline
+start_run --set rounds=100000 --set model=mlp:784-256-10 --set batch=64 --set local_steps=256 \
   --set eval_every=100000 || finish
 wait_round a 20 120 || { fail "the run did not reach round 20"; finish; }
 t0=$(date +%s.%N); r0=$(round_of a); sleep 5; t1=$(date +%s.%N); r1=$(round_of a)
