@@ -213,7 +213,8 @@ ctl y join "$(endpoint_of x)" >/dev/null || fail "y join x"
 wait_peers x 1 15 || fail "x does not see y"
 if [ "$SNIFF_OK" -eq 1 ]; then
   # a capture that ends without its summary line (the sniffer did not run to
-  # its end: seen once in CI, exit status unknown then) is taken again once.
+  # its end: seen once in CI, exit status unknown then) or without the marker
+  # is taken again once, with a new run.
   # It ends at the marker's first sighting, or after 30 s: a fixed 4 s window
   # once closed on a loaded CI machine before the run's traffic began.
   for attempt in 1 2; do
@@ -222,8 +223,11 @@ if [ "$SNIFF_OK" -eq 1 ]; then
     for i in $(seq 50); do grep -q listening "$T/sniff2.out" && break; sleep 0.1; done
     ctl x start --set model=mlp:784-10 --set rounds=2 --set seed=$MARKER >/dev/null || fail "x start"
     wait "$SNIFF_PID"; sniff_rc=$?
-    grep -q "^packets " "$T/sniff2.out" && break
-    echo "capture $attempt ended without its summary (exit status $sniff_rc): $(cat "$T/sniff2.out")"
+    read -r _ packets _ bytes _ hits < <(grep "^packets " "$T/sniff2.out" | tail -n1)
+    [ "${hits:-0}" -ge 1 ] && break
+    # (once, beside a full make check, a capture ended with its summary but
+    # without the spec's packet: the capture socket can drop under load)
+    echo "capture $attempt saw no marker (exit status $sniff_rc): $(cat "$T/sniff2.out")"
     for n in x y; do wait_run_state $n finished 60 || fail "$n did not finish the control run"; done
   done
   read -r _ packets _ bytes _ hits < <(grep "^packets " "$T/sniff2.out" | tail -n1)
