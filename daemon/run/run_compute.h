@@ -84,6 +84,11 @@ td__run_flow_t td__compute_fail(td__compute_t *c);
 td__run_flow_t td__compute_pull(td__compute_t *c);
 /* The host copy to the device, after the host changed it (no-op on the CPU). */
 td__run_flow_t td__compute_push(td__compute_t *c);
+/* client_eval (run_client_eval.c): every eval_every rounds and after the
+ * last, the global model on each held-out client share, posted as
+ * CLIENT_EVAL; on_anchor: the model to score is the anchor (swapped into
+ * params for the evaluation, then back). */
+td__run_flow_t td__compute_client_eval(td__compute_t *c, uint64_t round, bool on_anchor);
 /* Sleep so that the work since (t0, cpu0) ends `slowdown` times its cost after t0. */
 void td__compute_slow_down(const td__compute_t *c, double t0, double cpu0);
 /* The same, cut short when the loop releases `round` without waiting for
