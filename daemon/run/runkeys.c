@@ -558,7 +558,7 @@ const run_key_t td__run_keys[] = {
      "cuts nodes x clients parts; client j of node n is client n x clients + j), trained one "
      "after another from the round's model; the node sends their weighted mean, so the mesh "
      "sees nodes. participation samples among all the clients. 1: the node is one client"},
-    {"participation", KEY_DOUBLE, F(participation), "1", 1e-6, 64, NULL,
+    {"participation", KEY_DOUBLE, F(participation), "1", 1e-6, 4096, NULL,
      "sync: client sampling: the members (with clients > 1: the clients) that train each "
      "round, a fraction in (0, 1] (ceil(F x members), 1: all) or a whole number N >= 2, drawn from (seed, round) so every "
      "node derives the same sample; the others neither train nor send, and no round waits "

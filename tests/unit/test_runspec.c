@@ -93,7 +93,7 @@ START_TEST(bad_values_are_refused_with_the_key_named) {
       {"clip", "-1"},          {"clip", "inf"},          {"dataset", "text:"},
       {"backend", "cuda:x"},   {"backend", "cuda:"},     {"backend", "gpu"},
       {"prox_mu", "-0.1"},     {"prox_mu", "nan"},       {"outer", "fedavg"},
-      {"participation", "0"},  {"participation", "65"},  {"min_updates", "65"},
+      {"participation", "0"},  {"participation", "4097"},  {"min_updates", "65"},
       {"round_deadline", "adaptive:0.1"}, {"round_deadline", "mad"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
