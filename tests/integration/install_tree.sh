@@ -18,7 +18,8 @@ for f in "$prefix/bin/traind" "$prefix/bin/trainctl" "$prefix/bin/traind-lab" \
          "$prefix/share/man/man8/traind.8" "$prefix/share/man/man1/trainctl.1" \
          "$prefix/share/man/man1/traind-lab.1" "$prefix/share/man/man5/traind-run.5" \
          "$prefix/share/man/man5/traind-lab.5" "$unitdir/traind.service" "$compdir/trainctl" \
-         "$prefix/share/traind/netns_lib.sh" "$prefix/share/traind/examples/wan-4.ini"; do
+         "$prefix/share/traind/netns_lib.sh" "$prefix/share/traind/examples/wan-4.ini" \
+         "$prefix/share/traind/examples/fed-100.ini"; do
   [ -s "$D$f" ] && pass "installed $f" || fail "missing $D$f"
 done
 [ -x "$D$prefix/bin/traind-lab" ] || fail "traind-lab is not executable"
