@@ -148,6 +148,14 @@ static double median_of(double *v, size_t n) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* The q-quantile (0 <= q <= 1) of n > 0 values already sorted, linearly
+ * interpolated between the two nearest ranks. */
+static double quantile_of_sorted(const double *v, size_t n, double q) {
+  double at = q * (double)(n - 1);
+  size_t lo = (size_t)at;
+  return lo + 1 < n ? v[lo] + (at - (double)lo) * (v[lo + 1] - v[lo]) : v[n - 1];
+}
+
 void td__clients_print(FILE *f, const td__client_t *c, size_t n) {
   if (n == 0)
     return;
@@ -263,7 +271,9 @@ static int write_run_spread(FILE *gp, const td__ledgers_run_t *series, size_t n,
     rc = td__ledgers_err("out of memory");
   if (rc == 0) {
     qsort(pts, np, sizeof *pts, cmp_point);
-    fprintf(gp, "# round, then min, median and max accuracy over the clients, and how many\n");
+    fprintf(gp, "# round; min, median and max accuracy over the clients; how many; the 10th and\n"
+                "# 90th percentiles (a client with a held-out share of a few rows scores 0 or 1,\n"
+                "# so with many clients min and max say little)\n");
     fprintf(gp, "$c%zu << EOD\n", k);
     for (size_t i = 0; i < np;) {
       size_t m = 0, j = i;
@@ -271,8 +281,8 @@ static int write_run_spread(FILE *gp, const td__ledgers_run_t *series, size_t n,
         if (j == i || cmp_point(&pts[j], &pts[j - 1]) != 0) /* a client in two ledgers: once */
           acc[m++] = pts[j].accuracy;
       double med = median_of(acc, m); /* sorts acc */
-      fprintf(gp, "%" PRId64 " %.10g %.10g %.10g %zu\n", pts[i].round, acc[0], med, acc[m - 1],
-              m);
+      fprintf(gp, "%" PRId64 " %.10g %.10g %.10g %zu %.10g %.10g\n", pts[i].round, acc[0], med,
+              acc[m - 1], m, quantile_of_sorted(acc, m, 0.1), quantile_of_sorted(acc, m, 0.9));
       i = j;
     }
     fprintf(gp, "EOD\n");

@@ -8,9 +8,9 @@
  * ledger is drawn. The data go into the gnuplot script itself as datablocks,
  * and the script is kept beside the image (FILE.gp, or --script), so a plot
  * can be restyled and redrawn without the ledgers. --y client_accuracy is the
- * exception: one band (min to max over the clients) and one median line per
- * run, pooled over every ledger named (cli/clients.h). Runs on trainctl's
- * thread. */
+ * exception: two bands (min to max, 10th to 90th percentile over the
+ * clients) and one median line per run, pooled over every ledger named
+ * (cli/clients.h). Runs on trainctl's thread. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -422,12 +422,16 @@ int td_plot_main(int argc, char **argv) {
         *(node > title + 1 && node[-1] == ' ' && node[-2] == ',' ? node - 2 : node) = '\0';
       if (title[0] == '\0')
         snprintf(title, sizeof title, "run %.8s", series[first].id);
-      char band[700], median[700];
+      char band[700], inner[700], median[700];
       snprintf(band, sizeof band, "%.80s: clients min to max", title);
+      snprintf(inner, sizeof inner, "%.80s: 10th to 90th percentile", title);
       snprintf(median, sizeof median, "%.80s: median client", title);
-      fprintf(gp, "%s$c%zu using 1:2:4 with filledcurves fillstyle transparent solid 0.25 "
+      fprintf(gp, "%s$c%zu using 1:2:4 with filledcurves fillstyle transparent solid 0.15 "
                   "title ", k ? ", \\\n     " : "", k);
       gp_quoted(gp, band);
+      fprintf(gp, ", \\\n     $c%zu using 1:6:7 with filledcurves fillstyle transparent solid 0.35 "
+                  "title ", k);
+      gp_quoted(gp, inner);
       fprintf(gp, ", \\\n     $c%zu using 1:3 with linespoints pointtype 7 pointsize 0.5 title ",
               k);
       gp_quoted(gp, median);
@@ -454,8 +458,8 @@ int td_plot_main(int argc, char **argv) {
   if (rc == 0)
     rc = run_gnuplot(script_path);
   if (rc == 0 && spread)
-    printf("%s: the clients' accuracy spread (min, median, max) by round over %zu ledger(s)"
-           " (gnuplot script %s)\n", out, n, script_path);
+    printf("%s: the clients' accuracy spread (min, 10th percentile, median, 90th, max) by round"
+           " over %zu ledger(s) (gnuplot script %s)\n", out, n, script_path);
   else if (rc == 0)
     printf("%s: %zu curve(s) of %s by %s (gnuplot script %s)\n", out, n, y, x, script_path);
   free(titles);

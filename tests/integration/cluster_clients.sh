@@ -100,5 +100,13 @@ if command -v gnuplot >/dev/null; then
          --data-dir "$T/b" --data-dir "$T/c" -o "$T/spread.png" 2>&1) \
     && [ -s "$T/spread.png" ] && grep -q "median client" "$T/spread.gp" \
     && pass "plot --y client_accuracy draws the spread" || fail "plot: $plot"
+  # each round's row: min median max count p10 p90; with 3 clients the sorted
+  # accuracies are min, median, max, so p10 = min + 0.2 (median - min) and
+  # p90 = median + 0.8 (max - median)
+  rows=$(awk '/^\$c0 << EOD/ { on = 1; next } /^EOD/ { on = 0 } on' "$T/spread.gp")
+  bad=$(awk 'function d(a, b) { return a > b ? a - b : b - a }
+    NF != 7 || $5 != 3 || d($6, $2 + 0.2 * ($3 - $2)) > 1e-9 || d($7, $3 + 0.8 * ($4 - $3)) > 1e-9' <<<"$rows")
+  [ -n "$rows" ] && [ -z "$bad" ] && pass "the spread's 10th and 90th percentiles interpolate the 3 clients" \
+    || fail "spread rows: ${bad:-none}"
 fi
 finish
