@@ -59,6 +59,9 @@ typedef enum {
   TD_RUN_FINISHED,   /* all rounds done; final evaluation in accuracy/loss (bpb for text) */
   TD_RUN_FAILED,     /* message says why */
   TD_RUN_STOPPED,    /* stopped on request */
+  TD_RUN_MERGE,      /* knowledge transfer: a fetched model was scored on the probe rows
+                        before its merge: samples 1 merged, 0 not; loss its score, bpb
+                        this node's own (NaN when not scored); message says which */
   TD_RUN_CLIENT_EVAL, /* client_eval: the global model after `round` on this node's held-out
                          share (with clients > 1, client `client`'s): accuracy, loss,
                          samples = its rows (before EVAL/FINISHED) */

@@ -43,37 +43,8 @@
 
 /* Weight of the newest round in the capacity (samples/s) EWMA. */
 #define CAPACITY_RHO 0.3
-/* Knowledge transfer compares every node on the same first rows of the eval
- * set, at most this many, so the scores are comparable and cheap (text: the
- * same first windows of the held-out text). */
-#define TRANSFER_PROBE_ROWS 1000
-#define TRANSFER_PROBE_WINDOWS 64
 
-/* ---- what the loop and peers hand over ------------------------------------------------ */
-
-/* Fold a pending knowledge-transfer merge into params (and the round start,
- * so the merge is not mistaken for local progress); whether there was one. A
- * merge with lambda 1 replaces the model wholesale: the optimizer state of
- * the old trajectory is reset with it (compute/optim.h), a partial merge
- * keeps it. */
-static bool apply_merge(td_run_t *run, td_trainer_t *tr, float *params) {
-  bool replaced = false, merged = false;
-  pthread_mutex_lock(&run->mu);
-  if (run->merge_lambda > 0) {
-    replaced = run->merge_lambda >= 1;
-    float l = (float)run->merge_lambda;
-    for (size_t i = 0; i < run->numel; i++) {
-      params[i] = (1.0f - l) * params[i] + l * run->merge[i];
-      run->start[i] = params[i];
-    }
-    run->merge_lambda = 0;
-    merged = true;
-  }
-  pthread_mutex_unlock(&run->mu);
-  if (replaced)
-    td_trainer_reset_optim(tr); /* TD_ENOMEM keeps the old state: still a valid optimizer */
-  return merged;
-}
+/* ---- what the loop and peers hand over (a fetched model: run_transfer.c) ------------- */
 
 /* Rows per step for `round`: the newest batch plan that has begun, else `current`. */
 static unsigned batch_for(td_run_t *run, uint64_t round, unsigned current) {
@@ -89,49 +60,10 @@ static unsigned batch_for(td_run_t *run, uint64_t round, unsigned current) {
   return b;
 }
 
-/* ---- what the compute thread posts besides rounds ------------------------------------- */
-
-/* Loss on the fixed validation subset and a copy of the local model, so the
- * loop can compare with peers and serve the model to a lagging one. A probe
- * that cannot be evaluated is skipped: the next one will do. */
-static td__run_flow_t post_probe(td__compute_t *c, uint64_t round) {
-  double loss = NAN, acc = NAN, bpb = NAN;
-  char why[TD__COMPUTE_WHY_MAX];
-  int rc = c->text ? td_trainer_evaluate_text(c->tr, td_text_data(c->data.text_valid),
-                                              c->probe_bytes, &bpb, why, sizeof why)
-                   : td_trainer_evaluate(c->tr, c->val, &loss, &acc, why, sizeof why);
-  if (c->text)
-    loss = bpb; /* lower is better either way: the transfer compares losses */
-  if (rc != 0 || !isfinite(loss))
-    return TD__RUN_GO_ON;
-  td_run_event_t ev = {.kind = TD_RUN_PROBE, .round = round, .loss = loss, .accuracy = acc,
-                       .bpb = bpb};
-  return td__run_post_copy(c->run, &ev, "the transfer probe", c->params, c->run->numel, NULL, 0);
-}
-
 /* ---- setting up ------------------------------------------------------------------------ */
 
 static double trainer_lr_at(const void *tr, unsigned long step) {
   return td_trainer_lr_at(tr, step);
-}
-
-/* Knowledge transfer's probe rows: the first rows of the eval set. Without
- * memory for them the run goes on without probes. */
-static void open_probe_rows(td__compute_t *c) {
-  if (c->text) {
-    size_t window = (size_t)td_model_context(td_trainer_model(c->tr)) + 1;
-    size_t want = TRANSFER_PROBE_WINDOWS * window, have = td_text_bytes(c->data.text_valid);
-    c->probe_bytes = have < want ? have : want;
-    return;
-  }
-  size_t rows = td_dataset_rows(c->eval_set);
-  size_t nv = rows < TRANSFER_PROBE_ROWS ? rows : TRANSFER_PROBE_ROWS;
-  uint32_t *idx = malloc(nv * sizeof *idx);
-  for (size_t i = 0; idx != NULL && i < nv; i++)
-    idx[i] = (uint32_t)i;
-  if (idx == NULL || td_dataset_subset(&c->val, c->eval_set, idx, nv) != 0)
-    c->val = NULL;
-  free(idx);
 }
 
 /* Whether this node's rank is among the eval_nodes that evaluate every
@@ -327,7 +259,7 @@ static td__run_flow_t set_up(td__compute_t *c) {
   c->eval_set = c->test != NULL ? c->test : c->train;
   open_evaluator(c, &opts);
   if (sp->transfer > 0)
-    open_probe_rows(c);
+    td__compute_open_probe_rows(c);
   /* a node that evaluates only after its last round holds no test rows until then */
   if (c->test != NULL && c->eval == NULL && c->val == NULL &&
       !(periodic_rank(run) && sp->eval_every < run->rounds)) {
@@ -414,9 +346,12 @@ static td__run_flow_t round_begin(td__compute_t *c, uint64_t round) {
       td__compute_wait_release(c, round - ahead) != TD__RUN_GO_ON)
     return TD__RUN_STOPPED;
   td_backend_synchronize(c->be); /* the last push is done with the host copy */
-  bool changed = apply_merge(run, c->tr, c->params);
+  td__run_flow_t f = TD__RUN_GO_ON;
+  bool changed = td__compute_apply_merge(c, &f);
+  if (f != TD__RUN_GO_ON)
+    return f;
   changed |= td__run_apply_reconciled(run, c->params) > 0;
-  td__run_flow_t f = changed ? td__compute_push(c) : TD__RUN_GO_ON;
+  f = changed ? td__compute_push(c) : TD__RUN_GO_ON;
   if (f != TD__RUN_GO_ON)
     return f;
   c->batch = batch_for(run, round, c->batch);
@@ -646,7 +581,7 @@ static td__run_flow_t round_end(td__compute_t *c, uint64_t round) {
   td__run_flow_t f = TD__RUN_GO_ON;
   bool probes = c->val != NULL || c->probe_bytes > 0;
   if (probes && round % run->spec.transfer == 0 && round < run->rounds &&
-      (f = post_probe(c, round)) != TD__RUN_GO_ON)
+      (f = td__compute_post_probe(c, round)) != TD__RUN_GO_ON)
     return f;
   if ((f = td__compute_client_eval(c, round, consensus(c, round))) != TD__RUN_GO_ON)
     return f;

@@ -84,6 +84,17 @@ td__run_flow_t td__compute_fail(td__compute_t *c);
 td__run_flow_t td__compute_pull(td__compute_t *c);
 /* The host copy to the device, after the host changed it (no-op on the CPU). */
 td__run_flow_t td__compute_push(td__compute_t *c);
+/* Knowledge transfer (run_transfer.c): the probe rows (c->val or
+ * c->probe_bytes; none without memory), set up once the eval set is open. */
+void td__compute_open_probe_rows(td__compute_t *c);
+/* The probe every `transfer` rounds: a PROBE event with the loss on the probe
+ * rows and a copy of the local model; a model that cannot be scored is skipped. */
+td__run_flow_t td__compute_post_probe(td__compute_t *c, uint64_t round);
+/* Before a round: a fetched model pending (td_run_merge) is scored on the
+ * probe rows and merged into params only when it beats this node's own; one
+ * MERGE event says which. Whether params went through the device (push them
+ * again); *flow is set on a failure or stop. */
+bool td__compute_apply_merge(td__compute_t *c, td__run_flow_t *flow);
 /* client_eval (run_client_eval.c): every eval_every rounds and after the
  * last, the global model on each held-out client share, posted as
  * CLIENT_EVAL; on_anchor: the model to score is the anchor (swapped into

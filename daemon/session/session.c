@@ -271,6 +271,7 @@ static void on_run_events(td_run_t *run, void *user) {
     }
     case TD_RUN_ROUND_DONE: on_round_done(s, &ev); break;
     case TD_RUN_PROBE: td__xfer_probe(s, &ev); break;
+    case TD_RUN_MERGE: td__xfer_merged(s, &ev); break;
     case TD_RUN_ANCHOR: td__join_anchor(s, &ev); break;
     case TD_RUN_RECONCILE: td__reconcile_own(s, &ev); break;
     case TD_RUN_VERIFY: td__verify_own(s, &ev); break;

@@ -509,6 +509,9 @@ void td__xfer_request(td__session_t *s, td__link_t *l, uint64_t round, uint64_t 
 /* Late joiner: fetch the members' anchor of `round` (bytes) from `sponsor`. */
 void td__xfer_fetch_seed(td__xfer_t *x, uint64_t sponsor, uint64_t round, uint64_t bytes);
 void td__xfer_probe(td__session_t *s, td_run_event_t *ev);
+/* The compute thread scored a fetched model (TD_RUN_MERGE): count, log and
+ * record whether it was merged. */
+void td__xfer_merged(td__session_t *s, const td_run_event_t *ev);
 void td__xfer_tick(td__session_t *s);
 void td__xfer_stats(const td__xfer_t *x, td__run_stats_t *out);
 void td__on_eval_report(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t b);

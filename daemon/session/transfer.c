@@ -57,6 +57,7 @@ struct td__xfer {
   uint64_t probe_round;
   double probe_loss;
   uint64_t transfers, snapshots_served;
+  uint64_t merge_peer, merge_round; /* the model last handed to the run to merge */
   /* by member index and blob kind (within_budget) */
   served_t served[TD_MEMBERS_MAX][TD__SERVE_KINDS];
 };
@@ -277,7 +278,26 @@ void td__xfer_on_request(td__session_t *s, bool member, const Traind__SnapshotRe
   serve_model(s, l, s->xfer->probe_blob, total, s->xfer->probe_round, rq->offset);
 }
 
-/* A whole blob arrived: seed the run (join) or merge the model. */
+void td__xfer_merged(td__session_t *s, const td_run_event_t *ev) {
+  td__xfer_t *x = s->xfer;
+  td__node_t *n = s->node;
+  if (x == NULL)
+    return;
+  if (ev->samples > 0) {
+    x->transfers++;
+    td__ledger_event(n->ledger, "transfer", "the model of %016" PRIx64 " (round %" PRIu64
+                     "): %s", x->merge_peer, x->merge_round, ev->message);
+    td_log_info("the model of %016" PRIx64 ": %s", x->merge_peer, ev->message);
+    return;
+  }
+  td__drop(&n->drops, TD__DROP_REJECTED, "a transferred model scored no better than ours");
+  td__ledger_event(n->ledger, "transfer_refused", "the model of %016" PRIx64 " (round %" PRIu64
+                   "): %s", x->merge_peer, x->merge_round, ev->message);
+  td_log_warn("the model of %016" PRIx64 ": %s", x->merge_peer, ev->message);
+}
+
+/* A whole blob arrived: seed the run (join) or hand the model to the run,
+ * which scores it before it merges it (td__xfer_merged). */
 static void incoming_done(td__xfer_t *x, uint64_t round) {
   td__session_t *s = x->s;
   td__node_t *n = s->node;
@@ -301,13 +321,11 @@ static void incoming_done(td__xfer_t *x, uint64_t round) {
   } else if (bad) {
     td__drop(&n->drops, TD__DROP_REJECTED, "transferred model holds NaN/Inf; not merged");
   } else {
-    td_run_merge(s->run, model, s->spec.transfer_lambda);
-    x->transfers++;
-    td__ledger_event(n->ledger, "transfer", "merged the model of %016" PRIx64
-                     " (round %" PRIu64 ", lambda %.2f)", x->peer, round,
-                     s->spec.transfer_lambda);
-    td_log_info("merged the model of %016" PRIx64 " (lambda %.2f)", x->peer,
-                s->spec.transfer_lambda);
+    td_run_merge(s->run, model, s->spec.transfer_lambda); /* scored first: td__xfer_merged */
+    x->merge_peer = x->peer;
+    x->merge_round = round;
+    td_log_info("fetched the model of %016" PRIx64 " (round %" PRIu64 "); it is scored on "
+                "the probe rows before a merge", x->peer, round);
   }
   incoming_reset(x);
 }

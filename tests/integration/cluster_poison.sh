@@ -12,15 +12,17 @@
 #      refused p (status --json outliers, p flagged suspect, update_outlier /
 #      samples_clamped / member_suspect events in the ledger) and no honest
 #      node is refused;
-#   6. the flip again without the norm bound: the trimming alone keeps the
+#   6. p lies to knowledge transfer (reports loss 0, serves its model x -10):
+#      every honest node scores the model, refuses it and stays within 1 point;
+#   7. the flip again without the norm bound: the trimming alone keeps the
 #      honest nodes within 3 points;
-#   7. p sends values of 1e30 with aggregate = mean: the honest nodes do not
+#   8. p sends values of 1e30 with aggregate = mean: the honest nodes do not
 #      learn (what robust aggregation prevents), so the poison is real.
 # Every run's figures are printed (ok: lines).
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
 POISON="${top_builddir:-$(pwd)}/tests/integration/traind_poison"
 HONEST=(a b c)
-# 240 rounds per run and seven runs: on a loaded CI machine (sanitizers, two
+# 240 rounds per run and eight runs: on a loaded CI machine (sanitizers, two
 # tests at once) a node can stall past 6 x 200 ms and be taken for dead, which
 # this test is not about; 600 ms beats give it 3.6 s
 HEARTBEAT_MS=600
@@ -132,6 +134,24 @@ for mode in huge flip samples; do
 done
 grep -q "^suspect $p_id: " <<<"$(ctl a status)" && pass "trainctl status names the suspect" \
   || fail "trainctl status: $(ctl a status)"
+
+# knowledge transfer: p reports a validation loss of 0 at every probe and
+# serves its model scaled by -10. Each honest node fetches it (its own loss
+# is higher than p's word), scores it on the probe rows, and refuses it; before
+# that check every honest node merged it (a `transfer` event naming p)
+for n in "${HONEST[@]}"; do
+  eval "t0_$n=$(sql $n "SELECT count(*) FROM events WHERE kind = 'transfer_refused' AND detail LIKE '%$p_id%'")"
+  eval "m0_$n=$(sql $n "SELECT count(*) FROM events WHERE kind = 'transfer' AND detail LIKE '%$p_id%'")"
+done
+run_case transfer transfer trimmed:1 --set transfer=40
+for n in "${HONEST[@]}"; do
+  t=$(($(sql $n "SELECT count(*) FROM events WHERE kind = 'transfer_refused' AND detail LIKE '%$p_id%'") - t0_$n))
+  m=$(($(sql $n "SELECT count(*) FROM events WHERE kind = 'transfer' AND detail LIKE '%$p_id%'") - m0_$n))
+  acc=$(eval echo "\$acc_$n")
+  [ "$t" -ge 1 ] && [ "$m" -eq 0 ] && within "$acc" "$ref_trimmed" 0.01 \
+    && pass "transfer: $n refused p's model $t times, merged it 0 times ($acc)" \
+    || fail "transfer: $n refused p's model $t times, merged it $m times, test accuracy $acc (clean $ref_trimmed)"
+done
 
 # without the norm bound the coordinate-wise trimming alone holds off the flip,
 # though not as well: where p's flipped value is not an extreme it is averaged in.

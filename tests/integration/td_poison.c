@@ -9,7 +9,11 @@
  *   huge               every value becomes +-1e30 (finite: only NaN/Inf are
  *                      refused by the decoder);
  *   flip               the update is sign-flipped and scaled by 10;
- *   samples            the update is honest but claims 10^9 samples.
+ *   samples            the update is honest but claims 10^9 samples;
+ *   transfer           updates go out as computed, but every knowledge-transfer
+ *                      EvalReport claims loss 0 and accuracy 1, and every model
+ *                      it serves (a SnapshotChunk that is not a reconciliation,
+ *                      hub mean or repair) has its floats scaled by -10.
  * Runs on the work pool; corrupts only its own copy of what it is handed. */
 #include <math.h>
 #include <stdint.h>
@@ -59,8 +63,46 @@ int __wrap_td_link_codec_encode(td_link_codec_t *lc, const float *delta, const u
   return rc;
 }
 
+/* Mode transfer: the report lies, and the model served is scaled by -10. */
+static int pack_transfer_lie(Traind__Envelope *env, uint8_t **out, size_t *len) {
+  Traind__Envelope copy = *env;
+  if (env->body_case == TRAIND__ENVELOPE__BODY_EVAL_REPORT && env->eval_report != NULL) {
+    Traind__EvalReport lying = *env->eval_report;
+    lying.loss = 0;
+    lying.accuracy = 1;
+    copy.eval_report = &lying;
+    return __real_td_wire_pack(&copy, out, len);
+  }
+  Traind__SnapshotChunk *ch = env->snapshot_chunk;
+  if (env->body_case != TRAIND__ENVELOPE__BODY_SNAPSHOT_CHUNK || ch == NULL || ch->reconcile ||
+      ch->repair || ch->mean_of > 0 || ch->offset % sizeof(float) != 0)
+    return __real_td_wire_pack(env, out, len);
+  Traind__SnapshotChunk bad = *ch;
+  uint8_t *payload = malloc(ch->payload.len + 1);
+  if (payload == NULL)
+    return TD_ENOMEM;
+  memcpy(payload, ch->payload.data, ch->payload.len);
+  for (size_t i = 0; i + sizeof(float) <= ch->payload.len; i += sizeof(float)) {
+    float v;
+    memcpy(&v, payload + i, sizeof v);
+    v *= -10.0f;
+    memcpy(payload + i, &v, sizeof v);
+  }
+  bad.payload.data = payload;
+  copy.snapshot_chunk = &bad;
+  int rc = __real_td_wire_pack(&copy, out, len);
+  free(payload);
+  return rc;
+}
+
 int __wrap_td_wire_pack(Traind__Envelope *env, uint8_t **out, size_t *len) {
   char mode[32];
+  if (env->body_case == TRAIND__ENVELOPE__BODY_EVAL_REPORT ||
+      env->body_case == TRAIND__ENVELOPE__BODY_SNAPSHOT_CHUNK) {
+    poison_mode(mode, sizeof mode);
+    return strcmp(mode, "transfer") == 0 ? pack_transfer_lie(env, out, len)
+                                         : __real_td_wire_pack(env, out, len);
+  }
   if (env->body_case != TRAIND__ENVELOPE__BODY_UPDATE || env->update == NULL)
     return __real_td_wire_pack(env, out, len);
   poison_mode(mode, sizeof mode);
