@@ -153,8 +153,8 @@ start_run "${DC_RUN[@]}" --set fragments=2
 check_agreement "overlap fragments = 2"
 two_bytes=$(update_bytes)
 awk -v a="$two_bytes" -v b="$one_bytes" 'BEGIN { exit !(b > 0 && a / b >= 0.4 && a / b <= 0.6) }' \
-  && pass "overlap fragments = 2 sends its slice alone ($two_bytes bytes an update, $one_bytes whole)" \
-  || fail "overlap fragments = 2: $two_bytes bytes an update against $one_bytes without (not about half)"
+  && pass "overlap fragments = 2 sends its slice alone ($two_bytes bytes, whole $one_bytes)" \
+  || fail "overlap fragments = 2: $two_bytes bytes an update, not about half of $one_bytes"
 frag_loss=$(last_loss)
 [ -n "$frag_loss" ] && [ "$frag_loss" != "$pull_loss" ] \
   && pass "overlap fragments = 2 trains otherwise (last loss $frag_loss, pull $pull_loss)" \
