@@ -163,10 +163,37 @@ static void matrix_shape(const td_tensor_info_t *t, size_t *n, size_t *m) {
   *m = t->numel / t->shape[0];
 }
 
-/* The codec a tensor actually travels with: small and 1-D tensors go dense,
- * in fp32 under none and in fp16 under every lossy codec. */
-static td_codec_id_t codec_for(const td_codec_spec_t *spec, const td_tensor_info_t *t) {
-  if (t->ndim < 2 || t->numel < TD_CODEC_MIN_NUMEL)
+/* The part of a tensor that a message of the range [offset, offset + count)
+ * of the flat buffer carries: its first float (in the buffer), its length,
+ * and the n x m matrix the codec sees. A whole tensor keeps its own shape; a
+ * part of one is a single row, 1 x numel. */
+typedef struct {
+  size_t start, numel, n, m;
+} piece_t;
+
+/* Whether tensor t holds any float of the range; its piece in *pc if so. */
+static bool piece_of(const td_tensor_info_t *t, size_t offset, size_t count, piece_t *pc) {
+  size_t end = t->offset + t->numel, range_end = offset + count;
+  size_t lo = t->offset > offset ? t->offset : offset, hi = end < range_end ? end : range_end;
+  if (lo >= hi)
+    return false;
+  pc->start = lo;
+  pc->numel = hi - lo;
+  if (pc->numel == t->numel) {
+    matrix_shape(t, &pc->n, &pc->m);
+  } else {
+    pc->n = 1;
+    pc->m = pc->numel;
+  }
+  return true;
+}
+
+/* The codec a piece of tensor t actually travels with: small pieces and
+ * 1-D tensors go dense, in fp32 under none and in fp16 under every lossy
+ * codec. */
+static td_codec_id_t codec_for(const td_codec_spec_t *spec, const td_tensor_info_t *t,
+                               const piece_t *pc) {
+  if (t->ndim < 2 || pc->numel < TD_CODEC_MIN_NUMEL)
     return spec->id == TD_CODEC_NONE ? TD_CODEC_NONE : TD_CODEC_FP16;
   return spec->id;
 }
@@ -269,9 +296,10 @@ size_t td_codec_message_size(const td_codec_spec_t *spec, const td_layout_t *lay
   size_t total = 0;
   for (size_t t = 0; t < td_layout_count(layout); t++) {
     const td_tensor_info_t *ti = td_layout_tensor(layout, t);
-    size_t n, m;
-    matrix_shape(ti, &n, &m);
-    total += TD_CODEC_HEADER_BYTES + codec_by_id(codec_for(spec, ti))->bound(spec, n, m);
+    piece_t whole = {.start = ti->offset, .numel = ti->numel};
+    matrix_shape(ti, &whole.n, &whole.m);
+    total += TD_CODEC_HEADER_BYTES +
+             codec_by_id(codec_for(spec, ti, &whole))->bound(spec, whole.n, whole.m);
   }
   return total;
 }
@@ -332,15 +360,24 @@ static void sub_into(float *out, const float *a, const float *restrict b, size_t
 
 int td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t **msg,
                          size_t *len) {
+  return td_link_codec_encode_range(lc, delta, 0, td_layout_numel(lc->layout), msg, len);
+}
+
+int td_link_codec_encode_range(td_link_codec_t *lc, const float *delta, size_t offset,
+                               size_t count, const uint8_t **msg, size_t *len) {
   size_t numel = td_layout_numel(lc->layout);
   *msg = NULL;
   *len = 0;
+  if (offset > numel || count > numel - offset)
+    return TD_EINVAL;
   const td_codec_iface_t *main_codec = codec_by_id(lc->spec.id);
-  if (!main_codec->checks_finite && !all_finite(delta, numel))
-    return TD_ENUMERIC;
   bool ef = main_codec->error_feedback;
   /* after a switch away from an EF codec, what it held back goes out now */
   bool carry = !ef && lc->residual_dirty;
+  if ((ef || carry) && count != numel)
+    return TD_EINVAL; /* the residual covers the whole model: it does not split */
+  if (!main_codec->checks_finite && !all_finite(delta + offset, count))
+    return TD_ENUMERIC;
   const float *src = delta;
   if (ef || carry) { /* a = delta + residual, built in the residual buffer itself */
     add_scaled_into(lc->residual, delta, lc->residual_keep, numel);
@@ -351,29 +388,30 @@ int td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t 
   size_t used = 0;
   for (size_t t = 0; t < td_layout_count(lc->layout); t++) {
     const td_tensor_info_t *ti = td_layout_tensor(lc->layout, t);
-    td_codec_id_t id = codec_for(&lc->spec, ti);
+    piece_t pc;
+    if (!piece_of(ti, offset, count, &pc))
+      continue;
+    td_codec_id_t id = codec_for(&lc->spec, ti, &pc);
     const td_codec_iface_t *c = id == lc->spec.id ? main_codec : codec_by_id(id);
-    size_t n, m, plen = 0;
-    matrix_shape(ti, &n, &m);
+    size_t plen = 0;
     uint8_t *hdr = buf + used;
     float *dec = NULL;
     if (ef)
-      dec = c->residual_in_place ? lc->residual + ti->offset : lc->decoded + ti->offset;
-    int rc = c->encode(&lc->spec, &lc->state[t], &lc->rng, src + ti->offset, n, m,
+      dec = c->residual_in_place ? lc->residual + pc.start : lc->decoded + pc.start;
+    int rc = c->encode(&lc->spec, &lc->state[t], &lc->rng, src + pc.start, pc.n, pc.m,
                        hdr + TD_CODEC_HEADER_BYTES, lc->bound - used - TD_CODEC_HEADER_BYTES,
                        &plen, dec);
     if (rc != 0)
       return rc;
-    if (c != main_codec && main_codec->checks_finite &&
-        !all_finite(src + ti->offset, ti->numel))
+    if (c != main_codec && main_codec->checks_finite && !all_finite(src + pc.start, pc.numel))
       return TD_ENUMERIC; /* a dense side tensor the main codec did not scan */
     if (ef && !c->residual_in_place) /* what was not sent stays on the link */
-      sub_into(lc->residual + ti->offset, lc->residual + ti->offset, dec, ti->numel);
+      sub_into(lc->residual + pc.start, lc->residual + pc.start, dec, pc.numel);
     td__put_u32(hdr, (uint32_t)t);
     hdr[4] = (uint8_t)id;
     hdr[5] = c->version;
     hdr[6] = hdr[7] = 0;
-    td__put_u32(hdr + 8, (uint32_t)ti->numel);
+    td__put_u32(hdr + 8, (uint32_t)pc.numel);
     td__put_u32(hdr + 12, (uint32_t)plen);
     used += TD_CODEC_HEADER_BYTES + plen;
   }
@@ -389,18 +427,40 @@ int td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t 
 
 int td_codec_decode_message(const td_layout_t *layout, const uint8_t *msg, size_t len,
                             float *out, unsigned *codec_id, char *why, size_t why_len) {
-  size_t count = td_layout_count(layout);
-  /* every tensor is written by its decoder; only the padding between them is zeroed */
-  for (size_t t = 0, prev_end = 0; t <= count; t++) {
-    size_t start = t < count ? td_layout_tensor(layout, t)->offset : td_layout_numel(layout);
-    if (start > prev_end)
-      memset(out + prev_end, 0, (start - prev_end) * sizeof *out);
-    if (t < count)
-      prev_end = start + td_layout_tensor(layout, t)->numel;
+  return td_codec_decode_range(layout, 0, td_layout_numel(layout), msg, len, out, codec_id, why,
+                               why_len);
+}
+
+/* Zero every float of out that no piece of the range covers: the padding,
+ * and what lies outside the range. */
+static void zero_outside_pieces(const td_layout_t *layout, size_t offset, size_t count,
+                                float *out) {
+  size_t prev_end = 0;
+  piece_t pc;
+  for (size_t t = 0; t < td_layout_count(layout); t++) {
+    if (!piece_of(td_layout_tensor(layout, t), offset, count, &pc))
+      continue;
+    if (pc.start > prev_end)
+      memset(out + prev_end, 0, (pc.start - prev_end) * sizeof *out);
+    prev_end = pc.start + pc.numel;
   }
+  size_t numel = td_layout_numel(layout);
+  if (numel > prev_end)
+    memset(out + prev_end, 0, (numel - prev_end) * sizeof *out);
+}
+
+int td_codec_decode_range(const td_layout_t *layout, size_t offset, size_t count,
+                          const uint8_t *msg, size_t len, float *out, unsigned *codec_id,
+                          char *why, size_t why_len) {
+  size_t numel = td_layout_numel(layout), count_t = td_layout_count(layout);
+  if (offset > numel || count > numel - offset)
+    return td_why(why, why_len, TD_EINVAL, "range [%zu, +%zu) is outside the model's %zu floats",
+                  offset, count, numel);
+  /* every piece is written by its decoder; only the floats between them are zeroed */
+  zero_outside_pieces(layout, offset, count, out);
   uint8_t seen[256];
-  uint8_t *seen_heap = count > sizeof seen ? calloc(count, 1) : NULL;
-  uint8_t *mark = count > sizeof seen ? seen_heap : seen;
+  uint8_t *seen_heap = count_t > sizeof seen ? calloc(count_t, 1) : NULL;
+  uint8_t *mark = count_t > sizeof seen ? seen_heap : seen;
   if (mark == NULL)
     return td_why(why, why_len, TD_ENOMEM, "out of memory");
   if (mark == seen)
@@ -408,22 +468,31 @@ int td_codec_decode_message(const td_layout_t *layout, const uint8_t *msg, size_
   size_t pos = 0, biggest = 0;
   unsigned main_codec = TD_CODEC_NONE;
   int rc = 0;
+  piece_t pc;
   while (pos < len) {
     if (len - pos < TD_CODEC_HEADER_BYTES) {
       rc = td_why(why, why_len, TD_EPROTO, "truncated tensor header at byte %zu", pos);
       break;
     }
     const uint8_t *h = msg + pos;
-    uint32_t tid = td__get_u32(h), numel = td__get_u32(h + 8), plen = td__get_u32(h + 12);
+    uint32_t tid = td__get_u32(h), pnumel = td__get_u32(h + 8), plen = td__get_u32(h + 12);
     unsigned id = h[4], version = h[5];
-    if (tid >= count || mark[tid]) {
+    if (tid >= count_t || mark[tid]) {
       rc = td_why(why, why_len, TD_EPROTO, "tensor id %u unknown or repeated", tid);
       break;
     }
     const td_tensor_info_t *ti = td_layout_tensor(layout, tid);
-    if (numel != ti->numel) {
-      rc = td_why(why, why_len, TD_EPROTO, "tensor %u: %u elements, the model has %zu", tid,
-                  numel, ti->numel);
+    if (!piece_of(ti, offset, count, &pc)) {
+      rc = td_why(why, why_len, TD_EPROTO, "tensor %u lies outside the update's range", tid);
+      break;
+    }
+    if (pnumel != pc.numel) {
+      rc = pc.numel == ti->numel
+               ? td_why(why, why_len, TD_EPROTO, "tensor %u: %u elements, the model has %zu",
+                        tid, pnumel, ti->numel)
+               : td_why(why, why_len, TD_EPROTO,
+                        "tensor %u: %u elements, the update's range holds %zu of it", tid,
+                        pnumel, pc.numel);
       break;
     }
     const td_codec_iface_t *codec = codec_by_id(id);
@@ -432,36 +501,34 @@ int td_codec_decode_message(const td_layout_t *layout, const uint8_t *msg, size_
                   version);
       break;
     }
-    size_t n, m;
-    matrix_shape(ti, &n, &m);
     td_codec_spec_t any = {.id = (td_codec_id_t)id}; /* zero parameters: any spec */
-    if (plen > len - pos - TD_CODEC_HEADER_BYTES || plen > codec->bound(&any, n, m)) {
+    if (plen > len - pos - TD_CODEC_HEADER_BYTES || plen > codec->bound(&any, pc.n, pc.m)) {
       rc = td_why(why, why_len, TD_EPROTO, "tensor %u: payload of %u bytes does not fit", tid,
                   plen);
       break;
     }
-    if (codec->decode(h + TD_CODEC_HEADER_BYTES, plen, n, m, out + ti->offset) != 0) {
+    if (codec->decode(h + TD_CODEC_HEADER_BYTES, plen, pc.n, pc.m, out + pc.start) != 0) {
       rc = td_why(why, why_len, TD_EPROTO, "tensor %u: malformed %s payload", tid,
                   codec->name);
       break;
     }
-    if (!codec->checks_finite && !all_finite(out + ti->offset, ti->numel)) {
+    if (!codec->checks_finite && !all_finite(out + pc.start, pc.numel)) {
       rc = td_why(why, why_len, TD_EPROTO, "tensor %u: NaN or Inf in the update", tid);
       break;
     }
     mark[tid] = 1;
-    if (ti->numel > biggest) {
-      biggest = ti->numel;
+    if (pc.numel > biggest) {
+      biggest = pc.numel;
       main_codec = id;
     }
     pos += TD_CODEC_HEADER_BYTES + plen;
   }
-  for (size_t t = 0; rc == 0 && t < count; t++)
-    if (!mark[t])
+  for (size_t t = 0; rc == 0 && t < count_t; t++)
+    if (!mark[t] && piece_of(td_layout_tensor(layout, t), offset, count, &pc))
       rc = td_why(why, why_len, TD_EPROTO, "tensor %zu is missing from the update", t);
   free(seen_heap);
   if (rc != 0)
-    memset(out, 0, td_layout_numel(layout) * sizeof *out);
+    memset(out, 0, numel * sizeof *out);
   else if (codec_id != NULL)
     *codec_id = main_codec;
   return rc;

@@ -1,7 +1,9 @@
 /* codec.h: update compression — codec specs, per-link encoders, and the one
  * decoder of compressed update messages.
  *
- * A message carries one record per tensor of the model's layout:
+ * A message carries one record per tensor of the model's layout (a message
+ * of a range of the flat buffer, fragments' slices: one per tensor the range
+ * touches, numel then being the length of that tensor's part):
  *   u32 tensor_id | u8 codec | u8 codec_version | u16 flags | u32 numel |
  *   u32 payload_bytes | payload            (little-endian, 16-byte header)
  * 1-D tensors and tensors under TD_CODEC_MIN_NUMEL elements travel dense
@@ -85,6 +87,16 @@ void td_link_codec_close(td_link_codec_t **self_p);
  * untouched. *msg is borrowed: valid until the next encode or close. */
 int td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t **msg,
                          size_t *len);
+/* Encode only the range [offset, offset + count) of delta (which still
+ * spans td_layout_numel floats; only the range is read): one record per
+ * tensor the range touches, carrying that tensor's part of it (a part of a
+ * tensor is coded as one row of its floats). fragments = P sends each
+ * round's slice this way. The whole range is td_link_codec_encode, byte for
+ * byte. TD_EINVAL for a range past the layout, or a part of it while the
+ * link keeps a residual (an error-feedback codec, or one switched away from:
+ * the residual covers the whole model). Otherwise as td_link_codec_encode. */
+int td_link_codec_encode_range(td_link_codec_t *lc, const float *delta, size_t offset,
+                               size_t count, const uint8_t **msg, size_t *len);
 /* How many floats an encode reads from delta (td_layout_numel of its layout). */
 size_t td_link_codec_numel(const td_link_codec_t *lc);
 /* The residual buffer (td_layout_numel floats; zeros for unbiased codecs). */
@@ -117,5 +129,14 @@ void td_codec_fit_budget(const td_layout_t *layout, double budget_bytes, td_code
  * codec of the largest tensor, for the ledger. */
 int td_codec_decode_message(const td_layout_t *layout, const uint8_t *msg, size_t len,
                             float *out, unsigned *codec_id, char *why, size_t why_len);
+/* Decode a message of the range [offset, offset + count) (what
+ * td_link_codec_encode_range sent) into out (td_layout_numel floats): the
+ * range's floats from the message, every other float 0. Each tensor the
+ * range touches must be present once with exactly its part's length, no
+ * other tensor at all: a message cut for another range is TD_EPROTO + why,
+ * as anything malformed. TD_EINVAL for a range past the layout. */
+int td_codec_decode_range(const td_layout_t *layout, size_t offset, size_t count,
+                          const uint8_t *msg, size_t len, float *out, unsigned *codec_id,
+                          char *why, size_t why_len);
 
 #endif

@@ -5,7 +5,8 @@
  * The flat parameter vector is cut into P contiguous slices of equal length
  * (the first numel % P one float longer), which every node derives from the
  * model's size alone. Round r synchronises fragment r mod P only: the node's
- * update is params - anchor on that slice (zero elsewhere), which covers
+ * update is params - anchor on that slice (zero elsewhere; only the slice
+ * travels, as a codec message of that range), which covers
  * every local step since the fragment's last synchronisation, and the outer
  * step moves that slice of the anchor. In sync mode the slice of params then
  * becomes the anchor's; in overlap mode the average arrives a round later

@@ -18,6 +18,7 @@
 #include "compute/backend.h"
 #include "common/error.h"
 #include "daemon/run/run_internal.h"
+#include "scheduler/fragment.h"
 #include "scheduler/overlap.h"
 #include "scheduler/steps.h"
 
@@ -115,6 +116,27 @@ static int alloc_buffers(td_run_t *run) {
   return 0;
 }
 
+/* fragments = P: every slice must hold a parameter, or its round's update
+ * would be an empty message (a slice of a tiny model can fall in the
+ * padding between tensors, params.h). */
+static int check_slices(const td_run_t *run, char *why, size_t why_len) {
+  const td_layout_t *layout = td_model_layout(run->probe);
+  for (unsigned f = 0; run->spec.fragments > 1 && f < run->spec.fragments; f++) {
+    size_t off, count;
+    bool holds = false;
+    td_fragment_span(run->numel, run->spec.fragments, f, &off, &count);
+    for (size_t t = 0; t < td_layout_count(layout) && !holds; t++) {
+      const td_tensor_info_t *ti = td_layout_tensor(layout, t);
+      holds = ti->offset < off + count && off < ti->offset + ti->numel;
+    }
+    if (!holds)
+      return td_why(why, why_len, TD_ECONFIG,
+                    "fragments = %u: slice %u of model %s holds only padding; use fewer "
+                    "fragments", run->spec.fragments, f, run->spec.model);
+  }
+  return 0;
+}
+
 int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t why_len) {
   *out = NULL;
   if (opts->nodes == 0 || opts->rank >= opts->nodes)
@@ -168,6 +190,10 @@ int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t wh
     free_run(run);
     return TD_ECONFIG;
   }
+  if ((rc = check_slices(run, why, why_len)) != 0) {
+    free_run(run);
+    return rc;
+  }
   if ((rc = alloc_buffers(run)) != 0) {
     free_run(run);
     return td_why(why, why_len, rc, "out of memory for the model's buffers (%zu floats each)",
@@ -217,6 +243,10 @@ void td_run_close(td_run_t **self_p) {
 size_t td_run_numel(const td_run_t *run) { return run->numel; }
 const td_layout_t *td_run_layout(const td_run_t *run) { return td_model_layout(run->probe); }
 const float *td_run_delta(const td_run_t *run, uint64_t round) { return run->delta[round % 2]; }
+void td_run_slice(const td_run_t *run, uint64_t round, size_t *offset, size_t *count) {
+  td_fragment_span(run->numel, run->spec.fragments > 1 ? run->spec.fragments : 1, round, offset,
+                   count);
+}
 float *td_run_avg(td_run_t *run, uint64_t round) { return run->avg[round % 2]; }
 uint64_t td_run_rounds(const td_run_t *run) { return run->rounds; }
 unsigned td_run_local_batch(const td_run_t *run) { return run->local_batch; }

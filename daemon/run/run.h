@@ -157,6 +157,10 @@ size_t td_run_numel(const td_run_t *run);
 /* The model's tensor layout (borrowed for the run's lifetime). */
 const td_layout_t *td_run_layout(const td_run_t *run);
 const float *td_run_delta(const td_run_t *run, uint64_t round);
+/* The range of td_run_delta(round) that round exchanges: with fragments = P
+ * the round's slice (scheduler/fragment.h; the delta is zero outside it),
+ * otherwise the whole vector. Any thread: it depends on the spec alone. */
+void td_run_slice(const td_run_t *run, uint64_t round, size_t *offset, size_t *count);
 /* The last checkpoint posted is written (or the caller let it go): the
  * compute thread may copy the next (td_run_opts_t.checkpoint_acks). */
 void td_run_checkpoint_written(td_run_t *run);

@@ -1,7 +1,9 @@
 /* run_fragment.c: the compute thread's rounds with fragments = P > 1
  * (Streaming DiLoCo, scheduler/fragment.h has the arithmetic). Round r's
- * update is params - anchor on fragment r mod P and zero elsewhere, so the
- * exchange, the aggregation and every node's average need nothing new; the
+ * update is params - anchor on fragment r mod P and zero elsewhere; only
+ * the slice travels (td_run_slice: the session encodes and decodes that
+ * range alone), and a received update is zero outside it too, so the
+ * aggregation and every node's average need nothing new; the
  * outer step then moves only that slice of the anchor and of the outer
  * momentum, in the same order on every node, so the anchors (and the state
  * hashes of run_verify.c) agree exactly as they do without fragments. In sync

@@ -3,7 +3,8 @@
  * Threads: the loop thread moves bytes: update chunks from peers go into the
  * session's collector (scheduler/round.h; async: one inbox per peer), and a
  * complete message is handed to the libuv work pool, which decodes it
- * (decode_work) and, in async mode, adds it into the compute thread's inbox;
+ * (decode_work: with fragments = P the round's slice alone, td_run_slice,
+ * zeros elsewhere) and, in async mode, adds it into the compute thread's inbox;
  * the loop then marks the update complete, gives it its ledger row (one per
  * member and round) and asks the rounds whether the open one may close
  * (rounds.c). Each job holds a reference on the session and touches only
@@ -46,6 +47,14 @@ static void note_recorded(td__session_t *s, size_t mi, uint64_t round) {
   s->recorded_mask[mi] |= UINT64_C(1) << (newest - round);
 }
 
+/* The dense size of what an update of `round` carries: its slice with
+ * fragments = P (td_run_slice), the whole model otherwise. */
+static uint64_t dense_bytes_of(const td__session_t *s, uint64_t round) {
+  size_t off, count;
+  td_run_slice(s->run, round, &off, &count);
+  return (uint64_t)count * sizeof(float);
+}
+
 static void record_update(td__session_t *s, uint64_t peer, uint64_t peer_round,
                           int64_t staleness, uint64_t bytes, const char *codec) {
   size_t i = td__session_member(s, peer);
@@ -56,7 +65,7 @@ static void record_update(td__session_t *s, uint64_t peer, uint64_t peer_round,
       .run_id = s->run_id,
       .round = s->spec.mode_kind == TD_MODE_ASYNC ? s->own_done : s->round,
       .peer = peer, .peer_round = peer_round, .staleness = staleness > 0 ? staleness : 0,
-      .bytes = bytes, .ratio = (double)td_run_numel(s->run) * sizeof(float) / (double)bytes,
+      .bytes = bytes, .ratio = (double)dense_bytes_of(s, peer_round) / (double)bytes,
       .arrived = td_clock_wall_s()};
   s->staleness[i] = row.staleness;
   if (i < 64)
@@ -73,6 +82,7 @@ typedef struct {
   size_t member;
   const td_layout_t *layout;
   size_t numel;
+  size_t offset, count; /* the range the round exchanges: only it may be in msg */
   uint8_t *msg; /* owned */
   size_t len;
   td_run_t *run;
@@ -90,8 +100,8 @@ static void decode_work(uv_work_t *req) {
     job->rc = td_why(job->why, sizeof job->why, TD_ENOMEM, "out of memory for a decoded update");
     return;
   }
-  job->rc = td_codec_decode_message(job->layout, job->msg, job->len, job->data, &job->codec,
-                                    job->why, sizeof job->why);
+  job->rc = td_codec_decode_range(job->layout, job->offset, job->count, job->msg, job->len,
+                                  job->data, &job->codec, job->why, sizeof job->why);
   if (job->rc == 0 && job->weight > 0)
     td_run_async_add(job->run, job->data, job->weight);
 }
@@ -177,6 +187,7 @@ static void assembled(td__session_t *s, size_t mi, td_round_t *collector,
     job->member = mi;
     job->layout = td_run_layout(s->run);
     job->numel = td_round_numel(collector);
+    td_run_slice(s->run, info->round, &job->offset, &job->count);
     job->run = s->run;
     if (async)
       job->weight = async_weight(s, info, &job->staleness);
@@ -285,7 +296,7 @@ void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, si
   case TD_CHUNK_ASSEMBLED:
     s->bytes_recv_round += bytes;
     if (l != NULL)
-      td__link_note_update_recv(l, info.bytes, td_run_numel(s->run) * sizeof(float));
+      td__link_note_update_recv(l, info.bytes, dense_bytes_of(s, info.round));
     /* the network's part is done: the ack measures the link, not our decoder */
     td__link_send_ack(n->net, env->sender, s->run_id, TD__ACK_UPDATE, info.round, info.bytes);
     assembled(s, mi, collector, &info);

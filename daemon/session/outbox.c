@@ -6,7 +6,9 @@
  * into chunks and packs one envelope per chunk, touching only what it was
  * handed; encode_done puts the frames on the links' queues on the loop
  * thread. A job holds a reference on its session: the delta, the layout and
- * the link codecs it reads live as long as the job. With codec = auto each
+ * the link codecs it reads live as long as the job. With fragments = P only
+ * the round's slice of the delta is encoded (td_run_slice): the receiver
+ * derives the same slice from the round's number and decodes it alone. With codec = auto each
  * link's codec is refitted before the job to the byte budget its measured
  * goodput allows (scheduler/budget.h), the least lossy that fits. */
 #include "daemon/session/shared.h"
@@ -54,7 +56,7 @@ typedef struct {
   double heard[TD_MEMBERS_MAX]; /* capacities of round - 1 as this node holds them */
   size_t n_heard;
   const float *delta;
-  size_t numel;
+  size_t offset, count; /* the range of delta the round exchanges (td_run_slice) */
   size_t n_targets;
   encode_target_t targets[TD_MEMBERS_MAX];
 } encode_job_t;
@@ -122,7 +124,7 @@ void td__outbox_skip_to(td__outbox_t *o, uint64_t round) { o->sent = round; }
 static void encode_target(encode_job_t *job, encode_target_t *t) {
   const uint8_t *msg = NULL;
   size_t total = 0;
-  t->rc = td_link_codec_encode(t->codec, job->delta, &msg, &total);
+  t->rc = td_link_codec_encode_range(t->codec, job->delta, job->offset, job->count, &msg, &total);
   if (t->rc != 0)
     return;
   t->msg_bytes = total;
@@ -190,7 +192,7 @@ static void encode_done(uv_work_t *req, int status) {
         t->bufs[c] = NULL;
       }
       td__link_pump(n->net, l);
-      td__link_note_update_sent(l, job->round, t->msg_bytes, job->numel * sizeof(float),
+      td__link_note_update_sent(l, job->round, t->msg_bytes, job->count * sizeof(float),
                                 t->codec_text);
     }
     for (uint32_t c = 0; t->bufs && c < t->chunks; c++)
@@ -271,7 +273,8 @@ static void encode_start(td__outbox_t *o, uint64_t round) {
                         .round = round, .samples = own->samples, .loss = own->loss,
                         .capacity = own->capacity, .uplink = own->uplink, .batch = own->batch,
                         .codec_id = o->codec.id, .delta = td_run_delta(s->run, round),
-                        .numel = td_run_numel(s->run), .n_heard = s->n_members};
+                        .n_heard = s->n_members};
+  td_run_slice(s->run, round, &job->offset, &job->count);
   /* the capacities echoed: what session.c noted when the round was done */
   memcpy(job->heard, own->heard, sizeof job->heard);
   /* the chunks are stamped on the worker while other frames (acks, snapshot

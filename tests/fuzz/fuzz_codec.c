@@ -1,8 +1,9 @@
 /* fuzz_codec.c: libFuzzer target for the update decoder. The input is taken
  * as a compressed update message for a small fixed model (one compressible
  * 32 x 64 matrix, one dense 10 x 32 matrix, two biases) and must either decode
- * to finite values or be refused; it may never crash, hang or read out of
- * bounds. `make check` replays the corpus in tests/fuzz/corpus/codec. */
+ * to finite values or be refused, and the same when read as either half of
+ * the model (a fragments = 2 slice: zeros outside it); it may never crash,
+ * hang or read out of bounds. `make check` replays the corpus in tests/fuzz/corpus/codec. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -33,6 +34,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (size_t i = 0; i < n; i++)
       if (!isfinite(out[i]))
         abort(); /* the decoder promised finite values */
+  /* the same bytes as either half of the model (fragments = 2's slices, the
+   * first cutting fc0.weight): finite inside, zero outside, or refused */
+  const size_t offs[2] = {0, n / 2 + n % 2}, counts[2] = {n / 2 + n % 2, n / 2};
+  for (int h = 0; h < 2; h++)
+    if (td_codec_decode_range(layout, offs[h], counts[h], data, size, out, NULL, why,
+                              sizeof why) == 0)
+      for (size_t i = 0; i < n; i++)
+        if (!isfinite(out[i]) ||
+            ((i < offs[h] || i >= offs[h] + counts[h]) && out[i] != 0))
+          abort();
   td_params_free(&out);
   return 0;
 }

@@ -9,8 +9,9 @@
 #    with a LAMBDA every node holds the same compensated state (verified
 #    hashes agree) and it trains differently from the pull;
 #  - fragments = 2 (Streaming DiLoCo), overlap and sync: every node's verified
-#    state agrees, they end on one model that learns; fragments = 1 repeats
-#    the run without the key bit for bit;
+#    state agrees, they end on one model that learns, and an update is about
+#    half the bytes of fragments = 1's (the slice travels alone);
+#    fragments = 1 repeats the run without the key bit for bit;
 #  - async:1 with a 3x slower node: no barrier, every update's staleness is
 #    recorded, none above the bound was applied (the ones beyond it are
 #    counted as late drops), and the model still learns;
@@ -144,9 +145,16 @@ if [ "$one_loss" = "$dc0_loss" ] || { [ "$one_loss" != "$pull_loss" ] && [ "$pul
   ref=$dc0_loss ref_perturbed=$dc0_perturbed
 fi
 same_run "fragments = 1 repeats the run without the key" "$one_loss" "$ref" "$ref_perturbed"
+# the bytes of one update as node a received it (codec none), without and with fragments
+update_bytes() { q a "SELECT avg(bytes) FROM updates WHERE printf('%016x', run_id) = '$run_id'"; }
+one_bytes=$(update_bytes)
 agree_counts
 start_run "${DC_RUN[@]}" --set fragments=2
 check_agreement "overlap fragments = 2"
+two_bytes=$(update_bytes)
+awk -v a="$two_bytes" -v b="$one_bytes" 'BEGIN { exit !(b > 0 && a / b >= 0.4 && a / b <= 0.6) }' \
+  && pass "overlap fragments = 2 sends its slice alone ($two_bytes bytes, whole $one_bytes)" \
+  || fail "overlap fragments = 2: $two_bytes bytes an update, not about half of $one_bytes"
 frag_loss=$(last_loss)
 [ -n "$frag_loss" ] && [ "$frag_loss" != "$pull_loss" ] \
   && pass "overlap fragments = 2 trains otherwise (last loss $frag_loss, pull $pull_loss)" \

@@ -1,8 +1,9 @@
 /* td_poison.c: the poison of tests/integration/traind_poison, a traind linked
- * from the same library with `-Wl,--wrap` on two calls, so that the product's
- * code holds no hook: every update it encodes (td_link_codec_encode) is
- * corrupted first, and every update chunk it packs (td_wire_pack) may lie
- * about its samples. The mode is read from the file named by TD_POISON_FILE
+ * from the same library with `-Wl,--wrap` on three calls, so that the
+ * product's code holds no hook: every update it encodes (td_link_codec_encode
+ * and td_link_codec_encode_range, which the outbox calls) is corrupted
+ * first, and every update chunk it packs (td_wire_pack) may lie about its
+ * samples. The mode is read from the file named by TD_POISON_FILE
  * at every call, so one cluster can run a clean run and then poisoned ones
  * without restarting the node:
  *   none (or no file)  the update goes out as computed;
@@ -28,9 +29,13 @@
 /* The library's own functions, which the linker renamed for this program. */
 int __real_td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t **msg,
                                 size_t *len);
+int __real_td_link_codec_encode_range(td_link_codec_t *lc, const float *delta, size_t offset,
+                                      size_t count, const uint8_t **msg, size_t *len);
 int __real_td_wire_pack(Traind__Envelope *env, uint8_t **out, size_t *len);
 int __wrap_td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t **msg,
                                 size_t *len);
+int __wrap_td_link_codec_encode_range(td_link_codec_t *lc, const float *delta, size_t offset,
+                                      size_t count, const uint8_t **msg, size_t *len);
 int __wrap_td_wire_pack(Traind__Envelope *env, uint8_t **out, size_t *len);
 
 static void poison_mode(char *mode, size_t len) {
@@ -45,20 +50,35 @@ static void poison_mode(char *mode, size_t len) {
   }
 }
 
-int __wrap_td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t **msg,
-                                size_t *len) {
+/* delta's floats [offset, offset + count) poisoned as the mode says, in a
+ * copy of the whole buffer (zero elsewhere) the caller frees; NULL when the
+ * mode leaves the update alone, or out of memory (*rc says which). */
+static float *poisoned_copy(const td_link_codec_t *lc, const float *delta, size_t offset,
+                            size_t count, int *rc) {
   char mode[32];
   poison_mode(mode, sizeof mode);
   bool huge = strcmp(mode, "huge") == 0, flip = strcmp(mode, "flip") == 0;
+  *rc = 0;
   if (!huge && !flip)
-    return __real_td_link_codec_encode(lc, delta, msg, len);
+    return NULL;
   size_t numel = td_link_codec_numel(lc);
-  float *poisoned = malloc(numel * sizeof *poisoned);
-  if (poisoned == NULL)
-    return TD_ENOMEM;
-  for (size_t i = 0; i < numel; i++)
+  float *poisoned = calloc(numel, sizeof *poisoned);
+  if (poisoned == NULL) {
+    *rc = TD_ENOMEM;
+    return NULL;
+  }
+  for (size_t i = offset; i < offset + count && i < numel; i++)
     poisoned[i] = huge ? copysignf(1e30f, delta[i]) : -10.0f * delta[i];
-  int rc = __real_td_link_codec_encode(lc, poisoned, msg, len);
+  return poisoned;
+}
+
+int __wrap_td_link_codec_encode(td_link_codec_t *lc, const float *delta, const uint8_t **msg,
+                                size_t *len) {
+  int rc;
+  float *poisoned = poisoned_copy(lc, delta, 0, td_link_codec_numel(lc), &rc);
+  if (poisoned == NULL)
+    return rc != 0 ? rc : __real_td_link_codec_encode(lc, delta, msg, len);
+  rc = __real_td_link_codec_encode(lc, poisoned, msg, len);
   free(poisoned); /* *msg is the link's buffer, not this one */
   return rc;
 }
@@ -92,6 +112,19 @@ static int pack_transfer_lie(Traind__Envelope *env, uint8_t **out, size_t *len) 
   copy.snapshot_chunk = &bad;
   int rc = __real_td_wire_pack(&copy, out, len);
   free(payload);
+  return rc;
+}
+
+/* The outbox's call: a round's update, or with fragments its slice. */
+int __wrap_td_link_codec_encode_range(td_link_codec_t *lc, const float *delta, size_t offset,
+                                      size_t count, const uint8_t **msg, size_t *len) {
+  int rc;
+  float *poisoned = poisoned_copy(lc, delta, offset, count, &rc);
+  if (poisoned == NULL)
+    return rc != 0 ? rc
+                   : __real_td_link_codec_encode_range(lc, delta, offset, count, msg, len);
+  rc = __real_td_link_codec_encode_range(lc, poisoned, offset, count, msg, len);
+  free(poisoned);
   return rc;
 }
 

@@ -10,7 +10,9 @@
  * truncation and corruption of a valid message without crashing; a bad
  * parameter is named with its range; and a codec defined here, outside
  * compress/, is parsed, formatted, encoded and decoded through the registry
- * like a built-in one (registering it is all it takes). */
+ * like a built-in one (registering it is all it takes); and a slice of the
+ * flat buffer (fragments) travels alone and decodes as the whole-vector
+ * message with zeros outside it did. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -751,6 +753,111 @@ START_TEST(a_codec_outside_compress_joins_by_registering) {
 }
 END_TEST
 
+/* x with everything outside [off, off + count) zeroed: the whole-vector
+ * update fragments sent before they sent their slice alone. */
+static float *masked(const float *x, size_t n, size_t off, size_t count) {
+  float *z = td_params_alloc(n);
+  memcpy(z + off, x + off, count * sizeof *x);
+  return z;
+}
+
+/* fragments = P send the slice [off, off + count) of the flat buffer alone
+ * (td_link_codec_encode_range): under none and fp16 the receiver decodes
+ * exactly what the whole-vector message with zeros outside the slice gave,
+ * bit for bit, while the message holds only the slice (a tensor split by a
+ * slice's edge costs one header more); under ternary the slice decodes to
+ * zeros outside it; the whole range is the plain encode byte for byte; a
+ * message read against another slice, or the whole model, is refused; a
+ * range past the model, or a part of it on an error-feedback link, is
+ * TD_EINVAL. */
+START_TEST(a_slice_travels_alone) {
+  td_layout_t *l = layout_new();
+  size_t n = td_layout_numel(l);
+  float *x = gaussian(n, 11, 0.5);
+  padding_zero(l, x);
+  char why[256];
+  static const char *codecs[] = {"none", "fp16"};
+  static const unsigned parts[] = {2, 3, 7};
+  for (size_t c = 0; c < 2; c++) {
+    td_codec_spec_t s = spec_of(codecs[c]);
+    size_t whole_len;
+    free(through(codecs[c], l, x, &whole_len, NULL));
+    for (size_t p = 0; p < 3; p++) {
+      size_t sum = 0, off = 0;
+      for (unsigned k = 0; k < parts[p]; k++) {
+        size_t count = n / parts[p] + (k < n % parts[p]); /* fragment.h's cut */
+        td_link_codec_t *lc = NULL;
+        ck_assert_int_eq(td_link_codec_open(&lc, &s, l, 1, 2), 0);
+        const uint8_t *msg;
+        size_t len;
+        ck_assert_int_eq(td_link_codec_encode_range(lc, x, off, count, &msg, &len), 0);
+        ck_assert_uint_le(len, count * sizeof(float) + 3 * TD_CODEC_HEADER_BYTES);
+        sum += len;
+        float *y = td_params_alloc(n), *z = masked(x, n, off, count);
+        for (size_t i = 0; i < n; i++)
+          y[i] = 7; /* every float is written */
+        ck_assert_msg(td_codec_decode_range(l, off, count, msg, len, y, NULL, why, sizeof why) ==
+                          0, "%s P=%u k=%u: %s", codecs[c], parts[p], k, why);
+        float *ref = through(codecs[c], l, z, NULL, NULL);
+        ck_assert_msg(memcmp(y, ref, n * sizeof *y) == 0, "%s P=%u k=%u differs", codecs[c],
+                      parts[p], k);
+        /* read as another slice, or as the whole model: refused, all zeros */
+        size_t other = off == 0 ? count : 0;
+        ck_assert_int_eq(td_codec_decode_range(l, other, count - 1, msg, len, y, NULL, why,
+                                               sizeof why), TD_EPROTO);
+        ck_assert_int_eq(td_codec_decode_message(l, msg, len, y, NULL, why, sizeof why),
+                         TD_EPROTO);
+        for (size_t i = 0; i < n; i++)
+          ck_assert_float_eq(y[i], 0);
+        td_params_free(&y);
+        td_params_free(&z);
+        free(ref);
+        td_link_codec_close(&lc);
+        off += count;
+      }
+      /* the slices together: the whole message and a header per split */
+      ck_assert_uint_ge(sum, whole_len);
+      ck_assert_uint_le(sum, whole_len + 2 * (parts[p] - 1) * TD_CODEC_HEADER_BYTES);
+    }
+  }
+  /* ternary on a slice: zeros outside it, about half the whole message */
+  td_codec_spec_t t = spec_of("ternary");
+  td_link_codec_t *a = NULL, *b = NULL;
+  ck_assert_int_eq(td_link_codec_open(&a, &t, l, 3, 4), 0);
+  ck_assert_int_eq(td_link_codec_open(&b, &t, l, 3, 4), 0);
+  const uint8_t *ma, *mb;
+  size_t la, lb, half = n / 2;
+  ck_assert_int_eq(td_link_codec_encode(a, x, &ma, &la), 0);
+  ck_assert_int_eq(td_link_codec_encode_range(b, x, 0, n, &mb, &lb), 0);
+  ck_assert_uint_eq(la, lb); /* the whole range is the plain encode */
+  ck_assert_int_eq(memcmp(ma, mb, la), 0);
+  ck_assert_int_eq(td_link_codec_encode_range(b, x, half, n - half, &mb, &lb), 0);
+  ck_assert(lb > la * 4 / 10 && lb < la * 6 / 10);
+  float *y = td_params_alloc(n);
+  ck_assert_int_eq(td_codec_decode_range(l, half, n - half, mb, lb, y, NULL, why, sizeof why), 0);
+  size_t outside = 0, inside = 0;
+  for (size_t i = 0; i < n; i++) {
+    outside += i < half && y[i] != 0;
+    inside += i >= half && y[i] != 0;
+  }
+  ck_assert_uint_eq(outside, 0);
+  ck_assert_uint_gt(inside, 0);
+  /* a range past the model; a part of it on an error-feedback link */
+  ck_assert_int_eq(td_link_codec_encode_range(b, x, half, n, &mb, &lb), TD_EINVAL);
+  ck_assert_int_eq(td_codec_decode_range(l, n, 1, ma, la, y, NULL, why, sizeof why), TD_EINVAL);
+  td_link_codec_close(&a);
+  td_codec_spec_t k = spec_of("topk:0.01");
+  ck_assert_int_eq(td_link_codec_open(&a, &k, l, 3, 4), 0);
+  ck_assert_int_eq(td_link_codec_encode_range(a, x, 0, half, &ma, &la), TD_EINVAL);
+  ck_assert_int_eq(td_link_codec_encode_range(a, x, 0, n, &ma, &la), 0);
+  td_link_codec_close(&a);
+  td_link_codec_close(&b);
+  td_params_free(&y);
+  td_params_free(&x);
+  td_layout_free(&l);
+}
+END_TEST
+
 int main(void) {
   /* before any other codec call, as td__codec_register asks */
   if (td__codec_register(&shift_codec) != 0)
@@ -771,6 +878,7 @@ int main(void) {
   tcase_add_test(tc, decoder_refuses_every_corruption);
   tcase_add_test(tc, bad_parameters_name_the_parameter_and_its_range);
   tcase_add_test(tc, a_codec_outside_compress_joins_by_registering);
+  tcase_add_test(tc, a_slice_travels_alone);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

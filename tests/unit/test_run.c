@@ -8,8 +8,8 @@
  * header: the test waits until it is full, so the overflow is certain, not a
  * matter of timing. Where an event is lost, FINISHED never comes and the
  * case fails on its timeout. And a run with more fragments than its model has
- * parameters (its tensors padded: 32 for mlp:2-2) is refused before anything
- * is sized. */
+ * parameters (its tensors padded: 32 for mlp:2-2), or with a slice that
+ * holds only padding, is refused before anything is sized. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,6 +146,14 @@ START_TEST(more_fragments_than_parameters_are_refused) {
   ck_assert_int_eq(td_run_start(&run, &opts, why, sizeof why), TD_ECONFIG);
   ck_assert_ptr_null(run);
   ck_assert_str_eq(why, "fragments = 64: model mlp:2-2 has only 32 parameters");
+  /* 4 slices of 8: the second lies in the weight's padding and would send
+   * an empty update every fourth round */
+  ck_assert_int_eq(td_runspec_set_arg(&spec, "fragments=4", why, sizeof why), 0);
+  run = (td_run_t *)&opts;
+  ck_assert_int_eq(td_run_start(&run, &opts, why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_null(run);
+  ck_assert_str_eq(why, "fragments = 4: slice 1 of model mlp:2-2 holds only padding; use fewer "
+                        "fragments");
   ck_assert_int_eq(uv_loop_close(&loop), 0); /* nothing was left on the loop */
 }
 END_TEST
