@@ -78,7 +78,7 @@ static float *expand_to_floats(td_dataset_t *ds) {
   if (ds->b == NULL)
     return ds->x;
   size_t values = ds->rows * ds->dim;
-  float *x = malloc((values > 0 ? values : 1) * sizeof *x);
+  float *x = values <= SIZE_MAX / sizeof *x ? malloc((values > 0 ? values : 1) * sizeof *x) : NULL;
   if (x == NULL)
     return NULL;
   for (size_t i = 0; i < values; i++)

@@ -1,16 +1,17 @@
 /* dataset.h: labelled datasets held in memory as features + int32 labels.
  *
  * Features are floats, or, where the source is unsigned bytes (IDX ubyte,
- * Fashion-MNIST), bytes with the float each byte value stands for: a
- * quarter of the memory, converted a batch at a time
+ * Fashion-MNIST, uint8 .npy), bytes with the float each byte value stands
+ * for: a quarter of the memory, converted a batch at a time
  * (td_dataset_rows_floats) to exactly the floats the float storage holds.
  *
  * Loads IDX files (plain or gzip, via zlib), CSV files (label first), NumPy
  * .npy pairs and folders of PNG/JPEG images, resolves the run key `dataset`
  * (fashion-mnist | idx:... | csv:... | npy:... | images:...), normalises features
- * and shuffles rows in place so a training step reads a contiguous batch with no
- * copy. A dataset owns its feature and label arrays. Nothing here trusts a file:
- * sizes in headers are checked against the bytes actually present. */
+ * and shuffles rows in place so a training step reads a contiguous batch (with
+ * no copy from float storage, one conversion from bytes). A dataset owns its
+ * feature and label arrays. Nothing here trusts a file: sizes in headers are
+ * checked against the bytes actually present. */
 #ifndef TD_DATASET_H
 #define TD_DATASET_H
 
