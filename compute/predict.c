@@ -9,7 +9,7 @@
  * itself, over the same held-out text a run evaluates. Generation feeds the
  * gpt one window at a time: attention is causal, so the logits at the last
  * byte of a window shorter than CONTEXT do not depend on the padding after
- * it. */
+ * it. A dataset held as bytes is converted a chunk at a time. */
 #include "compute/predict.h"
 
 #include <math.h>
@@ -94,14 +94,18 @@ static int predict_rows(const td_predict_opts_t *o, td_backend_t *be, const td_d
     rc = load_weights(m, &o->model, why, why_len);
   size_t rows = td_dataset_rows(ds), dim = td_dataset_dim(ds);
   int classes = rc == 0 ? td_model_classes(m) : 0;
+  float *scratch = NULL; /* a byte dataset's chunk as floats */
+  if (rc == 0 && td_dataset_holds_bytes(ds) &&
+      (scratch = malloc((size_t)batch * dim * sizeof *scratch)) == NULL)
+    rc = td_why(why, why_len, TD_ENOMEM, "out of memory for a chunk of %u rows", batch);
   double loss_sum = 0;
   int correct = 0;
   for (size_t r = 0; rc == 0 && r < rows; r += batch) {
     size_t n = rows - r < batch ? rows - r : batch;
     int hits = 0;
     const int32_t *labels = td_dataset_labels_const(ds) + r;
-    rc = td_model_eval_batch(m, td_dataset_features_const(ds) + r * dim, labels, (int)n,
-                             &loss_sum, &hits);
+    const float *x = td_dataset_rows_floats(ds, r, n, scratch);
+    rc = td_model_eval_batch(m, x, labels, (int)n, &loss_sum, &hits);
     if (rc != 0) {
       td_why(why, why_len, rc, "evaluation failed: %s", td_strerror(rc));
       break;
@@ -112,6 +116,7 @@ static int predict_rows(const td_predict_opts_t *o, td_backend_t *be, const td_d
       if (o->row(o->user, r + i, logits + i * (size_t)classes, classes, labels[i]) != 0)
         rc = td_why(why, why_len, TD_EIO, "cannot write the predictions");
   }
+  free(scratch);
   out->rows = rows;
   out->classes = classes;
   out->loss = rows ? loss_sum / (double)rows : 0;

@@ -3,7 +3,9 @@
  *
  * Feature data: the training set is permuted in place at the start of every
  * epoch with a stream derived from (seed, epoch), so the order is reproducible
- * and a batch is a contiguous slice of the feature array. Text (token models):
+ * and a batch is a contiguous slice of the feature array (a dataset held as
+ * bytes, compute/data/dataset.h, converts that slice into a batch-sized
+ * buffer, the floats unchanged). Text (token models):
  * every step draws `batch` windows of CONTEXT+1 bytes at offsets from a stream
  * derived from the seed, into token/target buffers sized at open; an epoch is
  * bytes / (batch * CONTEXT) steps, so each byte is seen about once. Timing
@@ -43,6 +45,8 @@ struct td_trainer {
   float *prox_center;  /* backend memory, numel floats (NULL until the first set_prox) */
   td_trainer_rows_t *bound; /* a virtual client's walk, or NULL: the whole set */
   const float *correction;  /* SCAFFOLD: host floats added to each gradient, or NULL */
+  float *rows_scratch;      /* a byte dataset's rows as floats: rows_capacity x dim */
+  size_t rows_capacity;
 };
 
 static double now_s(void) {
@@ -184,6 +188,7 @@ void td_trainer_close(td_trainer_t **self_p) {
   td_model_close(&tr->model);
   free(tr->tokens);
   free(tr->targets);
+  free(tr->rows_scratch);
   free(tr);
   *self_p = NULL;
 }
@@ -275,9 +280,27 @@ static int device_error(td_trainer_t *tr, char *why, size_t why_len) {
   return td_backend_device_memory(tr->be) ? td_backend_error(tr->be, why, why_len) : 0;
 }
 
+/* *x = rows [first, first + n) of ds as floats, through rows_scratch (grown
+ * to hold n rows) when ds holds bytes. TD_ENOMEM or TD_ERANGE + why. */
+static int rows_floats(td_trainer_t *tr, const td_dataset_t *ds, size_t first, size_t n,
+                       const float **x, char *why, size_t why_len) {
+  size_t dim = td_dataset_dim(ds);
+  if (td_dataset_holds_bytes(ds) && n * dim > tr->rows_capacity) {
+    float *grown = realloc(tr->rows_scratch, n * dim * sizeof *grown);
+    if (grown == NULL)
+      return td_why(why, why_len, TD_ENOMEM, "out of memory for a batch of %zu rows", n);
+    tr->rows_scratch = grown;
+    tr->rows_capacity = n * dim;
+  }
+  *x = td_dataset_rows_floats(ds, first, n, tr->rows_scratch);
+  if (*x == NULL)
+    return td_why(why, why_len, TD_ERANGE, "rows %zu..%zu are outside the dataset", first,
+                  first + n);
+  return 0;
+}
+
 static int run_steps(td_trainer_t *tr, unsigned long n, bool advance, td_train_stats_t *stats,
                      char *why, size_t why_len) {
-  size_t dim = tr->train != NULL ? td_dataset_dim(tr->train) : 0;
   double loss_sum = 0, t0 = now_s();
   unsigned long correct = 0, samples = 0;
   double lr = 0;
@@ -302,7 +325,9 @@ static int run_steps(td_trainer_t *tr, unsigned long n, bool advance, td_train_s
         w->epoch++;
       }
       rows = w->rows - w->cursor < tr->batch ? w->rows - w->cursor : tr->batch;
-      const float *x = td_dataset_features(tr->train) + (w->first + w->cursor) * dim;
+      const float *x;
+      if ((rc = rows_floats(tr, tr->train, w->first + w->cursor, rows, &x, why, why_len)) != 0)
+        return rc;
       const int32_t *y = td_dataset_labels(tr->train) + w->first + w->cursor;
       rc = td_model_train_batch(tr->model, x, y, (int)rows, &loss, &hits);
       w->cursor += rows;
@@ -315,7 +340,9 @@ static int run_steps(td_trainer_t *tr, unsigned long n, bool advance, td_train_s
         tr->epoch++;
       }
       rows = tr->rows - tr->cursor < tr->batch ? tr->rows - tr->cursor : tr->batch;
-      const float *x = td_dataset_features(tr->train) + tr->cursor * dim;
+      const float *x;
+      if ((rc = rows_floats(tr, tr->train, tr->cursor, rows, &x, why, why_len)) != 0)
+        return rc;
       const int32_t *y = td_dataset_labels(tr->train) + tr->cursor;
       rc = td_model_train_batch(tr->model, x, y, (int)rows, &loss, &hits);
       tr->cursor += rows;
@@ -372,15 +399,18 @@ int td_trainer_evaluate(td_trainer_t *tr, const td_dataset_t *ds, double *loss,
   int rc = td_trainer_check_dataset(tr, ds, why, why_len);
   if (rc != 0)
     return rc;
-  size_t rows = td_dataset_rows(ds), dim = td_dataset_dim(ds);
+  size_t rows = td_dataset_rows(ds);
   size_t chunk = (size_t)td_model_max_batch(tr->model);
   double loss_sum = 0;
   int correct_total = 0;
   for (size_t r = 0; r < rows; r += chunk) {
     size_t n = rows - r < chunk ? rows - r : chunk;
     int hits = 0;
-    rc = td_model_eval_batch(tr->model, td_dataset_features_const(ds) + r * dim,
-                             td_dataset_labels_const(ds) + r, (int)n, &loss_sum, &hits);
+    const float *x;
+    if ((rc = rows_floats(tr, ds, r, n, &x, why, why_len)) != 0)
+      return rc;
+    rc = td_model_eval_batch(tr->model, x, td_dataset_labels_const(ds) + r, (int)n, &loss_sum,
+                             &hits);
     if (rc != 0 && device_error(tr, why, why_len) != 0)
       return TD_EDEVICE;
     if (rc != 0)

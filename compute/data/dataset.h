@@ -1,14 +1,21 @@
-/* dataset.h: labelled datasets held in memory as float features + int32 labels.
+/* dataset.h: labelled datasets held in memory as features + int32 labels.
+ *
+ * Features are floats, or, where the source is unsigned bytes (IDX ubyte,
+ * Fashion-MNIST, uint8 .npy), bytes with the float each byte value stands
+ * for: a quarter of the memory, converted a batch at a time
+ * (td_dataset_rows_floats) to exactly the floats the float storage holds.
  *
  * Loads IDX files (plain or gzip, via zlib), CSV files (label first), NumPy
  * .npy pairs and folders of PNG/JPEG images, resolves the run key `dataset`
  * (fashion-mnist | idx:... | csv:... | npy:... | images:...), normalises features
- * and shuffles rows in place so a training step reads a contiguous batch with no
- * copy. A dataset owns its feature and label arrays. Nothing here trusts a file:
- * sizes in headers are checked against the bytes actually present. */
+ * and shuffles rows in place so a training step reads a contiguous batch (with
+ * no copy from float storage, one conversion from bytes). A dataset owns its
+ * feature and label arrays. Nothing here trusts a file: sizes in headers are
+ * checked against the bytes actually present. */
 #ifndef TD_DATASET_H
 #define TD_DATASET_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -121,9 +128,22 @@ size_t td_dataset_rows(const td_dataset_t *ds);
 size_t td_dataset_dim(const td_dataset_t *ds);
 /* Number of classes = max label + 1. */
 int td_dataset_classes(const td_dataset_t *ds);
-/* Row-major rows x dim features; borrowed, valid until close. */
+/* Row-major rows x dim features; borrowed, valid until close. A dataset
+ * held as bytes is first expanded to floats in place (4 bytes a feature
+ * from then on; not thread-safe), NULL when out of memory for that: for
+ * tests and tools; training and evaluation read td_dataset_rows_floats(). */
 float *td_dataset_features(td_dataset_t *ds);
 const float *td_dataset_features_const(const td_dataset_t *ds);
+/* True while the features are held as bytes (td_dataset_rows_floats then
+ * converts into its scratch). */
+bool td_dataset_holds_bytes(const td_dataset_t *ds);
+/* Rows [first, first + n) as row-major floats: a pointer into the dataset
+ * (float storage) or scratch, the caller's n x dim floats, filled with the
+ * rows converted (byte storage), bit for bit the floats td_dataset_features
+ * would hold. Valid until the dataset or scratch changes; NULL when the rows
+ * are out of range. */
+const float *td_dataset_rows_floats(const td_dataset_t *ds, size_t first, size_t n,
+                                    float *scratch);
 /* rows labels; borrowed. */
 int32_t *td_dataset_labels(td_dataset_t *ds);
 const int32_t *td_dataset_labels_const(const td_dataset_t *ds);

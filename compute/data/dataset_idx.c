@@ -6,8 +6,10 @@
  * trusted: the header's sizes are checked against the TD_DATASET_MAX_* limits
  * and against the bytes the file can actually hold before anything is
  * allocated from them, and the data must end exactly where the header says.
- * Pixels are converted slab by slab from a small scratch buffer, so loading
- * Fashion-MNIST holds the float array plus one megabyte, never two copies.
+ * ubyte pixels stay bytes (the dataset's byte storage, dataset_internal.h:
+ * a quarter of the floats' memory), read straight into the dataset; float
+ * items are converted slab by slab from a small scratch buffer, so a load
+ * holds the array plus one megabyte, never two copies.
  * Every file is opened through td_file_open_regular (compute/data/file.h). */
 #include "compute/data/dataset_internal.h"
 
@@ -241,13 +243,15 @@ static size_t idx_slab_values(const idx_file_t *f) {
   return TD__IDX_SLAB_BYTES / (size_t)idx_elem_bytes(f);
 }
 
-/* Stream the image data into ds->x, converting as it goes. */
+/* Stream the image data into ds: ubyte straight into its bytes, floats
+ * converted as they come. */
 static int idx_read_images(idx_file_t *f, td_dataset_t *ds, uint8_t *slab, char *why,
                            size_t why_len) {
   size_t total = ds->rows * ds->dim, done = 0;
   while (done < total) {
     size_t n = total - done < idx_slab_values(f) ? total - done : idx_slab_values(f);
-    int rc = idx_convert(f, slab, ds->x + done, n, done, ds->dim, why, why_len);
+    int rc = ds->b != NULL ? idx_read_data(f, ds->b + done, n, why, why_len)
+                           : idx_convert(f, slab, ds->x + done, n, done, ds->dim, why, why_len);
     if (rc != 0)
       return rc;
     done += n;
@@ -336,7 +340,9 @@ int td_dataset_load_idx(td_dataset_t **out, const char *images_path, const char 
   int rc = idx_open_pair(&img, &lab, images_path, labels_path, why, why_len);
   if (rc != 0)
     return rc;
-  td_dataset_t *ds = td__dataset_new((size_t)img.items, (size_t)img.item_values);
+  td_dataset_t *ds = img.type == TD__IDX_UBYTE
+                         ? td__dataset_new_bytes((size_t)img.items, (size_t)img.item_values)
+                         : td__dataset_new((size_t)img.items, (size_t)img.item_values);
   uint8_t *slab = malloc(TD__IDX_SLAB_BYTES);
   if (ds == NULL || slab == NULL)
     rc = td_why(why, why_len, TD_ENOMEM, "out of memory for %llu x %llu features",
@@ -384,7 +390,9 @@ static int rows_pass(rows_load_t *r, double mean, double *acc, char *why, size_t
       sum += d * d;
       size_t at = done + i;
       int64_t p = r->pos[at / dim];
-      if (p >= 0)
+      if (p >= 0 && r->ds->b != NULL) /* ubyte: the byte, which stands for vals[i] */
+        r->ds->b[(size_t)p * dim + at % dim] = r->slab[i];
+      else if (p >= 0)
         r->ds->x[(size_t)p * dim + at % dim] = r->vals[i];
     }
     done += n;
@@ -430,7 +438,8 @@ int td_dataset_load_idx_rows(td_dataset_t **out, const char *images_path,
     else
       pos[idx[k]] = (int64_t)k;
   }
-  if (rc == 0 && (r.ds = td__dataset_new(count, dim)) == NULL)
+  if (rc == 0 && (r.ds = r.img.type == TD__IDX_UBYTE ? td__dataset_new_bytes(count, dim)
+                                                      : td__dataset_new(count, dim)) == NULL)
     rc = td_why(why, why_len, TD_ENOMEM, "out of memory for %zu x %zu features", count, dim);
   double sum = 0, sq = 0;
   if (rc == 0)

@@ -2,7 +2,8 @@
  *
  * compute/data/npy.c parses each header and converts the values; this file
  * checks the pair against each other and the value cap, and streams both
- * files slab by slab into one dataset. The files are opened through
+ * files slab by slab into one dataset (uint8 features straight into its
+ * byte storage, dataset_internal.h). The files are opened through
  * td_file_open_regular (compute/data/file.h). */
 #include "compute/data/dataset_internal.h"
 
@@ -94,7 +95,10 @@ int td_dataset_load_npy(td_dataset_t **out, const char *x_path, const char *y_pa
                 (unsigned long long)xh.rows, y_path, (unsigned long long)yh.rows);
   if (rc != 0)
     goto done;
-  ds = td__dataset_new((size_t)xh.rows, (size_t)xh.row_values);
+  /* uint8 features stay bytes (dataset_internal.h), standing for the v / 255.0f
+   * td_npy_features would give */
+  ds = xh.dtype == TD_NPY_U1 ? td__dataset_new_bytes((size_t)xh.rows, (size_t)xh.row_values)
+                             : td__dataset_new((size_t)xh.rows, (size_t)xh.row_values);
   slab = malloc(TD__IDX_SLAB_BYTES);
   if (ds == NULL || slab == NULL) {
     rc = td_why(why, why_len, TD_ENOMEM, "out of memory for %llu x %llu features",
@@ -106,6 +110,11 @@ int td_dataset_load_npy(td_dataset_t **out, const char *x_path, const char *y_pa
     size_t n = total - done;
     if (n > TD__IDX_SLAB_BYTES / xh.elem_bytes)
       n = TD__IDX_SLAB_BYTES / xh.elem_bytes;
+    if (ds->b != NULL) {
+      rc = read_exact(xfd, ds->b + done, n, x_path, why, why_len);
+      done += n;
+      continue;
+    }
     rc = read_exact(xfd, slab, n * xh.elem_bytes, x_path, why, why_len);
     if (rc == 0)
       rc = td_npy_features(&xh, slab, n, done, ds->x + done, x_path, why, why_len);

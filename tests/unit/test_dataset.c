@@ -760,6 +760,104 @@ START_TEST(subset_copies_the_requested_rows) {
 }
 END_TEST
 
+/* The float a byte of write_ubyte_idx's pixel i stands for, by the old
+ * float storage's expressions: the IDX conversion, then td_dataset_normalize. */
+static float old_expansion(size_t i, double mean, double std) {
+  float x = (float)(uint8_t)(i * 37 + 11) / 255.0f;
+  return (float)(((double)x - mean) * (1.0 / std));
+}
+
+/* Keeps rows 3k of the file's, last first: a partition's shape. */
+static int pick_every_third(const int32_t *labels, size_t rows, int classes, void *user,
+                            uint32_t **idx, size_t *count, char *why, size_t why_len) {
+  (void)labels, (void)classes, (void)user, (void)why, (void)why_len;
+  *count = (rows + 2) / 3;
+  *idx = malloc(*count * sizeof **idx);
+  for (size_t k = 0; k < *count; k++)
+    (*idx)[k] = (uint32_t)(3 * (*count - 1 - k));
+  return 0;
+}
+
+START_TEST(byte_storage_gathers_exactly_the_floats_of_float_storage) {
+  const char *img = tmp_file("img.idx"), *lab = tmp_file("lab.idx");
+  enum { ROWS = 300, DIM = 6 }; /* every byte value occurs */
+  write_ubyte_idx(img, lab, ROWS, 5, 0);
+  td_dataset_t *bytes = load_idx_ok(img, lab), *floats = load_idx_ok(img, lab);
+  ck_assert(td_dataset_holds_bytes(bytes));
+  ck_assert_ptr_nonnull(td_dataset_features(floats)); /* expanded: the old storage */
+  ck_assert(!td_dataset_holds_bytes(floats));
+  double mb, sb, mf, sf;
+  td_dataset_stats(bytes, &mb, &sb);
+  td_dataset_stats(floats, &mf, &sf);
+  ck_assert_mem_eq(&mb, &mf, sizeof mb); /* bit for bit */
+  ck_assert_mem_eq(&sb, &sf, sizeof sb);
+  td_dataset_normalize(bytes, mb, sb);
+  td_dataset_normalize(floats, mf, sf);
+  float *scratch = malloc(ROWS * DIM * sizeof *scratch), want[ROWS * DIM];
+  for (size_t i = 0; i < ROWS * DIM; i++)
+    want[i] = old_expansion(i, mb, sb);
+  const float *got = td_dataset_rows_floats(bytes, 0, ROWS, scratch);
+  ck_assert_ptr_eq(got, scratch);
+  ck_assert_mem_eq(got, want, sizeof want);
+  ck_assert_mem_eq(td_dataset_features_const(floats), want, sizeof want);
+  /* the float storage hands out its own rows, no copy */
+  ck_assert_ptr_eq(td_dataset_rows_floats(floats, 2, 3, scratch),
+                   td_dataset_features_const(floats) + 2 * DIM);
+  ck_assert_ptr_null(td_dataset_rows_floats(bytes, ROWS - 2, 3, scratch));
+  /* shuffles (whole and a range) and subsets move the same rows */
+  td_rng_t r1, r2;
+  td_rng_seed(&r1, 9);
+  td_rng_seed(&r2, 9);
+  td_dataset_shuffle(bytes, &r1);
+  td_dataset_shuffle(floats, &r2);
+  td_dataset_shuffle_rows(bytes, 40, 100, &r1);
+  td_dataset_shuffle_rows(floats, 40, 100, &r2);
+  const uint32_t idx[5] = {299, 0, 17, 17, 150};
+  td_dataset_t *sb_ = NULL, *sf_ = NULL;
+  ck_assert_int_eq(td_dataset_subset(&sb_, bytes, idx, 5), 0);
+  ck_assert_int_eq(td_dataset_subset(&sf_, floats, idx, 5), 0);
+  ck_assert(td_dataset_holds_bytes(sb_));
+  ck_assert_mem_eq(td_dataset_rows_floats(bytes, 0, ROWS, scratch),
+                   td_dataset_features_const(floats), sizeof want);
+  ck_assert_mem_eq(td_dataset_labels_const(bytes), td_dataset_labels_const(floats),
+                   ROWS * sizeof(int32_t));
+  ck_assert_mem_eq(td_dataset_rows_floats(sb_, 0, 5, scratch), td_dataset_features_const(sf_),
+                   5 * DIM * sizeof(float));
+  ck_assert_mem_eq(td_dataset_labels_const(sb_), td_dataset_labels_const(sf_),
+                   5 * sizeof(int32_t));
+  /* expanding a byte dataset in place keeps its floats */
+  memcpy(want, td_dataset_rows_floats(bytes, 0, ROWS, scratch), sizeof want);
+  ck_assert_mem_eq(td_dataset_features(bytes), want, sizeof want);
+  ck_assert(!td_dataset_holds_bytes(bytes));
+  td_dataset_close(&sb_);
+  td_dataset_close(&sf_);
+  td_dataset_close(&bytes);
+  /* a partition's rows, read alone, hold bytes standing for the same floats,
+   * and the whole file's statistics */
+  double mean, std;
+  size_t full = 0;
+  char why[256] = "";
+  int rc = td_dataset_load_idx_rows(&bytes, img, lab, pick_every_third, NULL, &mean, &std,
+                                    &full, why, sizeof why);
+  ck_assert_msg(rc == 0, "%s", why);
+  ck_assert(td_dataset_holds_bytes(bytes));
+  ck_assert_uint_eq(full, ROWS);
+  ck_assert_mem_eq(&mean, &mb, sizeof mean);
+  ck_assert_mem_eq(&std, &sb, sizeof std);
+  td_dataset_normalize(bytes, mean, std);
+  size_t kept = td_dataset_rows(bytes);
+  got = td_dataset_rows_floats(bytes, 0, kept, scratch);
+  for (size_t k = 0; k < kept; k++)
+    for (size_t d = 0; d < DIM; d++) {
+      float w = old_expansion(3 * (kept - 1 - k) * DIM + d, mean, std);
+      ck_assert_mem_eq(&got[k * DIM + d], &w, sizeof w);
+    }
+  td_dataset_close(&bytes);
+  td_dataset_close(&floats);
+  free(scratch);
+}
+END_TEST
+
 /* FNV-1a over a row's features (as 32-bit words) and its label: equal
  * multisets of these mean every (row, label) pair survived intact. */
 static uint64_t row_checksum(const float *x, size_t dim, int32_t label) {
@@ -931,6 +1029,7 @@ static Suite *dataset_suite(void) {
   TCase *rows = tcase_with_dir("rows", 60);
   tcase_add_test(rows, stats_and_normalize_give_zero_mean_unit_std);
   tcase_add_test(rows, subset_copies_the_requested_rows);
+  tcase_add_test(rows, byte_storage_gathers_exactly_the_floats_of_float_storage);
   tcase_add_test(rows, shuffle_keeps_every_row_intact_and_is_deterministic);
   tcase_add_test(rows, shuffle_of_a_fashion_mnist_sized_set_is_fast);
   suite_add_tcase(s, rows);

@@ -74,6 +74,13 @@ START_TEST(uint8_features_int32_and_uint8_labels_and_format_v2) {
                   "%s", why);
     ck_assert_uint_eq(td_dataset_rows(ds), 5);
     ck_assert_uint_eq(td_dataset_dim(ds), 4);
+    ck_assert(td_dataset_holds_bytes(ds)); /* bytes until a batch gathers them */
+    float rows[20];
+    const float *got = td_dataset_rows_floats(ds, 0, 5, rows);
+    for (int i = 0; i < 20; i++) {
+      float want = (float)(uint8_t)(i * 13) / 255.0f;
+      ck_assert_mem_eq(&got[i], &want, sizeof want);
+    }
     for (int i = 0; i < 20; i++)
       ck_assert_float_eq(td_dataset_features(ds)[i], (float)(uint8_t)(i * 13) / 255.0f);
     ck_assert_int_eq(td_dataset_labels(ds)[0], 3);
