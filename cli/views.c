@@ -113,12 +113,11 @@ static void run_line(json_object *run, char *buf, size_t len) {
 /* "bytes   round 12: 1000.0 kB sent, 40.0 kB of updates received" (the newest round's row;
  * nothing before one). */
 static void round_bytes_line(json_object *run) {
-  json_object *rb = NULL;
-  if (!json_object_object_get_ex(run, "last_round_bytes", &rb) || rb == NULL)
+  if (isnan(td__cli_jnum(run, "last_row_round")))
     return;
   printf("bytes   round %.0f: %.1f kB sent, %.1f kB of updates received\n",
-         td__cli_jnum(rb, "round"), td__cli_jnum(rb, "bytes_sent") / 1e3,
-         td__cli_jnum(rb, "bytes_recv") / 1e3);
+         td__cli_jnum(run, "last_row_round"), td__cli_jnum(run, "last_row_bytes_sent") / 1e3,
+         td__cli_jnum(run, "last_row_bytes_recv") / 1e3);
 }
 
 /* "ledger  ok", or degraded with the cause and what is kept in memory. */

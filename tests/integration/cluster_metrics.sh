@@ -127,15 +127,15 @@ awk -v a="$acc" -v b="$st_acc" 'BEGIN { d = a - b; exit !(d < 1e-9 && d > -1e-9)
   && pass "eval accuracy $acc, as trainctl status says" || fail "eval accuracy $acc, status $st_acc"
 # status: the newest round's bytes sent and received are its ledger row's
 st_bytes=$(ctl a status --json | python3 -c 'import json, sys
-b = json.load(sys.stdin)["run"]["last_round_bytes"]
-print(b["round"], b["bytes_sent"], b["bytes_recv"])')
+r = json.load(sys.stdin)["run"]
+print(r["last_row_round"], r["last_row_bytes_sent"], r["last_row_bytes_recv"])')
 row=$(sql a "SELECT round || ' ' || bytes_sent || ' ' || bytes_recv FROM rounds ORDER BY round DESC LIMIT 1")
 read -r r_round r_sent r_recv <<<"$row"
 line=$(awk -v r="$r_round" -v s="$r_sent" -v v="$r_recv" \
   'BEGIN { printf "bytes   round %s: %.1f kB sent, %.1f kB of updates received", r, s / 1e3, v / 1e3 }')
 [ -n "$row" ] && [ "$r_sent" -gt 0 ] && [ "$st_bytes" = "$row" ] && ctl a status | grep -qxF "$line" \
   && pass "status: last round's bytes ($st_bytes) are the ledger's; human: $line" \
-  || fail "status last_round_bytes '$st_bytes', ledger '$row', human line '$line' not in: $(ctl a status | grep '^bytes')"
+  || fail "status last_row_* '$st_bytes', ledger '$row', human line '$line' not in: $(ctl a status | grep '^bytes')"
 grep -q "^traind_link_codec_info{peer=\"$b_id\",codec=\"none\"} 1$" "$T/end.prom" \
   && pass "link to b: codec none" || fail "no codec info for the link to b"
 grep -q '^traind_dropped_messages_total{kind="malformed"} 0$' "$T/end.prom" \
