@@ -422,6 +422,45 @@ int td__ledgers_figures(const td__ledgers_run_t *r, td__ledgers_figures_t *f) {
   return 0;
 }
 
+int td__ledgers_run_nodes(const td__ledgers_run_t *r, unsigned *nodes) {
+  *nodes = 0;
+  sqlite3 *db = r->ledger->db;
+  char like[64]; /* daemon/session/session.c: "run ID rank R of N, from round F" */
+  snprintf(like, sizeof like, "run %s rank %% of %%", r->id);
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db, "SELECT detail FROM events WHERE kind = 'run_start'"
+                             " AND detail LIKE ?1", -1, &st, NULL) != SQLITE_OK)
+    return td__ledgers_err("ledger query failed: %s", sqlite3_errmsg(db));
+  sqlite3_bind_text(st, 1, like, -1, SQLITE_TRANSIENT);
+  int s;
+  while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+    const char *detail = (const char *)sqlite3_column_text(st, 0);
+    const char *of = detail ? strstr(detail, " of ") : NULL;
+    if (of == NULL || of[4] < '0' || of[4] > '9')
+      continue;
+    unsigned long v = strtoul(of + 4, NULL, 10);
+    if (v > *nodes && v <= 1000000)
+      *nodes = (unsigned)v;
+  }
+  sqlite3_finalize(st);
+  if (s != SQLITE_DONE)
+    return td__ledgers_err("ledger query failed: %s", sqlite3_errmsg(db));
+  /* each round's members ("id,id,..."), a column since ledger schema 4: an
+   * older ledger fails to prepare this and has only the events */
+  if (sqlite3_prepare_v2(db, "SELECT max(length(members) - length(replace(members, ',', '')) + 1)"
+                             " FROM rounds WHERE run_id = ?1 AND members <> ''", -1, &st,
+                         NULL) != SQLITE_OK)
+    return 0;
+  sqlite3_bind_int64(st, 1, r->run_id);
+  if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_INTEGER) {
+    int64_t most = sqlite3_column_int64(st, 0);
+    if (most > (int64_t)*nodes && most <= 1000000)
+      *nodes = (unsigned)most;
+  }
+  sqlite3_finalize(st);
+  return 0;
+}
+
 double td__ledgers_duration_s(const td__ledgers_run_t *r, const td__ledgers_figures_t *f) {
   double end = !isnan(r->ended) ? r->ended : f->last_round_ended;
   return isnan(end) ? NAN : end - r->started;

@@ -90,6 +90,12 @@ void td__ledgers_runs_free(td__ledgers_run_t *runs, size_t n);
 /* The value of KEY in a spec text (buf gets it); false when absent. */
 bool td__ledgers_spec_get(const char *spec, const char *key, char *buf, size_t len);
 
+/* How many nodes the run had as this ledger saw it: the most that its
+ * run_start events name ("run ID rank R of N") or that any round's row lists
+ * as members; *nodes is 0 when the ledger says neither. 0, or 1 after
+ * printing why. */
+int td__ledgers_run_nodes(const td__ledgers_run_t *r, unsigned *nodes);
+
 /* The run's figures from its rounds, updates, links and events; 0, or 1 after
  * printing why. */
 int td__ledgers_figures(const td__ledgers_run_t *r, td__ledgers_figures_t *f);

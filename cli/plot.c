@@ -5,7 +5,11 @@
  * is four curves. The legend names what tells the curves apart: the run keys
  * whose values differ between the runs' specs ("codec=topk:0.01
  * mode=overlap"), plus the node (its data dir's name) when more than one
- * ledger is drawn. The data go into the gnuplot script itself as datablocks,
+ * ledger is drawn, and the node count ("nodes=6") when the runs had
+ * different numbers of nodes (the spec does not say it; the ledgers' run_start
+ * events and rounds' members do), so runs of a 3-node and a 6-node cluster
+ * plotted together can be told apart. --y bytes and bytes_recv are per node
+ * per round, in kB, drawn by round unless --x says otherwise. The data go into the gnuplot script itself as datablocks,
  * and the script is kept beside the image (FILE.gp, or --script), so a plot
  * can be restyled and redrawn without the ledgers. --y client_accuracy is the
  * exception: two bands (min to max, 10th to 90th percentile over the
@@ -42,6 +46,8 @@ static const axis_t Y_AXES[] = {
     {"goodput", "link goodput, mean over peers (Mbit/s)"},
     {"staleness", "staleness of received updates, mean (rounds)"},
     {"idle", "compute idle fraction (wait / (compute + wait))"},
+    {"bytes", "kB sent by the node in the round"},
+    {"bytes_recv", "kB of updates received by the node for the round"},
     {"client_accuracy", "accuracy on each client's held-out share"},
 };
 
@@ -59,6 +65,10 @@ static const char *y_expr(const char *y, const td__ledgers_db_t *d, char *buf, s
     return "r.eval_acc";
   if (strcmp(y, "loss") == 0)
     return "r.loss";
+  if (strcmp(y, "bytes") == 0)
+    return "r.bytes_sent * 1e-3";
+  if (strcmp(y, "bytes_recv") == 0)
+    return "r.bytes_recv * 1e-3";
   if (strcmp(y, "idle") == 0)
     return "r.wait_s / NULLIF(r.compute_s + r.wait_s, 0)";
   if (strcmp(y, "goodput") == 0)
@@ -94,8 +104,10 @@ static void short_value(const char *v, char *buf, size_t len) {
     snprintf(buf, len, "%.*s", (int)len - 1, v);
 }
 
-/* Append " key=value" for every key whose value differs between the specs. */
-static void legend_titles(td__ledgers_run_t *s, size_t n, bool by_node, char (*titles)[512]) {
+/* Append " key=value" for every key whose value differs between the specs,
+ * then "nodes=N" when the runs' node counts (nodes[i], 0: unknown) differ. */
+static void legend_titles(td__ledgers_run_t *s, size_t n, const unsigned *nodes, bool by_node,
+                          char (*titles)[512]) {
   for (size_t i = 0; i < n; i++)
     titles[i][0] = '\0';
   /* keys in the order of the first spec that has them */
@@ -130,6 +142,16 @@ static void legend_titles(td__ledgers_run_t *s, size_t n, bool by_node, char (*t
       }
       p = eol ? eol + 1 : NULL;
     }
+  }
+  bool nodes_differ = false;
+  for (size_t i = 1; i < n; i++)
+    nodes_differ |= nodes[i] != nodes[0];
+  for (size_t i = 0; nodes_differ && i < n; i++) {
+    size_t used = strlen(titles[i]);
+    if (nodes[i] > 0)
+      snprintf(titles[i] + used, 512 - used, "%snodes=%u", used ? " " : "", nodes[i]);
+    else
+      snprintf(titles[i] + used, 512 - used, "%snodes=-", used ? " " : "");
   }
   for (size_t i = 0; i < n; i++) {
     size_t used = strlen(titles[i]);
@@ -257,7 +279,8 @@ static int run_gnuplot(const char *script) {
 
 static int usage_err(void) {
   fprintf(stderr, "trainctl: error: usage: trainctl plot RUN... [--x time|round|samples|bytes]"
-                  " [--y accuracy|loss|bpb|goodput|staleness|idle|client_accuracy]"
+                  " [--y accuracy|loss|bpb|goodput|staleness|idle|bytes|bytes_recv|"
+                  "client_accuracy]"
                   " [-o FILE.png|FILE.svg]"
                   " [--script FILE.gp] [--size WxH] [--db FILE | --data-dir DIR]...\n");
   return 2;
@@ -270,7 +293,7 @@ static bool ends_with(const char *s, const char *suffix) {
 
 int td_plot_main(int argc, char **argv) {
   td__ledgers_set_t set = {0};
-  const char *x = "time", *y = "accuracy", *out = NULL, *script = NULL;
+  const char *x = NULL, *y = "accuracy", *out = NULL, *script = NULL;
   unsigned width = 900, height = 560;
   const char **args = calloc((size_t)argc + 1, sizeof *args);
   size_t nargs = 0;
@@ -303,13 +326,16 @@ int td_plot_main(int argc, char **argv) {
   }
   if (rc == 0 && nargs == 0)
     rc = usage_err();
+  /* bytes per round read best by round; every other metric over time */
+  if (x == NULL)
+    x = strcmp(y, "bytes") == 0 || strcmp(y, "bytes_recv") == 0 ? "round" : "time";
   if (rc == 0 && find_axis(X_AXES, sizeof X_AXES / sizeof X_AXES[0], x) == NULL) {
     fprintf(stderr, "trainctl: error: --x '%s' (accepted: time, round, samples, bytes)\n", x);
     rc = 2;
   }
   if (rc == 0 && find_axis(Y_AXES, sizeof Y_AXES / sizeof Y_AXES[0], y) == NULL) {
     fprintf(stderr, "trainctl: error: --y '%s' (accepted: accuracy, loss, bpb, goodput, "
-                    "staleness, idle, client_accuracy)\n", y);
+                    "staleness, idle, bytes, bytes_recv, client_accuracy)\n", y);
     rc = 2;
   }
   /* the clients' spread: min, median and max over the clients of each round */
@@ -360,8 +386,11 @@ int td_plot_main(int argc, char **argv) {
       snprintf(script_path, sizeof script_path, "%.*s.gp", (int)strlen(out) - 4, out);
   }
   char(*titles)[512] = rc == 0 ? calloc(n, sizeof *titles) : NULL;
-  if (rc == 0 && titles == NULL)
+  unsigned *nodes = rc == 0 ? calloc(n, sizeof *nodes) : NULL;
+  if (rc == 0 && (titles == NULL || nodes == NULL))
     rc = td__ledgers_err("out of memory");
+  for (size_t i = 0; rc == 0 && i < n; i++)
+    rc = td__ledgers_run_nodes(&series[i], &nodes[i]);
   FILE *gp = NULL;
   if (rc == 0 && (gp = fopen(script_path, "w")) == NULL)
     rc = td__ledgers_err("cannot write %s: %s", script_path, strerror(errno));
@@ -369,7 +398,7 @@ int td_plot_main(int argc, char **argv) {
     bool by_node = false;
     for (size_t i = 1; i < n; i++)
       by_node |= series[i].ledger != series[0].ledger;
-    legend_titles(series, n, by_node, titles);
+    legend_titles(series, n, nodes, by_node, titles);
     const axis_t *xa = find_axis(X_AXES, sizeof X_AXES / sizeof X_AXES[0], x);
     const axis_t *ya = find_axis(Y_AXES, sizeof Y_AXES / sizeof Y_AXES[0], y);
     fprintf(gp, "# trainctl plot --x %s --y %s: %zu curve(s)\n", x, y, n);
@@ -405,6 +434,9 @@ int td_plot_main(int argc, char **argv) {
     fprintf(gp, "set bmargin %zu\n", 5 + (n < 10 ? n : 10));
     if (strcmp(y, "idle") == 0)
       fprintf(gp, "set yrange [-0.02:1.05]\n");
+    /* bytes from zero, the highest curve clear of the border */
+    if (strcmp(y, "bytes") == 0 || strcmp(y, "bytes_recv") == 0)
+      fprintf(gp, "set yrange [0:*]\nset offsets 0, 0, graph 0.05, 0\n");
     /* gnuplot draws an empty legend when an entry is wider than the chart
      * by its own estimate (about 9 px a character at 10 pt, 11 at 12 pt,
      * plus the sample line): cut long titles to what fits */
@@ -463,6 +495,7 @@ int td_plot_main(int argc, char **argv) {
   else if (rc == 0)
     printf("%s: %zu curve(s) of %s by %s (gnuplot script %s)\n", out, n, y, x, script_path);
   free(titles);
+  free(nodes);
   td__ledgers_runs_free(series, n);
   free(args);
   td__ledgers_close(&set);

@@ -110,6 +110,16 @@ static void run_line(json_object *run, char *buf, size_t len) {
            rounds, loss, acc, test);
 }
 
+/* "bytes   round 12: 1000.0 kB sent, 40.0 kB of updates received" (the newest round's row;
+ * nothing before one). */
+static void round_bytes_line(json_object *run) {
+  if (isnan(td__cli_jnum(run, "last_row_round")))
+    return;
+  printf("bytes   round %.0f: %.1f kB sent, %.1f kB of updates received\n",
+         td__cli_jnum(run, "last_row_round"), td__cli_jnum(run, "last_row_bytes_sent") / 1e3,
+         td__cli_jnum(run, "last_row_bytes_recv") / 1e3);
+}
+
 /* "ledger  ok", or degraded with the cause and what is kept in memory. */
 static void ledger_line(json_object *o) {
   json_object *l = NULL;
@@ -186,6 +196,7 @@ int td__views_status(bool json, bool watch, double every_s) {
         printf("listen  %s (advertising %s)\n", listen, td__cli_jstr(o, "endpoint"));
       printf("peers   %zu (%zu alive)\n", np, alive);
       printf("%s\n", line);
+      round_bytes_line(run);
       if (strcmp(td__cli_jstr(run, "backend_reason"), "-") != 0)
         printf("backend %s\n", td__cli_jstr(run, "backend_reason"));
       if (strcmp(td__cli_jstr(run, "error"), "-") != 0)

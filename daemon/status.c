@@ -118,6 +118,13 @@ static json_object *run_json(const td__run_stats_t *st) {
   /* a text run's metric: held-out bits per byte (the accuracies stay null) */
   json_object_object_add(run, "eval_bpb", td__json_real(st->eval_bpb));
   json_object_object_add(run, "test_bpb", td__json_real(st->test_bpb));
+  /* the newest round's row: bytes this node sent in it (every run frame) and
+   * the update bytes it received that counted for it; null before one (flat
+   * keys, none named like the run's own: scripts grep this JSON) */
+  bool row = st->row_round > 0;
+  json_object_object_add(run, "last_row_round", row ? count(st->row_round) : NULL);
+  json_object_object_add(run, "last_row_bytes_sent", row ? count(st->row_bytes_sent) : NULL);
+  json_object_object_add(run, "last_row_bytes_recv", row ? count(st->row_bytes_recv) : NULL);
   json_object_object_add(run, "updates_received", count(st->updates_received));
   json_object_object_add(run, "late_peers", count(st->late_peers));
   json_object_object_add(run, "cut_peers", count(st->cut_peers));

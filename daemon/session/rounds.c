@@ -167,6 +167,11 @@ static void round_row(td__session_t *s, uint64_t round, double eval_acc, double 
       .bytes_sent = bytes_sent, .bytes_recv = bytes_recv, .lr = o->lr,
       .compute_s = o->compute_s + o->fill_s, .wait_s = o->idle_s, .capacity = o->capacity,
       .members = members, .partitions = took_part};
+  if (round >= s->row_round) { /* what status shows as the last round's traffic */
+    s->row_round = round;
+    s->row_bytes_sent = bytes_sent;
+    s->row_bytes_recv = bytes_recv;
+  }
   if (o->round == round && o != &none) {
     memcpy(o->members_text, members, sizeof members);
     o->row = row;

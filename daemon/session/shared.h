@@ -296,6 +296,8 @@ struct td__session {
   uint64_t peer_round[TD_MEMBERS_MAX];    /* async: newest round received per peer */
   uint64_t bytes_sent_mark;  /* the transport's run bytes sent when this round began */
   uint64_t bytes_recv_round; /* update bytes received that counted for this round */
+  uint64_t row_round;        /* the newest round whose row was written (0: none yet)... */
+  uint64_t row_bytes_sent, row_bytes_recv; /* ...and the bytes it recorded */
   bool closing; /* the open round's aggregation runs on the pool */
   /* Client sampling and stragglers (rounds.c; sync mode): */
   uint64_t sample;     /* members sampled for the open round (bit i: member i) */
@@ -360,6 +362,7 @@ typedef struct td__run_stats {
   uint64_t updates_received, late_peers, transfers, snapshots_served, joins_admitted;
   uint64_t cut_peers; /* sampled updates cut by min_updates */
   uint64_t reconciled, reconciled_partial, reconciled_via_hub, reconciled_as_hub;
+  uint64_t row_round, row_bytes_sent, row_bytes_recv; /* the newest round's row (0: none) */
   char error[256];
   char refused[512];
   char untrained[256];      /* partitions (ranks) no round trained: "2 (node ID)"; "" */

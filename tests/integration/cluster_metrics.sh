@@ -3,7 +3,8 @@
 # with --metrics on an ephemeral port (read back from DATA_DIR/metrics_port),
 # run a short sync run; /metrics is scraped with curl during the run and after
 # it: the counters move (rounds, samples, bytes sent to b), the figures match
-# the ledger once the run is over, `promtool check metrics` accepts both
+# the ledger once the run is over (and status's last round's bytes are the
+# ledger's last row), `promtool check metrics` accepts both
 # scrapes (skipped with a message without promtool), and a busy port or a bad
 # address stops traind at start with one clear line. Off by default: b, started
 # without the flag, has no metrics_port. When a stops, the port is closed.
@@ -124,6 +125,17 @@ acc=$(value end traind_run_eval_accuracy)
 st_acc=$(json_field "$(ctl a status --json)" eval_accuracy)
 awk -v a="$acc" -v b="$st_acc" 'BEGIN { d = a - b; exit !(d < 1e-9 && d > -1e-9) }' \
   && pass "eval accuracy $acc, as trainctl status says" || fail "eval accuracy $acc, status $st_acc"
+# status: the newest round's bytes sent and received are its ledger row's
+st_bytes=$(ctl a status --json | python3 -c 'import json, sys
+r = json.load(sys.stdin)["run"]
+print(r["last_row_round"], r["last_row_bytes_sent"], r["last_row_bytes_recv"])')
+row=$(sql a "SELECT round || ' ' || bytes_sent || ' ' || bytes_recv FROM rounds ORDER BY round DESC LIMIT 1")
+read -r r_round r_sent r_recv <<<"$row"
+line=$(awk -v r="$r_round" -v s="$r_sent" -v v="$r_recv" \
+  'BEGIN { printf "bytes   round %s: %.1f kB sent, %.1f kB of updates received", r, s / 1e3, v / 1e3 }')
+[ -n "$row" ] && [ "$r_sent" -gt 0 ] && [ "$st_bytes" = "$row" ] && ctl a status | grep -qxF "$line" \
+  && pass "status: last round's bytes ($st_bytes) are the ledger's; human: $line" \
+  || fail "status last_row_* '$st_bytes', ledger '$row', human line '$line' not in: $(ctl a status | grep '^bytes')"
 grep -q "^traind_link_codec_info{peer=\"$b_id\",codec=\"none\"} 1$" "$T/end.prom" \
   && pass "link to b: codec none" || fail "no codec info for the link to b"
 grep -q '^traind_dropped_messages_total{kind="malformed"} 0$' "$T/end.prom" \

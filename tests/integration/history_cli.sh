@@ -7,8 +7,10 @@
 # rows); run id prefixes (unique, ambiguous, missing, DB:RUN); plot writes a
 # gnuplot script whose curves and legend match the runs asked for and a PNG
 # that decodes (zlib + struct, no PIL) at the requested size; a missing
-# metric, a missing run and a missing gnuplot each fail with one line; the
-# ledgers are never written to.
+# metric, a missing run and a missing gnuplot each fail with one line; --y
+# bytes and bytes_recv hold the ledgers' per-round figures, and runs of a
+# 2-node and a 6-node cluster are told apart by node count; the ledgers are
+# never written to.
 . "${top_srcdir:-.}/tests/integration/lib.sh"
 TRAINCTL="${top_builddir:-$(pwd)}/trainctl"
 MK="${top_builddir:-$(pwd)}/tests/integration/td_mkledger"
@@ -169,6 +171,51 @@ titles=$(gp_titles "$T/nodes.gp")
 run plotg tc plot ab12 ab34 --y goodput --x bytes -o "$T/goodput.png"
 [ "$(rc_of plotg)" = 0 ] && [ -s "$T/goodput.png" ] && pass "plot --y goodput --x bytes" \
   || { fail "plot goodput"; cat "$T/plotg.err"; }
+
+# --y bytes: kB each node sent per round, drawn by round unless --x says
+# otherwise; every datablock holds exactly its ledger's bytes_sent / 1000
+# (bytes_recv likewise), read by Python's sqlite3 from the ledger the script
+# names for the curve
+bytes_match() { # GP COLUMN [X]: prints the curves checked, fails on any difference
+  python3 - "$1" "$2" "${3:-round}" <<'EOF'
+import re, sqlite3, sys
+text = open(sys.argv[1]).read()
+curves = re.findall(r"^# curve (\d+): run ([0-9a-f]{16}) in (.*)$", text, re.M)
+assert curves, "no curves"
+for num, rid, path in curves:
+    block = re.search(r"^\$s%d << EOD\n(.*?)^EOD$" % (int(num) - 1), text, re.M | re.S).group(1)
+    got = [tuple(map(float, line.split())) for line in block.splitlines()]
+    sid = int(rid, 16) - (1 << 64 if int(rid, 16) >= 1 << 63 else 0)
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    want = [(float(r), b / 1000.0) for r, b in con.execute(
+        f"SELECT {sys.argv[3]}, {sys.argv[2]} FROM rounds WHERE run_id = ? ORDER BY round", (sid,))]
+    assert want and len(got) == len(want), (rid, path, len(got), len(want))
+    for g, w in zip(got, want):
+        assert g[0] == w[0] and abs(g[1] - w[1]) <= 1e-9 * w[1], (rid, path, g, w)
+print(len(curves))
+EOF
+}
+run plotb tc plot ab12 ab34 --db "$T/n0" --db "$T/n1" --y bytes -o "$T/bytes.png"
+curves=$(bytes_match "$T/bytes.gp" bytes_sent 2>"$T/bytes.py.err")
+[ "$(rc_of plotb)" = 0 ] && [ -s "$T/bytes.png" ] && [ "$curves" = 4 ] \
+  && grep -q '^set xlabel "round"$' "$T/bytes.gp" && grep -q '^set ylabel "kB sent by the node in the round"$' "$T/bytes.gp" \
+  && pass "plot --y bytes: $curves curves (2 runs x 2 nodes) by round, in kB, equal to the ledgers' bytes_sent" \
+  || { fail "plot bytes: '$curves'"; cat "$T/plotb.err" "$T/bytes.py.err"; }
+run plotbr tc plot ab34 --db "$T/n0" --y bytes_recv --x samples -o "$T/recv.png"
+curves=$(bytes_match "$T/recv.gp" bytes_recv 'sum(samples) OVER (ORDER BY round)' 2>"$T/recv.py.err")
+[ "$(rc_of plotbr)" = 0 ] && [ "$curves" = 1 ] && grep -q '^set xlabel "samples trained by the node"$' "$T/recv.gp" \
+  && pass "plot --y bytes_recv --x samples: equal to the ledger's bytes_recv" \
+  || { fail "plot bytes_recv: '$curves'"; cat "$T/plotbr.err" "$T/recv.py.err"; }
+# a run of a 6-node cluster (its own ledger: every round sends 5 times the
+# bytes) beside the 2-node one: the legend tells them apart by node count
+mkdir -p "$T/six0" && "$MK" "$T/six0/traind.db" 0 6 \
+  && sqlite3 "$T/six0/traind.db" 'PRAGMA wal_checkpoint(TRUNCATE)' >/dev/null || fail "td_mkledger 6 nodes"
+run plotc tc plot "$T/n0:ab12" "$T/six0:ab12" --y bytes -o "$T/clusters.png"
+titles=$(gp_titles "$T/clusters.gp")
+curves=$(bytes_match "$T/clusters.gp" bytes_sent 2>"$T/clusters.py.err")
+[ "$(rc_of plotc)" = 0 ] && [ "$titles" = '"nodes=2, node n0"|"nodes=6, node six0"|' ] && [ "$curves" = 2 ] \
+  && pass "plot --y bytes across node counts: legend $titles, values from each ledger" \
+  || { fail "plot bytes across clusters: $titles '$curves'"; cat "$T/plotc.err" "$T/clusters.py.err"; }
 
 # errors: one line each
 run nobpb tc plot ab12 --y bpb -o "$T/x.png"

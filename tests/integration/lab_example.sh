@@ -55,8 +55,9 @@ check_run() {
       || fail "$name: ledger n$i does not hold 3 finished runs"
   done
   if [ -s "$out/accuracy-by-time.png" ] && [ "$(grep -c 'using 1:2' "$out/accuracy-by-time.gp")" = 3 ] \
-     && [ "$(grep -c 'using 1:2' "$out/nodes-sync_none-loss.gp")" = 4 ]; then
-    pass "$name: plots (3 variants by time, 4 nodes of sync_none)"
+     && [ "$(grep -c 'using 1:2' "$out/nodes-sync_none-loss.gp")" = 4 ] \
+     && [ -s "$out/bytes-by-round.png" ] && [ "$(grep -c 'using 1:2' "$out/bytes-by-round.gp")" = 3 ]; then
+    pass "$name: plots (3 variants by time and kB sent by round, 4 nodes of sync_none)"
   else fail "$name: plots missing"; ls "$out"; fi
   # the curves are named by the experiment's [variant] names
   titles=$(grep 'using 1:2' "$out/accuracy-by-time.gp" | grep -o 'title "[^"]*"' | tr '\n' ' ')

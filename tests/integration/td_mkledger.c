@@ -2,7 +2,7 @@
  * daemon's own ledger API (daemon/store/ledger.h, real SQLite), for the history and
  * plot tests (history_cli.sh).
  *
- *   td_mkledger PATH NODE
+ *   td_mkledger PATH NODE [NODES]
  *
  * Runs (ids chosen so that "ab" is an ambiguous prefix and the third id has
  * the sign bit set, as half of all real ids do):
@@ -12,7 +12,13 @@
  * NODE (0, 1, ...) shifts the numbers a little, so that the ledgers of two
  * "nodes" of the same runs differ. Every round has loss, bytes, compute and
  * wait seconds; every second round an evaluation; runs 1-2 have two updates
- * and one link measurement per round; events mark each run's start and end. */
+ * and one link measurement per round; events mark each run's start and end.
+ * NODES (default 2) is the size of the cluster the runs had: the run_start
+ * events say "rank NODE of NODES", and every round sends (NODES - 1) times
+ * the bytes, as a mesh does. Given, it also puts NODES << 40 into the run ids
+ * (ab12000000000001 becomes ab12060000000001 for 6), so that the runs of a
+ * cluster of another size are other runs, and lists NODES members in every
+ * round's row. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,11 +33,21 @@ static int fail(const char *what) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 3) {
-    fprintf(stderr, "usage: td_mkledger PATH NODE\n");
+  if (argc != 3 && argc != 4) {
+    fprintf(stderr, "usage: td_mkledger PATH NODE [NODES]\n");
     return 2;
   }
   int node = atoi(argv[2]);
+  int nodes = argc == 4 ? atoi(argv[3]) : 2;
+  if (nodes < 2 || nodes > 64 || node < 0 || node >= nodes) {
+    fprintf(stderr, "td_mkledger: NODES in [2, 64], NODE in [0, NODES)\n");
+    return 2;
+  }
+  uint64_t id_mark = argc == 4 ? (uint64_t)nodes << 40 : 0;
+  char members[64 * 17] = "";
+  for (int m = 0; argc == 4 && m < nodes; m++)
+    snprintf(members + strlen(members), sizeof members - strlen(members), "%s%016llx",
+             m ? "," : "", 0xfeed0000ull + (unsigned long long)m);
   char why[256];
   td_ledger_t *l;
   if (td_ledger_open(&l, argv[1], why, sizeof why) != 0) {
@@ -61,36 +77,38 @@ int main(int argc, char **argv) {
     td_runspec_format(&rs, spec, sizeof spec);
     double start = t0 + 1000.0 * (double)k;
     char detail[128];
-    if (td_ledger_run_start(l, runs[k].id, spec, start) != 0)
+    uint64_t run_id = runs[k].id ^ id_mark;
+    if (td_ledger_run_start(l, run_id, spec, start) != 0)
       return fail("run_start");
-    snprintf(detail, sizeof detail, "run %016llx rank %d of 2, from round 0",
-             (unsigned long long)runs[k].id, node);
+    snprintf(detail, sizeof detail, "run %016llx rank %d of %d, from round 0",
+             (unsigned long long)run_id, node, nodes);
     td_ledger_event_add(l, start, "run_start", detail);
     double t = start;
     for (unsigned r = 1; r <= runs[k].rounds; r++) {
       td_ledger_begin(l);
       double len = 1.5 + 0.5 * (double)k + 0.1 * node;
       td_ledger_round_t row = {
-          .run_id = runs[k].id, .round = r, .started = t, .ended = t + len, .eval_bpb = NAN,
+          .run_id = run_id, .round = r, .started = t, .ended = t + len, .eval_bpb = NAN,
           .local_steps = 16, .batch = 64, .samples = 1024 + 32 * (uint64_t)node,
           .loss = 2.3 / (1.0 + 0.3 * r + 0.1 * (double)k) + 0.01 * node,
           .eval_acc = r % 2 == 0 ? 0.5 + 0.4 * (1.0 - 1.0 / (1.0 + 0.3 * r)) - 0.02 * (double)k
                                  : NAN,
-          .bytes_sent = 50000 * (k == 1 ? 1 : 20) + 100 * (uint64_t)node,
+          .bytes_sent = (50000 * (k == 1 ? 1 : 20) + 100 * (uint64_t)node) * (uint64_t)(nodes - 1),
           .bytes_recv = 40000, .lr = 0.05,
-          .compute_s = 0.8, .wait_s = 0.2 + 0.1 * (double)k, .capacity = 700.0};
+          .compute_s = 0.8, .wait_s = 0.2 + 0.1 * (double)k, .capacity = 700.0,
+          .members = members[0] ? members : NULL};
       if (td_ledger_round_add(l, &row) != 0)
         return fail("round_add");
       if (runs[k].updates) {
         for (unsigned u = 0; u < 2; u++) {
-          td_ledger_update_t up = {.run_id = runs[k].id, .round = r, .peer = 0xfeed0000ull + u,
+          td_ledger_update_t up = {.run_id = run_id, .round = r, .peer = 0xfeed0000ull + u,
                                    .peer_round = r - (u == 1 && r > 1), .staleness = u == 1 && r > 1,
                                    .bytes = 30000, .codec = k == 1 ? "topk:0.01" : "none",
                                    .ratio = k == 1 ? 40.0 : 1.0, .arrived = t + len - 0.1};
           if (td_ledger_update_add(l, &up) != 0)
             return fail("update_add");
         }
-        td_ledger_link_t link = {.run_id = runs[k].id, .round = r, .peer = 0xfeed0000ull,
+        td_ledger_link_t link = {.run_id = run_id, .round = r, .peer = 0xfeed0000ull,
                                  .at = t + len, .goodput_bps = 250000.0 * (1 + (double)k) + r * 1000,
                                  .rtt_ms = 12.5, .codec = k == 1 ? "topk:0.01" : "none",
                                  .budget_bytes = 1e6, .window_bytes = 65536, .bytes_sent = 50000};
@@ -103,9 +121,9 @@ int main(int argc, char **argv) {
         td_ledger_event_add(l, t + 0.5, "late", "round 3 peer 00000000feed0001, \"slow\"");
       t += len;
     }
-    if (td_ledger_run_end(l, runs[k].id, "finished", t + 0.5, 0.8 - 0.03 * (double)k) != 0)
+    if (td_ledger_run_end(l, run_id, "finished", t + 0.5, 0.8 - 0.03 * (double)k) != 0)
       return fail("run_end");
-    snprintf(detail, sizeof detail, "run %016llx finished", (unsigned long long)runs[k].id);
+    snprintf(detail, sizeof detail, "run %016llx finished", (unsigned long long)run_id);
     td_ledger_event_add(l, t + 0.5, "run_end", detail);
   }
   /* an event outside every run: no export may include it */
