@@ -5,22 +5,37 @@
  * (ledgerq.c) and answers from its done callback. One connection carries one
  * request and one response (control_conn.c). The commands that change who
  * belongs (join, key, allow, revoke) are in control_admit.c, those about the
- * run (start, stop, verify) in control_run.c; the rest answer here. */
+ * run (start, stop, verify) in control_run.c; the rest answer here.
+ *
+ * The clients hold at most their share of the descriptor budget
+ * (descriptors.c plans `control_clients`, at most 64). A client accepted
+ * while the share is full makes room by closing the open client that has been
+ * idle longest (no whole request read yet; the least recently accepted or
+ * heard from), so that whoever holds idle connections cannot lock the
+ * operator out: a new `trainctl status` always evicts one of them. A client
+ * with a request in flight is never closed for another; when all of them
+ * have one, the newcomer is told the socket is busy and closed. */
 #include "daemon/control_admit.h"
 #include "daemon/control_conn.h"
 #include "daemon/control_run.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "common/error.h"
+#include "daemon/base/log.h"
 
 #define LISTEN_BACKLOG 16
 /* Smallest read buffer offered to libuv. */
 #define READ_CHUNK 4096
+/* A share that overflows again after this long is a new burst, logged anew. */
+#define CROWDED_LOG_GAP_MS 10000
 
 static void rounds_answered(char *json, uint64_t total, void *user) {
   conn_t *c = user;
@@ -48,6 +63,23 @@ static void cmd_rounds(conn_t *c, const Traind__ControlRequest *req) {
   }
 }
 
+/* status's JSON, with the clients of this socket in its descriptors object
+ * beside their share (status.c plans nothing of them: they are counted here):
+ * how many are open, how many idle ones were closed to make room, how many
+ * newcomers were turned away because every open one had a request in flight */
+static json_object *status_json(td__control_t *ctl) {
+  json_object *o = td__status_json(ctl->n), *d = NULL;
+  if (!json_object_object_get_ex(o, "descriptors", &d) || d == NULL)
+    return o;
+  int64_t open = 0;
+  for (const conn_t *c = ctl->conns; c != NULL; c = c->next)
+    open += !c->closing;
+  json_object_object_add(d, "control_clients", json_object_new_int64(open));
+  json_object_object_add(d, "control_evicted", json_object_new_int64((int64_t)ctl->evicted));
+  json_object_object_add(d, "control_refused", json_object_new_int64((int64_t)ctl->refused));
+  return o;
+}
+
 static void handle_request(conn_t *c, const uint8_t *frame, size_t len) {
   td__node_t *n = c->ctl->n;
   Traind__ControlRequest *req = NULL;
@@ -57,7 +89,7 @@ static void handle_request(conn_t *c, const uint8_t *frame, size_t len) {
     return;
   }
   switch (req->command) {
-  case TRAIND__CONTROL_REQUEST__COMMAND__STATUS: respond_json(c, td__status_json(n)); break;
+  case TRAIND__CONTROL_REQUEST__COMMAND__STATUS: respond_json(c, status_json(c->ctl)); break;
   case TRAIND__CONTROL_REQUEST__COMMAND__JOIN:
     td__control_cmd_join(c, req->endpoint, req->key, req->invite);
     break;
@@ -125,6 +157,8 @@ static void conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     return;
   }
   c->len += (size_t)nread;
+  if (nread > 0)
+    c->active_seq = ++c->ctl->activity_seq;
   if (c->len < TD_CONTROL_HEADER_BYTES || c->responded)
     return;
   size_t frame = td_control_frame_len(c->buf);
@@ -135,7 +169,71 @@ static void conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   if (c->len < frame + TD_CONTROL_HEADER_BYTES)
     return;
   uv_read_stop(s);
+  c->requested = true;
   handle_request(c, c->buf + TD_CONTROL_HEADER_BYTES, frame);
+}
+
+/* The clients' share of the descriptor budget; never 0, or none could talk. */
+static uint64_t control_share(const td__control_t *ctl) {
+  uint64_t share = td__transport_descriptors(ctl->n->net)->control_clients;
+  return share > 0 ? share : 1;
+}
+
+static void note_crowded(td__control_t *ctl, uint64_t open, const char *what) {
+  uint64_t now = uv_now(&ctl->n->loop);
+  bool first = ctl->evicted + ctl->refused == 1;
+  if (first || now - ctl->crowded_ms >= CROWDED_LOG_GAP_MS)
+    td_log_warn("control socket: %" PRIu64 " clients fill their share of descriptors: %s "
+                "(the rest of this burst is counted in status, not logged: %" PRIu64
+                " evicted, %" PRIu64 " refused so far)",
+                open, what, ctl->evicted, ctl->refused);
+  ctl->crowded_ms = now;
+}
+
+/* Bytes a client sent that the loop has not read yet: a client accepted in a
+ * burst may hold its whole request there, unseen, while more clients come. */
+static bool has_unread(conn_t *c) {
+  uv_os_fd_t fd;
+  int unread = 0;
+  return uv_fileno((uv_handle_t *)&c->pipe, &fd) == 0 && ioctl(fd, FIONREAD, &unread) == 0 &&
+         unread > 0;
+}
+
+/* Keep the open clients within their share as `fresh` comes in: close the
+ * idle one heard from least recently (one whose request waits unread is
+ * spared while another will do), or, when every other one is being served,
+ * answer `fresh` that the socket is busy. False when `fresh` was turned away. */
+static bool make_room(td__control_t *ctl, conn_t *fresh) {
+  uint64_t share = control_share(ctl), open = 0;
+  for (conn_t *c = ctl->conns; c != NULL; c = c->next)
+    open += c != fresh && !c->closing;
+  if (open < share)
+    return true;
+  conn_t *idlest = NULL, *silent = NULL;
+  for (conn_t *c = ctl->conns; c != NULL; c = c->next) {
+    if (c == fresh || c->closing || c->requested || c->responded)
+      continue;
+    if (idlest == NULL || c->active_seq < idlest->active_seq)
+      idlest = c;
+    if ((silent == NULL || c->active_seq < silent->active_seq) && !has_unread(c))
+      silent = c;
+  }
+  if (silent != NULL)
+    idlest = silent;
+  if (idlest != NULL) {
+    ctl->evicted++;
+    note_crowded(ctl, open, "closed the client idle longest to let a new one in");
+    td__control_conn_close(idlest);
+    return true;
+  }
+  ctl->refused++;
+  note_crowded(ctl, open, "each has a request in flight, so a new client was told to retry");
+  char why[160];
+  snprintf(why, sizeof why,
+           "the control socket is busy: %" PRIu64 " clients have requests in flight; try again",
+           open);
+  respond(fresh, TD_EIO, why, NULL);
+  return false;
 }
 
 static void on_connection(uv_stream_t *server, int status) {
@@ -152,8 +250,12 @@ static void on_connection(uv_stream_t *server, int status) {
   uv_timer_init(&ctl->n->loop, &c->wait_timer);
   c->pipe.data = c->wait_timer.data = c;
   c->refs = 2; /* the two handles */
-  if (uv_accept(server, (uv_stream_t *)&c->pipe) != 0 ||
-      uv_read_start((uv_stream_t *)&c->pipe, conn_alloc, conn_read) != 0)
+  c->active_seq = ++ctl->activity_seq;
+  if (uv_accept(server, (uv_stream_t *)&c->pipe) != 0) {
+    td__control_conn_close(c);
+    return;
+  }
+  if (make_room(ctl, c) && uv_read_start((uv_stream_t *)&c->pipe, conn_alloc, conn_read) != 0)
     td__control_conn_close(c);
 }
 

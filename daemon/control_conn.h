@@ -24,6 +24,11 @@ typedef struct conn {
   uv_timer_t wait_timer;
   unsigned refs; /* open handles + a query in flight */
   bool closing, responded;
+  /* a whole request was read: the client is being served and is never
+   * closed to make room for another */
+  bool requested;
+  /* when it was accepted or last sent bytes, on the control's activity count */
+  uint64_t active_seq;
   uint8_t *buf;
   size_t len, cap;
   uv_write_t write_req;
@@ -54,6 +59,10 @@ struct td__control {
   bool listening, bound, stopped;
   conn_t *conns;
   conn_t *pending_join;
+  /* the clients' share (control.c): every accept or read takes the next
+   * activity number; evicted and refused count the clients let go when the
+   * share was full, and crowded_ms is when that last happened (loop clock) */
+  uint64_t activity_seq, evicted, refused, crowded_ms;
 };
 
 /* Drop one reference (a closed handle, a finished query); the last frees
