@@ -63,8 +63,14 @@ am=$(json_field "$(ctl a status --json)" test_accuracy)
   && pass "sync: d ends on the members' model ($aj)" || fail "sync: d $aj, members $am"
 
 # ---- coming back ---------------------------------------------------------------------------
+# 64 local steps a round, not 16: the returning d must start its session from
+# the admitter's RunStart (relayed to it, as d accepts no connections) within
+# the admitter's 3-round lead, or the members' first update of its round is
+# dropped and that round waits out its 30 s deadline (comeback.c documents
+# the race for rounds of a few ms); at 16 steps a rehearsal lost it twice in
+# about a dozen runs and the nodes ended apart
 out=$(ctl a start --set mode=overlap --set model=mlp:784-256-10 --set batch=64 --set lr=0.05 \
-      --set local_steps=16 --set rounds=40 --set eval_every=10 --set seed=9 --set slowdown=2) \
+      --set local_steps=64 --set rounds=40 --set eval_every=10 --set seed=9 --set slowdown=2) \
   || fail "start: $out"
 run_id=$(sed -E 's/started run ([0-9a-f]+).*/\1/' <<<"$out")
 for i in $(seq 300); do [ "$(rounds_of d)" -ge 5 ] && break; sleep 0.2; done
