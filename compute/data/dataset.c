@@ -20,39 +20,38 @@
 
 #include "common/error.h"
 
-td_dataset_t *td__dataset_new(size_t rows, size_t dim) {
-  if (dim != 0 && rows > SIZE_MAX / sizeof(float) / dim)
+/* A dataset of rows x dim features of `elem` bytes each (4: floats in x, 1:
+ * bytes in b) and rows labels; NULL when it overflows or memory runs out. */
+static td_dataset_t *dataset_new(size_t rows, size_t dim, size_t elem) {
+  if (dim != 0 && rows > SIZE_MAX / elem / dim)
     return NULL;
   td_dataset_t *ds = calloc(1, sizeof *ds);
   if (ds == NULL)
     return NULL;
   ds->rows = rows;
   ds->dim = dim;
-  size_t values = rows * dim;
-  ds->x = malloc((values > 0 ? values : 1) * sizeof(float));
+  size_t bytes = (rows * dim > 0 ? rows * dim : 1) * elem;
+  void *features = malloc(bytes);
+  if (elem == sizeof(float))
+    ds->x = features;
+  else
+    ds->b = features;
   ds->y = malloc((rows > 0 ? rows : 1) * sizeof(int32_t));
-  if (ds->x == NULL || ds->y == NULL) {
+  if (features == NULL || ds->y == NULL) {
     td_dataset_close(&ds);
     return NULL;
   }
   return ds;
 }
 
+td_dataset_t *td__dataset_new(size_t rows, size_t dim) {
+  return dataset_new(rows, dim, sizeof(float));
+}
+
 td_dataset_t *td__dataset_new_bytes(size_t rows, size_t dim) {
-  if (dim != 0 && rows > SIZE_MAX / dim)
-    return NULL;
-  td_dataset_t *ds = calloc(1, sizeof *ds);
+  td_dataset_t *ds = dataset_new(rows, dim, 1);
   if (ds == NULL)
     return NULL;
-  ds->rows = rows;
-  ds->dim = dim;
-  size_t values = rows * dim;
-  ds->b = malloc(values > 0 ? values : 1);
-  ds->y = malloc((rows > 0 ? rows : 1) * sizeof(int32_t));
-  if (ds->b == NULL || ds->y == NULL) {
-    td_dataset_close(&ds);
-    return NULL;
-  }
   for (int v = 0; v < 256; v++) /* v / 255.0f exactly, as the IDX loader converts */
     ds->value[v] = (float)v / 255.0f;
   return ds;
