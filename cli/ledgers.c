@@ -105,10 +105,15 @@ int td__ledgers_add(td__ledgers_set_t *set, const char *path) {
   }
   /* a bits-per-byte column, for text models, under any of these names */
   static const char *const bpb_names[] = {"eval_bpb", "bpb", "eval_metric"};
+  bool has_consensus = false; /* schema 7 on: gossip and group runs' consensus distance */
   if (sqlite3_prepare_v2(db, "SELECT name FROM pragma_table_info('rounds')", -1, &st_cols,
                          NULL) == SQLITE_OK) {
-    while (sqlite3_step(st_cols) == SQLITE_ROW && bpb[0] == '\0') {
+    while (sqlite3_step(st_cols) == SQLITE_ROW) {
       const char *c = (const char *)sqlite3_column_text(st_cols, 0);
+      if (c != NULL && strcmp(c, "consensus") == 0)
+        has_consensus = true;
+      if (bpb[0] != '\0')
+        continue;
       for (size_t i = 0; c && i < sizeof bpb_names / sizeof bpb_names[0]; i++)
         if (strcmp(c, bpb_names[i]) == 0)
           snprintf(bpb, sizeof bpb, "%s", c);
@@ -128,6 +133,7 @@ int td__ledgers_add(td__ledgers_set_t *set, const char *path) {
   snprintf(d->path, sizeof d->path, "%s", full);
   d->db = db;
   d->has_eval_bpb = bpb[0] != '\0';
+  d->has_consensus = has_consensus;
   snprintf(d->bpb_column, sizeof d->bpb_column, "%s", bpb);
   make_label(d);
   return (int)set->n++;

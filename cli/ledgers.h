@@ -30,6 +30,7 @@ typedef struct {
   char label[256]; /* the data dir's name, or the file's without .db */
   sqlite3 *db;
   bool has_eval_bpb; /* the rounds table has a bits-per-byte column */
+  bool has_consensus; /* ... and a consensus column (topology gossip, groups) */
   char bpb_column[32];
 } td__ledgers_db_t;
 

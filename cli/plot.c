@@ -49,6 +49,7 @@ static const axis_t Y_AXES[] = {
     {"bytes", "kB sent by the node in the round"},
     {"bytes_recv", "kB of updates received by the node for the round"},
     {"client_accuracy", "accuracy on each client's held-out share"},
+    {"consensus", "consensus distance, the node's estimate (topology gossip, groups)"},
 };
 
 static const axis_t *find_axis(const axis_t *axes, size_t n, const char *name) {
@@ -77,6 +78,8 @@ static const char *y_expr(const char *y, const td__ledgers_db_t *d, char *buf, s
   if (strcmp(y, "staleness") == 0)
     return "(SELECT avg(u.staleness) FROM updates u WHERE u.run_id = r.run_id"
            " AND u.round = r.round)";
+  if (strcmp(y, "consensus") == 0 && d->has_consensus)
+    return "r.consensus";
   if (strcmp(y, "bpb") == 0 && d->has_eval_bpb) {
     snprintf(buf, len, "r.\"%s\"", d->bpb_column);
     return buf;
@@ -279,7 +282,7 @@ static int run_gnuplot(const char *script) {
 
 static int usage_err(void) {
   fprintf(stderr, "trainctl: error: usage: trainctl plot RUN... [--x time|round|samples|bytes]"
-                  " [--y accuracy|loss|bpb|goodput|staleness|idle|bytes|bytes_recv|"
+                  " [--y accuracy|loss|bpb|goodput|staleness|idle|bytes|bytes_recv|consensus|"
                   "client_accuracy]"
                   " [-o FILE.png|FILE.svg]"
                   " [--script FILE.gp] [--size WxH] [--db FILE | --data-dir DIR]...\n");
@@ -328,14 +331,16 @@ int td_plot_main(int argc, char **argv) {
     rc = usage_err();
   /* bytes per round read best by round; every other metric over time */
   if (x == NULL)
-    x = strcmp(y, "bytes") == 0 || strcmp(y, "bytes_recv") == 0 ? "round" : "time";
+    x = strcmp(y, "bytes") == 0 || strcmp(y, "bytes_recv") == 0 || strcmp(y, "consensus") == 0
+            ? "round"
+            : "time";
   if (rc == 0 && find_axis(X_AXES, sizeof X_AXES / sizeof X_AXES[0], x) == NULL) {
     fprintf(stderr, "trainctl: error: --x '%s' (accepted: time, round, samples, bytes)\n", x);
     rc = 2;
   }
   if (rc == 0 && find_axis(Y_AXES, sizeof Y_AXES / sizeof Y_AXES[0], y) == NULL) {
     fprintf(stderr, "trainctl: error: --y '%s' (accepted: accuracy, loss, bpb, goodput, "
-                    "staleness, idle, bytes, bytes_recv, client_accuracy)\n", y);
+                    "staleness, idle, bytes, bytes_recv, client_accuracy, consensus)\n", y);
     rc = 2;
   }
   /* the clients' spread: min, median and max over the clients of each round */

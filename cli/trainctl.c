@@ -522,7 +522,7 @@ static const command_t COMMANDS[] = {
      "a run's rows (csv: one block per table)", READS_LEDGER},
     {"plot", td_plot_main,
      "RUN... [--x time|round|samples|bytes]"
-     " [--y accuracy|loss|bpb|goodput|staleness|idle|bytes|bytes_recv|client_accuracy]"
+     " [--y accuracy|loss|bpb|goodput|staleness|idle|bytes|bytes_recv|client_accuracy|consensus]"
      " [-o FILE.png|FILE.svg] [--script FILE.gp] [--size WxH]",
      "curves with gnuplot, one per run and node", READS_LEDGER},
     {"model", td_model_main, "RUN [--round R] -o FILE [--format safetensors|onnx]",

@@ -115,9 +115,17 @@ static void run_line(json_object *run, char *buf, size_t len) {
 static void round_bytes_line(json_object *run) {
   if (isnan(td__cli_jnum(run, "last_row_round")))
     return;
-  printf("bytes   round %.0f: %.1f kB sent, %.1f kB of updates received\n",
+  printf("bytes   round %.0f: %.1f kB sent, %.1f kB of updates received",
          td__cli_jnum(run, "last_row_round"), td__cli_jnum(run, "last_row_bytes_sent") / 1e3,
          td__cli_jnum(run, "last_row_bytes_recv") / 1e3);
+  const char *topo = td__cli_jstr(run, "topology");
+  double consensus = td__cli_jnum(run, "last_row_consensus");
+  if (topo[0] != '\0' && strcmp(topo, "mesh") != 0 && strcmp(topo, "-") != 0)
+    printf(" (%s: %.0f in its average%s", topo, td__cli_jnum(run, "last_row_mixed"),
+           isnan(consensus) ? ")" : "");
+  if (!isnan(consensus))
+    printf(", consensus distance %.3g)", consensus);
+  printf("\n");
 }
 
 /* "ledger  ok", or degraded with the cause and what is kept in memory. */

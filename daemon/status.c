@@ -125,6 +125,13 @@ static json_object *run_json(const td__run_stats_t *st) {
   json_object_object_add(run, "last_row_round", row ? count(st->row_round) : NULL);
   json_object_object_add(run, "last_row_bytes_sent", row ? count(st->row_bytes_sent) : NULL);
   json_object_object_add(run, "last_row_bytes_recv", row ? count(st->row_bytes_recv) : NULL);
+  /* who exchanges with whom (topology) and, in that row, how many members'
+   * updates the average held and the consensus distance (gossip, groups) */
+  json_object_object_add(run, "topology",
+                         st->topology[0] ? json_object_new_string(st->topology) : NULL);
+  json_object_object_add(run, "last_row_mixed", row ? count(st->row_mixed) : NULL);
+  json_object_object_add(run, "last_row_consensus",
+                         td__json_real(row ? st->row_consensus : NAN));
   json_object_object_add(run, "updates_received", count(st->updates_received));
   json_object_object_add(run, "late_peers", count(st->late_peers));
   json_object_object_add(run, "cut_peers", count(st->cut_peers));

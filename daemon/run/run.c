@@ -184,6 +184,7 @@ int td_run_start(td_run_t **out, const td_run_opts_t *opts, char *why, size_t wh
     return rc;
   }
   run->numel = td_model_numel(run->probe);
+  run->mixes = td_runspec_mixes(&run->spec);
   if (run->spec.fragments > run->numel) { /* before any buffer is sized */
     td_why(why, why_len, TD_ECONFIG, "fragments = %u: model %s has only %zu parameters",
            run->spec.fragments, run->spec.model, run->numel);

@@ -131,11 +131,23 @@ static void scaffold_round(td_run_t *run, uint64_t r, const float *avg) {
  * With overlap_fix = dc the average is first compensated for the anchor's
  * step since round r began: the previous round's step, on every node, also
  * after a round that waited for its own average (that choice is each node's
- * own, the anchors must not depend on it). */
+ * own, the anchors must not depend on it). With topology gossip or groups
+ * (run->mixes) the average is the partners' mixed model: the step is its
+ * distance from the anchor, and the plain outer step takes it as it is. */
 void td__compute_apply_round(td_run_t *run, uint64_t r, float *params, const float *lead) {
   td_outer_opts_t o;
   td_runspec_outer_opts(&run->spec, &o);
   float *avg = run->avg[r % 2];
+  if (run->mixes && o.kind == TD_OUTER_SGD && o.lr == 1 && o.momentum == 0 && o.clip == 0) {
+    /* the plain outer step: the mixed model itself, bit for bit (anchor + (m - anchor)
+     * would round differently on each partner) */
+    memcpy(run->anchor, avg, run->numel * sizeof(float));
+    memcpy(params, run->anchor, run->numel * sizeof(float));
+    return;
+  }
+  if (run->mixes) /* the partners' mixed model: its distance from the anchor is the step */
+    for (size_t i = 0; i < run->numel; i++)
+      avg[i] -= run->anchor[i];
   if (run->scaffold_c != NULL && lead == NULL) /* before the outer step: the plain mean */
     scaffold_round(run, r, avg);
   if (run->dc_drift != NULL)

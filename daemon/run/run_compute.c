@@ -500,6 +500,11 @@ static td__run_flow_t round_post_delta(td__compute_t *c, uint64_t round, const t
   else
     for (size_t i = 0; i < run->numel; i++)
       delta[i] = c->params[i] - base[i];
+  if (c->delta_ready && run->mixes) /* the clients' mean moved the anchor: a model again */
+    for (size_t i = 0; i < run->numel; i++)
+      delta[i] += run->anchor[i];
+  else if (run->mixes) /* gossip, groups: the message is the model itself */
+    memcpy(delta, c->params, run->numel * sizeof(float));
   c->delta_ready = false;
   td_run_event_t ev = {.kind = TD_RUN_ROUND_DONE, .round = round, .samples = st->samples,
                        .loss = st->loss, .compute_s = compute_s, .idle_s = c->idle,

@@ -59,6 +59,8 @@ struct td_run {
   float *anchor;   /* consensus model (sync/overlap) */
   float *delta[2]; /* own delta of round r in [r % 2] */
   float *avg[2];   /* average of round r in [r % 2], written by the loop */
+  bool mixes;      /* td_runspec_mixes: delta[] holds the model, avg[] the partners' mixed
+                      model (topology gossip, groups) */
   float *start;    /* params at the start of the round (overlap, async) */
   float *mom;      /* outer state (NULL when not needed): the outer optimizer's, sgd's
                       momentum or adam/yogi/adagrad's m then v (scheduler/outer.h), then

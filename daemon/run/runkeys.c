@@ -222,6 +222,16 @@ static int check_overlap_fix(td_runspec_t *rs, const char *v, char *why, size_t 
                 "unknown fix '%s' (accepted: pull, none, eager, dc:LAMBDA with LAMBDA >= 0)", v);
 }
 
+/* topology = mesh | gossip:K | groups:M | auto (scheduler/topology.h) */
+static int check_topology(td_runspec_t *rs, const char *v, char *why, size_t n) {
+  td_topology_t t;
+  if (td_topology_parse(&t, v, why, n) != 0)
+    return TD_ECONFIG;
+  rs->topology_kind = (unsigned)t.kind;
+  rs->topology_k = t.k;
+  return 0;
+}
+
 /* reconcile = end | off | N (rounds, >= 1) */
 static int check_reconcile(td_runspec_t *rs, const char *v, char *why, size_t n) {
   char *end;
@@ -357,8 +367,59 @@ bool td_runspec_reconciles(const td_runspec_t *rs) {
                             codec.id != TD_CODEC_NONE);
 }
 
+/* Why topology = gossip or groups cannot take this spec, or NULL. */
+static const char *mix_refusal(const td_runspec_t *rs) {
+  td_codec_spec_t codec;
+  td_agg_spec_t agg;
+  td_runspec_agg(rs, &agg);
+  if (rs->mode_kind != TD_MODE_SYNC)
+    return "needs mode = sync (overlap and async step from one shared anchor)";
+  if (rs->codec_auto || td_codec_parse(&codec, rs->codec, NULL, 0) != 0 ||
+      (codec.id != TD_CODEC_NONE && codec.id != TD_CODEC_FP16))
+    return "needs codec none or fp16 (nodes exchange models, which a sparse or low-rank "
+           "codec cannot carry without CHOCO's per-neighbour copies, not built)";
+  if (agg.kind != TD_AGG_MEAN || agg.norm_bound > 0)
+    return "needs aggregate = mean and no norm_bound (a robust rule needs the whole "
+           "round's updates; a partner's model is not a delta to bound)";
+  if (rs->fragments > 1)
+    return "needs fragments = 1";
+  if (rs->participation != 1)
+    return "needs participation = 1 (a member outside the sample sends nothing its "
+           "partners could mix)";
+  if (rs->scaffold)
+    return "is not built with strategy = scaffold (its c is derived from a global mean)";
+  if (rs->min_updates > 0 || rs->deadline_mad_c > 0)
+    return "needs round_deadline = fixed and no min_updates (each node waits for its own "
+           "round's partners)";
+  return NULL;
+}
+
+td_topology_t td_runspec_topology(const td_runspec_t *rs) {
+  td_topology_t t = {.kind = (td_topo_kind_t)rs->topology_kind, .k = rs->topology_k};
+  if (t.kind == TD_TOPO_AUTO && mix_refusal(rs) != NULL)
+    t = (td_topology_t){.kind = TD_TOPO_MESH};
+  return t;
+}
+
+bool td_runspec_mixes(const td_runspec_t *rs) {
+  return td_runspec_topology(rs).kind != TD_TOPO_MESH;
+}
+
+int td_runspec_check_topology(const td_runspec_t *rs, char *why, size_t why_len) {
+  if (rs->topology_kind != TD_TOPO_GOSSIP && rs->topology_kind != TD_TOPO_GROUPS)
+    return 0;
+  const char *no = mix_refusal(rs);
+  return no == NULL ? 0 : td_why(why, why_len, TD_ECONFIG, "topology = %s: %s", rs->topology, no);
+}
+
 bool td_runspec_verifiable(const td_runspec_t *rs, char *why, size_t why_len) {
   td_codec_spec_t codec;
+  if (td_runspec_mixes(rs)) {
+    td_why(why, why_len, TD_EINVAL, "with topology %s each node's model differs from the "
+           "others' by design until the last round; the ledger's consensus column measures "
+           "how far (rounds.consensus)", rs->topology);
+    return false;
+  }
   if (rs->mode_kind == TD_MODE_ASYNC) {
     td_why(why, why_len, TD_EINVAL, "an async run holds no shared model: each node's is its own");
     return false;
@@ -509,6 +570,12 @@ const run_key_t td__run_keys[] = {
     {"fragment_alpha", KEY_DOUBLE, F(fragment_alpha), "0.5", 0, 1, NULL,
      "overlap with fragments > 1: when a slice's average arrives (a round late), the local "
      "slice becomes alpha x local + (1 - alpha) x global (0.5, the paper's; 0: the global)"},
+    {"topology", KEY_STR, F(topology), "mesh", 0, 0, check_topology,
+     "sync: who exchanges with whom each round: mesh (every member with every other) | "
+     "gossip:K (K peers a round on the one-peer exponential graph; nodes mix models) | "
+     "groups:M (Moshpit groups of M on a virtual grid, averaged inside each) | auto (mesh "
+     "up to 8 members, groups:4 above); gossip and groups need codec none or fp16, "
+     "aggregate = mean; the last round is the mesh, so every node ends on one model"},
     {"reconcile", KEY_STR, F(reconcile), "end", 0, 0, check_reconcile,
      "sync/overlap with a lossy codec: nodes average their anchors (fp16) so they end on one "
      "model: end (after the last round) | N (also every N rounds) | off"},

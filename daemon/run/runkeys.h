@@ -23,6 +23,10 @@ typedef struct {
   const char *help;
 } run_key_t;
 
+/* topology = gossip or groups with what it cannot take: TD_ECONFIG and a
+ * one-line why saying what to change; 0 otherwise (auto falls back to the
+ * mesh instead, td_runspec_topology). */
+int td_runspec_check_topology(const td_runspec_t *rs, char *why, size_t why_len);
 
 /* The table, in help order, and its length (at most TD__RUN_KEYS_MAX). */
 extern const run_key_t td__run_keys[];

@@ -379,7 +379,8 @@ int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len) {
   int rc = check_scaffold(rs, &agg, why, why_len);
   if (rc != 0)
     return rc;
-  return check_fragments(rs, why, why_len);
+  rc = check_fragments(rs, why, why_len);
+  return rc != 0 ? rc : td_runspec_check_topology(rs, why, why_len);
 }
 
 size_t td_runspec_format(const td_runspec_t *rs, char *buf, size_t len) {

@@ -17,6 +17,7 @@
 #include "compute/optim.h"
 #include "scheduler/aggregate.h"
 #include "scheduler/outer.h"
+#include "scheduler/topology.h"
 
 #define TD_RUNSPEC_STR_MAX 1024
 #define TD_RUNSPEC_MAX_SLOWDOWNS 64
@@ -58,6 +59,9 @@ typedef struct {
                                            (scheduler/fragment.h); 1: the whole model each round */
   double fragment_alpha;                /* overlap, fragments > 1: what a node keeps of its own
                                            slice when the slice's average arrives */
+  char topology[TD_RUNSPEC_STR_MAX];    /* mesh | gossip:K | groups:M | auto */
+  unsigned topology_kind;               /* td_topo_kind_t (scheduler/topology.h) */
+  unsigned topology_k;                  /* gossip: peers a round; groups: group size */
   char reconcile[TD_RUNSPEC_STR_MAX];   /* end | off | N */
   bool reconcile_on;                    /* from reconcile: anchors averaged after the last round */
   unsigned reconcile_every;             /* ... and every N rounds (0: only then) */
@@ -166,6 +170,13 @@ double td_runspec_slowdown(const td_runspec_t *rs, unsigned rank);
  * not off, sync or overlap (async has no shared anchor), a lossy codec (with
  * none every node applies the same exact averages). */
 bool td_runspec_reconciles(const td_runspec_t *rs);
+/* The run's topology (scheduler/topology.h): what `topology` says, with
+ * `auto` the mesh where the run cannot mix models (td_runspec_mixes). */
+td_topology_t td_runspec_topology(const td_runspec_t *rs);
+/* Whether the run's messages are models that each node mixes with its
+ * round's partners' (topology gossip, groups, or auto with a codec and mode
+ * that allow it), rather than deltas from one shared anchor (the mesh). */
+bool td_runspec_mixes(const td_runspec_t *rs);
 /* Whether the members hold one shared state bit for bit that they can hash
  * and compare (scheduler/agree.h): sync or overlap with codec none. NULL or
  * true; else false and a one-line why (async: no shared model; a lossy

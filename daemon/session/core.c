@@ -50,6 +50,39 @@ size_t td__session_peers(td__session_t *s, uint64_t round, uint64_t *out) {
   return k;
 }
 
+size_t td__session_partners(td__session_t *s, uint64_t round, bool sends, uint64_t *out,
+                            bool *all) {
+  size_t np = td__session_peers(s, round, out);
+  td_topology_t topo = td_runspec_topology(&s->spec);
+  size_t pos[TD_MEMBERS_MAX], me = TD_MEMBERS_MAX, n = 0;
+  for (size_t i = 0; i < s->n_members; i++)
+    if (s->since[i] != UINT64_MAX && s->since[i] <= round) {
+      if (s->members[i] == s->node->node_id)
+        me = n;
+      pos[n++] = i;
+    }
+  bool last = s->rounds > 0 && round == s->rounds;
+  if (topo.kind == TD_TOPO_MESH || last || me == TD_MEMBERS_MAX ||
+      td_topology_at(&topo, n).kind == TD_TOPO_MESH) {
+    if (all != NULL)
+      *all = true;
+    return np;
+  }
+  if (all != NULL)
+    *all = false;
+  size_t with[TD_MEMBERS_MAX];
+  size_t k = sends ? td_topology_sends(&topo, s->spec.seed, round, n, me, with)
+                   : td_topology_receives(&topo, s->spec.seed, round, n, me, with);
+  size_t kept = 0;
+  for (size_t p = 0; p < np; p++)
+    for (size_t j = 0; j < k; j++)
+      if (s->members[pos[with[j]]] == out[p]) {
+        out[kept++] = out[p];
+        break;
+      }
+  return kept;
+}
+
 uint64_t td__session_codec_seed(const td__session_t *s, uint64_t peer) {
   return peer ^ (s->node->node_id * CODEC_SEED_MIX);
 }

@@ -281,7 +281,7 @@ static void encode_start(td__outbox_t *o, uint64_t round) {
    * chunks) may be queued: their numbers are reserved now */
   size_t most = td_chunk_count(td_codec_message_bound(td_run_layout(s->run)));
   uint64_t peers[TD_MEMBERS_MAX];
-  size_t np = td__session_peers(s, round, peers);
+  size_t np = td__session_partners(s, round, true, peers, NULL);
   for (size_t p = 0; p < np; p++) {
     size_t mi = td__session_member(s, peers[p]);
     td_link_codec_t *lc = mi < TD_MEMBERS_MAX ? o->link_codecs[mi] : NULL;

@@ -83,7 +83,7 @@ static void record_client_sample(td__session_t *s, uint64_t round) {
 
 void td__rounds_begin(td__session_t *s, uint64_t round) {
   uint64_t peers[TD_MEMBERS_MAX];
-  size_t np = td__session_peers(s, round, peers);
+  size_t np = td__session_partners(s, round, false, peers, &s->round_all);
   s->round = round;
   s->round_cut = false;
   s->round_set = 0;
@@ -138,7 +138,8 @@ _Static_assert(TD_LEDGER_MEMBERS_TEXT >= TD_MAX_RUN_MEMBERS * 17 + 1 && TD_MAX_R
 /* The row of `round`: `took_part` has bit i set for member i (rank and data
  * partition i) whose update is in the round's average, our own included. */
 static void round_row(td__session_t *s, uint64_t round, double eval_acc, double started,
-                    uint64_t bytes_sent, uint64_t bytes_recv, uint64_t took_part) {
+                    uint64_t bytes_sent, uint64_t bytes_recv, uint64_t took_part,
+                    double consensus) {
   td__own_round_t *o = &s->own[round % TD__RING];
   td__own_round_t none = {.eval_acc = NAN, .eval_bpb = NAN};
   if (o->round != round) /* closed without our own update (a straggler): none of ours */
@@ -166,11 +167,14 @@ static void round_row(td__session_t *s, uint64_t round, double eval_acc, double 
       .samples = o->samples, .loss = o->loss, .eval_acc = eval_acc, .eval_bpb = eval_bpb,
       .bytes_sent = bytes_sent, .bytes_recv = bytes_recv, .lr = o->lr,
       .compute_s = o->compute_s + o->fill_s, .wait_s = o->idle_s, .capacity = o->capacity,
-      .members = members, .partitions = took_part};
+      .members = members, .partitions = took_part, .has_consensus = !isnan(consensus),
+      .consensus = consensus};
   if (round >= s->row_round) { /* what status shows as the last round's traffic */
     s->row_round = round;
     s->row_bytes_sent = bytes_sent;
     s->row_bytes_recv = bytes_recv;
+    s->row_mixed = (unsigned)__builtin_popcountll(took_part);
+    s->row_consensus = consensus;
   }
   if (o->round == round && o != &none) {
     memcpy(o->members_text, members, sizeof members);
@@ -219,11 +223,32 @@ typedef struct {
   size_t n, numel;
   td_agg_result_t res;
   float *avg;
+  bool mixes;        /* td_runspec_mixes: the inputs are models, own among them */
+  const float *own;  /* mixes: our own model of the round (the run's delta slot) */
+  size_t population; /* mixes: the members the round's topology placed */
+  double consensus;  /* mixes: estimated consensus distance (NaN: none) */
 } aggregate_job_t;
+
+/* Gossip and groups: the squared consensus distance (1/N) sum_i |x_i - mean|^2
+ * estimated from this node's view: |x_i - g|^2 with g the mean of the G
+ * models mixed, times G/(G-1) (N-1)/N, which makes it unbiased when the
+ * partners are drawn at random (docs/algorithms.md#topologies). */
+static double consensus_estimate(const aggregate_job_t *job) {
+  size_t g = job->res.used, n = job->population;
+  if (job->own == NULL || g < 2 || n < 2)
+    return NAN;
+  double d2 = 0;
+  for (size_t i = 0; i < job->numel; i++) {
+    double d = (double)job->avg[i] - (double)job->own[i];
+    d2 += d * d;
+  }
+  return d2 * (double)g / (double)(g - 1) * (double)(n - 1) / (double)n;
+}
 
 static void aggregate_work(uv_work_t *req) {
   aggregate_job_t *job = req->data;
   td_agg_apply(&job->spec, job->in, job->n, job->numel, job->avg, &job->res);
+  job->consensus = job->mixes ? consensus_estimate(job) : NAN;
 }
 
 /* Samples member i may claim for round r: its batch in the plans that were in
@@ -316,7 +341,8 @@ static void aggregate_done(uv_work_t *req, int status) {
       if (i < TD_MEMBERS_MAX && i < 64 && job->in[j].verdict != TD_AGG_REJECTED)
         took_part |= 1ull << i;
     }
-    round_row(s, r, NAN, job->started, job->bytes_sent, job->bytes_recv, took_part);
+    round_row(s, r, NAN, job->started, job->bytes_sent, job->bytes_recv, took_part,
+              job->consensus);
     td_log_debug("round %" PRIu64 "/%" PRIu64 " closed with %zu of %zu updates, loss %.4f", r,
                  s->rounds, job->res.used, job->n, s->own[r % TD__RING].loss);
     /* sync: the compute thread waits on this round, so the plan is used from
@@ -363,10 +389,11 @@ static void gather(td__session_t *s, aggregate_job_t *job) {
     if (s->rank >= 64 || !(s->round_set >> s->rank & 1))
       own_samples = 0;
   }
-  if (own_samples > 0)
-    job->in[job->n++] = (td_agg_input_t){.id = s->node->node_id,
-                                         .delta = td_run_delta(s->run, r),
-                                         .weight = (double)own_samples};
+  if (own_samples > 0 || job->mixes) { /* mixes: our model stays in even when untrained */
+    job->own = td_run_delta(s->run, r);
+    job->in[job->n++] = (td_agg_input_t){.id = s->node->node_id, .delta = job->own,
+                                         .weight = own_samples > 0 ? (double)own_samples : 1};
+  }
   for (size_t j = 0; j < job->n; j++) {
     size_t i = td__session_member(s, job->in[j].id);
     if (i >= TD_MEMBERS_MAX)
@@ -384,6 +411,8 @@ static void gather(td__session_t *s, aggregate_job_t *job) {
     }
     if (weigh_by_plan)
       job->in[j].weight = (double)bound;
+    if (job->mixes && !s->round_all) /* doubly stochastic: equal weights (topology.h) */
+      job->in[j].weight = 1;
   }
   unsigned k = (unsigned)(r % TD__RING);
   memcpy(s->plan_hist[k], s->plan, sizeof s->plan);
@@ -425,6 +454,9 @@ static void close_round(td__session_t *s) {
   job->avg = td_run_avg(s->run, r);
   job->numel = td_run_numel(s->run);
   td_runspec_agg(&s->spec, &job->spec);
+  job->mixes = td_runspec_mixes(&s->spec);
+  for (size_t i = 0; job->mixes && i < s->n_members; i++)
+    job->population += s->since[i] != UINT64_MAX && s->since[i] <= r;
   s->bytes_recv_round = 0; /* what comes now is the next round's */
   gather(s, job);
   if (td__roundclose_coordinates(s)) /* the others average exactly these */
@@ -603,7 +635,7 @@ void td__rounds_own_done(td__session_t *s, uint64_t round) {
     s->round_started = td_clock_wall_s();
     /* async: our own update and every member's that arrived since the last row */
     round_row(s, round, NAN, s->round_started, take_bytes_sent(s), s->bytes_recv_round,
-              s->heard | 1ull << s->rank);
+              s->heard | 1ull << s->rank, NAN);
     s->heard = 0;
     s->bytes_recv_round = 0;
     s->rounds_done++;

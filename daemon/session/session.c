@@ -55,7 +55,9 @@ static void session_stats(const td__session_t *s, td__run_stats_t *out) {
                            .capacity = s->capacity, .updates_received = s->updates_received,
                            .late_peers = s->late_peers, .cut_peers = s->cut_peers,
                            .row_round = s->row_round, .row_bytes_sent = s->row_bytes_sent,
-                           .row_bytes_recv = s->row_bytes_recv};
+                           .row_bytes_recv = s->row_bytes_recv,
+                           .row_mixed = s->row_mixed, .row_consensus = s->row_consensus};
+  snprintf(out->topology, sizeof out->topology, "%.31s", s->spec.topology);
   snprintf(out->codec, sizeof out->codec, "%s", td__outbox_codec(s->outbox));
   snprintf(out->error, sizeof out->error, "%s", s->error);
   snprintf(out->refused, sizeof out->refused, "%s", s->refused);

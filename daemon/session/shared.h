@@ -256,6 +256,8 @@ struct td__session {
   unsigned rank;
   uint64_t first_round; /* this node's first round (> 1: it joined late) */
   uint64_t round, rounds; /* open round (sync/overlap); rounds of the run */
+  bool round_all; /* the open round is the mesh: every member's update in the average
+                     (td__session_partners); else equal weights over the round's partners */
   bool ready;
   bool unannounced; /* started here, RunStart not sent yet (control_run.c): a failure
                        before READY refuses to nobody */
@@ -298,6 +300,8 @@ struct td__session {
   uint64_t bytes_recv_round; /* update bytes received that counted for this round */
   uint64_t row_round;        /* the newest round whose row was written (0: none yet)... */
   uint64_t row_bytes_sent, row_bytes_recv; /* ...and the bytes it recorded */
+  unsigned row_mixed;    /* ...the updates in its average (own included) */
+  double row_consensus;  /* ...its consensus distance (NaN: none) */
   bool closing; /* the open round's aggregation runs on the pool */
   /* Client sampling and stragglers (rounds.c; sync mode): */
   uint64_t sample;     /* members sampled for the open round (bit i: member i) */
@@ -363,6 +367,9 @@ typedef struct td__run_stats {
   uint64_t cut_peers; /* sampled updates cut by min_updates */
   uint64_t reconciled, reconciled_partial, reconciled_via_hub, reconciled_as_hub;
   uint64_t row_round, row_bytes_sent, row_bytes_recv; /* the newest round's row (0: none) */
+  unsigned row_mixed;  /* ... how many members' updates its average held, own included */
+  double row_consensus; /* ... and its consensus distance (gossip, groups; NaN: none) */
+  char topology[32];    /* the run key as given (mesh, gossip:K, groups:M, auto) */
   char error[256];
   char refused[512];
   char untrained[256];      /* partitions (ranks) no round trained: "2 (node ID)"; "" */
@@ -419,6 +426,15 @@ uint64_t td__session_last_id(td__node_t *n);
 size_t td__session_member(const td__session_t *s, uint64_t peer);
 /* Reachable peers of the run (not us), taking part in `round` (0: any). */
 size_t td__session_peers(td__session_t *s, uint64_t round, uint64_t *out);
+/* Of the peers td__session_peers gives for `round`, those this node
+ * exchanges with under the run's topology (scheduler/topology.h): with
+ * `sends` those it sends its update to, otherwise those whose updates it
+ * mixes. Positions are the members that joined by `round` (away ones
+ * included) in rank order; the run's last round is the mesh. The mesh keeps
+ * every peer. Returns how many are left in out; *all (may be NULL): whether
+ * the round is the mesh (every member's update in every average). */
+size_t td__session_partners(td__session_t *s, uint64_t round, bool sends, uint64_t *out,
+                            bool *all);
 /* Send env to every member taking part (td__session_peers at any round)
  * that has a link; env stays the caller's. */
 void td__session_send_all(td__session_t *s, Traind__Envelope *env);

@@ -72,6 +72,8 @@ static const char *const migrations[] = {
     "CREATE TABLE client_evals (run_id INTEGER NOT NULL, node INTEGER NOT NULL,"
     "  client INTEGER NOT NULL, round INTEGER NOT NULL, rows INTEGER NOT NULL, loss REAL,"
     "  accuracy REAL, PRIMARY KEY (run_id, node, client, round));",
+    /* 6 -> 7: gossip and group runs' consensus distance per round (issue 39) */
+    "ALTER TABLE rounds ADD COLUMN consensus REAL;",
 };
 #define N_MIGRATIONS (sizeof migrations / sizeof migrations[0])
 
@@ -102,8 +104,9 @@ static const char *const statements[ST_COUNT_] = {
                 " endpoint = ?2, last_seen = ?3, state = ?4, capacity = ?5",
     [ST_ROUND] = "INSERT OR REPLACE INTO rounds (run_id, round, started, ended, local_steps,"
                  " batch, samples, loss, eval_acc, bytes_sent, bytes_recv, lr, compute_s, wait_s,"
-                 " capacity, eval_bpb, members, partitions) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7,"
-                 " ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18 WHERE " RUN_OPEN,
+                 " capacity, eval_bpb, members, partitions, consensus) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7,"
+                 " ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19"
+                 " WHERE " RUN_OPEN,
     [ST_UPDATE] = "INSERT INTO updates (run_id, round, peer, peer_round, staleness, bytes,"
                   " codec, ratio, arrived) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9 WHERE "
                   RUN_OPEN,
@@ -118,7 +121,8 @@ static const char *const statements[ST_COUNT_] = {
                     " ORDER BY round DESC LIMIT 1",
     [ST_ROUNDS] = "SELECT * FROM (SELECT run_id, round, started, ended, local_steps, batch,"
                   " samples, loss, eval_acc, bytes_sent, bytes_recv, lr, compute_s, wait_s,"
-                  " capacity, eval_bpb FROM rounds WHERE run_id = ?1 ORDER BY round DESC LIMIT ?2)"
+                  " capacity, eval_bpb, consensus FROM rounds WHERE run_id = ?1"
+                  " ORDER BY round DESC LIMIT ?2)"
                   " ORDER BY round ASC",
     /* not held to RUN_OPEN: only the node's own compute thread evaluates,
      * and an evaluation off the training path may land after the run's end */
@@ -458,6 +462,10 @@ int td_ledger_round_add(td_ledger_t *l, const td_ledger_round_t *r) {
     sqlite3_bind_text(st, 18, partitions, -1, SQLITE_TRANSIENT);
   else
     sqlite3_bind_null(st, 18);
+  if (r->has_consensus)
+    bind_real_or_null(st, 19, r->consensus);
+  else
+    sqlite3_bind_null(st, 19);
   return step_done(l, ST_ROUND);
 }
 
@@ -698,7 +706,9 @@ int td_ledger_rounds(td_ledger_t *l, uint64_t run_id, unsigned last, td_ledger_r
         .wait_s = column_real(st, 13),
         .capacity = column_real(st, 14),
         .eval_bpb = column_real(st, 15),
+        .consensus = column_real(st, 16),
     };
+    r.has_consensus = !isnan(r.consensus);
     fn(&r, user);
   }
   sqlite3_reset(st);

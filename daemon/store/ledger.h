@@ -18,7 +18,7 @@
 
 #include "proto/limits.h"
 
-#define TD_LEDGER_SCHEMA_VERSION 6
+#define TD_LEDGER_SCHEMA_VERSION 7
 /* Room for the node ids of a round's members as text ("id,id,..." in hex):
  * TD_MAX_RUN_MEMBERS (proto/limits.h) ids of 16 digits and a comma each. */
 #define TD_LEDGER_MEMBERS_TEXT (TD_MAX_RUN_MEMBERS * 17 + 1)
@@ -45,6 +45,10 @@ typedef struct {
    * partitions (ranks) as a bit set; NULL or "" and 0: not recorded (NULL) */
   const char *members;
   uint64_t partitions;
+  /* topology gossip or groups: the node's estimate of the squared consensus
+   * distance after the round; has_consensus false: not recorded (NULL) */
+  bool has_consensus;
+  double consensus;
 } td_ledger_round_t;
 
 /* One per-link measurement, taken once per round per peer. */

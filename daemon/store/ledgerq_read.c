@@ -54,6 +54,8 @@ static void round_to_json(const td_ledger_round_t *r, void *user) {
   json_object_object_add(o, "bytes_recv", json_object_new_int64((int64_t)r->bytes_recv));
   json_object_object_add(o, "compute_s", td__json_real(r->compute_s));
   json_object_object_add(o, "wait_s", td__json_real(r->wait_s));
+  if (r->has_consensus)
+    json_object_object_add(o, "consensus", td__json_real(r->consensus));
   json_object_array_add(rq->arr, o);
 }
 
