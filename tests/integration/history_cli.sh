@@ -34,7 +34,7 @@ if [ "$(rc_of runs)" = 0 ] && [ "$(grep -c '^[0-9a-f]\{16\} ' "$T/runs.out")" = 
 else fail "runs:"; cat "$T/runs.out" "$T/runs.err"; fi
 [ "$(sed -n 2p "$T/runs.out" | cut -c1-16)" = $A ] && [ "$(sed -n 4p "$T/runs.out" | cut -c1-16)" = $C ] \
   && pass "runs: oldest first" || fail "runs order: $(cut -c1-16 "$T/runs.out" | tr '\n' ' ')"
-grep -qE "^$B .*mlp:784-64-10 +overlap +topk:0.01 +12 +finished +test 0\.7700 +600000 " "$T/runs.out" \
+grep -qE "^$B .*mlp:784-64-10 +overlap +topk:0.01 +(mesh +)?12 +finished +test 0\.7700 +600000 " "$T/runs.out" \
   && pass "runs: $B row has model, mode, codec, rounds, state, metric, bytes" \
   || { fail "runs: row of $B:"; cat "$T/runs.out"; }
 run runsj tc runs --json
