@@ -1,16 +1,19 @@
 /* linkstats.c: what each link measures and counts: bytes and messages each
  * way, the goodput fitted from update acknowledgements and the codec budget
  * it allows (docs/algorithms.md#per-link-budgets-codec-auto), the path
- * round-trip time from heartbeat echoes, the token bucket that rations
+ * round-trip time from heartbeat echoes (and, from them, a connection of
+ * ours the peer never hears, which transport.c dials again), the token bucket that rations
  * replies to a peer, and the transport's relay, descriptor and inbound
  * counters that status shows. */
 #include "daemon/net/transport_int.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "daemon/base/clock.h"
+#include "daemon/base/log.h"
 #include "scheduler/budget.h"
 
 void td__link_note_recv(td__link_t *l, uint64_t bytes) { l->bytes_recv += bytes; }
@@ -76,10 +79,36 @@ void td__link_echo_out(td__link_t *l, uint64_t *stamp_us, uint64_t *echo_us, uin
   *hold_us = l->echo_us != 0 ? mono_us(now - l->echo_heard_at) : 0;
 }
 
+/* The peer's heartbeats echo the newest of ours it heard. When the echo
+ * stays the same for this many of them and this long, our own connection to
+ * it is dead while its to us works: libzmq does not dial again after the
+ * peer refused the handshake (its ZAP handler did not know our key yet,
+ * in a join storm), so the node dials again itself. */
+#define ECHO_STALE_HEARTBEATS 4
+#define ECHO_STALE_S 2.0
+
+static void check_heard_back(td__link_t *l, uint64_t echo_us, double now) {
+  if (echo_us != l->echo_back || l->echo_back_at == 0) {
+    l->echo_back = echo_us;
+    l->echo_back_at = now;
+    l->echo_stale = 0;
+    return;
+  }
+  if (++l->echo_stale < ECHO_STALE_HEARTBEATS || now - l->echo_back_at < ECHO_STALE_S ||
+      l->route != LINK_DIRECT)
+    return;
+  td_log_warn("%016" PRIx64 " has not heard this node for %.0f s while it is heard: dialing "
+              "%s again", l->peer, now - l->echo_back_at, l->endpoint);
+  td__link_redial(l);
+  l->echo_back_at = now;
+  l->echo_stale = 0;
+}
+
 void td__link_echo_in(td__link_t *l, uint64_t stamp_us, uint64_t echo_us, uint64_t hold_us) {
   double now = td_clock_mono_s();
   l->echo_us = stamp_us; /* the peer's own clock: echoed back as it is, never read */
   l->echo_heard_at = now;
+  check_heard_back(l, echo_us, now);
   /* an echo of our stamp (under a minute old) is an RTT sample */
   td_pathrtt_sample(&l->path, td_pathrtt_echo(mono_us(now), echo_us, hold_us, 60000000u), now);
 }

@@ -226,6 +226,13 @@ static bool route_link(td__transport_t *t, td__link_t *l, const char *endpoint, 
   return true;
 }
 
+void td__link_redial(td__link_t *l) {
+  zmq_disconnect(l->sock, l->endpoint);
+  zmq_disconnect(l->ctl_sock, l->endpoint);
+  zmq_connect(l->sock, l->endpoint);
+  zmq_connect(l->ctl_sock, l->endpoint);
+}
+
 td__link_t *td__link_ensure(td__transport_t *t, uint64_t peer, const char *endpoint) {
   if (peer == t->node_id)
     return NULL;

@@ -75,6 +75,9 @@ struct td__link {
   bool advertise_refused;           /* only loopback to offer a peer off loopback */
   uint64_t echo_us;            /* the peer's last heartbeat stamp (0: none yet) */
   double echo_heard_at;        /* when it came, mono seconds */
+  uint64_t echo_back;          /* the peer's last echo of our own stamp (0: it heard none) */
+  double echo_back_at;         /* when that echo last changed, mono seconds (0: not yet) */
+  unsigned echo_stale;         /* the peer's heartbeats since, with the same echo */
   double reply_tokens, reply_at; /* td__link_take_reply's bucket; reply_at 0: full */
   bool reply_owed;
   link_route_t route;
@@ -115,6 +118,9 @@ struct td__transport {
   td__relays_t *relays; /* what we relay out, and the replay windows of what comes in */
 };
 
+/* transport.c: dial l's peer again on both sockets (a direct link whose
+ * connection libzmq gave up on). */
+void td__link_redial(td__link_t *l);
 /* transport.c: send one packed frame to l's peer by l's route (-1 when it
  * cannot go now); remember the routing id an authenticated peer's frame came
  * with, for a REVERSE link. */
