@@ -18,6 +18,8 @@
 #    the same test accuracy on every node, to every digit), within 5 points
 #    of the mesh's in these few rounds (40 rounds: mesh 0.813, gossip:1
 #    0.783, groups:3 0.788; docs/modes.md#topologies);
+#  - a sixth node that joins a gossip:1 run midway mixes two models a round
+#    from its first round, and the six end on one model;
 #  - what gossip cannot take is refused with a reason (a sparse codec,
 #    overlap, a robust rule, a bad value).
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
@@ -158,4 +160,35 @@ for topo in gossip:1 groups:3; do
   awk -v m="$m" -v g="$g" 'BEGIN { exit !(g >= m - 0.05) }' \
     && pass "$topo ended at $g, the mesh at $m" || fail "$topo ended at $g, the mesh at $m"
 done
+# late join into a gossip run: f joins once round 4 is done; from its first
+# round R every round but the last mixes two models on every node, f's
+# included, and all six end on one model
+out=$(ctl a start --set model=mlp:784-256-10 --set batch=64 --set local_steps=16 --set rounds=30 \
+      --set eval_every=100 --set seed=4 --set slowdown=2 --set topology=gossip:1) \
+  || { fail "late join run: $out"; finish; }
+RUN[late]=$(sed -E 's/started run ([0-9a-f]+).*/\1/' <<<"$out")
+for _ in $(seq 300); do
+  [ "$(sql a "SELECT count(*) FROM rounds WHERE $(w late)" 2>/dev/null)" -ge 4 ] && break
+  sleep 0.2
+done
+start_node f || finish
+ctl f join "$(endpoint_of a)" >/dev/null || fail "f join"
+for n in $NODES_ALL f; do wait_run_state $n finished 300 || fail "late join: $n did not finish"; done
+R=$(json_field "$(ctl f status --json)" first_round)
+awk -v r="$R" 'BEGIN { exit !(r > 4 && r < 30) }' && pass "f joined the gossip run at round $R" \
+  || { fail "f's first round is '$R'"; finish; }
+for n in $NODES_ALL f; do
+  bad=$(sql $n "SELECT group_concat(round) FROM rounds WHERE $(w late) AND round >= $R AND round < 30
+                AND length(members) != 33")
+  [ -z "$bad" ] || fail "late join: $n mixed other than two models in rounds $bad"
+  [ "$(sql $n "SELECT length(members) FROM rounds WHERE $(w late) AND round = 30")" -eq $((6 * 17 - 1)) ] \
+    || fail "late join: $n's last round did not average all six"
+done
+got=$(for n in $NODES_ALL; do sql $n "SELECT members FROM rounds WHERE $(w late) AND round >= $R"; done | grep -c "$(id_of f)")
+[ "$got" -ge $((30 - R)) ] && pass "late join: f's model was mixed in $got rows of the members from round $R" \
+  || fail "late join: f's model is in $got rows of the members, expected >= $((30 - R))"
+[ "$failures" -eq 0 ] && pass "late join: every node mixed two models a round from round $R, all six at the end"
+accs=$(for n in $NODES_ALL f; do sql $n "SELECT test_accuracy FROM runs WHERE $(w late)"; done | sort -u)
+[ "$(wc -l <<<"$accs")" -eq 1 ] && pass "late join: all six ended at $accs" \
+  || fail "late join: the nodes ended apart: $(paste -sd' ' <<<"$accs")"
 finish
