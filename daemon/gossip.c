@@ -359,11 +359,32 @@ static void regreet_silent(td__node_t *n) {
   }
 }
 
+/* A member dead to this node may be alive with our connection to it refused
+ * (its ZAP handler did not know our key yet, in a join storm): libzmq never
+ * dials again after that, so every few heartbeats this node does. Once the
+ * member hears us, it sees that we never heard it (the echo in our
+ * heartbeats) and dials again too (linkstats.c). */
+#define REDIAL_DEAD_TICKS 6
+
+static void redial_dead(td__node_t *n) {
+  if (strcmp(td__transport_endpoint(n->net), TD_LISTEN_NONE) == 0 ||
+      ++n->redial_ticks < REDIAL_DEAD_TICKS)
+    return;
+  n->redial_ticks = 0;
+  for (size_t i = 0; i < td__transport_count(n->net); i++) {
+    td__link_t *l = td__transport_at(n->net, i);
+    td_member_t *m = td__link_peer(l) ? td_members_find(n->members, td__link_peer(l)) : NULL;
+    if (m != NULL && m->state == TD_PEER_DEAD)
+      td__link_redial(l);
+  }
+}
+
 /* Heartbeat: failure detection, then our own heartbeat to every link. */
 void td__gossip_tick(td__node_t *n) {
   td_members_tick(n->members, td_clock_mono_s(), on_member_event, n);
   send_heartbeat(n, NULL);
   regreet_silent(n);
+  redial_dead(n);
   /* a hello that came while the ration was spent (a join right after a
    * restart's greetings) still gets its welcome, one per link and tick */
   for (size_t i = 0; i < td__transport_count(n->net); i++) {

@@ -287,6 +287,9 @@ void td__link_drop_class(td__link_t *l, td_prio_t prio);
  * frames in flight to it give their window back and queued updates and
  * snapshots (meant for what it was) are dropped. */
 void td__link_restart(td__transport_t *t, td__link_t *l);
+/* Dial l's peer again on both sockets, when the link is direct (libzmq
+ * gives up on a connection whose handshake the peer refused). */
+void td__link_redial(td__link_t *l);
 /* Hand the socket every frame the window allows now. */
 void td__link_pump(td__transport_t *t, td__link_t *l);
 void td__link_note_recv(td__link_t *l, uint64_t bytes);

@@ -227,6 +227,8 @@ static bool route_link(td__transport_t *t, td__link_t *l, const char *endpoint, 
 }
 
 void td__link_redial(td__link_t *l) {
+  if (l->route != LINK_DIRECT)
+    return;
   zmq_disconnect(l->sock, l->endpoint);
   zmq_disconnect(l->ctl_sock, l->endpoint);
   zmq_connect(l->sock, l->endpoint);

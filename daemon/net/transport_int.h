@@ -118,9 +118,6 @@ struct td__transport {
   td__relays_t *relays; /* what we relay out, and the replay windows of what comes in */
 };
 
-/* transport.c: dial l's peer again on both sockets (a direct link whose
- * connection libzmq gave up on). */
-void td__link_redial(td__link_t *l);
 /* transport.c: send one packed frame to l's peer by l's route (-1 when it
  * cannot go now); remember the routing id an authenticated peer's frame came
  * with, for a REVERSE link. */

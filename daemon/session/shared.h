@@ -150,6 +150,7 @@ struct td__node {
   struct td__run_stats *last_run; /* figures of the last run that ended (status) */
   uint64_t ended_run;     /* the last run that ended here (heartbeats say so); 0: none */
   unsigned regreet_ticks; /* --listen none: heartbeats since the last re-greeting */
+  unsigned redial_ticks;  /* heartbeats since the dead members' links were dialed again */
   td__control_t *control;
   td__monitor_t *monitor; /* --metrics; NULL when off */
   struct {                /* since the daemon started, every run (monitoring) */
