@@ -10,7 +10,11 @@
  * before our round t closes: one round ahead in sync mode, three in overlap
  * mode (our compute may post t + 1 while t is open; a peer that has it can
  * close t + 1, compute t + 2 and, released, t + 3; it cannot release t + 2
- * before our t + 2 update, which waits for our t to close). A chunk for an
+ * before our t + 2 update, which waits for our t to close), and with
+ * topology gossip or groups as far as the rounds news takes to cross the run
+ * (no barrier: each node waits for its round's partners only; about
+ * log2 N, twice that allowed). A slot's entries hold buffers only once a
+ * peer's update arrives in it, so unused slots cost no model copies. A chunk for an
  * older round is reported as late (its staleness is recorded by the caller);
  * one beyond the window is refused. The complete updates of a round are
  * handed to the aggregation (scheduler/aggregate.h) by td_round_collect(). */
@@ -26,7 +30,7 @@
 #include "proto/limits.h"
 
 #define TD_ROUND_MAX_PEERS TD_MAX_RUN_MEMBERS
-#define TD_ROUND_SLOTS 4
+#define TD_ROUND_SLOTS 16
 
 typedef struct td_round td_round_t;
 

@@ -95,13 +95,28 @@ bool td__comeback_fell_behind(size_t others, size_t ahead) {
  * said they are that far ahead, and more than one of them: a single member's
  * claim, true or not, cannot push an honest node out of its run (in a run of
  * two, nothing can: the node goes on at its deadlines). */
+/* How far behind a member may be before it counts as fallen behind: with
+ * topology gossip or groups there is no barrier across the run, only each
+ * node's wait for its round's partners, and the members drift apart by up to
+ * the rounds news takes to cross the run (at most ceil(log2 N) hops of the
+ * exponential graph, or the grid's dimensions), so the bound grows by twice
+ * that. */
+static uint64_t behind_rounds(const td__session_t *s) {
+  if (!td_runspec_mixes(&s->spec))
+    return TD__BEHIND_ROUNDS;
+  uint64_t hops = 0;
+  while (((size_t)1 << hops) < s->n_members)
+    hops++;
+  return TD__BEHIND_ROUNDS + 2 * hops;
+}
+
 static bool most_are_ahead(const td__session_t *s) {
   size_t others = 0, ahead = 0;
   for (size_t i = 0; i < s->n_members; i++) {
     if (s->members[i] == s->node->node_id || s->since[i] == UINT64_MAX || s->since[i] > s->round)
       continue;
     others++;
-    if (s->heard_round[i] > s->round + TD__BEHIND_ROUNDS)
+    if (s->heard_round[i] > s->round + behind_rounds(s))
       ahead++;
   }
   return td__comeback_fell_behind(others, ahead);
@@ -136,7 +151,7 @@ void td__comeback_heard(td__node_t *n, uint64_t peer, uint64_t run_id, uint64_t 
     s->heard_round[i] = round;
   /* (a joiner, whose first round is still ahead, is ahead by design) */
   if (lockstep && s->ready && run_id == s->run_id && s->since[i] <= s->round &&
-      round > s->round + TD__BEHIND_ROUNDS && most_are_ahead(s)) {
+      round > s->round + behind_rounds(s) && most_are_ahead(s)) {
     char why[160];
     snprintf(why, sizeof why, "member %016" PRIx64 " is at round %" PRIu64 ", %" PRIu64
              " rounds ahead, as are most members", peer, round, round - s->round);
@@ -161,7 +176,7 @@ void td__comeback_heard(td__node_t *n, uint64_t peer, uint64_t run_id, uint64_t 
    * nobody is taken back there any more: the deadline decides */
   if (lockstep && s->rounds > 0 && at + TD__JOIN_LEAD_ROUNDS + 1 > s->rounds)
     return;
-  if (!idle && !(lockstep && round + TD__BEHIND_ROUNDS < s->round))
+  if (!idle && !(lockstep && round + behind_rounds(s) < s->round))
     return;
   s->away[i] = true;
   if (++s->away_times[i] > TD__AWAY_TIMES_MAX) {
