@@ -19,7 +19,8 @@
  *    become 'interrupted', with a run_interrupted event naming the last round
  *    recorded; the newest is the run this node expects to be taken back into;
  *  - heartbeats from the members: one that says it is idle (it restarted),
- *    in another run, or more than TD__BEHIND_ROUNDS behind (it was paused) is
+ *    in another run, or more than TD__BEHIND_ROUNDS behind (it was paused;
+ *    more with topology gossip or groups, whose members drift apart) is
  *    *away*: no round waits for it, no update or plan counts it, until it is
  *    readmitted, and the admitter takes it back at once (td__join_tick);
  *  - heartbeats that put this node itself that far behind (it was the one
