@@ -75,7 +75,11 @@ void td_round_close(td_round_t **self_p) {
   *self_p = NULL;
 }
 
+/* An entry of a round that left the window: its decoded update goes too
+ * (td_round_begin runs only once that round's aggregation is done), so the
+ * buffers held follow the entries in use, not the 16 slots. */
 static void clear_entry(td_round_t *r, slot_entry_t *e) {
+  td_params_free(&e->data);
   e->used = e->expected = e->complete = e->assembled = false;
   e->gen++;
   e->peer = e->samples = e->bytes = e->total = 0;
