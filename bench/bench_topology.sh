@@ -14,8 +14,9 @@
 # 16 per node, LOCAL_STEPS (8) steps, ROUNDS (24), batching = equal, seed 1.
 # Environment: NS, TOPOS, ROUNDS, LOCAL_STEPS, MODEL, HEARTBEAT_MS (1000),
 # IDLE_S (10), KILL (set: in the last topology of the largest N, kill KILL
-# nodes after a third of the rounds and report whether the run finished),
-# KEEP, top_builddir. `make bench-scale`; never part of `make check`.
+# nodes after a third of the rounds and report whether the run finished; the
+# run must last some seconds: EXTRA="--set slowdown=20"), EXTRA (more
+# --set options for every run), KEEP, top_builddir. `make bench-scale`; never part of `make check`.
 set -u
 NS=${NS:-8 16 32 64}
 TOPOS=${TOPOS:-mesh gossip:1 groups:8}
@@ -94,7 +95,7 @@ train() {
   local n=$1 topo=$2 out run t0 c0=() i dur state kill_at=0 killed=0
   out=$(ctl 0 start --set model="$MODEL" --set batch=$((16 * n)) --set local_steps="$LOCAL_STEPS" \
         --set rounds="$ROUNDS" --set eval_every=100000 --set batching=equal --set seed=1 \
-        --set round_timeout=10 --set topology="$topo" 2>&1) || { echo "  $topo: start failed: $out"; return; }
+        --set round_timeout=10 --set topology="$topo" ${EXTRA:-} 2>&1) || { echo "  $topo: start failed: $out"; return; }
   run=$(sed -E 's/started run ([0-9a-f]+).*/\1/' <<<"$out")
   for i in $(seq 0 $((n - 1))); do c0[$i]=$(ticks_of "${PIDS[$i]}"); done
   t0=$(now)
@@ -119,7 +120,8 @@ train() {
   for i in $(seq 0 $((live - 1))); do
     for _ in $(seq 60); do sql "$i" "SELECT state FROM runs WHERE $w" 2>/dev/null | grep -q finished && break; sleep 1; done
   done
-  cpu=$(for i in $(seq 0 $((live - 1))); do
+  cpu=- # a run of under 5 s gives no CPU figure worth printing
+  [ "$(echo "$dur >= 5" | bc)" -eq 1 ] && cpu=$(for i in $(seq 0 $((live - 1))); do
     echo "scale=1; 100 * ($(ticks_of "${PIDS[$i]}") - ${c0[$i]}) / $hz / $dur" | bc; done | median)
   hwm=$(for i in $(seq 0 $((live - 1))); do hwm_of "${PIDS[$i]}"; done | sort -n | tail -1)
   bytes=$(for i in $(seq 0 $((live - 1))); do
