@@ -40,7 +40,8 @@ struct td_round {
   size_t numel;
   uint64_t max_bytes;
   uint32_t max_chunks;
-  slot_t slots[TD_ROUND_SLOTS]; /* [k] holds round t + k */
+  unsigned n_slots;             /* the window: TD_ROUND_SLOTS, or more (td_round_open_window) */
+  slot_t slots[];               /* [k] holds round t + k, k < n_slots */
 };
 
 uint32_t td_round_chunk_count(uint64_t total_bytes) {
@@ -48,14 +49,21 @@ uint32_t td_round_chunk_count(uint64_t total_bytes) {
 }
 
 int td_round_open(td_round_t **out, const td_layout_t *layout) {
-  td_round_t *r = calloc(1, sizeof *r);
+  return td_round_open_window(out, layout, TD_ROUND_SLOTS);
+}
+
+int td_round_open_window(td_round_t **out, const td_layout_t *layout, unsigned slots) {
+  if (slots < 2 || slots > TD_ROUND_SLOTS_MAX)
+    return TD_EINVAL;
+  td_round_t *r = calloc(1, sizeof *r + slots * sizeof(slot_t));
   if (r == NULL)
     return TD_ENOMEM;
+  r->n_slots = slots;
   r->layout = layout;
   r->numel = td_layout_numel(layout);
   r->max_bytes = td_codec_message_bound(layout);
   r->max_chunks = td_round_chunk_count(r->max_bytes);
-  for (int s = 0; s < TD_ROUND_SLOTS; s++)
+  for (unsigned s = 0; s < r->n_slots; s++)
     r->slots[s].round = (uint64_t)s;
   *out = r;
   return 0;
@@ -65,7 +73,7 @@ void td_round_close(td_round_t **self_p) {
   if (self_p == NULL || *self_p == NULL)
     return;
   td_round_t *r = *self_p;
-  for (int s = 0; s < TD_ROUND_SLOTS; s++)
+  for (unsigned s = 0; s < r->n_slots; s++)
     for (int i = 0; i < TD_ROUND_MAX_PEERS; i++) {
       free(r->slots[s].e[i].data);
       free(r->slots[s].e[i].seen);
@@ -112,23 +120,24 @@ static slot_entry_t *find_or_add(slot_t *s, uint64_t peer) {
 
 void td_round_begin(td_round_t *r, uint64_t round, const uint64_t *peers, size_t n_peers) {
   uint64_t t = r->slots[0].round;
-  if (round > t && round - t < TD_ROUND_SLOTS) {
+  unsigned n = r->n_slots;
+  if (round > t && round - t < n) {
     /* advance by d: slots t+d.. become current, keep what they buffered, and
      * recycle the d slots that fall out of the window at its far end */
     unsigned d = (unsigned)(round - t);
-    slot_t old[TD_ROUND_SLOTS];
-    memcpy(old, r->slots, sizeof old);
-    for (unsigned k = 0; k < TD_ROUND_SLOTS; k++)
-      r->slots[k] = old[(k + d) % TD_ROUND_SLOTS];
-    for (unsigned k = TD_ROUND_SLOTS - d; k < TD_ROUND_SLOTS; k++)
+    slot_t old[TD_ROUND_SLOTS_MAX];
+    memcpy(old, r->slots, n * sizeof old[0]);
+    for (unsigned k = 0; k < n; k++)
+      r->slots[k] = old[(k + d) % n];
+    for (unsigned k = n - d; k < n; k++)
       for (int i = 0; i < TD_ROUND_MAX_PEERS; i++)
         clear_entry(r, &r->slots[k].e[i]);
   } else if (round != t) {
-    for (unsigned k = 0; k < TD_ROUND_SLOTS; k++)
+    for (unsigned k = 0; k < n; k++)
       for (int i = 0; i < TD_ROUND_MAX_PEERS; i++)
         clear_entry(r, &r->slots[k].e[i]);
   }
-  for (unsigned k = 0; k < TD_ROUND_SLOTS; k++)
+  for (unsigned k = 0; k < n; k++)
     r->slots[k].round = round + k;
   for (int i = 0; i < TD_ROUND_MAX_PEERS; i++)
     r->slots[0].e[i].expected = false;
@@ -156,7 +165,7 @@ int td_round_add_chunk(td_round_t *r, uint64_t peer, uint64_t round, uint64_t sa
     *result = TD_CHUNK_LATE;
     return 0;
   }
-  if (round - r->slots[0].round >= TD_ROUND_SLOTS) {
+  if (round - r->slots[0].round >= r->n_slots) {
     *result = TD_CHUNK_AHEAD;
     return 0;
   }
@@ -204,7 +213,7 @@ int td_round_add_chunk(td_round_t *r, uint64_t peer, uint64_t round, uint64_t sa
 size_t td_round_numel(const td_round_t *r) { return r->numel; }
 
 static slot_entry_t *entry_of(td_round_t *r, uint64_t round, uint64_t peer) {
-  if (round < r->slots[0].round || round - r->slots[0].round >= TD_ROUND_SLOTS)
+  if (round < r->slots[0].round || round - r->slots[0].round >= r->n_slots)
     return NULL;
   return find(&r->slots[round - r->slots[0].round], peer);
 }

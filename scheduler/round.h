@@ -5,16 +5,17 @@
  * An update is a compressed message (compress/codec.h) cut into chunks; when
  * its last chunk arrives it is handed out to be decoded off the receiving
  * thread and handed back, and any inconsistency discards it.
- * TD_ROUND_SLOTS slots are kept: the round being collected (t) and the next
+ * TD_ROUND_SLOTS slots are kept (a window of up to TD_ROUND_SLOTS_MAX when
+ * opened with td_round_open_window): the round being collected (t) and the next
  * ones, because a peer that already closed round t may send later updates
  * before our round t closes: one round ahead in sync mode, three in overlap
  * mode (our compute may post t + 1 while t is open; a peer that has it can
  * close t + 1, compute t + 2 and, released, t + 3; it cannot release t + 2
- * before our t + 2 update, which waits for our t to close), and with
- * topology gossip or groups as far as the rounds news takes to cross the run
- * (no barrier: each node waits for its round's partners only; about
- * log2 N, twice that allowed). A slot's entries hold buffers only once a
- * peer's update arrives in it, so unused slots cost no model copies. A chunk for an
+ * before our t + 2 update, which waits for our t to close); with topology
+ * gossip or groups the session opens the widest window, as partners drift
+ * as far apart as the rounds news takes to cross the run (no barrier: each
+ * node waits for its round's partners only; about log2 N, twice that
+ * allowed). An entry holds buffers only while a peer's update is in it. A chunk for an
  * older round is reported as late (its staleness is recorded by the caller);
  * one beyond the window is refused. The complete updates of a round are
  * handed to the aggregation (scheduler/aggregate.h) by td_round_collect(). */
@@ -30,7 +31,8 @@
 #include "proto/limits.h"
 
 #define TD_ROUND_MAX_PEERS TD_MAX_RUN_MEMBERS
-#define TD_ROUND_SLOTS 16
+#define TD_ROUND_SLOTS 4
+#define TD_ROUND_SLOTS_MAX 16
 
 typedef struct td_round td_round_t;
 
@@ -57,6 +59,9 @@ typedef struct {
 /* For a model with this layout (borrowed; must outlive the collector).
  * Caller owns *out. */
 int td_round_open(td_round_t **out, const td_layout_t *layout);
+/* The same with a window of `slots` rounds (2 to TD_ROUND_SLOTS_MAX; TD_EINVAL
+ * otherwise). */
+int td_round_open_window(td_round_t **out, const td_layout_t *layout, unsigned slots);
 void td_round_close(td_round_t **self_p);
 
 /* Start collecting `round` from the given peers (the local node excluded).

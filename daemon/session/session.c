@@ -356,7 +356,9 @@ static int open_parts(td__session_t *s, const td_codec_spec_t *codec, char *why,
                       size_t why_len) {
   const td_layout_t *layout = td_run_layout(s->run);
   const char *what = "the round collector";
-  int rc = td_round_open(&s->collector, layout); /* updates decode on the pool (inbox.c) */
+  /* updates decode on the pool (inbox.c); gossip and group partners drift apart */
+  int rc = td_round_open_window(&s->collector, layout,
+                                td_runspec_mixes(&s->spec) ? TD_ROUND_SLOTS_MAX : TD_ROUND_SLOTS);
   if (rc == 0 && s->spec.mode_kind == TD_MODE_ASYNC) {
     what = "the async inboxes";
     for (size_t i = 0; rc == 0 && i < s->n_members; i++)

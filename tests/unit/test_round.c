@@ -180,6 +180,26 @@ START_TEST(chunks_are_classified_and_checked) {
   td_round_forget_peer(r, 5);
   ck_assert(td_round_complete(r));
   td_round_close(&r);
+  /* the widest window (gossip and groups) keeps a chunk 15 rounds ahead, a
+   * chunk of the round after it buffered across the move, and refuses 16 */
+  ck_assert_int_eq(td_round_open_window(&r, layout, 1), TD_EINVAL);
+  ck_assert_int_eq(td_round_open_window(&r, layout, TD_ROUND_SLOTS_MAX + 1), TD_EINVAL);
+  ck_assert_int_eq(td_round_open_window(&r, layout, TD_ROUND_SLOTS_MAX), 0);
+  td_round_begin(r, 10, peers, 1);
+  ck_assert_int_eq(td_round_add_chunk(r, 5, 10 + TD_ROUND_SLOTS_MAX - 1, 1, 0, chunks, total, msg,
+                                      65536, 0, &res, NULL), 0);
+  ck_assert_int_eq(res, TD_CHUNK_ACCEPTED);
+  ck_assert_int_eq(td_round_add_chunk(r, 5, 10 + TD_ROUND_SLOTS_MAX, 1, 0, chunks, total, msg,
+                                      65536, 0, &res, NULL), 0);
+  ck_assert_int_eq(res, TD_CHUNK_AHEAD);
+  td_round_begin(r, 12, peers, 1);
+  ck_assert_int_eq(td_round_add_chunk(r, 5, 10 + TD_ROUND_SLOTS_MAX - 1, 1, 0, chunks, total, msg,
+                                      65536, 0, &res, NULL), 0);
+  ck_assert_int_eq(res, TD_CHUNK_DUPLICATE); /* kept across the move */
+  ck_assert_int_eq(td_round_add_chunk(r, 5, 10 + TD_ROUND_SLOTS_MAX + 1, 1, 0, chunks, total,
+                                      msg, 65536, 0, &res, NULL), 0);
+  ck_assert_int_eq(res, TD_CHUNK_ACCEPTED);
+  td_round_close(&r);
   free(msg);
 }
 END_TEST
