@@ -361,10 +361,13 @@ static void regreet_silent(td__node_t *n) {
 
 /* A member dead to this node may be alive with our connection to it refused
  * (its ZAP handler did not know our key yet, in a join storm): libzmq never
- * dials again after that, so every few heartbeats this node does. Once the
- * member hears us, it sees that we never heard it (the echo in our
- * heartbeats) and dials again too (linkstats.c). */
+ * dials again after that, so every few heartbeats this node does, a few
+ * times after each death (keys spread within seconds; a member that is
+ * really gone is left to libzmq's own reconnecting). Once the member hears
+ * us, it sees that we never heard it (the echo in our heartbeats) and dials
+ * again too (linkstats.c). */
 #define REDIAL_DEAD_TICKS 6
+#define REDIAL_DEAD_MAX 4
 
 static void redial_dead(td__node_t *n) {
   if (strcmp(td__transport_endpoint(n->net), TD_LISTEN_NONE) == 0 ||
@@ -374,8 +377,14 @@ static void redial_dead(td__node_t *n) {
   for (size_t i = 0; i < td__transport_count(n->net); i++) {
     td__link_t *l = td__transport_at(n->net, i);
     td_member_t *m = td__link_peer(l) ? td_members_find(n->members, td__link_peer(l)) : NULL;
-    if (m != NULL && m->state == TD_PEER_DEAD)
+    if (m == NULL)
+      continue;
+    if (m->state != TD_PEER_DEAD)
+      m->redials = 0;
+    else if (m->redials < REDIAL_DEAD_MAX) {
+      m->redials++;
       td__link_redial(l);
+    }
   }
 }
 

@@ -51,6 +51,7 @@ typedef struct {
   bool reported;     /* a heartbeat arrived (run_id is known) */
   bool run_ready;    /* its last heartbeat said its run's data and backend are ready */
   bool self;
+  unsigned redials;  /* the owner's: its link dialed again since it was last alive */
 } td_member_t;
 
 typedef enum {
