@@ -199,6 +199,9 @@ static void learn_peers(td__node_t *n, Traind__PeerInfo **peers, size_t count) {
     if (p->node_id == 0 || p->node_id == n->node_id || !tcp_endpoint(p->endpoint) ||
         !td__access_known(n->access, p->node_id))
       continue; /* secure: a node whose key we have not admitted takes no slot */
+    td_member_t *known = td_members_find(n->members, p->node_id);
+    if (known != NULL && known->state == TD_PEER_DEAD)
+      known->vouched = true; /* alive to the sender: worth dialing again (redial_dead) */
     if (td_members_learn(n->members, p->node_id, p->endpoint, td_clock_mono_s()) == 1) {
       td__link_t *l = td__link_ensure(n->net, p->node_id, p->endpoint);
       if (l != NULL)
@@ -359,13 +362,14 @@ static void regreet_silent(td__node_t *n) {
   }
 }
 
-/* A member dead to this node may be alive with our connection to it refused
- * (its ZAP handler did not know our key yet, in a join storm): libzmq never
- * dials again after that, so every few heartbeats this node does, a few
- * times after each death (keys spread within seconds; a member that is
- * really gone is left to libzmq's own reconnecting). Once the member hears
- * us, it sees that we never heard it (the echo in our heartbeats) and dials
- * again too (linkstats.c). */
+/* A member dead to this node while another member lists it alive may have
+ * had our connection to it refused (its ZAP handler did not know our key yet,
+ * in a join storm): libzmq never dials again after that, so every few
+ * heartbeats this node does, a few times after each death (keys spread
+ * within seconds; a member that is really gone, which nobody lists, is left
+ * to libzmq's own reconnecting). Once the member hears us, it sees that we
+ * never heard it (the echo in our heartbeats) and dials again too
+ * (linkstats.c). */
 #define REDIAL_DEAD_TICKS 6
 #define REDIAL_DEAD_MAX 4
 
@@ -379,10 +383,12 @@ static void redial_dead(td__node_t *n) {
     td_member_t *m = td__link_peer(l) ? td_members_find(n->members, td__link_peer(l)) : NULL;
     if (m == NULL)
       continue;
-    if (m->state != TD_PEER_DEAD)
+    if (m->state != TD_PEER_DEAD) {
       m->redials = 0;
-    else if (m->redials < REDIAL_DEAD_MAX) {
+      m->vouched = false;
+    } else if (m->vouched && m->redials < REDIAL_DEAD_MAX) {
       m->redials++;
+      m->vouched = false;
       td__link_redial(l);
     }
   }

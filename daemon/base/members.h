@@ -52,6 +52,7 @@ typedef struct {
   bool run_ready;    /* its last heartbeat said its run's data and backend are ready */
   bool self;
   unsigned redials;  /* the owner's: its link dialed again since it was last alive */
+  bool vouched;      /* the owner's: dead here, but listed alive by another member since */
 } td_member_t;
 
 typedef enum {
