@@ -148,8 +148,10 @@ void td__comeback_heard(td__node_t *n, uint64_t peer, uint64_t run_id, uint64_t 
     return;
   /* async members drift apart by design: only an idle one is out of the run */
   bool lockstep = s->spec.mode_kind != TD_MODE_ASYNC;
-  if (run_id == s->run_id)
+  if (run_id == s->run_id) {
     s->heard_round[i] = round;
+    td__join_heard(s, i); /* a deferred readmission's member that restarted */
+  }
   /* (a joiner, whose first round is still ahead, is ahead by design) */
   if (lockstep && s->ready && run_id == s->run_id && s->since[i] <= s->round &&
       round > s->round + behind_rounds(s) && most_are_ahead(s)) {

@@ -3,7 +3,7 @@
  * Threads: loop thread. A node that joins the cluster while a run is going
  * (trainctl join) is admitted by the run member with the lowest id among
  * those reachable: it picks round R = its open round + TD__JOIN_LEAD_ROUNDS
- * (no member has begun R yet: members are at most one round apart, and R - 1
+ * (no member has begun R yet: members are a round or two apart, and R - 1
  * is still ahead of every compute thread) and sends RunStart{members +
  * joiner, join_round R} to the members and to the joiner. From R on every
  * member expects the joiner's update, sends it its own and counts it in the
@@ -34,6 +34,10 @@ struct td__join {
   float *blob;
   struct { uint64_t peer, offset; } waiting[MAX_WAITING];
   size_t n_waiting;
+  /* readmissions this node, rounds behind the admitter, judges when it
+   * reaches the admitter's round (admission_refusal): by member index, the
+   * join round (0: none) and the admitter */
+  uint64_t deferred_round[TD_MEMBERS_MAX], deferred_sender[TD_MEMBERS_MAX];
 };
 
 int td__join_open(td__join_t **out, td__session_t *s) {
@@ -158,15 +162,38 @@ static void add_member(td__session_t *s, uint64_t id, uint64_t from) {
  * receiver one round behind the admitter still accepts what it decided. */
 #define ADMITTER_RECENT_ROUNDS 3
 #define RECEIVER_RECENT_ROUNDS 2
+/* A readmission is deferred (admission_refusal) only from an admitter at
+ * most this many rounds ahead. */
+#define DEFER_MAX_ROUNDS (2 * TD__JOIN_LEAD_ROUNDS + 2)
+
 static bool trained_lately(const td__session_t *s, size_t mi, uint64_t rounds) {
   return s->recorded_round[mi] > 0 && s->recorded_round[mi] + rounds > s->round;
 }
 
-/* Run membership by rule (issue 37): why this member must not apply an
- * admission of another node into its run s, or NULL when it may. Every
- * member judges from the same inputs (its allowlist, the run's member list,
- * who takes part, the joiner's own heartbeats), so one voice can neither
- * invent members nor push an honest one out:
+/* A member whose readmission this node has deferred, that says in its own
+ * heartbeats that it is at its join round or past it (it restarted and
+ * started there), and that has no update of the open round here: the open
+ * round does not wait for it, since it holds no update of a round before its
+ * join round (the admitter already stopped waiting; waiting here would keep
+ * this node from ever reaching the round it judges in). Its heartbeats are
+ * its own, so an admitter that readmits a member that still trains cannot
+ * make anyone stop waiting for it. */
+static bool stale_deferred(const td__session_t *s, size_t mi) {
+  uint64_t from = s->join->deferred_round[mi];
+  return from != 0 && s->heard_round[mi] >= from && s->recorded_round[mi] < s->round;
+}
+
+void td__join_heard(td__session_t *s, size_t mi) {
+  if (s->join != NULL && mi < s->n_members && stale_deferred(s, mi))
+    td__rounds_forget_peer(s, s->members[mi]);
+}
+
+/* Run membership by rule (issue 37): why this member must not apply the
+ * admission by `sender` of `joiner` into its run s from round `from`, or
+ * NULL when it may. Every member judges from the same inputs (its
+ * allowlist, the run's member list, who takes part, the joiner's own
+ * heartbeats), so one voice can neither invent members nor push an honest
+ * one out:
  *  - the joiner's key must be on this node's allowlist (no phantom ids);
  *  - the sender must be an admin key here, or the run's admitter: no member
  *    with a lower id takes part (join_tick's rule), the joiner aside (a
@@ -174,26 +201,36 @@ static bool trained_lately(const td__session_t *s, size_t mi, uint64_t rounds) {
  *  - a member whose update of this round or the last this node holds takes
  *    part and is never "readmitted" (that would forget its updates); the
  *    admitter itself waits until a member's last update is older by one
- *    round more (join_tick), so that members a round apart agree;
+ *    round more (join_tick), so that members a round apart agree; `*defer`
+ *    (when not NULL) is set instead where this node is more rounds behind
+ *    the admitter's round (from - TD__JOIN_LEAD_ROUNDS) and what it holds
+ *    would satisfy the admitter's rule: it judges again there (an overlap
+ *    run's members may be two rounds apart, and refusing here split them);
  *  - at most one admission per member and round. */
-static const char *admission_refusal(td__node_t *n, const td__session_t *s,
-                                     const Traind__Envelope *env, size_t mi) {
-  const Traind__RunStart *rs = env->run_start;
-  if (td__access_secure(n->access) && !td__access_known(n->access, rs->joiner))
+static const char *admission_refusal(td__node_t *n, const td__session_t *s, uint64_t sender,
+                                     uint64_t joiner, uint64_t from, size_t mi, bool *defer) {
+  if (td__access_secure(n->access) && !td__access_known(n->access, joiner))
     return "names a node whose key is not on this node's allowlist";
-  if (!td__access_is_admin(n->access, env->sender)) {
+  if (!td__access_is_admin(n->access, sender)) {
     for (size_t i = 0; i < s->n_members; i++) {
       uint64_t id = s->members[i];
-      if (id >= env->sender || id == rs->joiner)
+      if (id >= sender || id == joiner)
         continue;
       if (id == n->node_id || td__session_takes_part((td__session_t *)s, i, 0))
         return "comes from a member that is not the run's admitter (a member with a lower id "
                "takes part) and has no admin key";
     }
   }
-  if (mi != TD_MEMBERS_MAX && trained_lately(s, mi, RECEIVER_RECENT_ROUNDS))
+  if (mi != TD_MEMBERS_MAX && trained_lately(s, mi, RECEIVER_RECENT_ROUNDS)) {
+    uint64_t decided = from > TD__JOIN_LEAD_ROUNDS ? from - TD__JOIN_LEAD_ROUNDS : 0;
+    if (defer != NULL && s->round + 1 < decided && decided <= s->round + DEFER_MAX_ROUNDS &&
+        s->recorded_round[mi] + ADMITTER_RECENT_ROUNDS <= decided) {
+      *defer = true;
+      return NULL;
+    }
     return "readmits a member that takes part in the run (this node holds its update of "
            "this round or the last)";
+  }
   if (mi != TD_MEMBERS_MAX && s->admitted_in[mi] == s->round + 1)
     return "admits a member a second time in one round";
   return NULL;
@@ -201,14 +238,42 @@ static const char *admission_refusal(td__node_t *n, const td__session_t *s,
 
 /* Count (drop kind `forbidden`) and log an admission the rule refused; the
  * log is rate-limited per run, so each run names its first refusals. */
-static void refuse_admission(td__node_t *n, td__session_t *s, const Traind__Envelope *env,
+static void refuse_admission(td__node_t *n, td__session_t *s, uint64_t sender, uint64_t joiner,
                              const char *why) {
   td__drop(&n->drops, TD__DROP_FORBIDDEN, NULL);
   uint64_t k = ++s->admissions_refused;
   if (td__drop_should_log(k))
     td_log_warn("refused an admission of %016" PRIx64 " into run %016" PRIx64 " from %016" PRIx64
-                ": it %s (refused in this run so far: %" PRIu64 ")", env->run_start->joiner,
-                env->run_id, env->sender, why, k);
+                ": it %s (refused in this run so far: %" PRIu64 ")", joiner, s->run_id, sender,
+                why, k);
+}
+
+/* A round began: judge the readmissions deferred until this node is one
+ * round behind the round their admitter decided in (admission_refusal). */
+void td__join_round_begun(td__session_t *s) {
+  td__join_t *j = s->join;
+  for (size_t mi = 0; j != NULL && mi < s->n_members; mi++) {
+    uint64_t from = j->deferred_round[mi];
+    if (from == 0)
+      continue;
+    if (s->round + 1 + TD__JOIN_LEAD_ROUNDS < from) {
+      if (stale_deferred(s, mi))
+        td_round_forget_peer(s->collector, s->members[mi]); /* rounds.c closes when it may */
+      continue;
+    }
+    j->deferred_round[mi] = 0;
+    uint64_t id = s->members[mi];
+    if (from <= s->round || s->out[mi]) {
+      td_log_warn("readmission of %016" PRIx64 " at round %" PRIu64 " no longer fits this "
+                  "node's run (round %" PRIu64 "): dropped", id, from, s->round);
+      continue;
+    }
+    const char *why = admission_refusal(s->node, s, j->deferred_sender[mi], id, from, mi, NULL);
+    if (why != NULL)
+      refuse_admission(s->node, s, j->deferred_sender[mi], id, why);
+    else
+      add_member(s, id, from);
+  }
 }
 
 /* RunStart with join_round: as a member, take the joiner in; as the joiner,
@@ -261,9 +326,20 @@ static void on_admission(td__node_t *n, const Traind__Envelope *env) {
     td__drop(&n->drops, TD__DROP_WRONG_RUN, NULL);
     return;
   }
-  const char *why = admission_refusal(n, s, env, mi);
+  bool defer = false;
+  const char *why = admission_refusal(n, s, env->sender, rs->joiner, rs->join_round, mi, &defer);
   if (why != NULL) {
-    refuse_admission(n, s, env, why);
+    refuse_admission(n, s, env->sender, rs->joiner, why);
+    return;
+  }
+  if (defer) { /* judged again rounds later; the newest admission of a member counts */
+    s->join->deferred_round[mi] = rs->join_round;
+    s->join->deferred_sender[mi] = env->sender;
+    td_log_info("admission of %016" PRIx64 " at round %" PRIu64 " from %016" PRIx64 ": judged "
+                "when this node reaches round %" PRIu64, rs->joiner, rs->join_round, env->sender,
+                rs->join_round - TD__JOIN_LEAD_ROUNDS - 1);
+    if (stale_deferred(s, mi))
+      td__rounds_forget_peer(s, rs->joiner);
     return;
   }
   add_member(s, rs->joiner, rs->join_round);

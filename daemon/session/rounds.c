@@ -114,6 +114,8 @@ void td__rounds_begin(td__session_t *s, uint64_t round) {
   arm_round_timer(s);
   if (s->own_done >= round) /* overlap: own update already done */
     s->deadline = s->own[round % TD__RING].done_at + s->spec.round_timeout;
+  if (s->on_round_open != NULL)
+    s->on_round_open(s); /* readmissions deferred to this round (join.c) */
 }
 
 void td__rounds_sample_ready(td__session_t *s) {

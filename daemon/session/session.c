@@ -441,6 +441,7 @@ int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
   first_round = first_round > 1 ? first_round : 1;
   s->refs = 1;
   s->destroy = session_free;
+  s->on_round_open = td__join_round_begun;
   s->node = n;
   s->bytes_sent_mark = td__transport_run_bytes_sent(n->net);
   s->state = TD__RUN_RUNNING;

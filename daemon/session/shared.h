@@ -228,6 +228,8 @@ typedef struct {
 struct td__session {
   unsigned refs;
   void (*destroy)(td__session_t *s); /* session.c's: frees the parts with the last reference */
+  void (*on_round_open)(td__session_t *s); /* join.c's (session.c sets it): rounds.c calls it
+                                            once a round is open */
   td__node_t *node;
   td__run_state_t state; /* RUNNING until finish */
   td_run_t *run;
@@ -554,6 +556,10 @@ void td__on_snapshot_chunk(td__node_t *n, const Traind__Envelope *env, td__link_
 int td__join_open(td__join_t **out, td__session_t *s);
 void td__join_close(td__join_t **self_p);
 void td__join_tick(td__session_t *s);
+void td__join_round_begun(td__session_t *s);
+/* comeback.c heard member mi's heartbeat: a member whose readmission this
+ * node deferred and that says it restarted is not waited for (join.c). */
+void td__join_heard(td__session_t *s, size_t mi);
 void td__join_anchor(td__session_t *s, td_run_event_t *ev);
 /* A joiner asks for the anchor of rq->round: serve it or keep the request. */
 void td__join_request(td__session_t *s, td__link_t *l, uint64_t peer,
