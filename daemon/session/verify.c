@@ -7,9 +7,11 @@
  * theirs. When every member that takes part in the round has answered, or
  * round_timeout after our own hash, the round is decided by the majority
  * rule of scheduler/agree.h: a hash held by more than half of the round's
- * members is agreed. Every member whose hash differs is named (status, a
- * state_diverged event); a round with no such majority is a state_split and
- * repairs nobody.
+ * voting members is agreed (a member that joined in that round, or is being
+ * repaired, is judged but has no vote). Every member whose hash differs is
+ * named (status, a state_diverged event); a round with no such majority is a
+ * state_split and repairs nobody, unless the run's aggregate is the plain
+ * mean: then the largest group's hash is taken (split_winner).
  *
  * When this node is the one that differs it repairs itself through the same
  * machinery a late joiner uses (transfer.c's chunks on the bulk class): it
@@ -65,6 +67,9 @@ struct td__verify {
   /* this node's own repair: round P, the agreed hash of P, the donor */
   uint64_t repair_round;
   bool fetching;
+  /* by member index (TD_MEMBERS_MAX: this node): named diverged by the last
+   * decided round that judged it; no vote until one finds it agreeing */
+  bool diverged[TD_MEMBERS_MAX + 1];
   uint8_t repair_hash[TD_AGREE_HASH_BYTES];
   bool tried[TD_MEMBERS_MAX];
   uint64_t donor, received;
@@ -246,22 +251,94 @@ static void next_donor(td__verify_t *v, const vote_t *vt) {
   td__link_send(s->node->net, l, &env);
 }
 
+/* Whether member i (TD_MEMBERS_MAX: this node) votes on round r. Not when
+ * it joined or came back at r: its state there grew from a copy of its
+ * donor's, and the donor's vote counts once; nor while the last decided
+ * round named it diverged and no later one found it agreeing: it is being
+ * repaired. Both are judged all the same. Without this a donor that had
+ * drifted (a killed member's last update reached some members only) and its
+ * joiner, or two members under repair, tied the others 2 against 2 and
+ * nobody was repaired. */
+static bool votes_at(const td__verify_t *v, size_t i, uint64_t r) {
+  const td__session_t *s = v->s;
+  uint64_t from = i == TD_MEMBERS_MAX ? s->first_round : s->since[i];
+  return (r <= 1 || from != r) && !v->diverged[i];
+}
+
+/* No hash has a majority of the round's members: in a run whose aggregate
+ * is the plain mean, and when every voter answered (so every member decides
+ * from the same hashes), the largest group of equal hashes is taken, and of
+ * equally large groups the one holding the lowest member id. There a member
+ * can already move the model as it likes with its update, so this gives a
+ * liar no power it lacked; honest members part three ways when a member
+ * killed in mid-send reached each with different rounds, and without this
+ * none of them was repaired. Under a robust rule neither side gives way.
+ * The index in hashes of a member of the group taken, or TD_AGREE_NONE. */
+static size_t split_winner(const td__session_t *s, const uint8_t (*hashes)[TD_AGREE_HASH_BYTES],
+                           const size_t *who, size_t k, size_t members, size_t *holders) {
+  td_agg_spec_t agg;
+  td_runspec_agg(&s->spec, &agg);
+  if (agg.kind != TD_AGG_MEAN || agg.norm_bound > 0 || k != members || k < 2)
+    return TD_AGREE_NONE;
+  size_t best = TD_AGREE_NONE, best_n = 0;
+  uint64_t best_low = 0;
+  for (size_t j = 0; j < k; j++) {
+    size_t same = 0;
+    uint64_t low = UINT64_MAX;
+    for (size_t l = 0; l < k; l++)
+      if (memcmp(hashes[l], hashes[j], TD_AGREE_HASH_BYTES) == 0) {
+        uint64_t id = who[l] == TD_MEMBERS_MAX ? s->node->node_id : s->members[who[l]];
+        same++;
+        low = id < low ? id : low;
+      }
+    if (same > best_n || (same == best_n && low < best_low)) {
+      best = j;
+      best_n = same;
+      best_low = low;
+    }
+  }
+  *holders = best_n;
+  return best;
+}
+
 /* Round vt->round is decided: name who differs, and repair ourselves. */
 static void decide(td__verify_t *v, vote_t *vt) {
   td__session_t *s = v->s;
   td__node_t *n = s->node;
+  /* the voters' hashes first (k of them), then the others' (to kj); when
+   * none of the round's members votes, all do */
   uint8_t hashes[TD_MEMBERS_MAX + 1][TD_AGREE_HASH_BYTES];
-  size_t who[TD_MEMBERS_MAX + 1], k = 0, members = 1;
-  memcpy(hashes[k], vt->own_hash, TD_AGREE_HASH_BYTES);
-  who[k++] = TD_MEMBERS_MAX; /* ourselves */
+  size_t who[TD_MEMBERS_MAX + 1], k = 0, kj, members = 0;
+  size_t judged[TD_MEMBERS_MAX + 1], nj = 0;
+  bool any = votes_at(v, TD_MEMBERS_MAX, vt->round);
+  for (size_t i = 0; i < s->n_members && !any; i++)
+    any = td__session_takes_part(s, i, vt->round) && votes_at(v, i, vt->round);
+  if (!any || votes_at(v, TD_MEMBERS_MAX, vt->round)) {
+    memcpy(hashes[k], vt->own_hash, TD_AGREE_HASH_BYTES);
+    who[k++] = TD_MEMBERS_MAX; /* ourselves */
+    members++;
+  } else {
+    judged[nj++] = TD_MEMBERS_MAX;
+  }
   for (size_t i = 0; i < s->n_members; i++) {
     if (!td__session_takes_part(s, i, vt->round))
       continue;
+    if (any && !votes_at(v, i, vt->round)) {
+      if (vt->have[i])
+        judged[nj++] = i;
+      continue;
+    }
     members++;
     if (vt->have[i]) {
       memcpy(hashes[k], vt->hash[i], TD_AGREE_HASH_BYTES);
       who[k++] = i;
     }
+  }
+  kj = k;
+  for (size_t j = 0; j < nj; j++) {
+    memcpy(hashes[kj], judged[j] == TD_MEMBERS_MAX ? vt->own_hash : vt->hash[judged[j]],
+           TD_AGREE_HASH_BYTES);
+    who[kj++] = judged[j];
   }
   vt->decided = true;
   size_t holders = 0;
@@ -276,6 +353,13 @@ static void decide(td__verify_t *v, vote_t *vt) {
   last->checks++;
   char own[17];
   td_agree_short(vt->own_hash, own);
+  bool tie = false;
+  if (agreed == TD_AGREE_NONE) {
+    agreed = split_winner(s, (const uint8_t(*)[TD_AGREE_HASH_BYTES])hashes, who, k, members,
+                          &holders);
+    tie = agreed != TD_AGREE_NONE;
+    last->agree = holders;
+  }
   if (agreed == TD_AGREE_NONE) {
     last->hash[0] = '\0';
     last->splits++;
@@ -290,9 +374,19 @@ static void decide(td__verify_t *v, vote_t *vt) {
   }
   const uint8_t *good = hashes[agreed];
   td_agree_short(good, last->hash);
+  if (tie) {
+    last->splits++;
+    td_log_warn("round %" PRIu64 ": no state is held by a majority of the %zu members: the "
+                "largest group's (%zu, with the lowest id) %s is taken (aggregate = mean)",
+                vt->round, members, holders, last->hash);
+    td__ledger_event(n->ledger, "state_split", "round %" PRIu64 ": no state held by a majority "
+                     "of %zu members; the largest group's (%zu) %s taken; ours %s", vt->round,
+                     members, holders, last->hash, own);
+  }
   bool own_ok = memcmp(good, vt->own_hash, TD_AGREE_HASH_BYTES) == 0;
-  for (size_t j = 0; j < k; j++) {
-    if (memcmp(hashes[j], good, TD_AGREE_HASH_BYTES) == 0)
+  for (size_t j = 0; j < kj; j++) {
+    v->diverged[who[j]] = memcmp(hashes[j], good, TD_AGREE_HASH_BYTES) != 0;
+    if (!v->diverged[who[j]])
       continue;
     uint64_t id = who[j] == TD_MEMBERS_MAX ? n->node_id : s->members[who[j]];
     char theirs[17];
