@@ -17,6 +17,8 @@ cleanup_nodes() {
   done
   if [ "$failures" -gt 0 ]; then
     for name in "${NODES[@]}"; do echo "----- log of $name"; tail -n 40 "$T/$name.log"; done
+    # TD_TEST_KEEP=DIR: the whole logs and data dirs of a failed test are kept there
+    [ -n "${TD_TEST_KEEP:-}" ] && mkdir -p "$TD_TEST_KEEP" && cp -r "$T"/. "$TD_TEST_KEEP"/ 2>/dev/null
   fi
   rm -rf "$T"
 }
