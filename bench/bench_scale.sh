@@ -26,26 +26,14 @@ B=${top_builddir:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build}
 T=$(mktemp -d /tmp/td-scale-XXXXXX)
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill -9 $p 2>/dev/null; done; wait 2>/dev/null; [ -n "${KEEP:-}" ] && echo "kept $T" || rm -rf "$T"' EXIT
-ctl() { local i=$1; shift; "$B/trainctl" --socket "$T/n$i/ctl" "$@"; }
-now() { date +%s.%N; }
-alive_of() { ctl "$1" peers --json 2>/dev/null | grep -o '"state":"alive"' | wc -l; }
+. "$(dirname "${BASH_SOURCE[0]}")/daemons.sh"
 sent_of() { ctl "$1" peers --json 2>/dev/null | grep -o '"bytes_sent":[0-9]*' | cut -d: -f2 | paste -sd+ | bc; }
-ticks_of() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 # stats: "median max" of the numbers on stdin
 stats() { sort -n | awk '{v[NR]=$1} END {printf "%s %s", v[int((NR+1)/2)], v[NR]}'; }
 
 echo "bench_scale: $N nodes, heartbeat ${HEARTBEAT_MS} ms, descriptors: ulimit -n $(ulimit -n) (hard $(ulimit -Hn))"
 t0=$(now)
-for i in $(seq 0 $((N - 1))); do
-  mkdir -p "$T/n$i"
-  "$B/traind" --data-dir "$T/n$i" --listen tcp://127.0.0.1:0 --control "$T/n$i/ctl" \
-    --threads 1 --heartbeat-ms "$HEARTBEAT_MS" --log-level warn 2>"$T/n$i.log" &
-  PIDS+=($!)
-done
-for i in $(seq 0 $((N - 1))); do
-  for _ in $(seq 300); do [ -s "$T/n$i/endpoint" ] && [ -S "$T/n$i/ctl" ] && break; sleep 0.1; done
-  [ -S "$T/n$i/ctl" ] || { echo "bench_scale: node $i did not start:"; tail -5 "$T/n$i.log"; exit 1; }
-done
+start_daemons "$N" || { echo "bench_scale: a daemon did not start" >&2; exit 1; }
 printf 'started %d daemons in %.1f s\n' "$N" "$(echo "$(now) - $t0" | bc)"
 
 # ---- the storm: every node joins node 0 by invite, a wave at a time --------------------

@@ -32,10 +32,7 @@ T=$(mktemp -d /tmp/td-topo-XXXXXX)
 PIDS=()
 stop_all() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; wait 2>/dev/null; PIDS=(); }
 trap 'stop_all; [ -n "${KEEP:-}" ] && echo "kept $T" || rm -rf "$T"' EXIT
-ctl() { local i=$1; shift; "$B/trainctl" --socket "$T/n$i/ctl" "$@"; }
-now() { date +%s.%N; }
-alive_of() { ctl "$1" peers --json 2>/dev/null | grep -o '"state":"alive"' | wc -l; }
-ticks_of() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+. "$(dirname "${BASH_SOURCE[0]}")/daemons.sh"
 hwm_of() { awk '/VmHWM/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 median() { sort -g | awk '{v[NR]=$1} END {print (NR ? v[int((NR+1)/2)] : "nan")}'; }
 sql() { sqlite3 "$T/n$1/traind.db" "$2"; }
@@ -45,15 +42,7 @@ hz=$(getconf CLK_TCK)
 cluster() {
   local n=$1 i k
   rm -rf "$T"/n*
-  for i in $(seq 0 $((n - 1))); do
-    mkdir -p "$T/n$i"
-    "$B/traind" --data-dir "$T/n$i" --listen tcp://127.0.0.1:0 --control "$T/n$i/ctl" \
-      --threads 1 --heartbeat-ms "$HEARTBEAT_MS" --log-level warn 2>"$T/n$i.log" &
-    PIDS+=($!)
-  done
-  for i in $(seq 0 $((n - 1))); do
-    for _ in $(seq 300); do [ -s "$T/n$i/endpoint" ] && [ -S "$T/n$i/ctl" ] && break; sleep 0.1; done
-  done
+  start_daemons "$n" || exit 1
   local t0 next=1 count
   t0=$(now) # the first join
   while [ "$next" -lt "$n" ]; do # waves of 32 (a node holds 64 pending invites)
