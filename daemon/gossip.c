@@ -69,6 +69,7 @@ void td__gossip_hello(td__node_t *n, td__link_t *l) {
   /* the key this node signs admissions with: the link authenticates us */
   hello.sign_key.data = (uint8_t *)td__admission_sign_pub(td__access_admission(n->access));
   hello.sign_key.len = TD__SIGN_KEY_BYTES;
+  hello.refused_you = td__link_refused_out(n->net, l);
   Traind__Envelope env = TRAIND__ENVELOPE__INIT;
   env.body_case = TRAIND__ENVELOPE__BODY_HELLO;
   env.hello = &hello;
@@ -233,6 +234,7 @@ static void send_heartbeat(td__node_t *n, td__link_t *only) {
       return;
     advertise_self(n, ptrs, hb.n_peers, td__link_advertised(n->net, only));
     td__link_echo_out(only, &hb.stamp_us, &hb.echo_us, &hb.echo_hold_us);
+    hb.refused_you = td__link_refused_out(n->net, only);
     td__link_send(n->net, only, &env);
     return;
   }
@@ -243,6 +245,7 @@ static void send_heartbeat(td__node_t *n, td__link_t *only) {
     if (m != NULL && m->state != TD_PEER_LEFT && td__link_advertised(n->net, l) != NULL) {
       advertise_self(n, ptrs, hb.n_peers, td__link_advertised(n->net, l));
       td__link_echo_out(l, &hb.stamp_us, &hb.echo_us, &hb.echo_hold_us);
+      hb.refused_you = td__link_refused_out(n->net, l);
       td__link_send(n->net, l, &env);
     }
   }
@@ -279,6 +282,8 @@ void td__on_hello(td__node_t *n, const Traind__Envelope *env, td__link_t *l, siz
     return;
   if (l != known) /* a new link: its first welcome counts too */
     td__link_take_reply(l, per_s, WELCOME_BURST);
+  /* it refused our handshakes before it knew us: dial again, then welcome */
+  td__link_refused_in(l, env->hello->refused_you);
   td__link_set_reply_owed(l, false);
   send_welcome(n, l, NULL);
   td__admit_send_all(n, l); /* the signed admissions it may have missed */
@@ -311,9 +316,11 @@ void td__on_welcome(td__node_t *n, const Traind__Envelope *env, td__link_t *l, s
 void td__on_heartbeat(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes) {
   (void)bytes;
   td__gossip_heard(n, env->sender, NULL);
-  if (l != NULL)
+  if (l != NULL) {
     td__link_echo_in(l, env->heartbeat->stamp_us, env->heartbeat->echo_us,
                      env->heartbeat->echo_hold_us);
+    td__link_refused_in(l, env->heartbeat->refused_you);
+  }
   td_member_t *m = td_members_find(n->members, env->sender);
   if (isfinite(env->heartbeat->capacity) && env->heartbeat->capacity >= 0)
     m->capacity = env->heartbeat->capacity;

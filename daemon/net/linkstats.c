@@ -104,6 +104,22 @@ static void check_heard_back(td__link_t *l, uint64_t echo_us, double now) {
   l->echo_stale = 0;
 }
 
+/* The peer's heartbeats also say how many of our handshakes it refused
+ * before it knew our key. Both of our connections to it may be refused, or
+ * only one: then its heartbeats reach us and ours reach it, the echo moves,
+ * and only this count tells that our other connection is dead. */
+void td__link_refused_in(td__link_t *l, uint32_t refused) {
+  double now = td_clock_mono_s();
+  if (refused <= l->refused_seen || l->route != LINK_DIRECT ||
+      (l->refused_redial_at > 0 && now - l->refused_redial_at < ECHO_STALE_S))
+    return;
+  td_log_warn("%016" PRIx64 " refused %" PRIu32 " handshakes of this node before it knew its "
+              "key: dialing %s again", l->peer, refused - l->refused_seen, l->endpoint);
+  l->refused_seen = refused;
+  l->refused_redial_at = now;
+  td__link_redial(l);
+}
+
 void td__link_echo_in(td__link_t *l, uint64_t stamp_us, uint64_t echo_us, uint64_t hold_us) {
   double now = td_clock_mono_s();
   l->echo_us = stamp_us; /* the peer's own clock: echoed back as it is, never read */

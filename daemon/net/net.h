@@ -154,6 +154,9 @@ int td__zap_open(td__zap_t **out, void *zctx, uv_loop_t *loop, td__access_t *acc
 void td__zap_drain(td__zap_t *z); /* NULL-safe: answer every pending request */
 /* Handshakes the ZAP handler refused because their key connected too often. */
 uint64_t td__zap_limited(const td__zap_t *z);
+/* Handshakes of node_id's key refused while the key was unknown (0: none
+ * remembered; NULL-safe). */
+uint32_t td__zap_refused_of(const td__zap_t *z, uint64_t node_id);
 void td__zap_stop(td__zap_t *z);  /* close its handle (shutdown) */
 void td__zap_close(td__zap_t **self_p);
 /* ---- transport (transport.c) -------------------------------------------------------- */
@@ -290,6 +293,12 @@ void td__link_restart(td__transport_t *t, td__link_t *l);
 /* Dial l's peer again on both sockets, when the link is direct (libzmq
  * gives up on a connection whose handshake the peer refused). */
 void td__link_redial(td__link_t *l);
+/* For l's heartbeat: how many of its peer's handshakes this node refused
+ * before it knew the peer's key (0 when insecure or none). */
+uint32_t td__link_refused_out(const td__transport_t *t, const td__link_t *l);
+/* The peer's heartbeat says it refused `refused` of our handshakes: dial it
+ * again when that count grew (at most once per ECHO_STALE_S). */
+void td__link_refused_in(td__link_t *l, uint32_t refused);
 /* Hand the socket every frame the window allows now. */
 void td__link_pump(td__transport_t *t, td__link_t *l);
 void td__link_note_recv(td__link_t *l, uint64_t bytes);

@@ -235,6 +235,10 @@ void td__link_redial(td__link_t *l) {
   zmq_connect(l->ctl_sock, l->endpoint);
 }
 
+uint32_t td__link_refused_out(const td__transport_t *t, const td__link_t *l) {
+  return l->peer != 0 ? td__zap_refused_of(t->zap, l->peer) : 0;
+}
+
 td__link_t *td__link_ensure(td__transport_t *t, uint64_t peer, const char *endpoint) {
   if (peer == t->node_id)
     return NULL;

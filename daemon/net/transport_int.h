@@ -78,6 +78,8 @@ struct td__link {
   uint64_t echo_back;          /* the peer's last echo of our own stamp (0: it heard none) */
   double echo_back_at;         /* when that echo last changed, mono seconds (0: not yet) */
   unsigned echo_stale;         /* the peer's heartbeats since, with the same echo */
+  uint32_t refused_seen;       /* the largest count of refused handshakes it told us */
+  double refused_redial_at;    /* when that made us dial again, mono seconds (0: never) */
   double reply_tokens, reply_at; /* td__link_take_reply's bucket; reply_at 0: full */
   bool reply_owed;
   link_route_t route;

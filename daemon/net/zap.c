@@ -15,6 +15,12 @@
  * closes; the client's libzmq retries later). Honest nodes open two
  * connections to a peer and reconnect after a restart, far below that.
  *
+ * A refused key that is not listed is remembered by node id (the last
+ * REFUSED_KEPT of them, with how many of its handshakes were refused): once
+ * the node admits that key, its heartbeats to it carry the count, and the
+ * refused node dials again (libzmq does not, and one of its two connections
+ * may have been refused while the other got through).
+ *
  * A key that is not listed may still be a pending invite's one-time key
  * (admission.h): that one handshake is accepted, with the User-Id
  * "invite:KEY" that transport.c hands only a join request through; a second
@@ -49,6 +55,14 @@ typedef struct {
   double tokens, at; /* mono seconds of the last refill; 0: slot unused */
 } key_bucket_t;
 
+/* Unknown keys refused, by node id; the least recently refused is forgotten. */
+#define REFUSED_KEPT 64
+typedef struct {
+  uint64_t node_id;
+  uint32_t count;
+  double at; /* mono seconds of the last refusal; 0: slot unused */
+} refused_key_t;
+
 struct td__zap {
   td__access_t *access;
   void *sock;
@@ -57,7 +71,35 @@ struct td__zap {
   uint64_t refusals;
   uint64_t limited; /* handshakes refused: their key connected too often */
   key_bucket_t buckets[KEY_BUCKETS];
+  refused_key_t refused[REFUSED_KEPT];
 };
+
+static void note_refused(td__zap_t *z, const uint8_t *key) {
+  uint64_t id = td_key_node_id(key);
+  refused_key_t *r = NULL, *oldest = &z->refused[0];
+  for (size_t i = 0; i < REFUSED_KEPT && r == NULL; i++) {
+    if (z->refused[i].at > 0 && z->refused[i].node_id == id)
+      r = &z->refused[i];
+    else if (z->refused[i].at < oldest->at)
+      oldest = &z->refused[i];
+  }
+  if (r == NULL) {
+    r = oldest;
+    *r = (refused_key_t){.node_id = id};
+  }
+  if (r->count < UINT32_MAX)
+    r->count++;
+  r->at = td_clock_mono_s();
+}
+
+uint32_t td__zap_refused_of(const td__zap_t *z, uint64_t node_id) {
+  if (z == NULL)
+    return 0;
+  for (size_t i = 0; i < REFUSED_KEPT; i++)
+    if (z->refused[i].at > 0 && z->refused[i].node_id == node_id)
+      return z->refused[i].count;
+  return 0;
+}
 
 /* One handshake of `key` now, or false when its bucket is empty. */
 static bool take_handshake(td__zap_t *z, const uint8_t *key) {
@@ -170,6 +212,7 @@ static bool handle_one(td__zap_t *z) {
       }
     } else {
       z->refusals++;
+      note_refused(z, key);
       if (z->refusals <= REFUSAL_LOGS_IN_FULL || z->refusals % 1000 == 0)
         td_log_warn("refused a connection from %s: key %s is not on the allowlist "
                     "(refused so far: %" PRIu64 ")", peer_addr, z85, z->refusals);
