@@ -158,6 +158,11 @@ bool td_codec_uses_error_feedback(const td_codec_spec_t *spec) {
   return c != NULL && c->error_feedback;
 }
 
+bool td_codec_slices_feedback(const td_codec_spec_t *spec) {
+  const td_codec_iface_t *c = codec_by_id(spec->id);
+  return c != NULL && (!c->error_feedback || c->sliceable_feedback);
+}
+
 static void matrix_shape(const td_tensor_info_t *t, size_t *n, size_t *m) {
   *n = t->shape[0];
   *m = t->numel / t->shape[0];
@@ -374,13 +379,17 @@ int td_link_codec_encode_range(td_link_codec_t *lc, const float *delta, size_t o
   bool ef = main_codec->error_feedback;
   /* after a switch away from an EF codec, what it held back goes out now */
   bool carry = !ef && lc->residual_dirty;
-  if ((ef || carry) && count != numel)
-    return TD_EINVAL; /* the residual covers the whole model: it does not split */
+  /* a slice under error feedback adds into and keeps the residual of its own
+   * range (the rest waits for its slice's round); what a codec switch leaves
+   * behind covers the whole model and goes out with a whole one only, as does
+   * a codec whose state is shaped by whole tensors */
+  if ((carry || (ef && !main_codec->sliceable_feedback)) && count != numel)
+    return TD_EINVAL;
   if (!main_codec->checks_finite && !all_finite(delta + offset, count))
     return TD_ENUMERIC;
   const float *src = delta;
   if (ef || carry) { /* a = delta + residual, built in the residual buffer itself */
-    add_scaled_into(lc->residual, delta, lc->residual_keep, numel);
+    add_scaled_into(lc->residual + offset, delta + offset, lc->residual_keep, count);
     src = lc->residual;
   }
   lc->residual_keep = 1.0f;

@@ -65,6 +65,10 @@ bool td_codec_known(const char *text);
 void td_codec_list(char *buf, size_t len);
 /* Whether the codec keeps an error-feedback residual (top-k, PowerSGD). */
 bool td_codec_uses_error_feedback(const td_codec_spec_t *spec);
+/* Whether a slice of the model may travel alone on a link of this codec
+ * (td_link_codec_encode_range): no residual, or one that splits by range
+ * (top-k; PowerSGD's residual and factors follow whole tensors). */
+bool td_codec_slices_feedback(const td_codec_spec_t *spec);
 
 /* Largest message any sender can produce for this layout (any codec): the
  * receiver refuses anything larger before buffering it. */

@@ -42,6 +42,10 @@ typedef struct {
    * holding input + old residual) and leaves there exactly what it did not
    * send, saving a dense decoded buffer and a subtraction pass */
   bool residual_in_place;
+  /* error feedback that splits by range: encode keeps no state shaped by
+   * the whole tensor, so a slice (fragments) adds into and keeps the residual
+   * of its own range alone */
+  bool sliceable_feedback;
   /* arg is the text after "name:" (NULL without a colon); fills the codec's
    * fields of out (id and defaults are set already). TD_ECONFIG + a one-line
    * why that names the parameter and its range. NULL: takes no parameter. */

@@ -265,5 +265,6 @@ static void topk_format(const td_codec_spec_t *spec, char *buf, size_t len) {
 const td_codec_iface_t td__codec_topk = {
     .name = "topk", .syntax = "topk:DENSITY", .id = TD_CODEC_TOPK, .version = 1,
     .parse = topk_parse, .format = topk_format, .error_feedback = true, .residual_in_place = true,
+    .sliceable_feedback = true,
     .bound = topk_bound, .encode = topk_encode, .decode = topk_decode,
 };

@@ -254,11 +254,11 @@ static int check_fragments(const td_runspec_t *rs, char *why, size_t why_len) {
                   "halves that do not split by fragment yet); set fragments = 1", p, rs->outer);
   td_codec_spec_t codec;
   if (rs->codec_auto || (td_codec_parse(&codec, rs->codec, NULL, 0) == 0 &&
-                         td_codec_uses_error_feedback(&codec)))
+                         !td_codec_slices_feedback(&codec)))
     return td_why(why, why_len, TD_ECONFIG,
-                  "fragments = %u: codec %s keeps each link's error feedback over the whole "
-                  "model, which does not split by fragment; use codec none, fp16, ternary or "
-                  "qsgd", p, rs->codec);
+                  "fragments = %u: codec %s keeps each link's error feedback over whole "
+                  "tensors (or switches codecs), which does not split by fragment; use codec "
+                  "none, fp16, ternary, qsgd or topk", p, rs->codec);
   if (rs->mode_kind == TD_MODE_OVERLAP) {
     if (rs->overlap_fix_kind != TD_OVERLAP_FIX_PULL)
       return td_why(why, why_len, TD_ECONFIG,

@@ -768,8 +768,8 @@ static float *masked(const float *x, size_t n, size_t off, size_t count) {
  * slice's edge costs one header more); under ternary the slice decodes to
  * zeros outside it; the whole range is the plain encode byte for byte; a
  * message read against another slice, or the whole model, is refused; a
- * range past the model, or a part of it on an error-feedback link, is
- * TD_EINVAL. */
+ * range past the model, or a part of it on a PowerSGD link (its residual
+ * and factors follow whole tensors), is TD_EINVAL. */
 START_TEST(a_slice_travels_alone) {
   td_layout_t *l = layout_new();
   size_t n = td_layout_numel(l);
@@ -846,7 +846,7 @@ START_TEST(a_slice_travels_alone) {
   ck_assert_int_eq(td_link_codec_encode_range(b, x, half, n, &mb, &lb), TD_EINVAL);
   ck_assert_int_eq(td_codec_decode_range(l, n, 1, ma, la, y, NULL, why, sizeof why), TD_EINVAL);
   td_link_codec_close(&a);
-  td_codec_spec_t k = spec_of("topk:0.01");
+  td_codec_spec_t k = spec_of("powersgd:2");
   ck_assert_int_eq(td_link_codec_open(&a, &k, l, 3, 4), 0);
   ck_assert_int_eq(td_link_codec_encode_range(a, x, 0, half, &ma, &la), TD_EINVAL);
   ck_assert_int_eq(td_link_codec_encode_range(a, x, 0, n, &ma, &la), 0);
@@ -854,6 +854,66 @@ START_TEST(a_slice_travels_alone) {
   td_link_codec_close(&b);
   td_params_free(&y);
   td_params_free(&x);
+  td_layout_free(&l);
+}
+END_TEST
+
+/* fragments = P under top-k: a slice adds into the residual of its own range
+ * and keeps there exactly what it did not send (input + old residual =
+ * decoded + new residual, per coordinate), the residual outside the slice is
+ * left as it was for that slice's own round, the receiver gets zeros outside
+ * the slice, and the message is about a slice's share of the whole one. */
+START_TEST(topk_residual_splits_by_slice) {
+  td_layout_t *l = layout_new();
+  size_t n = td_layout_numel(l);
+  char why[256];
+  static const unsigned parts[] = {2, 3};
+  for (size_t p = 0; p < 2; p++) {
+    td_codec_spec_t s = spec_of("topk:0.05");
+    td_link_codec_t *lc = NULL, *whole = NULL;
+    ck_assert_int_eq(td_link_codec_open(&lc, &s, l, 3, 4), 0);
+    ck_assert_int_eq(td_link_codec_open(&whole, &s, l, 3, 4), 0);
+    float *old = td_params_alloc(n), *y = td_params_alloc(n);
+    for (unsigned round = 0; round < 3 * parts[p]; round++) {
+      unsigned k = round % parts[p];
+      size_t off = 0, count = 0;
+      for (unsigned j = 0; j <= k; j++) { /* fragment.h's cut */
+        off += count;
+        count = n / parts[p] + (j < n % parts[p]);
+      }
+      float *x = gaussian(n, 40 + round, 0.1);
+      padding_zero(l, x);
+      memcpy(old, td_link_codec_residual(lc), n * sizeof *old);
+      const uint8_t *msg, *wmsg;
+      size_t len, wlen;
+      ck_assert_int_eq(td_link_codec_encode_range(lc, x, off, count, &msg, &len), 0);
+      ck_assert_int_eq(td_link_codec_encode(whole, x, &wmsg, &wlen), 0);
+      ck_assert_msg(len < wlen * 1.5 / parts[p] && len > wlen * 0.5 / parts[p],
+                    "P=%u: slice %zu bytes, whole %zu", parts[p], len, wlen);
+      ck_assert_msg(td_codec_decode_range(l, off, count, msg, len, y, NULL, why, sizeof why) ==
+                        0, "P=%u round %u: %s", parts[p], round, why);
+      const float *res = td_link_codec_residual(lc);
+      double worst = 0;
+      size_t sent = 0;
+      for (size_t i = 0; i < n; i++) {
+        if (i >= off && i < off + count) {
+          worst = fmax(worst, fabs((double)x[i] + old[i] - y[i] - res[i]));
+          sent += y[i] != 0;
+        } else {
+          ck_assert_float_eq(y[i], 0);
+          ck_assert_float_eq(res[i], old[i]); /* untouched until its slice's round */
+        }
+      }
+      ck_assert_msg(worst < 1e-5, "P=%u round %u: conservation off by %g", parts[p], round,
+                    worst);
+      ck_assert_uint_gt(sent, 0);
+      free(x);
+    }
+    td_params_free(&old);
+    td_params_free(&y);
+    td_link_codec_close(&lc);
+    td_link_codec_close(&whole);
+  }
   td_layout_free(&l);
 }
 END_TEST
@@ -869,6 +929,7 @@ int main(void) {
   tcase_add_test(tc, powersgd_sees_a_conv_weight_as_out_by_the_rest);
   tcase_add_test(tc, none_is_exact_and_fp16_is_close);
   tcase_add_test(tc, error_feedback_conserves_mass);
+  tcase_add_test(tc, topk_residual_splits_by_slice);
   tcase_add_test(tc, topk_sends_exactly_the_largest);
   tcase_add_test(tc, auto_fits_budget_and_switches_without_loss);
   tcase_add_test(tc, ternary_and_qsgd_are_unbiased);

@@ -341,7 +341,7 @@ START_TEST(fragments_default_bound_and_refusals) {
   } refused[] = {
       {"mode", "async:2", "fragments = 4: needs rounds (mode sync or overlap)"},
       {"outer", "adam", "fragments = 4: needs outer = sgd"},
-      {"codec", "topk:0.1", "codec topk:0.1 keeps each link's error feedback"},
+      {"codec", "powersgd:2", "codec powersgd:2 keeps each link's error feedback"},
       {"codec", "auto", "codec auto keeps each link's error feedback"},
       {"overlap_fix", "dc:1e4", "overlap_fix = dc:1e4 does not apply"},
       {"overlap_early", "true", "overlap_early is not supported with fragments"},
@@ -357,8 +357,11 @@ START_TEST(fragments_default_bound_and_refusals) {
     ck_assert_int_eq(td_runspec_set(&bad, "fragments", "1", why, sizeof why), 0);
     ck_assert_int_eq(td_runspec_validate(&bad, why, sizeof why), 0); /* fine without */
   }
-  /* stateless codecs and the sync-mode keys are fine */
+  /* stateless codecs, top-k (its residual splits by range) and the
+   * sync-mode keys are fine */
   ck_assert_int_eq(td_runspec_set(&rs, "codec", "fp16", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set(&rs, "codec", "topk:0.01", why, sizeof why), 0);
   ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), 0);
 }
 END_TEST
