@@ -10,7 +10,8 @@
 #    hashes agree) and it trains differently from the pull;
 #  - fragments = 2 (Streaming DiLoCo), overlap and sync: every node's verified
 #    state agrees, they end on one model that learns, and an update is about
-#    half the bytes of fragments = 1's (the slice travels alone);
+#    half the bytes of fragments = 1's (the slice travels alone); under
+#    topk:0.05 it learns and ends on one model;
 #    fragments = 1 repeats the run without the key bit for bit;
 #  - async:1 with a 3x slower node: no barrier, every update's staleness is
 #    recorded, none above the bound was applied (the ones beyond it are
@@ -163,6 +164,13 @@ agree_counts
 start_run --set mode=sync --set local_steps=8 --set rounds=30 --set batching=equal \
   --set fragments=2
 check_agreement "sync fragments = 2"
+# under top-k the slice's residual stays on its own range: a lossy run is not
+# verified, but it learns and the reconciliation ends it on one model
+start_run "${DC_RUN[@]}" --set fragments=2 --set codec=topk:0.05
+a1=$(acc_of a); b1=$(acc_of b); c1=$(acc_of c)
+[ "$a1" = "$b1" ] && [ "$b1" = "$c1" ] && awk -v a="$a1" 'BEGIN { exit !(a >= 0.65) }' \
+  && pass "overlap fragments = 2 under topk:0.05: all nodes end on one model that learns ($a1)" \
+  || fail "overlap fragments = 2 under topk:0.05: final accuracies $a1 $b1 $c1"
 
 # ---- async:1 with one slow node
 start_run --set mode=async:1 --set local_steps=8 --set rounds=40 --set slowdown=1,1,3 \
