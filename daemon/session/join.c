@@ -183,6 +183,18 @@ static bool stale_deferred(const td__session_t *s, size_t mi) {
   return from != 0 && s->heard_round[mi] >= from && s->recorded_round[mi] < s->round;
 }
 
+/* The member says in its own heartbeats that it is not in this run (it
+ * restarted, or left it), and this node marked it away for that: whatever
+ * this node still holds of its last updates came from before, so taking it
+ * back forgets no update of a member that trains. An admitter cannot forge
+ * another member's heartbeats. (A member killed while sending reaches the
+ * survivors with different last rounds, so "the update of this round or the
+ * last" alone split them over its readmission.) */
+static bool said_it_left(td__node_t *n, const td__session_t *s, size_t mi) {
+  const td_member_t *m = td_members_find(n->members, s->members[mi]);
+  return s->away[mi] && m != NULL && m->reported && m->run_id != s->run_id;
+}
+
 void td__join_heard(td__session_t *s, size_t mi) {
   if (s->join != NULL && mi < s->n_members && stale_deferred(s, mi))
     td__rounds_forget_peer(s, s->members[mi]);
@@ -199,12 +211,14 @@ void td__join_heard(td__session_t *s, size_t mi) {
  *    with a lower id takes part (join_tick's rule), the joiner aside (a
  *    member that comes back may be the lowest);
  *  - a member whose update of this round or the last this node holds takes
- *    part and is never "readmitted" (that would forget its updates); the
- *    admitter itself waits until a member's last update is older by one
- *    round more (join_tick), so that members a round apart agree; `*defer`
- *    (when not NULL) is set instead where this node is more rounds behind
- *    the admitter's round (from - TD__JOIN_LEAD_ROUNDS) and what it holds
- *    would satisfy the admitter's rule: it judges again there (an overlap
+ *    part and is never "readmitted" (that would forget its updates), unless
+ *    its own heartbeats say it left the run (said_it_left); the admitter
+ *    itself waits until a member's last update is older by one round more
+ *    (join_tick), so that members a round apart agree; `*defer` (when not
+ *    NULL) is set instead where this node is more rounds behind the
+ *    admitter's round (from - TD__JOIN_LEAD_ROUNDS) and what it holds would
+ *    satisfy the admitter's rule, or where the member's heartbeats may yet
+ *    say it left before its join round: it judges again then (an overlap
  *    run's members may be two rounds apart, and refusing here split them);
  *  - at most one admission per member and round. */
 static const char *admission_refusal(td__node_t *n, const td__session_t *s, uint64_t sender,
@@ -221,10 +235,12 @@ static const char *admission_refusal(td__node_t *n, const td__session_t *s, uint
                "takes part) and has no admin key";
     }
   }
-  if (mi != TD_MEMBERS_MAX && trained_lately(s, mi, RECEIVER_RECENT_ROUNDS)) {
+  if (mi != TD_MEMBERS_MAX && trained_lately(s, mi, RECEIVER_RECENT_ROUNDS) &&
+      !said_it_left(n, s, mi)) {
     uint64_t decided = from > TD__JOIN_LEAD_ROUNDS ? from - TD__JOIN_LEAD_ROUNDS : 0;
-    if (defer != NULL && s->round + 1 < decided && decided <= s->round + DEFER_MAX_ROUNDS &&
-        s->recorded_round[mi] + ADMITTER_RECENT_ROUNDS <= decided) {
+    bool behind = s->round + 1 < decided && s->recorded_round[mi] + ADMITTER_RECENT_ROUNDS <= decided;
+    if (defer != NULL && decided <= s->round + DEFER_MAX_ROUNDS &&
+        (behind || from > s->round + 1)) {
       *defer = true;
       return NULL;
     }
@@ -261,14 +277,21 @@ void td__join_round_begun(td__session_t *s) {
         td_round_forget_peer(s->collector, s->members[mi]); /* rounds.c closes when it may */
       continue;
     }
-    j->deferred_round[mi] = 0;
     uint64_t id = s->members[mi];
     if (from <= s->round || s->out[mi]) {
+      j->deferred_round[mi] = 0;
       td_log_warn("readmission of %016" PRIx64 " at round %" PRIu64 " no longer fits this "
                   "node's run (round %" PRIu64 "): dropped", id, from, s->round);
       continue;
     }
-    const char *why = admission_refusal(s->node, s, j->deferred_sender[mi], id, from, mi, NULL);
+    /* until the round before its join round the member's heartbeats may yet
+     * say it left: deferred again while they do not */
+    bool again = false;
+    const char *why = admission_refusal(s->node, s, j->deferred_sender[mi], id, from, mi,
+                                        from > s->round + 1 ? &again : NULL);
+    if (again)
+      continue;
+    j->deferred_round[mi] = 0;
     if (why != NULL)
       refuse_admission(s->node, s, j->deferred_sender[mi], id, why);
     else
@@ -335,9 +358,10 @@ static void on_admission(td__node_t *n, const Traind__Envelope *env) {
   if (defer) { /* judged again rounds later; the newest admission of a member counts */
     s->join->deferred_round[mi] = rs->join_round;
     s->join->deferred_sender[mi] = env->sender;
+    uint64_t at = rs->join_round - TD__JOIN_LEAD_ROUNDS - 1;
     td_log_info("admission of %016" PRIx64 " at round %" PRIu64 " from %016" PRIx64 ": judged "
-                "when this node reaches round %" PRIu64, rs->joiner, rs->join_round, env->sender,
-                rs->join_round - TD__JOIN_LEAD_ROUNDS - 1);
+                "again from round %" PRIu64 " (by round %" PRIu64 ")", rs->joiner, rs->join_round,
+                env->sender, at > s->round ? at : s->round + 1, rs->join_round - 1);
     if (stale_deferred(s, mi))
       td__rounds_forget_peer(s, rs->joiner);
     return;
