@@ -140,7 +140,7 @@ static void on_start_tick(uv_timer_t *t) {
     if (s->members[i] == n->node_id)
       continue;
     if (s->since[i] == UINT64_MAX)
-      refused++;
+      refused += !s->out[i]; /* put out (away too often, comeback.c) is not a refusal */
     else if (m != NULL && m->run_id == s->run_id && m->run_ready)
       ready++;
     else

@@ -32,10 +32,11 @@ member() {
 mid() { sed -n 's/^key_id //p' "$T/$1.member"; }
 member_out() { sed -n "s/^$2 //p" "$T/$1.member"; }
 drop_of() { sed -E "s/.*\"$2\":([0-9]+).*/\1/" <<<"$(ctl "$1" status --json)"; }
-start_run() { # start_run NODE SETTINGS...: prints the run id
+start_run() { # start_run NODE SETTINGS...: prints the run id (a failure: its reason on
+  # stderr, status 1; the caller counts it, since a fail in $(...) is lost)
   local node=$1 out
   shift
-  out=$(ctl "$node" start "${SPEC[@]}" "$@") || { fail "$node start: $out"; return 1; }
+  out=$(ctl "$node" start "${SPEC[@]}" "$@" 2>&1) || { echo "$node start: $out" >&2; return 1; }
   sed -E 's/started run ([0-9a-f]+).*/\1/' <<<"$out"
 }
 stop_node() { kill -9 "$(cat "$T/$1.pid")" 2>/dev/null; wait "$(cat "$T/$1.pid")" 2>/dev/null; }
@@ -44,7 +45,7 @@ stop_node() { kill -9 "$(cat "$T/$1.pid")" 2>/dev/null; wait "$(cat "$T/$1.pid")
 start_node r5 || finish
 member r5 idle 40
 t5=$SECONDS
-run5=$(start_run r5 --set rounds=150 --set round_timeout=1) || finish
+run5=$(start_run r5 --set rounds=150 --set round_timeout=1) || { fail "row 5: the run did not start"; finish; }
 wait_run_state r5 finished 40 || fail "row 5: the run did not finish within 40 s"
 t5=$((SECONDS - t5))
 kill "$(cat "$T/r5.member.pid")"; wait "$(cat "$T/r5.member.pid")"
@@ -66,7 +67,7 @@ stop_node r5
 # ---- row 6: update chunks of past rounds -------------------------------------------
 start_node r6 || finish
 member r6 stale 8
-run6=$(start_run r6 --set rounds=100000 --set round_timeout=0.5) || finish
+run6=$(start_run r6 --set rounds=100000 --set round_timeout=0.5) || { fail "row 6: the run did not start"; finish; }
 wait "$(cat "$T/r6.member.pid")"
 sent=$(member_out r6 sent)
 id6=$(( 16#$(mid r6) ))
@@ -87,7 +88,7 @@ stop_node r6
 # ---- row 7: SnapshotRequests in a run with transfer ---------------------------------
 start_node r7 || finish
 TD_MEMBER_RATE=500 member r7 snap 8
-run7=$(start_run r7 --set rounds=100000 --set round_timeout=0.5 --set transfer=2) || finish
+run7=$(start_run r7 --set rounds=100000 --set round_timeout=0.5 --set transfer=2) || { fail "row 7: the run did not start"; finish; }
 wait "$(cat "$T/r7.member.pid")"
 sent=$(member_out r7 sent)
 got=$(member_out r7 snapshot_bytes)
@@ -106,7 +107,7 @@ stop_node r7
 # ---- row 10: a run of two, the other member claims round + 1000 ----------------------
 start_node r10 || finish
 member r10 ahead 25
-run10=$(start_run r10 --set rounds=12 --set round_timeout=0.5) || finish
+run10=$(start_run r10 --set rounds=12 --set round_timeout=0.5) || { fail "row 10: the run did not start"; finish; }
 wait_run_state r10 finished 25 || fail "row 10: the run did not finish"
 grep -q "rounds ahead" "$T/r10.log" \
   && fail "row 10: the node left its run: $(grep -m1 'rounds ahead' "$T/r10.log")" \
