@@ -12,7 +12,8 @@
  * An admitted key may not open connections without end: each key has a
  * bucket of KEY_HANDSHAKE_BURST handshakes refilled at KEY_HANDSHAKES_PER_S,
  * and a handshake beyond it is refused like an unknown key (its connection
- * closes; the client's libzmq retries later). Honest nodes open two
+ * closes, and libzmq does not dial it again: an honest node that hit the
+ * bound is dialed again by its own echo check, linkstats.c). Honest nodes open two
  * connections to a peer and reconnect after a restart, far below that.
  *
  * A refused key that is not listed is remembered by node id (the last

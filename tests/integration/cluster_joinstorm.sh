@@ -15,16 +15,22 @@
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
 N=16
 HEARTBEAT_MS=500
-for i in $(seq 0 $((N - 1))); do
-  mkdir -p "$T/j$i"
-  "$TRAIND" --data-dir "$T/j$i" --listen tcp://127.0.0.1:0 --control "$T/j$i/ctl" \
-    --heartbeat-ms $HEARTBEAT_MS --threads 1 --log-level info >>"$T/j$i.log" 2>&1 &
-  echo $! >"$T/j$i.pid"
-  NODES+=("j$i")
-done
-for i in $(seq 0 $((N - 1))); do
-  for _ in $(seq 100); do [ -S "$T/j$i/ctl" ] && [ -s "$T/j$i/endpoint" ] && break; sleep 0.1; done
-done
+# launch NAME...: secure nodes on loopback that admit nobody yet; then wait
+# until each has its control socket and endpoint
+launch() {
+  local x
+  for x in "$@"; do
+    mkdir -p "$T/$x"
+    "$TRAIND" --data-dir "$T/$x" --listen tcp://127.0.0.1:0 --control "$T/$x/ctl" \
+      --heartbeat-ms $HEARTBEAT_MS --threads 1 --log-level info >>"$T/$x.log" 2>&1 &
+    echo $! >"$T/$x.pid"
+    NODES+=("$x")
+  done
+  for x in "$@"; do
+    for _ in $(seq 100); do [ -S "$T/$x/ctl" ] && [ -s "$T/$x/endpoint" ] && break; sleep 0.1; done
+  done
+}
+launch $(seq -f 'j%g' 0 $((N - 1)))
 "$TRAINCTL" --socket "$T/j0/ctl" invite --count $((N - 1)) --ttl 10m >"$T/invites" \
   || { fail "invite"; finish; }
 k=0
@@ -56,16 +62,7 @@ echo "note: $refused nodes refused a handshake during the storm; $again nodes di
   || fail "$refused nodes refused handshakes and nobody dialed again"
 
 # ---- ra refuses rb's handshakes, then admits rb ------------------------------
-for x in ra rb; do
-  mkdir -p "$T/$x"
-  "$TRAIND" --data-dir "$T/$x" --listen tcp://127.0.0.1:0 --control "$T/$x/ctl" \
-    --heartbeat-ms $HEARTBEAT_MS --threads 1 --log-level info >>"$T/$x.log" 2>&1 &
-  echo $! >"$T/$x.pid"
-  NODES+=("$x")
-done
-for x in ra rb; do
-  for _ in $(seq 100); do [ -S "$T/$x/ctl" ] && [ -s "$T/$x/endpoint" ] && break; sleep 0.1; done
-done
+launch ra rb
 rctl() { local x=$1; shift; "$TRAINCTL" --socket "$T/$x/ctl" "$@"; }
 rctl rb allow --admin "$(cat "$T/ra/node.pub")" >/dev/null
 timeout 10 "$TRAINCTL" --socket "$T/rb/ctl" join "$(cat "$T/ra/endpoint")" "$(cat "$T/ra/node.pub")" \
