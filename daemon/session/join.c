@@ -215,11 +215,12 @@ void td__join_heard(td__session_t *s, size_t mi) {
  *    its own heartbeats say it left the run (said_it_left); the admitter
  *    itself waits until a member's last update is older by one round more
  *    (join_tick), so that members a round apart agree; `*defer` (when not
- *    NULL) is set instead where this node is more rounds behind the
- *    admitter's round (from - TD__JOIN_LEAD_ROUNDS) and what it holds would
- *    satisfy the admitter's rule, or where the member's heartbeats may yet
- *    say it left before its join round: it judges again then (an overlap
- *    run's members may be two rounds apart, and refusing here split them);
+ *    NULL) is set instead while this node is before the round ahead of the
+ *    join round: it judges again from the admitter's round (from -
+ *    TD__JOIN_LEAD_ROUNDS) on, by when what it holds may be as old as the
+ *    admitter's rule asks (an overlap run's members may be two rounds
+ *    apart, and refusing at once split them), or the member's heartbeats may
+ *    say it left;
  *  - at most one admission per member and round. */
 static const char *admission_refusal(td__node_t *n, const td__session_t *s, uint64_t sender,
                                      uint64_t joiner, uint64_t from, size_t mi, bool *defer) {
@@ -238,9 +239,7 @@ static const char *admission_refusal(td__node_t *n, const td__session_t *s, uint
   if (mi != TD_MEMBERS_MAX && trained_lately(s, mi, RECEIVER_RECENT_ROUNDS) &&
       !said_it_left(n, s, mi)) {
     uint64_t decided = from > TD__JOIN_LEAD_ROUNDS ? from - TD__JOIN_LEAD_ROUNDS : 0;
-    bool behind = s->round + 1 < decided && s->recorded_round[mi] + ADMITTER_RECENT_ROUNDS <= decided;
-    if (defer != NULL && decided <= s->round + DEFER_MAX_ROUNDS &&
-        (behind || from > s->round + 1)) {
+    if (defer != NULL && from > s->round + 1 && decided <= s->round + DEFER_MAX_ROUNDS) {
       *defer = true;
       return NULL;
     }
@@ -287,8 +286,7 @@ void td__join_round_begun(td__session_t *s) {
     /* until the round before its join round the member's heartbeats may yet
      * say it left: deferred again while they do not */
     bool again = false;
-    const char *why = admission_refusal(s->node, s, j->deferred_sender[mi], id, from, mi,
-                                        from > s->round + 1 ? &again : NULL);
+    const char *why = admission_refusal(s->node, s, j->deferred_sender[mi], id, from, mi, &again);
     if (again)
       continue;
     j->deferred_round[mi] = 0;
@@ -358,7 +356,8 @@ static void on_admission(td__node_t *n, const Traind__Envelope *env) {
   if (defer) { /* judged again rounds later; the newest admission of a member counts */
     s->join->deferred_round[mi] = rs->join_round;
     s->join->deferred_sender[mi] = env->sender;
-    uint64_t at = rs->join_round - TD__JOIN_LEAD_ROUNDS - 1;
+    uint64_t at = rs->join_round > TD__JOIN_LEAD_ROUNDS + 1
+                      ? rs->join_round - TD__JOIN_LEAD_ROUNDS - 1 : 0;
     td_log_info("admission of %016" PRIx64 " at round %" PRIu64 " from %016" PRIx64 ": judged "
                 "again from round %" PRIu64 " (by round %" PRIu64 ")", rs->joiner, rs->join_round,
                 env->sender, at > s->round ? at : s->round + 1, rs->join_round - 1);
