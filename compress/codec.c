@@ -226,12 +226,16 @@ size_t td_codec_message_bound(const td_layout_t *layout) {
 struct td_link_codec {
   td_codec_spec_t spec;
   const td_layout_t *layout;
-  float *residual; /* numel floats, zero for codecs without error feedback */
-  float *decoded;  /* what the receiver will see, scratch */
+  /* numel floats each, allocated by the first encode that needs them: a
+   * link of a codec without error feedback never does, so a node with many
+   * members holds no model-sized buffer per link (only the message while it
+   * is borrowed) */
+  float *residual; /* what error feedback has not sent yet; NULL: nothing */
+  float *decoded;  /* what the receiver will see, scratch of EF codecs */
   td_codec_tensor_state_t *state; /* one per tensor */
   td_rng_t rng;
   size_t bound;
-  uint8_t *msg; /* bound bytes, reused by every encode */
+  uint8_t *msg; /* bound bytes, from an encode until td_link_codec_release_message */
   bool residual_dirty; /* an EF codec left mass in residual */
   float residual_keep;  /* the next encode scales the residual by this first */
 };
@@ -247,14 +251,12 @@ int td_link_codec_open(td_link_codec_t **out, const td_codec_spec_t *spec,
   size_t numel = td_layout_numel(layout);
   lc->spec = *spec;
   lc->layout = layout;
-  lc->residual = td_params_alloc(numel);
   lc->residual_keep = 1.0f;
-  lc->decoded = td_params_alloc(numel);
+  if (td_codec_uses_error_feedback(spec)) /* the residual is read before the first encode */
+    lc->residual = td_params_alloc(numel);
   lc->state = calloc(td_layout_count(layout) + 1, sizeof *lc->state);
   lc->bound = td_codec_message_bound(layout);
-  lc->msg = malloc(lc->bound);
-  if (lc->residual == NULL || lc->decoded == NULL || lc->state == NULL ||
-      lc->msg == NULL) {
+  if ((td_codec_uses_error_feedback(spec) && lc->residual == NULL) || lc->state == NULL) {
     td_link_codec_close(&lc);
     return TD_ENOMEM;
   }
@@ -281,6 +283,11 @@ void td_link_codec_close(td_link_codec_t **self_p) {
 }
 
 const float *td_link_codec_residual(const td_link_codec_t *lc) { return lc->residual; }
+
+void td_link_codec_release_message(td_link_codec_t *lc) {
+  free(lc->msg);
+  lc->msg = NULL;
+}
 
 size_t td_link_codec_numel(const td_link_codec_t *lc) { return td_layout_numel(lc->layout); }
 
@@ -387,6 +394,10 @@ int td_link_codec_encode_range(td_link_codec_t *lc, const float *delta, size_t o
     return TD_EINVAL;
   if (!main_codec->checks_finite && !all_finite(delta + offset, count))
     return TD_ENUMERIC;
+  if ((ef && lc->residual == NULL && (lc->residual = td_params_alloc(numel)) == NULL) ||
+      (ef && lc->decoded == NULL && (lc->decoded = td_params_alloc(numel)) == NULL) ||
+      (lc->msg == NULL && (lc->msg = malloc(lc->bound)) == NULL))
+    return TD_ENOMEM;
   const float *src = delta;
   if (ef || carry) { /* a = delta + residual, built in the residual buffer itself */
     add_scaled_into(lc->residual + offset, delta + offset, lc->residual_keep, count);

@@ -103,8 +103,13 @@ int td_link_codec_encode_range(td_link_codec_t *lc, const float *delta, size_t o
                                size_t count, const uint8_t **msg, size_t *len);
 /* How many floats an encode reads from delta (td_layout_numel of its layout). */
 size_t td_link_codec_numel(const td_link_codec_t *lc);
-/* The residual buffer (td_layout_numel floats; zeros for unbiased codecs). */
+/* The residual buffer (td_layout_numel floats), or NULL while the link has
+ * never kept one (opened and used with codecs without error feedback). */
 const float *td_link_codec_residual(const td_link_codec_t *lc);
+/* Frees the message the last encode returned (it is no longer valid); the
+ * next encode allocates one again. For a caller that has copied it out and
+ * keeps many links. */
+void td_link_codec_release_message(td_link_codec_t *lc);
 const td_codec_spec_t *td_link_codec_spec(const td_link_codec_t *lc);
 /* The next encode (only) scales the residual by keep (in [0, 1); anything
  * else keeps it whole) before adding the delta: the daemon's ef_decay, when

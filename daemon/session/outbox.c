@@ -164,11 +164,18 @@ static void encode_target(encode_job_t *job, encode_target_t *t) {
   }
 }
 
+/* The envelopes hold their copies: the link's message buffer goes back, so
+ * a node keeps none per member between rounds (a mesh of N holds N - 1). */
+static void encode_and_release(encode_job_t *job, encode_target_t *t) {
+  encode_target(job, t);
+  td_link_codec_release_message(t->codec);
+}
+
 /* Work pool: the job's own fields, its session's delta and link codecs. */
 static void encode_work(uv_work_t *req) {
   encode_job_t *job = req->data;
   for (size_t i = 0; i < job->n_targets; i++)
-    encode_target(job, &job->targets[i]);
+    encode_and_release(job, &job->targets[i]);
 }
 
 static void encode_start(td__outbox_t *o, uint64_t round);
