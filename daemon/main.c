@@ -11,6 +11,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -173,7 +174,23 @@ static int keep_standalone_model(td_standalone_end_t *end, void *user, char *why
   return 0;
 }
 
+/* glibc gives each thread that allocates an arena of its own (up to 8 per
+ * core), and memory freed into one arena is not reused by the others: the
+ * update buffers that the ZeroMQ thread, the decode pool and the loop pass
+ * between them left a node of a 64-member run holding ~15 MB more at its peak
+ * than with two arenas (docs/models-and-data.md#memory-per-node). An operator's own
+ * MALLOC_ARENA_MAX or GLIBC_TUNABLES wins. */
+static void limit_malloc_arenas(void) {
+#ifdef M_ARENA_MAX
+  const char *tunables = getenv("GLIBC_TUNABLES");
+  if (getenv("MALLOC_ARENA_MAX") == NULL &&
+      (tunables == NULL || strstr(tunables, "arena_max") == NULL))
+    (void)mallopt(M_ARENA_MAX, 2);
+#endif
+}
+
 int main(int argc, char **argv) {
+  limit_malloc_arenas();
   static const struct option long_opts[] = {
       {"standalone", no_argument, NULL, 'S'}, {"set", required_argument, NULL, 's'},
       {"json", no_argument, NULL, 'j'},       {"help", no_argument, NULL, 'h'},
