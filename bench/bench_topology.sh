@@ -8,7 +8,8 @@
 # over the rounds between the first and the last, which is the mesh), round
 # time (median), the consensus distance (mean over nodes) after round 2 and
 # after the last gossip round, CPU per node while training (median), peak
-# resident memory per node (largest VmHWM), and the final test accuracy
+# resident memory per node during that run (largest VmHWM, in MiB; the peak
+# is reset before each run, so each topology's is its own), and the final test accuracy
 # (every node's; "apart" when they differ).
 # The run: MODEL (mlp:784-32-10), fashion-mnist split iid, a global batch of
 # 16 per node, LOCAL_STEPS (8) steps, ROUNDS (24), batching = equal, seed 1.
@@ -34,6 +35,8 @@ stop_all() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; wait 2>/d
 trap 'stop_all; [ -n "${KEEP:-}" ] && echo "kept $T" || rm -rf "$T"' EXIT
 . "$(dirname "${BASH_SOURCE[0]}")/daemons.sh"
 hwm_of() { awk '/VmHWM/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+# the peak resident memory starts over from the current one (proc(5), clear_refs 5)
+hwm_reset() { echo 5 >"/proc/$1/clear_refs" 2>/dev/null || true; }
 median() { sort -g | awk '{v[NR]=$1} END {print (NR ? v[int((NR+1)/2)] : "nan")}'; }
 sql() { sqlite3 "$T/n$1/traind.db" "$2"; }
 hz=$(getconf CLK_TCK)
@@ -82,6 +85,7 @@ cluster() {
 # train N TOPO: one run; prints its row
 train() {
   local n=$1 topo=$2 out run t0 c0=() i dur state kill_at=0 killed=0
+  for i in $(seq 0 $((n - 1))); do hwm_reset "${PIDS[$i]}"; done
   out=$(ctl 0 start --set model="$MODEL" --set batch=$((16 * n)) --set local_steps="$LOCAL_STEPS" \
         --set rounds="$ROUNDS" --set eval_every=100000 --set batching=equal --set seed=1 \
         --set round_timeout=10 --set topology="$topo" ${EXTRA:-} 2>&1) || { echo "  $topo: start failed: $out"; return; }
@@ -130,7 +134,7 @@ for n in $NS; do
   cluster "$n"
   echo "N = $n: every node saw $((n - 1)) alive after $SEE_ALL_S s; idle heartbeat CPU per node ${IDLE_CPU} % of a core (median)"
   printf '%4s  %-9s %-9s %12s %9s %10s %10s %7s %9s %8s  %s\n' N topology state "bytes/round" round_s \
-    cd_round2 cd_last cpu_% hwm_MB run_s final_accuracy
+    cd_round2 cd_last cpu_% hwm_MiB run_s final_accuracy
   for topo in $TOPOS; do train "$n" "$topo"; done
   stop_all
 done
