@@ -88,14 +88,18 @@ void td__comeback_start(td__node_t *n) {
 }
 
 bool td__comeback_fell_behind(size_t others, size_t ahead) {
-  return ahead >= 2 && ahead * 2 > others;
+  return ahead >= 2 && ahead * 2 > others + 1;
 }
 
 /* This node is the one left behind only when more than half of the run's
- * other members (those not refused or put out, already in by our round) last
- * said they are that far ahead, and more than one of them: a single member's
- * claim, true or not, cannot push an honest node out of its run (in a run of
- * two, nothing can: the node goes on at its deadlines). */
+ * members, this node counted (with those not refused or put out, already in
+ * by our round), last said they are that far ahead, and more than one of
+ * them: the node's own round counts against the claims as a member's does.
+ * So a single member's claim, true or not, cannot push an honest node out of
+ * its run (in a run of two, nothing can: the node goes on at its deadlines),
+ * and neither can colluders who are half of the run or fewer (two of four:
+ * the honest two stay), while a node that all the others, or a majority of
+ * the run, left behind still leaves and comes back. */
 /* How far behind a member may be before it counts as fallen behind: with
  * topology gossip or groups there is no barrier across the run, only each
  * node's wait for its round's partners, and the members drift apart by up to

@@ -579,8 +579,8 @@ void td__comeback_start(td__node_t *n);
 void td__comeback_heard(td__node_t *n, uint64_t peer, uint64_t run_id, uint64_t round);
 /* Does this node conclude it fell behind its run, when `ahead` of its
  * `others` fellow members say they are more than TD__BEHIND_ROUNDS ahead? Only
- * when they are a majority of them and more than one: no single member's claim
- * suffices. */
+ * when they are more than half of the run, this node counted, and more than
+ * one: no single member's claim suffices, nor half of the run's. */
 bool td__comeback_fell_behind(size_t others, size_t ahead);
 
 /* ---- anchor reconciliation (reconcile.c) ------------------------------------------------ */

@@ -13,7 +13,9 @@
 #    `transfer`: it is served at most 3 copies of each version of the model
 #    (one every `transfer` rounds), the rest counted as duplicates;
 #  - row 10: its heartbeats claim the node's round + 1000: in a run of two,
-#    one member's claim does not make the node leave its run; it finishes.
+#    one member's claim does not make the node leave its run; it finishes;
+#    nor do two colluders' claims in a run of four with two honest nodes, which
+#    end on one model.
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
 MEMBER="${top_builddir:-$(pwd)}/tests/integration/td_member"
 SPEC=(--set model=mlp:784-10 --set batch=32 --set local_steps=1 --set eval_every=1000)
@@ -113,4 +115,38 @@ grep -q "rounds ahead" "$T/r10.log" \
   && fail "row 10: the node left its run: $(grep -m1 'rounds ahead' "$T/r10.log")" \
   || pass "row 10: one member's claim of round + 1000 did not make the node leave its run"
 kill "$(cat "$T/r10.member.pid")" 2>/dev/null
+
+# ---- beyond the table: two colluders of four claim round + 1000 -------------------------
+# h1 and h2 are honest; two hostile members, keys of their own, claim h1's round + 1000
+# in a run of four. Half of the run is no majority (the node's own round counts against
+# the claims): h1 stays in its run and both honest nodes finish it on one model. Before,
+# the two were a majority of h1's three fellow members and h1 left its run.
+start_node h1 || finish
+start_node h2 || finish
+ctl h2 join "$(endpoint_of h1)" >/dev/null || fail "colluders: h2 does not join h1"
+wait_peers h2 1 15 || fail "colluders: h2 does not see h1"
+for k in 1 2; do
+  read -r cpub csec <<<"$("$MEMBER" --keygen)"
+  for n in h1 h2; do ctl "$n" allow "$cpub" >/dev/null || fail "colluders: $n does not admit key $k"; done
+  TD_PEER_PUBLIC=$cpub TD_PEER_SECRET=$csec "$MEMBER" "$(endpoint_of h1)" "$(key_of h1)" ahead 40 \
+    >"$T/h1.colluder$k" 2>&1 &
+  echo $! >"$T/h1.colluder$k.pid"
+done
+wait_peers h1 3 15 || fail "colluders: h1 does not see h2 and both colluders alive"
+runc=$(start_run h1 --set rounds=12 --set round_timeout=5 --set min_updates=2 --set batching=equal) \
+  || { fail "colluders: the run did not start"; finish; }
+wait_run_state h1 finished 40 || fail "colluders: h1's run did not finish"
+wait_run_state h2 finished 20 || fail "colluders: h2's run did not finish"
+wc=$(printf "printf('%%016x', run_id) = '%s'" "$runc")
+sql h1 "SELECT detail FROM events WHERE kind = 'run_start' AND detail LIKE 'run $runc %'" \
+  | grep -q " of 4," || fail "colluders: h1's run does not have 4 members"
+grep -q "rounds ahead" "$T/h1.log" \
+  && fail "colluders: h1 left its run: $(grep -m1 'rounds ahead' "$T/h1.log")" \
+  || pass "colluders: two of four members claiming round + 1000 did not make h1 leave its run"
+acc1=$(sql h1 "SELECT test_accuracy FROM runs WHERE $wc")
+acc2=$(sql h2 "SELECT test_accuracy FROM runs WHERE $wc")
+[ -n "$acc1" ] && [ "$acc1" = "$acc2" ] \
+  && pass "colluders: both honest nodes finished the run on one model (test accuracy $acc1)" \
+  || fail "colluders: the honest nodes ended apart (h1 ${acc1:-none}, h2 ${acc2:-none})"
+for k in 1 2; do kill "$(cat "$T/h1.colluder$k.pid")" 2>/dev/null; done
 finish

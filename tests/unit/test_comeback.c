@@ -176,10 +176,13 @@ END_TEST
 START_TEST(ahead_needs_a_majority_of_more_than_one) {
   ck_assert(!td__comeback_fell_behind(1, 1)); /* a run of two: the other's word alone */
   ck_assert(!td__comeback_fell_behind(2, 1));
-  ck_assert(td__comeback_fell_behind(2, 2));
-  ck_assert(td__comeback_fell_behind(3, 2));
+  ck_assert(td__comeback_fell_behind(2, 2)); /* both others of three */
+  ck_assert(!td__comeback_fell_behind(3, 2)); /* two colluders of four: half, not more */
+  ck_assert(td__comeback_fell_behind(3, 3));
   ck_assert(!td__comeback_fell_behind(4, 2));
-  ck_assert(td__comeback_fell_behind(4, 3));
+  ck_assert(td__comeback_fell_behind(4, 3)); /* three of five: a majority of the run */
+  ck_assert(!td__comeback_fell_behind(5, 3)); /* three of six: half */
+  ck_assert(td__comeback_fell_behind(5, 4));
   ck_assert(!td__comeback_fell_behind(0, 0));
 }
 END_TEST
