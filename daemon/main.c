@@ -177,9 +177,8 @@ static int keep_standalone_model(td_standalone_end_t *end, void *user, char *why
 /* glibc gives each thread that allocates an arena of its own (up to 8 per
  * core), and memory freed into one arena is not reused by the others: the
  * update buffers that the ZeroMQ thread, the decode pool and the loop pass
- * between them left a node of a 64-member run holding ~15 MB more at its peak
- * than with two arenas (docs/models-and-data.md#memory-per-node). An operator's own
- * MALLOC_ARENA_MAX or GLIBC_TUNABLES wins. */
+ * between them raised a many-member node's peak (docs/models-and-data.md#memory-per-node).
+ * An operator's own MALLOC_ARENA_MAX or GLIBC_TUNABLES wins. */
 static void limit_malloc_arenas(void) {
 #ifdef M_ARENA_MAX
   const char *tunables = getenv("GLIBC_TUNABLES");

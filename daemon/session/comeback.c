@@ -91,15 +91,6 @@ bool td__comeback_fell_behind(size_t others, size_t ahead) {
   return ahead >= 2 && ahead * 2 > others + 1;
 }
 
-/* This node is the one left behind only when more than half of the run's
- * members, this node counted (with those not refused or put out, already in
- * by our round), last said they are that far ahead, and more than one of
- * them: the node's own round counts against the claims as a member's does.
- * So a single member's claim, true or not, cannot push an honest node out of
- * its run (in a run of two, nothing can: the node goes on at its deadlines),
- * and neither can colluders who are half of the run or fewer (two of four:
- * the honest two stay), while a node that all the others, or a majority of
- * the run, left behind still leaves and comes back. */
 /* How far behind a member may be before it counts as fallen behind: with
  * topology gossip or groups there is no barrier across the run, only each
  * node's wait for its round's partners, and the members drift apart by up to
@@ -115,6 +106,15 @@ static uint64_t behind_rounds(const td__session_t *s) {
   return TD__BEHIND_ROUNDS + 2 * hops;
 }
 
+/* This node is the one left behind only when more than half of the run's
+ * members, this node counted (with those not refused or put out, already in
+ * by our round), last said they are that far ahead, and more than one of
+ * them: the node's own round counts against the claims as a member's does.
+ * So a single member's claim, true or not, cannot push an honest node out of
+ * its run (in a run of two, nothing can: the node goes on at its deadlines),
+ * and neither can colluders who are half of the run or fewer (two of four:
+ * the honest two stay), while a node that all the others, or a majority of
+ * the run, left behind still leaves and comes back. */
 static bool most_are_ahead(const td__session_t *s) {
   size_t others = 0, ahead = 0;
   for (size_t i = 0; i < s->n_members; i++) {

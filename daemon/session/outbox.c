@@ -164,18 +164,15 @@ static void encode_target(encode_job_t *job, encode_target_t *t) {
   }
 }
 
-/* The envelopes hold their copies: the link's message buffer goes back, so
- * a node keeps none per member between rounds (a mesh of N holds N - 1). */
-static void encode_and_release(encode_job_t *job, encode_target_t *t) {
-  encode_target(job, t);
-  td_link_codec_release_message(t->codec);
-}
-
-/* Work pool: the job's own fields, its session's delta and link codecs. */
+/* Work pool: the job's own fields, its session's delta and link codecs.
+ * Once a target's envelopes hold their copies its link's message buffer goes
+ * back, so a node keeps none per member between rounds. */
 static void encode_work(uv_work_t *req) {
   encode_job_t *job = req->data;
-  for (size_t i = 0; i < job->n_targets; i++)
-    encode_and_release(job, &job->targets[i]);
+  for (size_t i = 0; i < job->n_targets; i++) {
+    encode_target(job, &job->targets[i]);
+    td_link_codec_release_message(job->targets[i].codec);
+  }
 }
 
 static void encode_start(td__outbox_t *o, uint64_t round);
