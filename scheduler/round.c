@@ -264,6 +264,36 @@ void td_round_forget_peer(td_round_t *r, uint64_t peer) {
     e->expected = false;
 }
 
+td_round_peer_state_t td_round_peer_state(const td_round_t *r, uint64_t peer) {
+  for (int i = 0; i < TD_ROUND_MAX_PEERS; i++) {
+    const slot_entry_t *e = &r->slots[0].e[i];
+    if (!e->used || e->peer != peer)
+      continue;
+    if (e->assembled)
+      return TD_PEER_DECODING;
+    if (e->complete)
+      return e->data != NULL ? TD_PEER_HAVE : TD_PEER_REFUSED;
+    return e->received > 0 ? TD_PEER_PARTIAL : TD_PEER_NONE;
+  }
+  return TD_PEER_NONE;
+}
+
+bool td_round_restart_peer(td_round_t *r, uint64_t peer) {
+  slot_entry_t *e = find(&r->slots[0], peer);
+  if (e == NULL)
+    return true;
+  if ((e->complete && e->data != NULL) || e->assembled)
+    return false;
+  e->complete = false;
+  e->samples = e->bytes = e->total = 0;
+  e->chunks = e->received = 0;
+  e->loss = 0;
+  e->codec = 0;
+  if (e->seen != NULL)
+    memset(e->seen, 0, r->max_chunks + 1);
+  return true;
+}
+
 bool td_round_complete(const td_round_t *r) {
   for (int i = 0; i < TD_ROUND_MAX_PEERS; i++) {
     const slot_entry_t *e = &r->slots[0].e[i];

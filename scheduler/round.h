@@ -99,6 +99,21 @@ void td_round_put_decoded(td_round_t *r, uint64_t round, uint64_t peer, uint64_t
 
 /* A peer is no longer waited for in the current round (it died or left). */
 void td_round_forget_peer(td_round_t *r, uint64_t peer);
+/* What the current round holds of `peer`'s update. */
+typedef enum {
+  TD_PEER_NONE = 0, /* nothing of it */
+  TD_PEER_PARTIAL,  /* some of its chunks */
+  TD_PEER_DECODING, /* every chunk: handed out to be decoded */
+  TD_PEER_HAVE,     /* complete and decoded: in the average */
+  TD_PEER_REFUSED,  /* complete, but it did not decode: never aggregated */
+} td_round_peer_state_t;
+td_round_peer_state_t td_round_peer_state(const td_round_t *r, uint64_t peer);
+/* The current round's update of `peer` starts over and is waited for again:
+ * the chunks that came so far, or a message that did not decode, are
+ * dropped (it is about to come again by another way, in a copy whose chunks
+ * need not match). False, and nothing changes, when it is in the average
+ * (HAVE) or being decoded. */
+bool td_round_restart_peer(td_round_t *r, uint64_t peer);
 /* True when every expected peer's update for the current round is complete. */
 bool td_round_complete(const td_round_t *r);
 /* Expected peers whose update is not complete (for "late" records). */

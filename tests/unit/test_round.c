@@ -204,6 +204,68 @@ START_TEST(chunks_are_classified_and_checked) {
 }
 END_TEST
 
+/* A message that is to come again by another way (backfill: a copy from
+ * another member) starts over: its chunks so far, or a message that did
+ * not decode, are dropped and it is waited for again; one in the average
+ * stays. */
+START_TEST(a_restarted_update_starts_over) {
+  static float d[NUMEL], other[NUMEL];
+  for (int i = 0; i < NUMEL; i++) {
+    d[i] = 1.0f;
+    other[i] = (float)(i % 7);
+  }
+  size_t total;
+  uint8_t *msg = encode(d, &total), *copy = encode(other, &total);
+  td_round_t *r = NULL;
+  ck_assert_int_eq(td_round_open(&r, layout), 0);
+  uint64_t peers[] = {5, 6};
+  td_round_begin(r, 3, peers, 2);
+  td_chunk_result_t res;
+  uint32_t chunks = td_round_chunk_count(total);
+  ck_assert_uint_gt(chunks, 1);
+  ck_assert_int_eq(td_round_peer_state(r, 5), TD_PEER_NONE);
+  ck_assert(td_round_restart_peer(r, 5)); /* nothing came: nothing to drop */
+  /* one chunk of peer 5's own message, then the copy from the start */
+  ck_assert_int_eq(td_round_add_chunk(r, 5, 3, 4, 0, chunks, total, msg, TD_ROUND_CHUNK_BYTES, 0,
+                                      &res, NULL), 0);
+  ck_assert_int_eq(res, TD_CHUNK_ACCEPTED);
+  ck_assert_int_eq(td_round_peer_state(r, 5), TD_PEER_PARTIAL);
+  ck_assert(td_round_restart_peer(r, 5));
+  ck_assert_int_eq(td_round_peer_state(r, 5), TD_PEER_NONE);
+  /* the copy's chunk 0 is taken again (not a duplicate), its samples may differ */
+  send_msg(r, 5, 3, 8, copy, total, &res);
+  ck_assert_int_eq(res, TD_CHUNK_COMPLETED);
+  ck_assert(!td_round_restart_peer(r, 5)); /* in the average: it stays */
+  ck_assert_int_eq(td_round_peer_state(r, 5), TD_PEER_HAVE);
+  /* the average holds the copy, whole */
+  td_agg_input_t in[TD_AGG_MAX_INPUTS];
+  ck_assert_uint_eq(td_round_collect(r, in, TD_AGG_MAX_INPUTS), 1);
+  ck_assert(in[0].weight == 8.0);
+  ck_assert(memcmp(in[0].delta, other, sizeof other) == 0);
+  ck_assert(!td_round_complete(r)); /* 6 is still waited for */
+  /* 6's message does not decode: refused, never aggregated, and the round
+   * is complete; restarted, it is waited for again and a good copy counts */
+  uint8_t *bad = malloc(total);
+  memcpy(bad, copy, total);
+  memset(bad + 16, 0xff, 64); /* NaN floats: the decoder refuses them */
+  send_msg(r, 6, 3, 4, bad, total, &res);
+  ck_assert_int_eq(res, TD_CHUNK_REJECTED);
+  ck_assert_int_eq(td_round_peer_state(r, 6), TD_PEER_REFUSED);
+  ck_assert(td_round_complete(r));
+  ck_assert_uint_eq(td_round_collect(r, in, TD_AGG_MAX_INPUTS), 1);
+  ck_assert(td_round_restart_peer(r, 6));
+  ck_assert(!td_round_complete(r));
+  send_msg(r, 6, 3, 4, copy, total, &res);
+  ck_assert_int_eq(res, TD_CHUNK_COMPLETED);
+  ck_assert(td_round_complete(r));
+  ck_assert_uint_eq(td_round_collect(r, in, TD_AGG_MAX_INPUTS), 2);
+  td_round_close(&r);
+  free(bad);
+  free(msg);
+  free(copy);
+}
+END_TEST
+
 START_TEST(nan_updates_are_rejected_and_next_round_is_kept) {
   static float good[NUMEL], anchor[NUMEL];
   for (int i = 0; i < NUMEL; i++)
@@ -352,6 +414,7 @@ int main(void) {
   tcase_add_test(tc, chunks_are_classified_and_checked);
   tcase_add_test(tc, window_keeps_updates_two_rounds_ahead);
   tcase_add_test(tc, nan_updates_are_rejected_and_next_round_is_kept);
+  tcase_add_test(tc, a_restarted_update_starts_over);
   tcase_add_test(tc, deferred_decoding_hands_the_message_out_and_takes_the_floats_back);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
