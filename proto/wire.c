@@ -120,6 +120,9 @@ static int validate(const Traind__Envelope *e, char *why, size_t n) {
     if (e->update->n_heard_capacity > TD_WIRE_MAX_RUN_MEMBERS)
       return td_why(why, n, TD_EPROTO, "update echoing %zu capacities",
                     e->update->n_heard_capacity);
+    if (e->update->signature.len != 0 && e->update->signature.len != TD_WIRE_SIGNATURE_BYTES)
+      return td_why(why, n, TD_EPROTO, "update signature of %zu bytes (one has %d)",
+                    e->update->signature.len, TD_WIRE_SIGNATURE_BYTES);
     return check_chunk(e->update->chunk, e->update->chunks, e->update->total_bytes,
                        e->update->payload.len, why, n);
   case TRAIND__ENVELOPE__BODY_SNAPSHOT_CHUNK:
@@ -138,6 +141,16 @@ static int validate(const Traind__Envelope *e, char *why, size_t n) {
   case TRAIND__ENVELOPE__BODY_ROUND_CLOSE:
     if (e->round_close->round == 0 || e->round_close->members == 0)
       return td_why(why, n, TD_EPROTO, "round close without a round or a member");
+    if (e->round_close->signature.len != 0 &&
+        e->round_close->signature.len != TD_WIRE_SIGNATURE_BYTES)
+      return td_why(why, n, TD_EPROTO, "round close signature of %zu bytes (one has %d)",
+                    e->round_close->signature.len, TD_WIRE_SIGNATURE_BYTES);
+    return 0;
+  case TRAIND__ENVELOPE__BODY_UPDATE_REQUEST:
+    if (e->update_request->round == 0 ||
+        (e->update_request->member == 0) != e->update_request->close)
+      return td_why(why, n, TD_EPROTO, "update request without a round, or with neither a "
+                    "member nor the close (or both)");
     return 0;
   case TRAIND__ENVELOPE__BODY_RELAY:
     if (e->relay->signature.len != TD_WIRE_SIGNATURE_BYTES || e->relay->inner.len == 0 ||
@@ -273,6 +286,7 @@ const char *td_wire_body_name(const Traind__Envelope *env) {
   case TRAIND__ENVELOPE__BODY_STATE_HASH: return "state_hash";
   case TRAIND__ENVELOPE__BODY_RELAY: return "relay";
   case TRAIND__ENVELOPE__BODY_ROUND_CLOSE: return "round_close";
+  case TRAIND__ENVELOPE__BODY_UPDATE_REQUEST: return "update_request";
   default: return "none";
   }
 }

@@ -205,6 +205,119 @@ START_TEST(round_close_needs_a_round_and_a_member) {
 }
 END_TEST
 
+/* An update request names a round and a member, or asks for the round's
+ * close; an update's or a round close's signature, when it carries one, is
+ * 64 bytes. */
+START_TEST(update_request_and_signature_are_checked) {
+  const uint64_t rounds[] = {7, 0, 7}, members[] = {9, 9, 0};
+  for (size_t i = 0; i < 3; i++) {
+    Traind__UpdateRequest rq = TRAIND__UPDATE_REQUEST__INIT;
+    rq.round = rounds[i];
+    rq.member = members[i];
+    Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+    env.body_case = TRAIND__ENVELOPE__BODY_UPDATE_REQUEST;
+    env.update_request = &rq;
+    env.sender = 3;
+    uint8_t *buf;
+    size_t len;
+    char why[128] = "";
+    Traind__Envelope *got = NULL;
+    ck_assert_int_eq(td_wire_pack(&env, &buf, &len), 0);
+    int rc = td_wire_unpack(&got, buf, len, why, sizeof why);
+    if (i == 0) {
+      ck_assert_int_eq(rc, 0);
+      ck_assert_uint_eq(got->update_request->member, 9);
+      ck_assert_str_eq(td_wire_body_name(got), "update_request");
+      td_wire_free(&got);
+    } else {
+      ck_assert_int_eq(rc, TD_EPROTO);
+      ck_assert_ptr_nonnull(strstr(why, "update request"));
+    }
+    free(buf);
+  }
+  /* a request for the round's close names no member */
+  const bool closes[] = {true, true};
+  const uint64_t close_members[] = {0, 9};
+  for (size_t i = 0; i < 2; i++) {
+    Traind__UpdateRequest rq = TRAIND__UPDATE_REQUEST__INIT;
+    rq.round = 7;
+    rq.member = close_members[i];
+    rq.close = closes[i];
+    Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+    env.body_case = TRAIND__ENVELOPE__BODY_UPDATE_REQUEST;
+    env.update_request = &rq;
+    uint8_t *buf;
+    size_t len;
+    char why[128] = "";
+    Traind__Envelope *got = NULL;
+    ck_assert_int_eq(td_wire_pack(&env, &buf, &len), 0);
+    int rc = td_wire_unpack(&got, buf, len, why, sizeof why);
+    ck_assert_int_eq(rc, i == 0 ? 0 : TD_EPROTO);
+    if (got != NULL) {
+      ck_assert(got->update_request->close);
+      td_wire_free(&got);
+    }
+    free(buf);
+  }
+  /* a round close's signature, when it carries one, is 64 bytes */
+  for (size_t i = 0; i < 3; i++) {
+    uint8_t rsig[65] = {0};
+    const size_t rlens[] = {64, 0, 65};
+    Traind__RoundClose rc = TRAIND__ROUND_CLOSE__INIT;
+    rc.round = 3;
+    rc.members = 0x3;
+    rc.coordinator = 5;
+    rc.signature = (ProtobufCBinaryData){.len = rlens[i], .data = rsig};
+    Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+    env.body_case = TRAIND__ENVELOPE__BODY_ROUND_CLOSE;
+    env.round_close = &rc;
+    uint8_t *buf;
+    size_t len;
+    char why[128] = "";
+    Traind__Envelope *got = NULL;
+    ck_assert_int_eq(td_wire_pack(&env, &buf, &len), 0);
+    int r = td_wire_unpack(&got, buf, len, why, sizeof why);
+    ck_assert_int_eq(r, i < 2 ? 0 : TD_EPROTO);
+    if (got != NULL) {
+      ck_assert_uint_eq(got->round_close->coordinator, 5);
+      td_wire_free(&got);
+    }
+    free(buf);
+  }
+  uint8_t sig[65] = {0}, payload[4] = {0};
+  const size_t lens[] = {64, 0, 63, 65};
+  for (size_t i = 0; i < 4; i++) {
+    Traind__UpdateChunk up = TRAIND__UPDATE_CHUNK__INIT;
+    up.round = 2;
+    up.chunks = 1;
+    up.total_bytes = sizeof payload;
+    up.payload = (ProtobufCBinaryData){.len = sizeof payload, .data = payload};
+    up.origin = 11;
+    up.signature = (ProtobufCBinaryData){.len = lens[i], .data = sig};
+    Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+    env.body_case = TRAIND__ENVELOPE__BODY_UPDATE;
+    env.update = &up;
+    env.sender = 3;
+    uint8_t *buf;
+    size_t len;
+    char why[128] = "";
+    Traind__Envelope *got = NULL;
+    ck_assert_int_eq(td_wire_pack(&env, &buf, &len), 0);
+    int rc = td_wire_unpack(&got, buf, len, why, sizeof why);
+    if (lens[i] == 64 || lens[i] == 0) {
+      ck_assert_int_eq(rc, 0);
+      ck_assert_uint_eq(got->update->origin, 11);
+      ck_assert_uint_eq(got->update->signature.len, lens[i]);
+      td_wire_free(&got);
+    } else {
+      ck_assert_int_eq(rc, TD_EPROTO);
+      ck_assert_ptr_nonnull(strstr(why, "signature"));
+    }
+    free(buf);
+  }
+}
+END_TEST
+
 /* A relayed message (--listen none) needs its origin, target, sequence
  * number, a 64-byte signature and an inner message that leaves room for the
  * wrapper. */
@@ -328,6 +441,7 @@ int main(void) {
   tcase_add_test(tc, control_messages_round_trip);
   tcase_add_test(tc, relay_envelopes_are_checked);
   tcase_add_test(tc, round_close_needs_a_round_and_a_member);
+  tcase_add_test(tc, update_request_and_signature_are_checked);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
