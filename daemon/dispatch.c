@@ -47,6 +47,8 @@ static const route_t routes[] = {
     [TRAIND__ENVELOPE__BODY_STATE_HASH] = {td__session_on_state_hash, false, false, NULL},
     [TRAIND__ENVELOPE__BODY_ROUND_CLOSE] = {td__session_on_round_close, true, true,
                                             "round close from an unknown node"},
+    [TRAIND__ENVELOPE__BODY_UPDATE_REQUEST] = {td__session_on_update_request, true, false,
+                                               "update request from an unknown node"},
     /* records are checked one by one against the admin keys listed here */
     [TRAIND__ENVELOPE__BODY_ADMISSIONS] = {td__on_admissions, false, false, NULL},
     /* join requests and grants travel only on an invite's connection (transport.c) */

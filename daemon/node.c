@@ -285,6 +285,7 @@ int td_node_main(const td_node_opts_t *opts, char *why, size_t why_len) {
   td__access_close(&n->access);
   td__ledgerq_close(&n->ledger); /* writes what is left */
   free(n->last_run);
+  td__backfill_close(&n->retired);
   if (rc == 0)
     td_log_info("stopped cleanly");
   free(n);

@@ -77,7 +77,8 @@ static void record_update(td__session_t *s, uint64_t peer, uint64_t peer_round,
 typedef struct {
   uv_work_t req;
   td__session_t *s; /* one reference */
-  uint64_t peer, round, ticket, bytes;
+  uint64_t peer, round, ticket, bytes, samples;
+  double loss;
   int64_t staleness;
   size_t member;
   const td_layout_t *layout;
@@ -89,6 +90,10 @@ typedef struct {
   double weight; /* async: > 0: add weight * update into the compute thread's inbox */
   float *data;
   unsigned codec;
+  /* runs with a coordinator (backfill.c): the origin's signature is checked first */
+  bool check, proof, forwarded;
+  uint64_t run_id;
+  uint8_t sig[TD__BACKFILL_SIG], key[TD__BACKFILL_KEY];
   int rc;
   char why[256];
 } decode_job_t;
@@ -96,6 +101,14 @@ typedef struct {
 /* Work pool: the job's own message and output, the (borrowed) layout. */
 static void decode_work(uv_work_t *req) {
   decode_job_t *job = req->data;
+  if (job->check && (!job->proof || !td__backfill_verify(job->run_id, job->peer, job->round,
+                                                          job->samples, job->msg, job->len,
+                                                          job->sig, job->key))) {
+    job->rc = td_why(job->why, sizeof job->why, TD_EPROTO, "%s",
+                     job->proof ? "its origin's signature does not hold"
+                                : "it carries no signature (runs with a coordinator need one)");
+    return;
+  }
   if ((job->data = td_params_alloc(job->numel)) == NULL) {
     job->rc = td_why(job->why, sizeof job->why, TD_ENOMEM, "out of memory for a decoded update");
     return;
@@ -123,6 +136,8 @@ static void decode_done(uv_work_t *req, int status) {
   decode_job_t *job = req->data;
   td__session_t *s = job->s;
   (void)status;
+  if (job->rc == 0 && s->node->session == s) /* to forward to a member that lacks it */
+    td__backfill_keep(s, job->member, job->round, job->samples, job->loss, &job->msg, job->len);
   free(job->msg);
   if (s->node->session == s && s->spec.mode_kind == TD_MODE_ASYNC) {
     if (job->rc != 0) {
@@ -141,9 +156,14 @@ static void decode_done(uv_work_t *req, int status) {
     td_update_info_t info;
     td_round_put_decoded(s->collector, job->round, job->peer, job->ticket, &job->data,
                          job->codec, job->rc == 0, &res, &info);
-    if (res == TD_CHUNK_REJECTED) {
+    if (res == TD_CHUNK_REJECTED && job->forwarded) {
+      td__backfill_note_forged(s, job->member, job->round); /* the forwarder's doing */
+      td__drop(&s->node->drops, TD__DROP_FORBIDDEN, NULL);
+    } else if (res == TD_CHUNK_REJECTED) {
       update_rejected(s, job->peer, job->round, job->why);
     } else if (res == TD_CHUNK_COMPLETED) {
+      if (job->forwarded)
+        td__backfill_note_taken(s, job->member, job->round);
       s->updates_received++;
       s->away_times[job->member] = 0; /* it trains: its away count starts over */
       record_update(s, job->peer, info.round, (int64_t)s->round - (int64_t)info.round,
@@ -173,17 +193,25 @@ static double async_weight(td__session_t *s, const td_update_info_t *info, int64
 
 /* Every chunk of an update is in: decode it on the pool. */
 static void assembled(td__session_t *s, size_t mi, td_round_t *collector,
-                      const td_update_info_t *info) {
+                      const td_update_info_t *info, bool forwarded) {
   bool async = s->spec.mode_kind == TD_MODE_ASYNC;
   decode_job_t *job = calloc(1, sizeof *job);
   int rc = job == NULL ? TD_ENOMEM
                        : td_round_take_message(collector, info->round, info->peer, &job->msg,
                                                &job->len, &job->ticket);
   if (rc == 0) {
+    /* runs with a coordinator: only a signed update may be averaged (or forwarded) */
+    job->check = td__backfill_on(s) && td__access_secure(s->node->access);
+    if (job->check)
+      job->proof = td__backfill_proof(s, mi, info->round, job->sig, job->key);
+    job->run_id = s->run_id;
+    job->forwarded = forwarded;
     job->s = s;
     job->peer = info->peer;
     job->round = info->round;
     job->bytes = info->bytes;
+    job->samples = info->samples;
+    job->loss = info->loss;
     job->member = mi;
     job->layout = td_run_layout(s->run);
     job->numel = td_round_numel(collector);
@@ -226,25 +254,9 @@ static void assembled(td__session_t *s, size_t mi, td_round_t *collector,
 
 static double finite_rate(double v) { return isfinite(v) && v > 0 && v < MAX_REPORTED_RATE ? v : 0; }
 
-void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes) {
-  const Traind__UpdateChunk *up = env->update;
-  td__session_t *s = td__session_of(n, env->run_id);
-  /* every chunk frees the sender's window, whatever becomes of it: one left
-   * unacked (a stopped run's, say) held the window shut until it expired */
-  td__link_send_ack(n->net, env->sender, env->run_id, TD__ACK_CHUNK, env->seq, up->payload.len);
-  if (s == NULL) {
-    td__drop(&n->drops, TD__DROP_WRONG_RUN, "update for a run this node is not running");
-    return;
-  }
-  size_t mi = td__session_member(s, env->sender);
-  if (mi == TD_MEMBERS_MAX || s->out[mi]) { /* out: put out of the run (comeback.c) */
-    td__drop(&n->drops, TD__DROP_NOT_MEMBER, mi == TD_MEMBERS_MAX
-                                                 ? "update from a node outside the run"
-                                                 : NULL);
-    return;
-  }
-  if (mi < 64)
-    s->sent_once |= UINT64_C(1) << mi;
+/* The figures member mi's update chunk reports: its capacity and uplink,
+ * and the capacities it echoes. */
+static void note_report(td__session_t *s, size_t mi, const Traind__UpdateChunk *up) {
   td__peer_report_t *rep = &s->peer_report[mi][up->round % TD__RING];
   *rep = (td__peer_report_t){.round = up->round, .capacity = finite_rate(up->capacity),
                              .uplink = finite_rate(up->uplink)};
@@ -256,17 +268,51 @@ void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, si
   size_t echoed = up->n_heard_capacity < s->n_members ? up->n_heard_capacity : s->n_members;
   for (size_t i = 0; i < echoed; i++)
     rep->heard[i] = finite_rate(up->heard_capacity[i]);
+}
+
+void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes) {
+  const Traind__UpdateChunk *up = env->update;
+  td__session_t *s = td__session_of(n, env->run_id);
+  /* every chunk frees the sender's window, whatever becomes of it: one left
+   * unacked (a stopped run's, say) held the window shut until it expired */
+  td__link_send_ack(n->net, env->sender, env->run_id, TD__ACK_CHUNK, env->seq, up->payload.len);
+  if (s == NULL) {
+    td__drop(&n->drops, TD__DROP_WRONG_RUN, "update for a run this node is not running");
+    return;
+  }
+  /* a member's update forwarded by another, which this node asked for (backfill.c) */
+  bool forwarded = up->origin != 0 && up->origin != env->sender;
+  uint64_t peer = forwarded ? up->origin : env->sender;
+  size_t mi = forwarded ? td__backfill_take_chunk(s, env->sender, up)
+                        : td__session_member(s, env->sender);
+  if (forwarded && mi == TD_MEMBERS_MAX) {
+    td__drop(&n->drops, TD__DROP_FORBIDDEN, "a forwarded update this node did not ask for");
+    return;
+  }
+  if (mi == TD_MEMBERS_MAX || s->out[mi]) { /* out: put out of the run (comeback.c) */
+    td__drop(&n->drops, TD__DROP_NOT_MEMBER, mi == TD_MEMBERS_MAX
+                                                 ? "update from a node outside the run"
+                                                 : NULL);
+    return;
+  }
+  if (!forwarded && td__backfill_asked_elsewhere(s, mi, up->round)) {
+    td__drop(&n->drops, TD__DROP_DUPLICATE, NULL); /* its copy comes from the one asked */
+    return;
+  }
+  if (mi < 64)
+    s->sent_once |= UINT64_C(1) << mi;
+  if (up->chunk == 0 && up->signature.len > 0)
+    td__backfill_note_signature(s, mi, up->round, up->signature.data, up->signature.len);
+  note_report(s, mi, up); /* a copy carries what its origin told the forwarder */
   bool async = s->spec.mode_kind == TD_MODE_ASYNC;
   td_round_t *collector = async ? s->peer_inbox[mi] : s->collector;
   if (collector == NULL)
     return;
-  if (async && up->round >= td_round_current(collector) + TD_ROUND_SLOTS) {
-    uint64_t peer = env->sender; /* the peer skipped ahead: follow it */
-    td_round_begin(collector, up->round, &peer, 1);
-  }
+  if (async && up->round >= td_round_current(collector) + TD_ROUND_SLOTS)
+    td_round_begin(collector, up->round, &peer, 1); /* the peer skipped ahead: follow it */
   td_chunk_result_t res;
   td_update_info_t info;
-  if (td_round_add_chunk(collector, env->sender, up->round, up->samples, up->chunk, up->chunks,
+  if (td_round_add_chunk(collector, peer, up->round, up->samples, up->chunk, up->chunks,
                          up->total_bytes, up->payload.data, up->payload.len, up->loss, &res,
                          &info) != 0) {
     td__drop(&n->drops, TD__DROP_MALFORMED, "update chunk inconsistent with the model");
@@ -286,7 +332,7 @@ void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, si
       td__drop(&n->drops, TD__DROP_DUPLICATE, NULL);
     } else if (up->chunk == 0) {
       td__drop(&n->drops, TD__DROP_LATE, NULL);
-      record_update(s, env->sender, up->round, (int64_t)s->round - (int64_t)up->round,
+      record_update(s, peer, up->round, (int64_t)s->round - (int64_t)up->round,
                     up->total_bytes, td__outbox_codec(s->outbox));
     }
     break;
@@ -295,11 +341,12 @@ void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, si
     break;
   case TD_CHUNK_ASSEMBLED:
     s->bytes_recv_round += bytes;
-    if (l != NULL)
+    if (l != NULL && !forwarded) {
       td__link_note_update_recv(l, info.bytes, dense_bytes_of(s, info.round));
-    /* the network's part is done: the ack measures the link, not our decoder */
-    td__link_send_ack(n->net, env->sender, s->run_id, TD__ACK_UPDATE, info.round, info.bytes);
-    assembled(s, mi, collector, &info);
+      /* the network's part is done: the ack measures the link, not our decoder */
+      td__link_send_ack(n->net, env->sender, s->run_id, TD__ACK_UPDATE, info.round, info.bytes);
+    }
+    assembled(s, mi, collector, &info, forwarded);
     break;
   }
 }

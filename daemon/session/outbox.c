@@ -21,6 +21,7 @@
 
 #include "common/error.h"
 #include "daemon/base/log.h"
+#include "daemon/net/admission.h"
 
 struct td__outbox {
   td__session_t *s; /* borrowed: the outbox is part of it */
@@ -57,6 +58,7 @@ typedef struct {
   size_t n_heard;
   const float *delta;
   size_t offset, count; /* the range of delta the round exchanges (td_run_slice) */
+  const td__admission_t *signer; /* borrowed: signs each copy (backfill.c); NULL: unsigned */
   size_t n_targets;
   encode_target_t targets[TD_MEMBERS_MAX];
 } encode_job_t;
@@ -128,6 +130,12 @@ static void encode_target(encode_job_t *job, encode_target_t *t) {
   if (t->rc != 0)
     return;
   t->msg_bytes = total;
+  uint8_t sig[TD__SIGNATURE_BYTES];
+  if (job->signer != NULL) { /* so that a member may forward it (backfill.c) */
+    uint8_t digest[TD__BACKFILL_DIGEST];
+    td__backfill_digest(job->run_id, job->node_id, job->round, job->samples, msg, total, digest);
+    td__admission_sign_message(job->signer, digest, sizeof digest, sig);
+  }
   t->chunks = td_chunk_count(total);
   t->bufs = calloc(t->chunks, sizeof *t->bufs);
   t->lens = calloc(t->chunks, sizeof *t->lens);
@@ -153,6 +161,8 @@ static void encode_target(encode_job_t *job, encode_target_t *t) {
     up.batch = job->batch;
     up.heard_capacity = job->heard;
     up.n_heard_capacity = job->n_heard;
+    if (c == 0 && job->signer != NULL)
+      up.signature = (ProtobufCBinaryData){.len = sizeof sig, .data = sig};
     Traind__Envelope env = TRAIND__ENVELOPE__INIT;
     env.body_case = TRAIND__ENVELOPE__BODY_UPDATE;
     env.update = &up;
@@ -277,7 +287,7 @@ static void encode_start(td__outbox_t *o, uint64_t round) {
                         .round = round, .samples = own->samples, .loss = own->loss,
                         .capacity = own->capacity, .uplink = own->uplink, .batch = own->batch,
                         .codec_id = o->codec.id, .delta = td_run_delta(s->run, round),
-                        .n_heard = s->n_members};
+                        .n_heard = s->n_members, .signer = td__backfill_signer(s)};
   td_run_slice(s->run, round, &job->offset, &job->count);
   /* the capacities echoed: what session.c noted when the round was done */
   memcpy(job->heard, own->heard, sizeof job->heard);

@@ -4,27 +4,55 @@
  * update is in (min_updates, round_deadline = adaptive), each node used to
  * close a round on the updates it had received, so a straggler's update that
  * reached some nodes before their cut and others after it parted their
- * models. Now one member decides: the coordinator, the member of lowest id
- * that takes part (in this node's view). It cuts by the run's rule, closes
- * the round and sends RoundClose{round, members} to the others, who cut
- * exactly the members outside that set (their updates are left out of the
- * average even when they came) and wait for those inside it. The fixed
- * deadline (round_timeout) still holds: a member that hears no RoundClose by
- * then closes on what it has, as before. A RoundClose is taken only from a
- * member that may be the coordinator (no member of lower id takes part in
+ * models; in runs with a robust aggregate a member could do the same on
+ * purpose, sending its update to some nodes only. Now one member decides:
+ * the coordinator, the member of lowest id that takes part (in this node's
+ * view). It cuts by the run's rule, closes the round and sends
+ * RoundClose{round, members} to the others, who cut exactly the members
+ * outside that set (their updates are left out of the average even when they
+ * came) and wait for those inside it (backfill.c fetches what does not come).
+ * The fixed deadline (round_timeout; twice it when the coordinator cuts only
+ * there, td__roundclose_grace_s) still holds: a member that hears no
+ * RoundClose by then closes on what it has, as before. A RoundClose is taken
+ * only for a coordinator that may be one (no member of lower id takes part in
  * this node's view), once per round, for the open round and the next
- * TD__RING - 1. rounds.c hands this file the message and then closes the
- * round; this file never calls rounds.c. */
+ * TD__RING - 1. In secure runs it carries the coordinator's signature and is
+ * taken only with one that holds, so any member that took it can forward a
+ * copy to one that lacks it (td__roundclose_ask, td__roundclose_serve).
+ * rounds.c hands this file the message and then closes the round; this file
+ * never calls rounds.c. */
 #include "daemon/session/shared.h"
 
 #include <inttypes.h>
+#include <sodium.h>
+#include <string.h>
 
 #include "common/error.h"
 #include "daemon/base/log.h"
+#include "daemon/net/admission.h"
+
+_Static_assert(TD_MAX_RUN_MEMBERS <= 64, "a round close's forwards fit one word");
+
+/* What the coordinator signs: BLAKE2b-256 of the label and the close. */
+static void close_digest(uint64_t run, uint64_t coordinator, uint64_t round, uint64_t members,
+                         uint8_t out[crypto_generichash_BYTES]) {
+  static const char label[] = "traind-close1";
+  uint8_t ids[32];
+  const uint64_t v[4] = {run, coordinator, round, members};
+  for (int k = 0; k < 4; k++)
+    for (int i = 0; i < 8; i++)
+      ids[8 * k + i] = (uint8_t)(v[k] >> (8 * i));
+  crypto_generichash_state st;
+  crypto_generichash_init(&st, NULL, 0, crypto_generichash_BYTES);
+  crypto_generichash_update(&st, (const uint8_t *)label, sizeof label - 1);
+  crypto_generichash_update(&st, ids, sizeof ids);
+  crypto_generichash_final(&st, out, crypto_generichash_BYTES);
+}
 
 bool td__roundclose_coordinated(const td__session_t *s) {
   return s->n_members > 1 && s->spec.mode_kind == TD_MODE_SYNC &&
-         (s->spec.min_updates > 0 || s->spec.deadline_mad_c > 0);
+         (s->spec.min_updates > 0 || s->spec.deadline_mad_c > 0 ||
+          (s->spec.agg.kind != TD_AGG_MEAN && !td_runspec_mixes(&s->spec)));
 }
 
 /* Whether `id` may coordinate: no member of lower id takes part (this node
@@ -38,27 +66,95 @@ static bool may_coordinate(td__session_t *s, uint64_t id) {
   return true;
 }
 
+double td__roundclose_grace_s(const td__session_t *s) {
+  return s->spec.min_updates == 0 && s->spec.deadline_mad_c <= 0 ? s->spec.round_timeout : 0;
+}
+
 bool td__roundclose_coordinates(td__session_t *s) {
   return td__roundclose_coordinated(s) && may_coordinate(s, s->node->node_id);
 }
 
-bool td__roundclose_agreed(const td__session_t *s, uint64_t round, uint64_t *members) {
+bool td__roundclose_agreed_by(const td__session_t *s, uint64_t round, uint64_t *members,
+                              uint64_t *from) {
   const td__round_close_t *c = &s->closes[round % TD__RING];
   if (round == 0 || c->round != round)
     return false;
   *members = c->members;
+  *from = c->from;
   return true;
 }
 
-void td__roundclose_send(td__session_t *s, uint64_t round, uint64_t members) {
+bool td__roundclose_agreed(const td__session_t *s, uint64_t round, uint64_t *members) {
+  uint64_t from;
+  return td__roundclose_agreed_by(s, round, members, &from);
+}
+
+/* The close c of run run_id as a message from this node (a coordinator's
+ * own, or a copy): on link `to`, or to every member of s. */
+static void send_close(td__node_t *n, td__session_t *s, uint64_t run_id,
+                       const td__round_close_t *c, td__link_t *to) {
   Traind__RoundClose rc = TRAIND__ROUND_CLOSE__INIT;
-  rc.round = round;
-  rc.members = members;
+  rc.round = c->round;
+  rc.members = c->members;
+  rc.coordinator = c->from;
+  if (c->has_sig)
+    rc.signature = (ProtobufCBinaryData){.len = sizeof c->sig, .data = (uint8_t *)c->sig};
   Traind__Envelope env = TRAIND__ENVELOPE__INIT;
   env.body_case = TRAIND__ENVELOPE__BODY_ROUND_CLOSE;
   env.round_close = &rc;
+  env.run_id = run_id;
+  if (to != NULL)
+    td__link_send(n->net, to, &env);
+  else
+    td__session_send_all(s, &env);
+}
+
+void td__roundclose_forward(td__node_t *n, uint64_t run_id, const td__round_close_t *c,
+                            td__link_t *l) {
+  send_close(n, NULL, run_id, c, l);
+}
+
+void td__roundclose_send(td__session_t *s, uint64_t round, uint64_t members) {
+  td__round_close_t *c = &s->closes[round % TD__RING];
+  *c = (td__round_close_t){.round = round, .members = members, .from = s->node->node_id};
+  if (td__access_secure(s->node->access)) {
+    uint8_t digest[crypto_generichash_BYTES];
+    close_digest(s->run_id, c->from, round, members, digest);
+    td__admission_sign_message(td__access_admission(s->node->access), digest, sizeof digest,
+                               c->sig);
+    c->has_sig = true;
+  }
+  send_close(s->node, s, s->run_id, c, NULL);
+}
+
+void td__roundclose_ask(td__session_t *s) {
+  td__round_close_t *c = &s->closes[s->round % TD__RING];
+  if (c->round == s->round || c->asked == s->round)
+    return;
+  c->asked = s->round;
+  Traind__UpdateRequest rq = TRAIND__UPDATE_REQUEST__INIT;
+  rq.round = s->round;
+  rq.close = true;
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_UPDATE_REQUEST;
+  env.update_request = &rq;
   env.run_id = s->run_id;
   td__session_send_all(s, &env);
+  td_log_warn("round %" PRIu64 ": no round close from the coordinator while the others moved "
+              "on: asking the members for a copy", s->round);
+  td__ledger_event(s->node->ledger, "backfill", "round %" PRIu64 ": asked the members for the "
+                   "round close", s->round);
+}
+
+void td__roundclose_serve(td__session_t *s, size_t asker, uint64_t round, td__link_t *l) {
+  td__round_close_t *c = &s->closes[round % TD__RING];
+  if (c->round != round || asker >= 64 || (c->served >> asker & 1) ||
+      (td__access_secure(s->node->access) && !c->has_sig)) {
+    td__drop(&s->node->drops, TD__DROP_DUPLICATE, NULL); /* none held, or sent once */
+    return;
+  }
+  c->served |= UINT64_C(1) << asker;
+  send_close(s->node, s, s->run_id, c, l);
 }
 
 bool td__roundclose_take(td__node_t *n, td__session_t *s, const Traind__Envelope *env) {
@@ -81,11 +177,13 @@ bool td__roundclose_take(td__node_t *n, td__session_t *s, const Traind__Envelope
     td__drop(&n->drops, TD__DROP_MALFORMED, "round close naming members the run lacks");
     return false;
   }
-  if (!may_coordinate(s, env->sender)) {
+  /* a copy forwarded by another member names its coordinator */
+  uint64_t coordinator = rc->coordinator != 0 ? rc->coordinator : env->sender;
+  if (!may_coordinate(s, coordinator) || coordinator == s->node->node_id) {
     td__drop(&n->drops, TD__DROP_FORBIDDEN, NULL);
     if (td__drop_should_log(n->drops.count[TD__DROP_FORBIDDEN]))
       td_log_warn("run %016" PRIx64 ": refused round %" PRIu64 "'s close from %016" PRIx64
-                  ": a member of lower id coordinates", s->run_id, rc->round, env->sender);
+                  ": a member of lower id coordinates", s->run_id, rc->round, coordinator);
     return false;
   }
   td__round_close_t *c = &s->closes[rc->round % TD__RING];
@@ -93,6 +191,27 @@ bool td__roundclose_take(td__node_t *n, td__session_t *s, const Traind__Envelope
     td__drop(&n->drops, TD__DROP_DUPLICATE, NULL);
     return false;
   }
-  *c = (td__round_close_t){.round = rc->round, .members = rc->members};
+  bool secure = td__access_secure(n->access);
+  if (secure || coordinator != env->sender) { /* secure: only a signed close, forwardable */
+    const uint8_t *key = td__access_sign_key_of(n->access, coordinator);
+    uint8_t digest[crypto_generichash_BYTES];
+    close_digest(s->run_id, coordinator, rc->round, rc->members, digest);
+    if (!secure || key == NULL || rc->signature.len != crypto_sign_BYTES ||
+        crypto_sign_verify_detached(rc->signature.data, digest, sizeof digest, key) != 0) {
+      td__drop(&n->drops, TD__DROP_FORBIDDEN, NULL);
+      td_log_warn("run %016" PRIx64 ": refused round %" PRIu64 "'s close of %016" PRIx64
+                  " from %016" PRIx64 ": it does not carry the coordinator's signature",
+                  s->run_id, rc->round, coordinator, env->sender);
+      return false;
+    }
+  }
+  uint64_t asked = c->asked;
+  *c = (td__round_close_t){.round = rc->round, .members = rc->members, .from = coordinator,
+                           .has_sig = rc->signature.len == crypto_sign_BYTES, .asked = asked};
+  if (c->has_sig)
+    memcpy(c->sig, rc->signature.data, crypto_sign_BYTES);
+  if (coordinator != env->sender)
+    td__ledger_event(n->ledger, "backfill", "round %" PRIu64 ": the round close of %016" PRIx64
+                     " came from %016" PRIx64, rc->round, coordinator, env->sender);
   return true;
 }

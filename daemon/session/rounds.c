@@ -555,14 +555,23 @@ static void cut_at_min_updates(td__session_t *s) {
 
 /* A member that does not coordinate keeps to the coordinator's set for the
  * open round: the missing outside it are cut, and it waits for those inside
- * it. True once the set is taken, or when none came by the fixed deadline
- * (the round then closes on what came, as without a coordinator). */
+ * it (backfill.c asks for what does not come). When the others moved on a
+ * quarter of round_timeout after its own update, or its deadline passed,
+ * without the set, it asks the members for a copy. True once the set
+ * is taken, or when none came by the fixed deadline (and the coordinator's
+ * own, td__roundclose_grace_s, when it cuts only there): the round then
+ * closes on what came, as without a coordinator. */
 static bool follow_agreed_set(td__session_t *s) {
   if (s->round_set != 0)
     return true;
   uint64_t set;
   if (!td__roundclose_agreed(s, s->round, &set)) {
-    if (s->own_done < s->round || td_clock_mono_s() < s->deadline)
+    double now = td_clock_mono_s();
+    if (s->own_done >= s->round &&
+        (now >= s->deadline || (td_round_moved_on(s->collector) &&
+                                now >= s->deadline - s->spec.round_timeout * 0.75)))
+      td__roundclose_ask(s); /* the others closed the round: one of them has its close */
+    if (s->own_done < s->round || now < s->deadline + td__roundclose_grace_s(s))
       return false;
     if (!s->round_cut) {
       td_log_warn("round %" PRIu64 ": no round close from the coordinator within %.1f s: "
@@ -604,6 +613,7 @@ void td__rounds_try_close(td__session_t *s) {
     if (td__roundclose_coordinated(s) && !td__roundclose_coordinates(s)) {
       if (!follow_agreed_set(s))
         return;
+      td__backfill_ask(s, false); /* what of the set did not come, or was refused */
     } else {
       cut_at_adaptive_deadline(s); /* an update after the deadline is the first one in */
       cut_at_min_updates(s);
@@ -708,14 +718,27 @@ static void arm_round_timer(td__session_t *s) {
   uv_timer_start(&s->node->round_timer, on_round_timer, (uint64_t)(left * 1e3) + 1, 0);
 }
 
-/* Deadline: peers that have not delivered are recorded late and not waited for. */
+/* Deadline: peers that have not delivered are recorded late and not waited
+ * for, except those of the coordinator's set, which are first asked of a
+ * member that holds them (backfill.c) and waited for a further round_timeout. */
 void td__rounds_tick(td__session_t *s) {
   if (s->spec.mode_kind == TD_MODE_ASYNC)
     return;
   cut_at_adaptive_deadline(s);
-  if (s->own_done >= s->round && td_clock_mono_s() >= s->deadline) {
+  double now = td_clock_mono_s();
+  if (s->own_done >= s->round && now >= s->deadline) {
+    if (td__roundclose_coordinated(s) && !td__roundclose_coordinates(s) && s->round_set == 0 &&
+        now < s->deadline + td__roundclose_grace_s(s)) {
+      td__rounds_try_close(s); /* the coordinator's set is still waited for */
+      return;
+    }
     uint64_t missing[TD_MEMBERS_MAX];
     size_t k = td_round_missing(s->collector, missing, TD_MEMBERS_MAX);
+    if (k > 0) {
+      td__backfill_ask(s, true);
+      if (td__backfill_waiting(s))
+        k = 0; /* updates of the coordinator's set asked of a member that holds them */
+    }
     for (size_t i = 0; i < k; i++) {
       td_log_warn("round %" PRIu64 ": peer %016" PRIx64 " is late (deadline %.1f s)", s->round,
                   missing[i], s->spec.round_timeout);

@@ -100,6 +100,7 @@ static void session_free(td__session_t *s) {
   td__join_close(&s->join);
   td__reconcile_close(&s->recon);
   td__verify_close(&s->verify);
+  td__backfill_close(&s->backfill);
   for (size_t i = 0; i < TD_MEMBERS_MAX; i++)
     td_round_close(&s->peer_inbox[i]);
   td_round_close(&s->collector);
@@ -139,6 +140,7 @@ void td__session_finish(td__node_t *n, td__run_state_t state, double test_accura
   /* the compute thread ends now (a new run's must not overlap it); the
    * run's memory goes with the last reference to s */
   td_run_join(s->run);
+  td__backfill_retire(n, s); /* members still closing the last round may ask it */
   n->session = NULL;
   td__session_unref(&s);
   td__ledgerq_flush(n->ledger);
@@ -375,6 +377,8 @@ static int open_parts(td__session_t *s, const td_codec_spec_t *codec, char *why,
     what = "the reconciliation buffers";
   if (rc == 0 && (rc = td__verify_open(&s->verify, s)) != 0)
     what = "the state agreement";
+  if (rc == 0 && (rc = td__backfill_open(&s->backfill)) != 0)
+    what = "the forwarding of updates";
   if (rc != 0)
     return td_why(why, why_len, rc, "cannot set up %s: %s", what, td_strerror(rc));
   return 0;
@@ -479,6 +483,7 @@ int td__session_start(td__node_t *n, uint64_t run_id, const char *spec_text,
   for (size_t i = 0; i < n_members; i++)
     s->plan[i] = td_run_split_batch(spec.batch, (unsigned)i, (unsigned)n_members);
   td__outbox_skip_to(s->outbox, first_round - 1);
+  td__backfill_close(&n->retired); /* the last run's members are done with it */
   n->session = s;
   td__rounds_begin(s, first_round);
   if (first_round > 1) { /* fetch the members' model before the first round */

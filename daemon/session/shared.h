@@ -75,10 +75,16 @@ typedef struct td__xfer td__xfer_t;
 typedef struct td__join td__join_t;
 typedef struct td__reconcile td__reconcile_t;
 typedef struct td__verify td__verify_t;
+typedef struct td__backfill td__backfill_t;
 typedef struct td__control td__control_t;
 /* A coordinator's RoundClose, kept for its round (roundclose.c). */
 typedef struct {
   uint64_t round, members; /* round 0: none */
+  uint64_t from;           /* the coordinator that closed the round */
+  uint8_t sig[64];         /* its signature (secure runs), to forward */
+  bool has_sig;
+  uint64_t asked;          /* the round this node last asked the others for it */
+  uint64_t served;         /* members it was forwarded to (bit: member index) */
 } td__round_close_t;
 typedef struct td__monitor td__monitor_t;
 
@@ -148,6 +154,8 @@ struct td__node {
     uint64_t last_round;  /* the last round its ledger holds */
   } rejoin;
   struct td__run_stats *last_run; /* figures of the last run that ended (status) */
+  td__backfill_t *retired; /* the last run's updates and closes, kept a while after it ended
+                              for members still closing its last round (backfill.c) */
   uint64_t ended_run;     /* the last run that ended here (heartbeats say so); 0: none */
   unsigned regreet_ticks; /* --listen none: heartbeats since the last re-greeting */
   unsigned redial_ticks;  /* heartbeats since the dead members' links were dialed again */
@@ -338,6 +346,7 @@ struct td__session {
   td__join_t *join;
   td__reconcile_t *recon;
   td__verify_t *verify;
+  td__backfill_t *backfill;
   float *kept_model;   /* the model the run would keep now (model_keep.c), owned; NULL: none */
   uint64_t kept_round; /* ... the round it holds */
 };
@@ -473,6 +482,11 @@ void td__rounds_try_close(td__session_t *s);
 /* Whether the run's rounds close on the coordinator's set (sync runs of
  * more than one member that tolerate stragglers). */
 bool td__roundclose_coordinated(const td__session_t *s);
+/* How long past its fixed deadline a member that follows the coordinator
+ * waits for its set: round_timeout when the coordinator itself cuts only at
+ * that deadline (robust runs without min_updates or an adaptive deadline),
+ * so a set sent at it is not missed; 0 otherwise. */
+double td__roundclose_grace_s(const td__session_t *s);
 /* Whether this node is the coordinator now (see roundclose.c). */
 bool td__roundclose_coordinates(td__session_t *s);
 /* A peer's RoundClose for run session s (NULL: none here): checked (see
@@ -481,8 +495,78 @@ bool td__roundclose_coordinates(td__session_t *s);
 bool td__roundclose_take(td__node_t *n, td__session_t *s, const Traind__Envelope *env);
 /* The coordinator's set for `round` into *members; false when none came. */
 bool td__roundclose_agreed(const td__session_t *s, uint64_t round, uint64_t *members);
-/* Send RoundClose{round, members} to every member taking part. */
+/* The same, with the coordinator that sent it into *from. */
+bool td__roundclose_agreed_by(const td__session_t *s, uint64_t round, uint64_t *members,
+                              uint64_t *from);
+/* Send RoundClose{round, members} to every member taking part (signed in
+ * secure runs), and keep it to forward. */
 void td__roundclose_send(td__session_t *s, uint64_t round, uint64_t members);
+/* A member that follows the coordinator and has no set for the open round
+ * while the others moved on (or its deadline passed) asks every other member
+ * for a copy of it, once a round. */
+void td__roundclose_ask(td__session_t *s);
+/* A member's UpdateRequest for `round`'s close: the signed copy this node
+ * took (or sent), once per asker and round, on link l. */
+void td__roundclose_serve(td__session_t *s, size_t asker, uint64_t round, td__link_t *l);
+/* Send the close c of run run_id, as this node holds it, on link l. */
+void td__roundclose_forward(td__node_t *n, uint64_t run_id, const td__round_close_t *c,
+                            td__link_t *l);
+
+/* ---- backfill.c: an update of the coordinator's set that has not come ---------- */
+
+#define TD__BACKFILL_DIGEST 32
+/* What an update's origin signs (BLAKE2b-256, see proto/traind.proto). */
+void td__backfill_digest(uint64_t run, uint64_t origin, uint64_t round, uint64_t samples,
+                         const uint8_t *msg, size_t len, uint8_t out[TD__BACKFILL_DIGEST]);
+int td__backfill_open(td__backfill_t **out);
+void td__backfill_close(td__backfill_t **self_p);
+/* Whether the run keeps, signs and forwards updates: it has a coordinator. */
+bool td__backfill_on(const td__session_t *s);
+/* The key this node signs its updates with (borrowed), NULL when they are
+ * not signed (no coordinator, or insecure). */
+const td__admission_t *td__backfill_signer(td__session_t *s);
+/* Chunk 0 of member mi's update of `round` carried this signature. */
+void td__backfill_note_signature(td__session_t *s, size_t mi, uint64_t round,
+                                 const uint8_t *sig, size_t len);
+#define TD__BACKFILL_SIG 64
+#define TD__BACKFILL_KEY 32
+/* What proves member mi's update of `round` (secure runs): the signature its
+ * chunk 0 carried and the member's signing key; false when either is missing. */
+bool td__backfill_proof(td__session_t *s, size_t mi, uint64_t round,
+                        uint8_t sig[TD__BACKFILL_SIG], uint8_t key[TD__BACKFILL_KEY]);
+/* Whether sig is origin's signature of that update (any thread). */
+bool td__backfill_verify(uint64_t run, uint64_t origin, uint64_t round, uint64_t samples,
+                         const uint8_t *msg, size_t len, const uint8_t sig[TD__BACKFILL_SIG],
+                         const uint8_t key[TD__BACKFILL_KEY]);
+/* A forwarded copy of member mi's update failed its signature: logged, counted. */
+void td__backfill_note_forged(td__session_t *s, size_t mi, uint64_t round);
+/* Keep member mi's decoded update of `round` to forward: takes *msg
+ * (set to NULL) when kept; otherwise it stays the caller's. */
+void td__backfill_keep(td__session_t *s, size_t mi, uint64_t round, uint64_t samples,
+                       double loss, uint8_t **msg, size_t len);
+/* A peer's UpdateRequest: answered once per asker, member and round. */
+void td__session_on_update_request(td__node_t *n, const Traind__Envelope *env, td__link_t *l,
+                                   size_t bytes);
+/* The open round's updates of the coordinator's set that have not come are
+ * asked of a member that holds them: with `all`, every one (the deadline
+ * passed); otherwise those of which nothing came (withheld, or lost). */
+void td__backfill_ask(td__session_t *s, bool all);
+/* Whether asks of the open round are still waited for (a further
+ * round_timeout from the first). */
+bool td__backfill_waiting(td__session_t *s);
+/* A chunk with an origin other than its sender: the origin's member index
+ * when it answers this node's ask, TD_MEMBERS_MAX otherwise. */
+size_t td__backfill_take_chunk(td__session_t *s, uint64_t sender, const Traind__UpdateChunk *up);
+/* Whether member mi's update of `round` was asked of another member (its
+ * own chunks are then not taken: the copy asked for comes instead). */
+bool td__backfill_asked_elsewhere(const td__session_t *s, size_t mi, uint64_t round);
+/* A forwarded update of member mi was taken: logged and in the ledger. */
+void td__backfill_note_taken(td__session_t *s, size_t mi, uint64_t round);
+/* The run of s ends here: what it keeps to forward moves to n->retired (the
+ * one before is freed), to answer the members that still close its last
+ * round for a while (twice round_timeout, and 10 s). */
+void td__backfill_retire(td__node_t *n, td__session_t *s);
+
 void td__rounds_forget_peer(td__session_t *s, uint64_t peer);
 void td__rounds_tick(td__session_t *s);
 void td__rounds_eval(td__session_t *s, uint64_t round, double accuracy, double bpb);
