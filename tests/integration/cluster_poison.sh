@@ -17,7 +17,14 @@
 #   7. the flip again without the norm bound: the trimming alone keeps the
 #      honest nodes within 3 points;
 #   8. p sends values of 1e30 with aggregate = mean: the honest nodes do not
-#      learn (what robust aggregation prevents), so the poison is real.
+#      learn (what robust aggregation prevents), so the poison is real;
+#   9. p trains honestly but withholds its updates from one honest node, at
+#      a fixed deadline with trimmed:1 and no model-state agreement: that node
+#      asks a member that holds each (backfill.c) and takes the copy, so every
+#      honest node averages the same updates and all end on one model (before,
+#      it closed every round without p's update while the others had it, and
+#      they parted); and with unsigned updates, which every honest node
+#      refuses.
 # Every run's figures are printed (ok: lines).
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
 POISON="${top_builddir:-$(pwd)}/tests/integration/traind_poison"
@@ -151,6 +158,37 @@ for n in "${HONEST[@]}"; do
   [ "$t" -ge 1 ] && [ "$m" -eq 0 ] && within "$acc" "$ref_trimmed" 0.01 \
     && pass "transfer: $n refused p's model $t times, merged it 0 times ($acc)" \
     || fail "transfer: $n refused p's model $t times, merged it $m times, test accuracy $acc (clean $ref_trimmed)"
+done
+
+# withholding: p sends its update to every honest node but one, w: the one of
+# highest id, so that w is not the coordinator (the member of lowest id, which
+# would cut p at its deadline, and all would leave p out). The coordinator's
+# set names p (it holds p's update); w, lacking it, asks for it
+w=$(for n in "${HONEST[@]}"; do echo "$(cat "$T/$n/node_id") $n"; done | sort | tail -1 | cut -d' ' -f2)
+w_id=$(cat "$T/$w/node_id")
+backfills() { sql "$1" "SELECT count(*) FROM events WHERE kind = 'backfill' AND detail LIKE '% peer $p_id: $2%'"; }
+asked0=$(backfills $w asked) came0=$(backfills $w "its update came from")
+run_case withhold "withhold:$w_id" trimmed:1 --set rounds=30 --set eval_every=30 \
+  --set round_timeout=1 --set verify_every=0
+asked=$(($(backfills $w asked) - asked0)) came=$(($(backfills $w "its update came from") - came0))
+[ "$asked" -ge 20 ] && [ "$came" -ge 20 ] \
+  && pass "withhold: $w asked for p's update in $asked rounds and took a forwarded copy in $came" \
+  || fail "withhold: $w asked for p's update in $asked rounds, took a copy in $came (of 30)"
+for n in "${HONEST[@]}"; do
+  [ $n = $w ] && continue
+  k=$(backfills $n asked)
+  [ "$k" -eq 0 ] || fail "withhold: $n, which p sent its updates to, asked for them $k times"
+done
+# the same with updates that carry no signature: were they averaged, the
+# coordinator would hold p's update without a copy it could forward that w
+# could check. Every honest node refuses them instead, and all leave p out
+run_case unsigned "unsigned-withhold:$w_id" trimmed:1 --set rounds=10 --set eval_every=10 \
+  --set round_timeout=1 --set verify_every=0
+for n in "${HONEST[@]}"; do
+  [ $n = $w ] && continue
+  k=$(sql $n "SELECT count(*) FROM events WHERE kind = 'update_rejected' AND detail LIKE 'peer $p_id %no signature%'")
+  [ "$k" -ge 8 ] && pass "unsigned: $n refused p's unsigned update in $k rounds" \
+    || fail "unsigned: $n refused p's unsigned update in $k rounds (of 10)"
 done
 
 # without the norm bound the coordinate-wise trimming alone holds off the flip,

@@ -1,5 +1,7 @@
 /* td_liar.c: the lie of tests/integration/traind_liar, a traind linked from
- * the same library with `-Wl,--wrap=td_wire_pack`, so that the product's code
+ * the same library with `-Wl,--wrap=td_wire_pack` (and td__backfill_digest,
+ * so that in runs whose updates are signed it signs the samples it claims,
+ * as a real liar holding its own key would), so that the product's code
  * holds no hook: a member that tells each node something else. The outbox
  * packs a round's update once per peer, peers in member order, so the n-th
  * chunk 0 of a round goes to the n-th peer (target 0, 1, 2, ...). The mode is
@@ -27,11 +29,18 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "daemon/session/shared.h"
 #include "proto/wire.h"
 
 /* The library's own function, which the linker renamed for this program. */
 int __real_td_wire_pack(Traind__Envelope *env, uint8_t **out, size_t *len);
 int __wrap_td_wire_pack(Traind__Envelope *env, uint8_t **out, size_t *len);
+void __real_td__backfill_digest(uint64_t run, uint64_t origin, uint64_t round, uint64_t samples,
+                                const uint8_t *msg, size_t len,
+                                uint8_t out[TD__BACKFILL_DIGEST]);
+void __wrap_td__backfill_digest(uint64_t run, uint64_t origin, uint64_t round, uint64_t samples,
+                                const uint8_t *msg, size_t len,
+                                uint8_t out[TD__BACKFILL_DIGEST]);
 
 static void liar_mode(char *mode, size_t len) {
   const char *path = getenv("TD_LIAR_FILE");
@@ -85,4 +94,24 @@ int __wrap_td_wire_pack(Traind__Envelope *env, uint8_t **out, size_t *len) {
   }
   copy.update = &lying;
   return __real_td_wire_pack(&copy, out, len);
+}
+
+/* The outbox signs each peer's copy just before packing it, peers in the
+ * same order: the n-th digest of a round is target n's. In mode samples
+ * target 1's copy is signed with the samples it will be told. */
+void __wrap_td__backfill_digest(uint64_t run, uint64_t origin, uint64_t round, uint64_t samples,
+                                const uint8_t *msg, size_t len,
+                                uint8_t out[TD__BACKFILL_DIGEST]) {
+  static uint64_t last = UINT64_MAX;
+  static unsigned seen;
+  if (round != last) {
+    last = round;
+    seen = 0;
+  }
+  unsigned target = seen++;
+  char mode[32];
+  liar_mode(mode, sizeof mode);
+  if (strcmp(mode, "samples") == 0 && target == 1)
+    samples = samples / 4 + 1;
+  __real_td__backfill_digest(run, origin, round, samples, msg, len, out);
 }

@@ -1,5 +1,5 @@
 /* td_poison.c: the poison of tests/integration/traind_poison, a traind linked
- * from the same library with `-Wl,--wrap` on three calls, so that the
+ * from the same library with `-Wl,--wrap` on six calls, so that the
  * product's code holds no hook: every update it encodes (td_link_codec_encode
  * and td_link_codec_encode_range, which the outbox calls) is corrupted
  * first, and every update chunk it packs (td_wire_pack) may lie about its
@@ -10,11 +10,20 @@
  *   huge               every value becomes +-1e30 (finite: only NaN/Inf are
  *                      refused by the decoder);
  *   flip               the update is sign-flipped and scaled by 10;
- *   samples            the update is honest but claims 10^9 samples;
+ *   samples            the update is honest but claims 10^9 samples (and
+ *                      signs that claim where updates are signed:
+ *                      td__backfill_digest);
  *   transfer           updates go out as computed, but every knowledge-transfer
  *                      EvalReport claims loss 0 and accuracy 1, and every model
  *                      it serves (a SnapshotChunk that is not a reconciliation,
- *                      hub mean or repair) has its floats scaled by -10.
+ *                      hub mean or repair) has its floats scaled by -10;
+ *   withhold:HEX       updates go out as computed, to every member but the
+ *                      node of id HEX, which gets none (td__link_queue: the
+ *                      frames of an update for that link are dropped);
+ *   unsigned-withhold:HEX  the same, and the updates carry no signature;
+ *   close-withhold:HEX  the same as withhold:HEX, and as the run's
+ *                      coordinator it sends HEX no RoundClose either
+ *                      (td__link_send).
  * Runs on the work pool; corrupts only its own copy of what it is handed. */
 #include <math.h>
 #include <stdint.h>
@@ -24,6 +33,8 @@
 
 #include "common/error.h"
 #include "compress/codec.h"
+#include "daemon/net/net.h"
+#include "daemon/session/shared.h"
 #include "proto/wire.h"
 
 /* The library's own functions, which the linker renamed for this program. */
@@ -37,6 +48,18 @@ int __wrap_td_link_codec_encode(td_link_codec_t *lc, const float *delta, const u
 int __wrap_td_link_codec_encode_range(td_link_codec_t *lc, const float *delta, size_t offset,
                                       size_t count, const uint8_t **msg, size_t *len);
 int __wrap_td_wire_pack(Traind__Envelope *env, uint8_t **out, size_t *len);
+void __real_td__link_queue(td__link_t *l, td_prio_t prio, uint8_t *frame, size_t len,
+                           uint64_t seq);
+void __wrap_td__link_queue(td__link_t *l, td_prio_t prio, uint8_t *frame, size_t len,
+                           uint64_t seq);
+void __real_td__backfill_digest(uint64_t run, uint64_t origin, uint64_t round, uint64_t samples,
+                                const uint8_t *msg, size_t len,
+                                uint8_t out[TD__BACKFILL_DIGEST]);
+void __wrap_td__backfill_digest(uint64_t run, uint64_t origin, uint64_t round, uint64_t samples,
+                                const uint8_t *msg, size_t len,
+                                uint8_t out[TD__BACKFILL_DIGEST]);
+int __real_td__link_send(td__transport_t *t, td__link_t *l, Traind__Envelope *env);
+int __wrap_td__link_send(td__transport_t *t, td__link_t *l, Traind__Envelope *env);
 
 static void poison_mode(char *mode, size_t len) {
   const char *path = getenv("TD_POISON_FILE");
@@ -139,11 +162,54 @@ int __wrap_td_wire_pack(Traind__Envelope *env, uint8_t **out, size_t *len) {
   if (env->body_case != TRAIND__ENVELOPE__BODY_UPDATE || env->update == NULL)
     return __real_td_wire_pack(env, out, len);
   poison_mode(mode, sizeof mode);
-  if (strcmp(mode, "samples") != 0)
+  bool strip = strncmp(mode, "unsigned-", 9) == 0;
+  if (strcmp(mode, "samples") != 0 && !strip)
     return __real_td_wire_pack(env, out, len);
   Traind__UpdateChunk lying = *env->update;
   Traind__Envelope copy = *env;
-  lying.samples = 1000000000u;
+  if (strip)
+    lying.signature.len = 0;
+  else
+    lying.samples = 1000000000u;
   copy.update = &lying;
   return __real_td_wire_pack(&copy, out, len);
+}
+
+/* Modes withhold:HEX: an update's frames for the link to HEX are dropped. */
+void __wrap_td__link_queue(td__link_t *l, td_prio_t prio, uint8_t *frame, size_t len,
+                           uint64_t seq) {
+  char mode[32];
+  poison_mode(mode, sizeof mode);
+  const char *target = strstr(mode, "withhold:");
+  if (prio == TD_PRIO_UPDATE && target != NULL &&
+      strtoull(target + 9, NULL, 16) == td__link_peer(l)) {
+    free(frame);
+    return;
+  }
+  __real_td__link_queue(l, prio, frame, len, seq);
+}
+
+/* Mode close-withhold:HEX: no RoundClose for the link to HEX either. */
+int __wrap_td__link_send(td__transport_t *t, td__link_t *l, Traind__Envelope *env) {
+  char mode[32];
+  if (env->body_case == TRAIND__ENVELOPE__BODY_ROUND_CLOSE) {
+    poison_mode(mode, sizeof mode);
+    if (strncmp(mode, "close-withhold:", 15) == 0 &&
+        strtoull(mode + 15, NULL, 16) == td__link_peer(l))
+      return 0;
+  }
+  return __real_td__link_send(t, l, env);
+}
+
+/* Mode samples: what the outbox signs is the claim that goes out (only the
+ * outbox's calls come here: the check of a received update is inside the
+ * library's own file, which --wrap does not reach). */
+void __wrap_td__backfill_digest(uint64_t run, uint64_t origin, uint64_t round, uint64_t samples,
+                                const uint8_t *msg, size_t len,
+                                uint8_t out[TD__BACKFILL_DIGEST]) {
+  char mode[32];
+  poison_mode(mode, sizeof mode);
+  if (strcmp(mode, "samples") == 0)
+    samples = 1000000000u;
+  __real_td__backfill_digest(run, origin, round, samples, msg, len, out);
 }
