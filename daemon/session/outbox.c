@@ -59,6 +59,7 @@ typedef struct {
   const float *delta;
   size_t offset, count; /* the range of delta the round exchanges (td_run_slice) */
   const td__admission_t *signer; /* borrowed: signs each copy (backfill.c); NULL: unsigned */
+  uint64_t applied, applied_by;  /* the set round - 1 averaged here, and its coordinator */
   size_t n_targets;
   encode_target_t targets[TD_MEMBERS_MAX];
 } encode_job_t;
@@ -163,6 +164,10 @@ static void encode_target(encode_job_t *job, encode_target_t *t) {
     up.n_heard_capacity = job->n_heard;
     if (c == 0 && job->signer != NULL)
       up.signature = (ProtobufCBinaryData){.len = sizeof sig, .data = sig};
+    if (c == 0) {
+      up.applied_members = job->applied;
+      up.applied_by = job->applied_by;
+    }
     Traind__Envelope env = TRAIND__ENVELOPE__INIT;
     env.body_case = TRAIND__ENVELOPE__BODY_UPDATE;
     env.update = &up;
@@ -289,6 +294,8 @@ static void encode_start(td__outbox_t *o, uint64_t round) {
                         .codec_id = o->codec.id, .delta = td_run_delta(s->run, round),
                         .n_heard = s->n_members, .signer = td__backfill_signer(s)};
   td_run_slice(s->run, round, &job->offset, &job->count);
+  if (!td__roundclose_applied_of(s, round - 1, &job->applied, &job->applied_by))
+    job->applied = job->applied_by = 0;
   /* the capacities echoed: what session.c noted when the round was done */
   memcpy(job->heard, own->heard, sizeof job->heard);
   /* the chunks are stamped on the worker while other frames (acks, snapshot

@@ -58,7 +58,8 @@ bool td__roundclose_coordinated(const td__session_t *s) {
 /* Whether `id` may coordinate: no member of lower id takes part (this node
  * counts as taking part). */
 static bool may_coordinate(td__session_t *s, uint64_t id) {
-  if (s->node->node_id < id)
+  size_t ci = td__session_member(s, id);
+  if (s->node->node_id < id || (ci != TD_MEMBERS_MAX && s->out[ci]))
     return false;
   for (size_t i = 0; i < s->n_members; i++)
     if (s->members[i] < id && td__session_takes_part(s, i, 0))
@@ -155,6 +156,46 @@ void td__roundclose_serve(td__session_t *s, size_t asker, uint64_t round, td__li
   }
   c->served |= UINT64_C(1) << asker;
   send_close(s->node, s, s->run_id, c, l);
+}
+
+void td__roundclose_applied(td__session_t *s, uint64_t round, uint64_t members, uint64_t by) {
+  s->applied[round % TD__RING].round = round;
+  s->applied[round % TD__RING].members = members;
+  s->applied[round % TD__RING].by = by;
+}
+
+bool td__roundclose_applied_of(const td__session_t *s, uint64_t round, uint64_t *members,
+                               uint64_t *by) {
+  if (round == 0 || s->applied[round % TD__RING].round != round ||
+      s->applied[round % TD__RING].by == 0)
+    return false;
+  *members = s->applied[round % TD__RING].members;
+  *by = s->applied[round % TD__RING].by;
+  return true;
+}
+
+void td__roundclose_check_echo(td__session_t *s, size_t mi, uint64_t round, uint64_t members,
+                               uint64_t by) {
+  uint64_t mine, mine_by;
+  size_t ci = td__session_member(s, by);
+  if (members == 0 || by == s->node->node_id || ci == TD_MEMBERS_MAX || s->out[ci] ||
+      !td__access_secure(s->node->access) || !td__roundclose_applied_of(s, round, &mine, &mine_by) ||
+      mine_by != by || mine == members)
+    return;
+  s->out[ci] = true;
+  s->away[ci] = false;
+  s->since[ci] = UINT64_MAX;
+  td_round_forget_peer(s->collector, by);
+  td_log_warn("run %016" PRIx64 " round %" PRIu64 ": coordinator %016" PRIx64 " closed it on "
+              "%016" PRIx64 " here and on %016" PRIx64 " at %016" PRIx64 ": two sets for one "
+              "round; out of the run for its remainder", s->run_id, round, by, mine, members,
+              s->members[mi]);
+  td__ledger_event(s->node->ledger, "close_mismatch", "%016" PRIx64 " round %" PRIu64 ": set "
+                   "%016" PRIx64 " here, %016" PRIx64 " at %016" PRIx64 "; out of the run", by,
+                   round, mine, members, s->members[mi]);
+  size_t used = strlen(s->refused);
+  snprintf(s->refused + used, sizeof s->refused - used, "%snode %016" PRIx64 " put out: two "
+           "round closes for round %" PRIu64, used ? "; " : "", by, round);
 }
 
 bool td__roundclose_take(td__node_t *n, td__session_t *s, const Traind__Envelope *env) {

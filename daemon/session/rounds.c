@@ -461,8 +461,15 @@ static void close_round(td__session_t *s) {
     job->population += s->since[i] != UINT64_MAX && s->since[i] <= r;
   s->bytes_recv_round = 0; /* what comes now is the next round's */
   gather(s, job);
-  if (td__roundclose_coordinates(s)) /* the others average exactly these */
-    td__roundclose_send(s, r, contributors(s, job));
+  uint64_t applied = 0, by = 0;
+  if (td__roundclose_coordinates(s)) { /* the others average exactly these */
+    applied = contributors(s, job);
+    by = s->node->node_id;
+    td__roundclose_send(s, r, applied);
+  } else if (s->round_set != 0) {
+    td__roundclose_agreed_by(s, r, &applied, &by);
+  }
+  td__roundclose_applied(s, r, applied, by); /* echoed with our next update */
   job->req.data = job;
   td__session_ref(s);
   s->closing = true;

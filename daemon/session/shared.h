@@ -332,6 +332,9 @@ struct td__session {
   /* The coordinator's sets (roundclose.c), by round; and the open round's
    * (bit i: member i; 0: none taken yet), which its average keeps to */
   td__round_close_t closes[TD__RING];
+  struct { /* the set each round averaged, and its coordinator (roundclose.c) */
+    uint64_t round, members, by; /* round 0: none */
+  } applied[TD__RING];
   uint64_t round_set;
   double test_accuracy, test_loss, last_eval_acc;
   double test_bpb, last_eval_bpb; /* text runs (bits per byte); NAN otherwise */
@@ -508,6 +511,19 @@ void td__roundclose_ask(td__session_t *s);
 /* A member's UpdateRequest for `round`'s close: the signed copy this node
  * took (or sent), once per asker and round, on link l. */
 void td__roundclose_serve(td__session_t *s, size_t asker, uint64_t round, td__link_t *l);
+/* Round `round` closed here on `members`, the set of coordinator `by` (0, 0:
+ * on what came, without one); echoed with the next round's update. */
+void td__roundclose_applied(td__session_t *s, uint64_t round, uint64_t members, uint64_t by);
+/* What td__roundclose_applied noted for `round`; false when nothing. */
+bool td__roundclose_applied_of(const td__session_t *s, uint64_t round, uint64_t *members,
+                               uint64_t *by);
+/* Member mi says it averaged `members`, the set of coordinator `by`, for
+ * `round` (its next update's echo): when this node averaged another set of
+ * the same coordinator, that coordinator signed two sets for one round. It
+ * is put out of the run (logged, a close_mismatch event) and no longer
+ * coordinates (secure runs only: elsewhere a close proves nothing). */
+void td__roundclose_check_echo(td__session_t *s, size_t mi, uint64_t round, uint64_t members,
+                               uint64_t by);
 /* Send the close c of run run_id, as this node holds it, on link l. */
 void td__roundclose_forward(td__node_t *n, uint64_t run_id, const td__round_close_t *c,
                             td__link_t *l);

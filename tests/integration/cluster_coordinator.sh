@@ -12,6 +12,11 @@
 # end on one model (the same final test accuracy to all digits), with
 # model-state agreement off so that nothing repairs a split. Before, w closed
 # each round without p's update at its deadline and the honest models parted.
+# In mode equivocate:W p closes each round twice, signing one set for w and
+# another for the rest: the honest nodes see it in each other's next update
+# (which echoes the set its sender averaged), put p out of the run and name
+# it (close_mismatch), the next member coordinates, and model-state agreement
+# (verify_every = 5) repairs the one round that parted them.
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
 POISON="${top_builddir:-$(pwd)}/tests/integration/traind_poison"
 HONEST=(a b c)
@@ -87,4 +92,29 @@ for n in "${HONEST[@]}"; do
   [ "$k" -le 10 ] && pass "$n, which p withheld nothing from, has $k backfill events about p" \
     || fail "$n, which p withheld nothing from, has $k backfill events about p"
 done
+
+# equivocation: two signed sets for one round
+for n in "${HONEST[@]}"; do ctl $n status --json >/dev/null; done
+echo "equivocate:$w_id" >"$T/poison.mode"
+ctl a start "${RUN[@]}" --set verify_every=5 >/dev/null || fail "start (equivocate)"
+for n in "${HONEST[@]}"; do wait_ended $n 300 || fail "equivocate: $n did not end the run"; done
+wait_ended p 5 || ctl p stop >/dev/null
+line="p signs two sets a round, one for $w:"
+for n in "${HONEST[@]}"; do
+  s=$(ctl $n status --json)
+  eval "acc_$n=$(json_field "$s" test_accuracy | sed 's/null//')"
+  line+=" $n $(json_field "$s" state) $(eval echo "\${acc_$n:-}")"
+done
+pass "$line"
+[ -n "$acc_a" ] && [ "$acc_a" = "$acc_b" ] && [ "$acc_b" = "$acc_c" ] \
+  && pass "equivocate: a, b and c end on one model ($acc_a)" \
+  || fail "equivocate: the honest models parted: a $acc_a, b $acc_b, c $acc_c"
+for n in "${HONEST[@]}"; do
+  k=$(sql $n "SELECT count(*) FROM events WHERE kind = 'close_mismatch' AND detail LIKE '$p_id %'")
+  [ "$k" -eq 1 ] && pass "equivocate: $n put p out for two sets of one round" \
+    || fail "equivocate: $n has $k close_mismatch events for p"
+done
+r=$(sql $w "SELECT count(*) FROM events WHERE kind = 'state_repaired'")
+[ "$r" -ge 1 ] && pass "equivocate: $w's state was repaired $r time(s)" \
+  || fail "equivocate: $w's state was never repaired"
 finish

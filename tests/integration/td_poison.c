@@ -1,5 +1,5 @@
 /* td_poison.c: the poison of tests/integration/traind_poison, a traind linked
- * from the same library with `-Wl,--wrap` on six calls, so that the
+ * from the same library with `-Wl,--wrap` on seven calls, so that the
  * product's code holds no hook: every update it encodes (td_link_codec_encode
  * and td_link_codec_encode_range, which the outbox calls) is corrupted
  * first, and every update chunk it packs (td_wire_pack) may lie about its
@@ -23,7 +23,12 @@
  *   unsigned-withhold:HEX  the same, and the updates carry no signature;
  *   close-withhold:HEX  the same as withhold:HEX, and as the run's
  *                      coordinator it sends HEX no RoundClose either
- *                      (td__link_send).
+ *                      (td__link_send);
+ *   equivocate:HEX     updates go out as computed; as the run's coordinator
+ *                      it closes each round twice (td__roundclose_send), on
+ *                      its set to every member but HEX and on that set less
+ *                      its highest member to HEX: two signed sets for one
+ *                      round.
  * Runs on the work pool; corrupts only its own copy of what it is handed. */
 #include <math.h>
 #include <stdint.h>
@@ -58,6 +63,8 @@ void __real_td__backfill_digest(uint64_t run, uint64_t origin, uint64_t round, u
 void __wrap_td__backfill_digest(uint64_t run, uint64_t origin, uint64_t round, uint64_t samples,
                                 const uint8_t *msg, size_t len,
                                 uint8_t out[TD__BACKFILL_DIGEST]);
+void __real_td__roundclose_send(td__session_t *s, uint64_t round, uint64_t members);
+void __wrap_td__roundclose_send(td__session_t *s, uint64_t round, uint64_t members);
 int __real_td__link_send(td__transport_t *t, td__link_t *l, Traind__Envelope *env);
 int __wrap_td__link_send(td__transport_t *t, td__link_t *l, Traind__Envelope *env);
 
@@ -189,13 +196,43 @@ void __wrap_td__link_queue(td__link_t *l, td_prio_t prio, uint8_t *frame, size_t
   __real_td__link_queue(l, prio, frame, len, seq);
 }
 
-/* Mode close-withhold:HEX: no RoundClose for the link to HEX either. */
+/* Mode equivocate:HEX: which of the two closes of a round goes out now (1:
+ * the true set, to all but HEX; 2: the other one, to HEX alone; 0: none).
+ * Loop thread only. */
+static int equivocating;
+
+void __wrap_td__roundclose_send(td__session_t *s, uint64_t round, uint64_t members) {
+  char mode[32];
+  poison_mode(mode, sizeof mode);
+  if (strncmp(mode, "equivocate:", 11) != 0) {
+    __real_td__roundclose_send(s, round, members);
+    return;
+  }
+  uint64_t other = members;
+  for (int b = 63; b >= 0; b--)
+    if ((members >> b & 1) && (members & ~(UINT64_C(1) << b)) != 0) {
+      other = members & ~(UINT64_C(1) << b);
+      break;
+    }
+  equivocating = 1;
+  __real_td__roundclose_send(s, round, members);
+  equivocating = 2;
+  __real_td__roundclose_send(s, round, other);
+  equivocating = 0;
+}
+
+/* Modes close-withhold:HEX (no RoundClose for the link to HEX either) and
+ * equivocate:HEX (each of the two closes to its own side). */
 int __wrap_td__link_send(td__transport_t *t, td__link_t *l, Traind__Envelope *env) {
   char mode[32];
   if (env->body_case == TRAIND__ENVELOPE__BODY_ROUND_CLOSE) {
     poison_mode(mode, sizeof mode);
     if (strncmp(mode, "close-withhold:", 15) == 0 &&
         strtoull(mode + 15, NULL, 16) == td__link_peer(l))
+      return 0;
+    bool target = strncmp(mode, "equivocate:", 11) == 0 &&
+                  strtoull(mode + 11, NULL, 16) == td__link_peer(l);
+    if ((equivocating == 1 && target) || (equivocating == 2 && !target))
       return 0;
   }
   return __real_td__link_send(t, l, env);

@@ -3,6 +3,7 @@
  * bytes) are refused with TD_EPROTO and a
  * reason; random and truncated bytes never crash the decoder. */
 #include <check.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
