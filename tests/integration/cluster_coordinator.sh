@@ -49,30 +49,28 @@ RUN=(--set model=mlp:784-32-10 --set batch=64 --set lr=0.05 --set momentum=0.9
      --set local_steps=4 --set rounds=30 --set eval_every=30 --set seed=5 --set batching=equal
      --set aggregate=trimmed:1 --set round_timeout=2 --set verify_every=0)
 
-wait_ended() {
-  local i s
-  for i in $(seq $(($2 * 5))); do
-    s=$(ctl "$1" status --json 2>/dev/null) || true
-    case "$s" in *'"state":"finished"'* | *'"state":"failed"'* | *'"state":"stopped"'*) return 0 ;; esac
-    sleep 0.2
+# run_case NAME MODE [ARGS]: a run with p's poison MODE; the honest nodes must
+# end it on one model, whose accuracy is left in acc_a
+run_case() {
+  local name=$1 mode=$2 n s line
+  shift 2
+  echo "$mode" >"$T/poison.mode"
+  ctl a start "${RUN[@]}" "$@" >/dev/null || fail "$name: start"
+  for n in "${HONEST[@]}"; do wait_ended $n 300 || fail "$name: $n did not end the run"; done
+  wait_ended p 10 || ctl p stop >/dev/null
+  line="$name (poison $mode):"
+  for n in "${HONEST[@]}"; do
+    s=$(ctl $n status --json)
+    eval "acc_$n=$(json_field "$s" test_accuracy | sed 's/null//')"
+    line+=" $n $(json_field "$s" state) $(eval echo "\${acc_$n:-}")"
   done
-  return 1
+  pass "$line"
+  [ -n "$acc_a" ] && [ "$acc_a" = "$acc_b" ] && [ "$acc_b" = "$acc_c" ] \
+    && pass "$name: a, b and c end on one model ($acc_a)" \
+    || fail "$name: the honest models parted: a $acc_a, b $acc_b, c $acc_c"
 }
 
-echo "close-withhold:$w_id" >"$T/poison.mode"
-ctl a start "${RUN[@]}" >/dev/null || fail "start"
-for n in "${HONEST[@]}"; do wait_ended $n 300 || fail "$n did not end the run"; done
-wait_ended p 30 || ctl p stop >/dev/null
-line="p withholds its update and its round close from $w:"
-for n in "${HONEST[@]}"; do
-  s=$(ctl $n status --json)
-  eval "acc_$n=$(json_field "$s" test_accuracy | sed 's/null//')"
-  line+=" $n $(json_field "$s" state) $(eval echo "\${acc_$n:-}")"
-done
-pass "$line"
-[ -n "$acc_a" ] && [ "$acc_a" = "$acc_b" ] && [ "$acc_b" = "$acc_c" ] \
-  && pass "a, b and c end on one model ($acc_a)" \
-  || fail "the honest models parted: a $acc_a, b $acc_b, c $acc_c"
+run_case withhold "close-withhold:$w_id"
 awk -v a="$acc_a" 'BEGIN { exit !(a >= 0.7) }' || fail "the run learned too little: $acc_a"
 
 # w's ledger: the closes it took from others, and p's updates asked for and taken
@@ -94,21 +92,7 @@ for n in "${HONEST[@]}"; do
 done
 
 # equivocation: two signed sets for one round
-for n in "${HONEST[@]}"; do ctl $n status --json >/dev/null; done
-echo "equivocate:$w_id" >"$T/poison.mode"
-ctl a start "${RUN[@]}" --set verify_every=5 >/dev/null || fail "start (equivocate)"
-for n in "${HONEST[@]}"; do wait_ended $n 300 || fail "equivocate: $n did not end the run"; done
-wait_ended p 5 || ctl p stop >/dev/null
-line="p signs two sets a round, one for $w:"
-for n in "${HONEST[@]}"; do
-  s=$(ctl $n status --json)
-  eval "acc_$n=$(json_field "$s" test_accuracy | sed 's/null//')"
-  line+=" $n $(json_field "$s" state) $(eval echo "\${acc_$n:-}")"
-done
-pass "$line"
-[ -n "$acc_a" ] && [ "$acc_a" = "$acc_b" ] && [ "$acc_b" = "$acc_c" ] \
-  && pass "equivocate: a, b and c end on one model ($acc_a)" \
-  || fail "equivocate: the honest models parted: a $acc_a, b $acc_b, c $acc_c"
+run_case equivocate "equivocate:$w_id" --set verify_every=5
 for n in "${HONEST[@]}"; do
   k=$(sql $n "SELECT count(*) FROM events WHERE kind = 'close_mismatch' AND detail LIKE '$p_id %'")
   [ "$k" -eq 1 ] && pass "equivocate: $n put p out for two sets of one round" \

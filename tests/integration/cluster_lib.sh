@@ -106,3 +106,14 @@ wait_peers() {
 }
 
 sql() { sqlite3 "$T/$1/traind.db" "$2"; }
+
+# wait_ended NAME SECONDS: the node's run is finished, failed or stopped
+wait_ended() {
+  local i s
+  for i in $(seq $(($2 * 5))); do
+    s=$(ctl "$1" status --json 2>/dev/null) || true
+    case "$s" in *'"state":"finished"'* | *'"state":"failed"'* | *'"state":"stopped"'*) return 0 ;; esac
+    sleep 0.2
+  done
+  return 1
+}

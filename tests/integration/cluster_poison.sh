@@ -52,17 +52,6 @@ RUN=(--set model=mlp:784-64-10 --set batch=64 --set lr=0.05 --set momentum=0.9
 # time, so runs compare without noise (weighted plans move with measured speed; that
 # their sample bounds refuse nobody is checked by cluster_batching.sh)
 
-# wait_ended NAME SECONDS: the node's run is finished, failed or stopped
-wait_ended() {
-  local i s
-  for i in $(seq $(($2 * 5))); do
-    s=$(ctl "$1" status --json 2>/dev/null) || true
-    case "$s" in *'"state":"finished"'* | *'"state":"failed"'* | *'"state":"stopped"'*) return 0 ;; esac
-    sleep 0.2
-  done
-  return 1
-}
-
 # events NODE KIND: how many events of KIND about p the node's ledger holds
 events() { sql "$1" "SELECT count(*) FROM events WHERE kind = '$2' AND detail LIKE '$p_id %'"; }
 

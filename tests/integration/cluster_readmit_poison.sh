@@ -62,17 +62,6 @@ hostile() {
 }
 stop_hostile() { kill "$(cat "$T/h.pid")" 2>/dev/null; wait "$(cat "$T/h.pid")" 2>/dev/null; }
 
-# wait_ended NAME SECONDS: the node's run is finished, failed or stopped
-wait_ended() {
-  local i s
-  for i in $(seq $(($2 * 5))); do
-    s=$(ctl "$1" status --json 2>/dev/null) || true
-    case "$s" in *'"state":"finished"'* | *'"state":"failed"'* | *'"state":"stopped"'*) return 0 ;; esac
-    sleep 0.2
-  done
-  return 1
-}
-
 # run_case NAME: a run; leaves each honest node's final test accuracy in
 # acc_<node>, its state in state_<node> and its status JSON in $T/NAME.<node>.json
 run_case() {
