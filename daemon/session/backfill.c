@@ -9,8 +9,9 @@
  * it; when the update missing is the coordinator's own, the lowest other
  * member of the set) with an UpdateRequest: when nothing of it came
  * EARLY_ASK of round_timeout after the set, when the one that came was
- * refused, or at the deadline; it waits up to a further round_timeout and
- * averages the copy it gets as if the member had sent it.
+ * refused, or at the deadline; it waits up to a further round_timeout (at
+ * least TD__ASK_WAIT_MIN_S) and averages the copy it gets as if the member
+ * had sent it.
  *
  * The forwarder cannot alter or invent that copy: in these runs every update
  * carries its origin's Ed25519 signature (outbox.c signs, with the key its
@@ -290,7 +291,7 @@ void td__backfill_retire(td__node_t *n, td__session_t *s) {
   b->n_members = s->n_members < TD_MAX_RUN_MEMBERS ? s->n_members : TD_MAX_RUN_MEMBERS;
   memcpy(b->members, s->members, b->n_members * sizeof b->members[0]);
   memcpy(b->closes, s->closes, sizeof b->closes);
-  b->expires = td_clock_mono_s() + 2 * s->spec.round_timeout + 10;
+  b->expires = td_clock_mono_s() + 2 * s->spec.round_timeout + 2 * TD__ASK_WAIT_MIN_S;
   n->retired = b;
 }
 
@@ -379,7 +380,8 @@ void td__backfill_ask(td__session_t *s, bool all) {
     if (td__link_send(s->node->net, l, &env) != 0)
       continue;
     if (b->until == 0)
-      b->until = now + s->spec.round_timeout;
+      b->until = now + (s->spec.round_timeout > TD__ASK_WAIT_MIN_S ? s->spec.round_timeout
+                                                                     : TD__ASK_WAIT_MIN_S);
     b->asked_of[mi] = helper;
     b->asked++;
     td_log_warn("round %" PRIu64 ": the update of %016" PRIx64 " is in the coordinator's set "

@@ -11,7 +11,7 @@
  * RoundClose{round, members} to the others, who cut exactly the members
  * outside that set (their updates are left out of the average even when they
  * came) and wait for those inside it (backfill.c fetches what does not come).
- * The fixed deadline (round_timeout; twice it when the coordinator cuts only
+ * The fixed deadline (round_timeout; longer when the coordinator cuts only
  * there, td__roundclose_grace_s) still holds: a member that hears no
  * RoundClose by then closes on what it has, as before. A RoundClose is taken
  * only for a coordinator that may be one (no member of lower id takes part in
@@ -68,7 +68,9 @@ static bool may_coordinate(td__session_t *s, uint64_t id) {
 }
 
 double td__roundclose_grace_s(const td__session_t *s) {
-  return s->spec.min_updates == 0 && s->spec.deadline_mad_c <= 0 ? s->spec.round_timeout : 0;
+  if (s->spec.min_updates > 0 || s->spec.deadline_mad_c > 0)
+    return 0;
+  return s->spec.round_timeout > TD__ASK_WAIT_MIN_S ? s->spec.round_timeout : TD__ASK_WAIT_MIN_S;
 }
 
 bool td__roundclose_coordinates(td__session_t *s) {

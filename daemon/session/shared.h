@@ -485,10 +485,15 @@ void td__rounds_try_close(td__session_t *s);
 /* Whether the run's rounds close on the coordinator's set (sync runs of
  * more than one member that tolerate stragglers). */
 bool td__roundclose_coordinated(const td__session_t *s);
+/* The least a member waits for what it asked of the others (a round's close,
+ * an update of its set) before it closes without it: closing without it parts
+ * the models, so a loaded machine's slow answer must not (seconds). */
+#define TD__ASK_WAIT_MIN_S 10.0
 /* How long past its fixed deadline a member that follows the coordinator
- * waits for its set: round_timeout when the coordinator itself cuts only at
- * that deadline (robust runs without min_updates or an adaptive deadline),
- * so a set sent at it is not missed; 0 otherwise. */
+ * waits for its set: round_timeout, and at least TD__ASK_WAIT_MIN_S, when
+ * the coordinator itself cuts only at that deadline (robust runs without
+ * min_updates or an adaptive deadline), so a set sent at it is not missed;
+ * 0 otherwise. */
 double td__roundclose_grace_s(const td__session_t *s);
 /* Whether this node is the coordinator now (see roundclose.c). */
 bool td__roundclose_coordinates(td__session_t *s);
@@ -580,7 +585,7 @@ bool td__backfill_asked_elsewhere(const td__session_t *s, size_t mi, uint64_t ro
 void td__backfill_note_taken(td__session_t *s, size_t mi, uint64_t round);
 /* The run of s ends here: what it keeps to forward moves to n->retired (the
  * one before is freed), to answer the members that still close its last
- * round for a while (twice round_timeout, and 10 s). */
+ * round for a while (twice round_timeout and TD__ASK_WAIT_MIN_S). */
 void td__backfill_retire(td__node_t *n, td__session_t *s);
 
 void td__rounds_forget_peer(td__session_t *s, uint64_t peer);

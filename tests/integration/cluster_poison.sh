@@ -172,7 +172,7 @@ done
 # coordinator would hold p's update without a copy it could forward that w
 # could check. Every honest node refuses them instead, and all leave p out
 run_case unsigned "unsigned-withhold:$w_id" trimmed:1 --set rounds=10 --set eval_every=10 \
-  --set round_timeout=1 --set verify_every=0
+  --set round_timeout=3 --set verify_every=0
 for n in "${HONEST[@]}"; do
   [ $n = $w ] && continue
   k=$(sql $n "SELECT count(*) FROM events WHERE kind = 'update_rejected' AND detail LIKE 'peer $p_id %no signature%'")
