@@ -25,20 +25,33 @@ HEARTBEAT_MS=500
 grep -q TD_POISON_FILE "$POISON" || fail "traind_poison has no poison hook"
 
 echo none >"$T/poison.mode"
-for n in a b c; do start_node $n || finish; done
-lowest=$(cat "$T"/a/node_id "$T"/b/node_id "$T"/c/node_id | sort | head -1)
-# p's key is made at its first start: start it over with a new one until its id is the
-# lowest (a chance of 1 in 4 each time)
-for try in $(seq 40); do
-  TD_POISON_FILE="$T/poison.mode" TRAIND="$POISON" start_node p || finish
-  [[ "$(cat "$T/p/node_id")" < "$lowest" ]] && break
-  kill -9 "$(cat "$T/p.pid")"
-  wait "$(cat "$T/p.pid")" 2>/dev/null
-  rm -rf "$T/p" "$T/p.log"
+# a node's key is made at its first start, and its id derived from it: p is
+# started over with a new key until its id is below 1/16 of the range, then
+# each honest node until its id is above p's, so that p has the lowest
+restart_rekeyed() {
+  kill -9 "$(cat "$T/$1.pid")"
+  wait "$(cat "$T/$1.pid")" 2>/dev/null
+  rm -rf "${T:?}/$1" "$T/$1.log"
+}
+start_p() { TD_POISON_FILE="$T/poison.mode" TRAIND="$POISON" start_node p; }
+start_p || finish
+for try in $(seq 200); do
+  [[ "$(cat "$T/p/node_id")" < 1 ]] && break
+  restart_rekeyed p
+  start_p || finish
 done
 p_id=$(cat "$T/p/node_id")
-[[ "$p_id" < "$lowest" ]] && pass "p ($p_id) has the lowest id after $try start(s)" \
-  || { fail "p never got the lowest id in 40 starts"; finish; }
+for n in a b c; do
+  start_node $n || finish
+  for try in $(seq 40); do
+    [[ "$(cat "$T/$n/node_id")" > "$p_id" ]] && break
+    restart_rekeyed $n
+    start_node $n || finish
+  done
+done
+lowest=$(cat "$T"/a/node_id "$T"/b/node_id "$T"/c/node_id "$T"/p/node_id | LC_ALL=C sort | head -1)
+[ -n "$p_id" ] && [ "$lowest" = "$p_id" ] && pass "p ($p_id) has the lowest id" \
+  || { fail "p ($p_id) does not have the lowest id ($lowest)"; finish; }
 for n in b c p; do ctl $n join "$(endpoint_of a)" >/dev/null || fail "$n join a"; done
 for n in a b c p; do wait_peers $n 3 20 || fail "$n does not see 3 alive peers"; done
 [ "$failures" -eq 0 ] || finish
