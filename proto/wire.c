@@ -123,6 +123,10 @@ static int validate(const Traind__Envelope *e, char *why, size_t n) {
     if (e->update->signature.len != 0 && e->update->signature.len != TD_WIRE_SIGNATURE_BYTES)
       return td_why(why, n, TD_EPROTO, "update signature of %zu bytes (one has %d)",
                     e->update->signature.len, TD_WIRE_SIGNATURE_BYTES);
+    if (e->update->applied_signature.len != 0 &&
+        e->update->applied_signature.len != TD_WIRE_SIGNATURE_BYTES)
+      return td_why(why, n, TD_EPROTO, "update echoing a set signature of %zu bytes (one has %d)",
+                    e->update->applied_signature.len, TD_WIRE_SIGNATURE_BYTES);
     return check_chunk(e->update->chunk, e->update->chunks, e->update->total_bytes,
                        e->update->payload.len, why, n);
   case TRAIND__ENVELOPE__BODY_SNAPSHOT_CHUNK:

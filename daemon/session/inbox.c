@@ -304,7 +304,8 @@ void td__on_update(td__node_t *n, const Traind__Envelope *env, td__link_t *l, si
   if (up->chunk == 0 && up->signature.len > 0)
     td__backfill_note_signature(s, mi, up->round, up->signature.data, up->signature.len);
   if (up->chunk == 0 && !forwarded && td__roundclose_coordinated(s) && up->round > 1)
-    td__roundclose_check_echo(s, mi, up->round - 1, up->applied_members, up->applied_by);
+    td__roundclose_check_echo(s, mi, up->round - 1, up->applied_members, up->applied_by,
+                              up->applied_signature.data, up->applied_signature.len);
   note_report(s, mi, up); /* a copy carries what its origin told the forwarder */
   bool async = s->spec.mode_kind == TD_MODE_ASYNC;
   td_round_t *collector = async ? s->peer_inbox[mi] : s->collector;

@@ -60,6 +60,8 @@ typedef struct {
   size_t offset, count; /* the range of delta the round exchanges (td_run_slice) */
   const td__admission_t *signer; /* borrowed: signs each copy (backfill.c); NULL: unsigned */
   uint64_t applied, applied_by;  /* the set round - 1 averaged here, and its coordinator */
+  bool applied_signed;
+  uint8_t applied_sig[64]; /* the coordinator's signature of that set */
   size_t n_targets;
   encode_target_t targets[TD_MEMBERS_MAX];
 } encode_job_t;
@@ -167,6 +169,9 @@ static void encode_target(encode_job_t *job, encode_target_t *t) {
     if (c == 0) {
       up.applied_members = job->applied;
       up.applied_by = job->applied_by;
+      if (job->applied_signed)
+        up.applied_signature = (ProtobufCBinaryData){.len = sizeof job->applied_sig,
+                                                     .data = job->applied_sig};
     }
     Traind__Envelope env = TRAIND__ENVELOPE__INIT;
     env.body_case = TRAIND__ENVELOPE__BODY_UPDATE;
@@ -294,8 +299,13 @@ static void encode_start(td__outbox_t *o, uint64_t round) {
                         .codec_id = o->codec.id, .delta = td_run_delta(s->run, round),
                         .n_heard = s->n_members, .signer = td__backfill_signer(s)};
   td_run_slice(s->run, round, &job->offset, &job->count);
-  if (!td__roundclose_applied_of(s, round - 1, &job->applied, &job->applied_by))
+  const uint8_t *applied_sig;
+  if (!td__roundclose_applied_of(s, round - 1, &job->applied, &job->applied_by, &applied_sig))
     job->applied = job->applied_by = 0;
+  else if (applied_sig != NULL) {
+    job->applied_signed = true;
+    memcpy(job->applied_sig, applied_sig, sizeof job->applied_sig);
+  }
   /* the capacities echoed: what session.c noted when the round was done */
   memcpy(job->heard, own->heard, sizeof job->heard);
   /* the chunks are stamped on the worker while other frames (acks, snapshot

@@ -160,37 +160,42 @@ void td__roundclose_serve(td__session_t *s, size_t asker, uint64_t round, td__li
   send_close(s->node, s, s->run_id, c, l);
 }
 
-void td__roundclose_applied(td__session_t *s, uint64_t round, uint64_t members, uint64_t by) {
-  s->applied[round % TD__RING].round = round;
-  s->applied[round % TD__RING].members = members;
-  s->applied[round % TD__RING].by = by;
-}
-
-bool td__roundclose_applied_of(const td__session_t *s, uint64_t round, uint64_t *members,
-                               uint64_t *by) {
-  if (round == 0 || s->applied[round % TD__RING].round != round ||
-      s->applied[round % TD__RING].by == 0)
+/* Whether sig is coordinator by's signature of `members` for `round`. */
+static bool close_signed(td__session_t *s, uint64_t by, uint64_t round, uint64_t members,
+                         const uint8_t *sig, size_t sig_len) {
+  const uint8_t *key = td__access_sign_key_of(s->node->access, by);
+  uint8_t digest[crypto_generichash_BYTES];
+  if (key == NULL || sig == NULL || sig_len != crypto_sign_BYTES)
     return false;
-  *members = s->applied[round % TD__RING].members;
-  *by = s->applied[round % TD__RING].by;
-  return true;
+  close_digest(s->run_id, by, round, members, digest);
+  return crypto_sign_verify_detached(sig, digest, sizeof digest, key) == 0;
 }
 
-void td__roundclose_check_echo(td__session_t *s, size_t mi, uint64_t round, uint64_t members,
-                               uint64_t by) {
+/* The check of td__roundclose_check_echo, for a round this node closed. */
+static void check_echo(td__session_t *s, size_t mi, uint64_t round, uint64_t members,
+                       uint64_t by, const uint8_t *sig, size_t sig_len) {
   uint64_t mine, mine_by;
+  const uint8_t *mine_sig;
   size_t ci = td__session_member(s, by);
-  if (members == 0 || by == s->node->node_id || ci == TD_MEMBERS_MAX || s->out[ci] ||
-      !td__access_secure(s->node->access) || !td__roundclose_applied_of(s, round, &mine, &mine_by) ||
-      mine_by != by || mine == members)
+  if (ci == TD_MEMBERS_MAX || s->out[ci] ||
+      !td__roundclose_applied_of(s, round, &mine, &mine_by, &mine_sig) || mine_by != by ||
+      mine == members)
     return;
+  if (!close_signed(s, by, round, members, sig, sig_len)) { /* proves nothing */
+    td__drop(&s->node->drops, TD__DROP_FORBIDDEN, NULL);
+    if (td__drop_should_log(++s->false_echoes))
+      td_log_warn("run %016" PRIx64 ": %016" PRIx64 " says it averaged another set for round "
+                  "%" PRIu64 " than %016" PRIx64 " closed it on here, without that "
+                  "coordinator's signature of it: ignored", s->run_id, s->members[mi], round, by);
+    return;
+  }
   s->out[ci] = true;
   s->away[ci] = false;
   s->since[ci] = UINT64_MAX;
   td_round_forget_peer(s->collector, by);
   td_log_warn("run %016" PRIx64 " round %" PRIu64 ": coordinator %016" PRIx64 " closed it on "
-              "%016" PRIx64 " here and on %016" PRIx64 " at %016" PRIx64 ": two sets for one "
-              "round; out of the run for its remainder", s->run_id, round, by, mine, members,
+              "%016" PRIx64 " here and on %016" PRIx64 " at %016" PRIx64 ": two signed sets for "
+              "one round; out of the run for its remainder", s->run_id, round, by, mine, members,
               s->members[mi]);
   td__ledger_event(s->node->ledger, "close_mismatch", "%016" PRIx64 " round %" PRIu64 ": set "
                    "%016" PRIx64 " here, %016" PRIx64 " at %016" PRIx64 "; out of the run", by,
@@ -198,6 +203,52 @@ void td__roundclose_check_echo(td__session_t *s, size_t mi, uint64_t round, uint
   size_t used = strlen(s->refused);
   snprintf(s->refused + used, sizeof s->refused - used, "%snode %016" PRIx64 " put out: two "
            "round closes for round %" PRIu64, used ? "; " : "", by, round);
+}
+
+void td__roundclose_applied(td__session_t *s, uint64_t round, uint64_t members, uint64_t by) {
+  const td__round_close_t *c = &s->closes[round % TD__RING];
+  td__set_note_t *a = &s->applied[round % TD__RING];
+  a->round = round;
+  a->members = members;
+  a->by = by;
+  a->has_sig = by != 0 && c->round == round && c->from == by && c->has_sig;
+  if (a->has_sig)
+    memcpy(a->sig, c->sig, sizeof a->sig);
+  for (size_t i = 0; by != 0 && i < s->n_members; i++) /* echoes that came first */
+    if (s->echoes[i].round == round) {
+      s->echoes[i].round = 0;
+      check_echo(s, i, round, s->echoes[i].members, s->echoes[i].by, s->echoes[i].sig,
+                 sizeof s->echoes[i].sig);
+    }
+}
+
+bool td__roundclose_applied_of(const td__session_t *s, uint64_t round, uint64_t *members,
+                               uint64_t *by, const uint8_t **sig) {
+  const td__set_note_t *a = &s->applied[round % TD__RING];
+  if (round == 0 || a->round != round || a->by == 0)
+    return false;
+  *members = a->members;
+  *by = a->by;
+  *sig = a->has_sig ? a->sig : NULL;
+  return true;
+}
+
+void td__roundclose_check_echo(td__session_t *s, size_t mi, uint64_t round, uint64_t members,
+                               uint64_t by, const uint8_t *sig, size_t sig_len) {
+  if (members == 0 || by == s->node->node_id || mi >= s->n_members ||
+      !td__access_secure(s->node->access))
+    return;
+  if (round >= s->round && s->applied[round % TD__RING].round != round) {
+    if (sig_len == sizeof s->echoes[mi].sig) { /* not closed here yet: checked when it is */
+      s->echoes[mi].round = round;
+      s->echoes[mi].members = members;
+      s->echoes[mi].by = by;
+      s->echoes[mi].has_sig = true;
+      memcpy(s->echoes[mi].sig, sig, sig_len);
+    }
+    return;
+  }
+  check_echo(s, mi, round, members, by, sig, sig_len);
 }
 
 bool td__roundclose_take(td__node_t *n, td__session_t *s, const Traind__Envelope *env) {

@@ -86,6 +86,13 @@ typedef struct {
   uint64_t asked;          /* the round this node last asked the others for it */
   uint64_t served;         /* members it was forwarded to (bit: member index) */
 } td__round_close_t;
+/* A set a round averaged (here, or at a member that echoed it), its
+ * coordinator and the coordinator's signature of it (roundclose.c) */
+typedef struct {
+  uint64_t round, members, by; /* round 0: none */
+  bool has_sig;
+  uint8_t sig[64];
+} td__set_note_t;
 typedef struct td__monitor td__monitor_t;
 
 /* ---- this node's limits over run specs (policy.c) -------------------------------- */
@@ -332,9 +339,10 @@ struct td__session {
   /* The coordinator's sets (roundclose.c), by round; and the open round's
    * (bit i: member i; 0: none taken yet), which its average keeps to */
   td__round_close_t closes[TD__RING];
-  struct { /* the set each round averaged, and its coordinator (roundclose.c) */
-    uint64_t round, members, by; /* round 0: none */
-  } applied[TD__RING];
+  td__set_note_t applied[TD__RING]; /* the set each round averaged here, by round */
+  td__set_note_t echoes[TD_MEMBERS_MAX]; /* each member's last echo of a round this node had
+                                            not closed yet when it came */
+  uint64_t false_echoes; /* echoes of another set without its coordinator's signature */
   uint64_t round_set;
   double test_accuracy, test_loss, last_eval_acc;
   double test_bpb, last_eval_bpb; /* text runs (bits per byte); NAN otherwise */
@@ -517,18 +525,25 @@ void td__roundclose_ask(td__session_t *s);
  * took (or sent), once per asker and round, on link l. */
 void td__roundclose_serve(td__session_t *s, size_t asker, uint64_t round, td__link_t *l);
 /* Round `round` closed here on `members`, the set of coordinator `by` (0, 0:
- * on what came, without one); echoed with the next round's update. */
+ * on what came, without one); echoed with the next round's update, with the
+ * coordinator's signature of it. Echoes of that round kept from members
+ * whose updates came first are checked now (td__roundclose_check_echo). */
 void td__roundclose_applied(td__session_t *s, uint64_t round, uint64_t members, uint64_t by);
-/* What td__roundclose_applied noted for `round`; false when nothing. */
+/* What td__roundclose_applied noted for `round`; false when nothing. *sig:
+ * the coordinator's signature of it (borrowed from s), NULL when unsigned. */
 bool td__roundclose_applied_of(const td__session_t *s, uint64_t round, uint64_t *members,
-                               uint64_t *by);
+                               uint64_t *by, const uint8_t **sig);
 /* Member mi says it averaged `members`, the set of coordinator `by`, for
- * `round` (its next update's echo): when this node averaged another set of
- * the same coordinator, that coordinator signed two sets for one round. It
- * is put out of the run (logged, a close_mismatch event) and no longer
- * coordinates (secure runs only: elsewhere a close proves nothing). */
+ * `round` (its next update's echo), with by's signature of it (sig_len
+ * bytes): when this node averaged another set of the same coordinator and
+ * the signature holds, that coordinator signed two sets for one round. It is
+ * put out of the run (logged, a close_mismatch event) and no longer
+ * coordinates (secure runs only: elsewhere a close proves nothing). An echo
+ * without a valid signature proves nothing and is dropped, so no member can
+ * put a coordinator out by saying so. An echo of a round this node has not
+ * closed yet is kept and checked when it does. */
 void td__roundclose_check_echo(td__session_t *s, size_t mi, uint64_t round, uint64_t members,
-                               uint64_t by);
+                               uint64_t by, const uint8_t *sig, size_t sig_len);
 /* Send the close c of run run_id, as this node holds it, on link l. */
 void td__roundclose_forward(td__node_t *n, uint64_t run_id, const td__round_close_t *c,
                             td__link_t *l);

@@ -151,12 +151,15 @@ done
 # withholding: p sends its update to every honest node but one, w: the one of
 # highest id, so that w is not the coordinator (the member of lowest id, which
 # would cut p at its deadline, and all would leave p out). The coordinator's
-# set names p (it holds p's update); w, lacking it, asks for it
+# set names p (it holds p's update); w, lacking it, asks for it. p also lies
+# in each update's echo of the set it averaged for the round before: were an
+# echo taken without the coordinator's signature of that set, the honest
+# nodes would put the coordinator out (close_mismatch) on p's word alone
 w=$(for n in "${HONEST[@]}"; do echo "$(cat "$T/$n/node_id") $n"; done | sort | tail -1 | cut -d' ' -f2)
 w_id=$(cat "$T/$w/node_id")
 backfills() { sql "$1" "SELECT count(*) FROM events WHERE kind = 'backfill' AND detail LIKE '% peer $p_id: $2%'"; }
 asked0=$(backfills $w asked) came0=$(backfills $w "its update came from")
-run_case withhold "withhold:$w_id" trimmed:1 --set rounds=30 --set eval_every=30 \
+run_case withhold "lie-withhold:$w_id" trimmed:1 --set rounds=30 --set eval_every=30 \
   --set round_timeout=1 --set verify_every=0
 asked=$(($(backfills $w asked) - asked0)) came=$(($(backfills $w "its update came from") - came0))
 [ "$asked" -ge 20 ] && [ "$came" -ge 20 ] \
@@ -164,10 +167,20 @@ asked=$(($(backfills $w asked) - asked0)) came=$(($(backfills $w "its update cam
   || fail "withhold: $w asked for p's update in $asked rounds, took a copy in $came (of 30)"
 # (a node that p sent its updates to asks only when one is slow to come: a
 # loaded machine, now and then)
+coordinator=$(cat "$T"/{a,b,c,p}/node_id | LC_ALL=C sort | head -1)
 for n in "${HONEST[@]}"; do
   [ $n = $w ] && continue
   k=$(backfills $n asked)
   [ "$k" -le 5 ] || fail "withhold: $n, which p sent its updates to, asked for them $k times"
+  [ "$(cat "$T/$n/node_id")" = "$coordinator" ] && continue # it checks no echo of its own set
+  grep -q "says it averaged another set for round .* without that coordinator's signature" \
+    "$T/$n.log" && pass "withhold: $n ignored p's false echo of a round's set" \
+    || fail "withhold: $n logged nothing of p's false echoes"
+done
+for n in "${HONEST[@]}"; do
+  k=$(sql $n "SELECT count(*) FROM events WHERE kind = 'close_mismatch'")
+  [ "$k" -eq 0 ] && pass "withhold: $n put no coordinator out on p's echoes" \
+    || fail "withhold: $n put a coordinator out $k times on p's unsigned word"
 done
 
 # without the norm bound the coordinate-wise trimming alone holds off the flip,

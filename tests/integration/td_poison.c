@@ -21,6 +21,10 @@
  *                      node of id HEX, which gets none (td__link_queue: the
  *                      frames of an update for that link are dropped);
  *   unsigned-withhold:HEX  the same, and the updates carry no signature;
+ *   lie-withhold:HEX   the same as withhold:HEX, and each update's echo of
+ *                      the set it averaged for the round before names
+ *                      another set than the one its coordinator signed
+ *                      (td_wire_pack), to have the coordinator put out;
  *   close-withhold:HEX  the same as withhold:HEX, and as the run's
  *                      coordinator it sends HEX no RoundClose either
  *                      (td__link_send);
@@ -169,13 +173,15 @@ int __wrap_td_wire_pack(Traind__Envelope *env, uint8_t **out, size_t *len) {
   if (env->body_case != TRAIND__ENVELOPE__BODY_UPDATE || env->update == NULL)
     return __real_td_wire_pack(env, out, len);
   poison_mode(mode, sizeof mode);
-  bool strip = strncmp(mode, "unsigned-", 9) == 0;
-  if (strcmp(mode, "samples") != 0 && !strip)
+  bool strip = strncmp(mode, "unsigned-", 9) == 0, lie = strncmp(mode, "lie-", 4) == 0;
+  if (strcmp(mode, "samples") != 0 && !strip && !lie)
     return __real_td_wire_pack(env, out, len);
   Traind__UpdateChunk lying = *env->update;
   Traind__Envelope copy = *env;
   if (strip)
     lying.signature.len = 0;
+  else if (lie)
+    lying.applied_members ^= (lying.applied_members ^ 1) != 0 ? 1 : 2;
   else
     lying.samples = 1000000000u;
   copy.update = &lying;

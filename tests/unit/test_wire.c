@@ -285,16 +285,20 @@ START_TEST(update_request_and_signature_are_checked) {
     }
     free(buf);
   }
+  /* an update's own signature and the coordinator's echoed with it */
   uint8_t sig[65] = {0}, payload[4] = {0};
   const size_t lens[] = {64, 0, 63, 65};
-  for (size_t i = 0; i < 4; i++) {
+  for (size_t k = 0; k < 8; k++) {
+    size_t i = k % 4;
+    bool echoed = k >= 4;
     Traind__UpdateChunk up = TRAIND__UPDATE_CHUNK__INIT;
     up.round = 2;
     up.chunks = 1;
     up.total_bytes = sizeof payload;
     up.payload = (ProtobufCBinaryData){.len = sizeof payload, .data = payload};
     up.origin = 11;
-    up.signature = (ProtobufCBinaryData){.len = lens[i], .data = sig};
+    ProtobufCBinaryData *field = echoed ? &up.applied_signature : &up.signature;
+    *field = (ProtobufCBinaryData){.len = lens[i], .data = sig};
     Traind__Envelope env = TRAIND__ENVELOPE__INIT;
     env.body_case = TRAIND__ENVELOPE__BODY_UPDATE;
     env.update = &up;
@@ -308,7 +312,8 @@ START_TEST(update_request_and_signature_are_checked) {
     if (lens[i] == 64 || lens[i] == 0) {
       ck_assert_int_eq(rc, 0);
       ck_assert_uint_eq(got->update->origin, 11);
-      ck_assert_uint_eq(got->update->signature.len, lens[i]);
+      ck_assert_uint_eq(echoed ? got->update->applied_signature.len : got->update->signature.len,
+                        lens[i]);
       td_wire_free(&got);
     } else {
       ck_assert_int_eq(rc, TD_EPROTO);
