@@ -380,17 +380,20 @@ static void gather(td__session_t *s, aggregate_job_t *job) {
     s->plan_join_from = 0;
   }
   job->n = td_round_collect(s->collector, job->in, TD_AGG_MAX_INPUTS - 1);
-  if (s->round_set != 0) { /* the coordinator's set: what came from outside it is left out */
-    size_t kept = 0;
-    for (size_t j = 0; j < job->n; j++) {
-      size_t i = td__session_member(s, job->in[j].id);
-      if (i < 64 && (s->round_set >> i & 1))
-        job->in[kept++] = job->in[j];
-    }
-    job->n = kept;
-    if (s->rank >= 64 || !(s->round_set >> s->rank & 1))
-      own_samples = 0;
+  /* a member put out of the run is averaged no more, even with an update
+   * that came before (one of a round still ahead when it was put out); with
+   * the coordinator's set, what came from outside it is left out too */
+  size_t kept = 0;
+  for (size_t j = 0; j < job->n; j++) {
+    size_t i = td__session_member(s, job->in[j].id);
+    if (i < TD_MEMBERS_MAX && s->out[i])
+      continue;
+    if (s->round_set == 0 || (i < 64 && (s->round_set >> i & 1)))
+      job->in[kept++] = job->in[j];
   }
+  job->n = kept;
+  if (s->round_set != 0 && (s->rank >= 64 || !(s->round_set >> s->rank & 1)))
+    own_samples = 0;
   if (own_samples > 0 || job->mixes) { /* mixes: our model stays in even when untrained */
     job->own = td_run_delta(s->run, r);
     job->in[job->n++] = (td_agg_input_t){.id = s->node->node_id, .delta = job->own,
