@@ -21,10 +21,11 @@
  * into the set that others could not check in a copy. What a node
  * keeps to answer with: each member's update of the last two rounds, as it
  * came (its message and signature), so the memory is bounded by the run's
- * members; a request is answered once per asker, member and round, and a
- * forwarded copy is taken only from the member it was asked of, for the open
- * round. inbox.c hands this file the chunks and messages; this file never
- * calls inbox.c or rounds.c. */
+ * members; a request is answered once per asker, member and round (one for
+ * an update that has not come here yet either, of the open round or the
+ * next, when it does), and a forwarded copy is taken only from the member it
+ * was asked of, for the open round. inbox.c hands this file the chunks and
+ * messages; this file never calls inbox.c or rounds.c. */
 #include "daemon/session/shared.h"
 
 #include <inttypes.h>
@@ -67,6 +68,11 @@ struct td__backfill {
   double until;                           /* mono time the asks are waited for */
   double set_at;                          /* mono time the round's set was first seen */
   uint64_t asked, served, taken, forged;  /* counts, for the log and the ledger */
+  /* asks this node could not answer yet: member i's update of round
+   * pending_round[i], by the askers of pending[i] (bit: member index),
+   * answered when it comes (td__backfill_keep) */
+  uint64_t pending_round[TD_MAX_RUN_MEMBERS];
+  uint64_t pending[TD_MAX_RUN_MEMBERS][WORDS];
   /* once retired (td__backfill_retire): whose run this was, and until when
    * it answers */
   uint64_t run_id;
@@ -81,6 +87,8 @@ static const char LABEL[] = "traind-update1";
 /* Nothing of an update of the set came this fraction of round_timeout after
  * the set did: ask for it before the deadline. */
 #define EARLY_ASK 0.25
+
+static void serve_pending(td__session_t *s, size_t mi, uint64_t round);
 
 static void put_u64(uint8_t *p, uint64_t v) {
   for (int i = 0; i < 8; i++)
@@ -183,6 +191,7 @@ void td__backfill_keep(td__session_t *s, size_t mi, uint64_t round, uint64_t sam
   if (g != NULL)
     memcpy(k->sig, g->sig, SIG_BYTES);
   *msg = NULL;
+  serve_pending(s, mi, round);
 }
 
 /* Forward k, the update of `origin` in run run_id, to the asker on link l,
@@ -314,7 +323,18 @@ void td__session_on_update_request(td__node_t *n, const Traind__Envelope *env, t
     return;
   }
   size_t mi = td__session_member(s, rq->member);
-  kept_t *k = to_serve(s->backfill, mi, asker, rq->round);
+  td__backfill_t *b = s->backfill;
+  if (mi < TD_MAX_RUN_MEMBERS && mi != asker && rq->round >= s->round &&
+      rq->round <= s->round + 1 && b->kept[mi][rq->round % 2].round != rq->round) {
+    /* not come here yet either: answered when it comes, once */
+    if (b->pending_round[mi] != rq->round) {
+      b->pending_round[mi] = rq->round;
+      memset(b->pending[mi], 0, sizeof b->pending[mi]);
+    }
+    b->pending[mi][asker / 64] |= UINT64_C(1) << (asker % 64);
+    return;
+  }
+  kept_t *k = to_serve(b, mi, asker, rq->round);
   if (k == NULL) {
     td__drop(&n->drops, TD__DROP_DUPLICATE, NULL); /* not held (any more), or sent once */
     return;
@@ -325,16 +345,39 @@ void td__session_on_update_request(td__node_t *n, const Traind__Envelope *env, t
           s->n_members);
 }
 
+/* Member mi's update of `round` is kept now: forwarded to each member that
+ * asked for it before it came here. */
+static void serve_pending(td__session_t *s, size_t mi, uint64_t round) {
+  td__backfill_t *b = s->backfill;
+  if (b->pending_round[mi] != round)
+    return;
+  b->pending_round[mi] = 0;
+  for (size_t asker = 0; asker < s->n_members && asker < TD_MAX_RUN_MEMBERS; asker++) {
+    if (!(b->pending[mi][asker / 64] >> (asker % 64) & 1))
+      continue;
+    td__link_t *l = td__link_find(s->node->net, s->members[asker]);
+    kept_t *k = l != NULL ? to_serve(b, mi, asker, round) : NULL;
+    if (k == NULL)
+      continue;
+    td_log_info("round %" PRIu64 ": forwarding the update of %016" PRIx64 " to %016" PRIx64
+                ", which asked for it before it came here", round, s->members[mi],
+                s->members[asker]);
+    forward(s->node, s->run_id, s->members[mi], l, k, &s->peer_report[mi][round % TD__RING],
+            s->n_members);
+  }
+  memset(b->pending[mi], 0, sizeof b->pending[mi]);
+}
+
 /* Whom to ask for member mi's update of the open round: the coordinator,
- * unless the update missing is its own; then the lowest other member of
- * the set that takes part. */
+ * unless the update missing is its own; then the lowest member of the set
+ * other than it and this node that takes part. */
 static uint64_t helper_for(td__session_t *s, size_t mi, uint64_t set, uint64_t coordinator) {
   if (coordinator != 0 && coordinator != s->members[mi] && coordinator != s->node->node_id)
     return coordinator;
   uint64_t best = 0;
   for (size_t j = 0; j < s->n_members && j < 64; j++)
-    if (j != mi && (set >> j & 1) && td__session_takes_part(s, j, 0) &&
-        (best == 0 || s->members[j] < best))
+    if (j != mi && (set >> j & 1) && s->members[j] != s->node->node_id &&
+        td__session_takes_part(s, j, 0) && (best == 0 || s->members[j] < best))
       best = s->members[j];
   return best;
 }
