@@ -11,6 +11,9 @@
  * RoundClose{round, members} to the others, who cut exactly the members
  * outside that set (their updates are left out of the average even when they
  * came) and wait for those inside it (backfill.c fetches what does not come).
+ * From a member's second round on, a member of lower id holds back another
+ * only once it has sent an update in the run: one that never trains (or that
+ * only some nodes hear) coordinates nothing.
  * The fixed deadline (round_timeout; longer when the coordinator cuts only
  * there, td__roundclose_grace_s) still holds: a member that hears no
  * RoundClose by then closes on what it has, as before. A RoundClose is taken
@@ -55,14 +58,26 @@ bool td__roundclose_coordinated(const td__session_t *s) {
           (s->spec.agg.kind != TD_AGG_MEAN && !td_runspec_mixes(&s->spec)));
 }
 
-/* Whether `id` may coordinate: no member of lower id takes part (this node
- * counts as taking part). */
+/* Whether member i holds back a coordinator of higher id: it takes part
+ * and, past its first round, has sent an update in this run (a member that
+ * never trains, or that only some nodes hear, coordinates nothing: the
+ * members that hear it would otherwise wait for closes it never sends and
+ * refuse those of the member the others follow). */
+static bool ranks_first(td__session_t *s, size_t i) {
+  /* since: 0 for a member from the run's start (this node's first round) */
+  uint64_t first = s->since[i] > s->first_round ? s->since[i] : s->first_round;
+  return td__session_takes_part(s, i, 0) &&
+         (s->round <= first || i >= 64 || (s->sent_once >> i & 1));
+}
+
+/* Whether `id` may coordinate: no member of lower id ranks first (this node
+ * counts as one that does). */
 static bool may_coordinate(td__session_t *s, uint64_t id) {
   size_t ci = td__session_member(s, id);
   if (s->node->node_id < id || (ci != TD_MEMBERS_MAX && s->out[ci]))
     return false;
   for (size_t i = 0; i < s->n_members; i++)
-    if (s->members[i] < id && td__session_takes_part(s, i, 0))
+    if (s->members[i] < id && ranks_first(s, i))
       return false;
   return true;
 }
@@ -128,6 +143,7 @@ void td__roundclose_send(td__session_t *s, uint64_t round, uint64_t members) {
     c->has_sig = true;
   }
   send_close(s->node, s, s->run_id, c, NULL);
+  s->close_waiters_round = s->close_waiters = 0; /* it went to every member */
 }
 
 void td__roundclose_ask(td__session_t *s) {
@@ -149,8 +165,36 @@ void td__roundclose_ask(td__session_t *s) {
                    "round close", s->round);
 }
 
+/* The close of `round` is held now: sent to each member that asked for it
+ * before it came here. */
+static void serve_waiters(td__session_t *s, uint64_t round) {
+  td__round_close_t *c = &s->closes[round % TD__RING];
+  if (s->close_waiters_round != round || c->round != round ||
+      (td__access_secure(s->node->access) && !c->has_sig))
+    return;
+  for (size_t i = 0; i < s->n_members && i < 64; i++) {
+    td__link_t *l = (s->close_waiters >> i & 1) && !(c->served >> i & 1)
+                        ? td__link_find(s->node->net, s->members[i])
+                        : NULL;
+    if (l == NULL)
+      continue;
+    c->served |= UINT64_C(1) << i;
+    send_close(s->node, s, s->run_id, c, l);
+  }
+  s->close_waiters_round = s->close_waiters = 0;
+}
+
 void td__roundclose_serve(td__session_t *s, size_t asker, uint64_t round, td__link_t *l) {
   td__round_close_t *c = &s->closes[round % TD__RING];
+  if (c->round != round && asker < 64 && round >= s->round && round <= s->round + 1) {
+    /* not come here yet either: sent when it comes, once */
+    if (s->close_waiters_round != round) {
+      s->close_waiters_round = round;
+      s->close_waiters = 0;
+    }
+    s->close_waiters |= UINT64_C(1) << asker;
+    return;
+  }
   if (c->round != round || asker >= 64 || (c->served >> asker & 1) ||
       (td__access_secure(s->node->access) && !c->has_sig)) {
     td__drop(&s->node->drops, TD__DROP_DUPLICATE, NULL); /* none held, or sent once */
@@ -307,5 +351,6 @@ bool td__roundclose_take(td__node_t *n, td__session_t *s, const Traind__Envelope
   if (coordinator != env->sender)
     td__ledger_event(n->ledger, "backfill", "round %" PRIu64 ": the round close of %016" PRIx64
                      " came from %016" PRIx64, rc->round, coordinator, env->sender);
+  serve_waiters(s, rc->round);
   return true;
 }

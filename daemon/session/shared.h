@@ -343,6 +343,8 @@ struct td__session {
   td__set_note_t echoes[TD_MEMBERS_MAX]; /* each member's last echo of a round this node had
                                             not closed yet when it came */
   uint64_t false_echoes; /* echoes of another set without its coordinator's signature */
+  uint64_t close_waiters_round, close_waiters; /* members that asked for that round's close
+                                                  before it came here (bit i: member i) */
   uint64_t round_set;
   double test_accuracy, test_loss, last_eval_acc;
   double test_bpb, last_eval_bpb; /* text runs (bits per byte); NAN otherwise */
