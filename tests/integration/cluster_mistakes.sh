@@ -79,6 +79,7 @@ ctl x leave >/dev/null || fail "x leave"
 mkdir -p "$T/data"
 awk 'BEGIN { srand(2); for (i = 0; i < 200; i++) { c = i % 2; printf "%d,%.3f,%.3f\n", c, c * 2 + rand(), rand() } }' >"$T/data/tiny.csv"
 for n in a b; do kill -9 "$(cat "$T/$n.pid")"; done
+for n in a b; do wait "$(cat "$T/$n.pid")" 2>/dev/null; done
 start_node a --data-root "$T/data" || finish
 start_node b --data-root "$T/data" --max-batch 32 || finish
 start_node c --data-root "$T/data" --max-batch 8 || finish

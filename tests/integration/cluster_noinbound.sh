@@ -34,6 +34,7 @@ stop_node() {
   local i
   for i in $(seq 50); do kill -0 "$(cat "$T/$1.pid")" 2>/dev/null || return 0; sleep 0.1; done
   kill -9 "$(cat "$T/$1.pid")" 2>/dev/null
+  wait "$(cat "$T/$1.pid")" 2>/dev/null
 }
 id_of() { ctl "$1" peers --json | sed -nE 's/^\{"node_id":"([0-9a-f]+)".*/\1/p'; }
 # route NAME PEER_NAME: "ROUTE VIA" of NAME's link to PEER_NAME (VIA: null unless relayed)

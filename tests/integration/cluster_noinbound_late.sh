@@ -36,6 +36,7 @@ for n in b c d; do ctl $n join "$(sed -n "${i}p" "$T/invites")" >/dev/null || fa
 for n in a b c d; do wait_peers $n 3 20 || fail "$n does not see 3 alive peers"; done
 [ "$failures" -eq 0 ] && pass "4 nodes, c and d with --listen none, joined by invites" || finish
 kill -9 "$(cat "$T/d.pid")"
+wait "$(cat "$T/d.pid")" 2>/dev/null # its data dir is free only once it is gone
 for n in a b c; do
   for i in $(seq 100); do [ "$(ctl $n peers --json | grep -o '"state":"alive"' | wc -l)" -eq 2 ] && break; sleep 0.2; done
 done
@@ -75,6 +76,9 @@ out=$(ctl a start --set mode=overlap --set model=mlp:784-256-10 --set batch=64 -
 run_id=$(sed -E 's/started run ([0-9a-f]+).*/\1/' <<<"$out")
 for i in $(seq 300); do [ "$(rounds_of d)" -ge 5 ] && break; sleep 0.2; done
 kill -9 "$(cat "$T/d.pid")"
+# its data dir is free only once the process is gone: under ASan that took
+# more than the 0.5 s this test once slept
+wait "$(cat "$T/d.pid")" 2>/dev/null
 sleep 0.5
 start_bare d none
 for n in a b c d; do wait_run_state $n finished 300 || fail "overlap: $n did not finish"; done
