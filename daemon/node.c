@@ -25,6 +25,7 @@
 #include "daemon/net/advertise.h"
 #include "daemon/internal.h"
 #include "daemon/base/log.h"
+#include "daemon/base/memtrim.h"
 
 /* Failure detection: suspect after this many heartbeats of silence, dead after... */
 #define SUSPECT_AFTER_BEATS 3
@@ -80,6 +81,16 @@ static void write_endpoint_file(td__node_t *n) {
   }
 }
 
+/* How often free memory goes back to the system (memtrim.h): as often as
+ * when idle while the model is small, for what a trim costs a round is the
+ * refaulting of the buffers it frees, about the model's size each. */
+static double memtrim_period(const td__node_t *n) {
+  const td__session_t *s = n->session;
+  bool small = s == NULL || s->run == NULL ||
+               td_run_numel(s->run) * sizeof(float) <= TD_MEMTRIM_SMALL_MODEL;
+  return small ? TD_MEMTRIM_IDLE_S : TD_MEMTRIM_BUSY_S;
+}
+
 static void on_heartbeat(uv_timer_t *t) {
   td__node_t *n = t->data;
   td__transport_tick(n->net);
@@ -96,6 +107,7 @@ static void on_heartbeat(uv_timer_t *t) {
   }
   td__ledgerq_flush(n->ledger);
   td__node_figures_changed(n);
+  td_memtrim_tick(memtrim_period(n));
 }
 
 void td__node_shutdown(td__node_t *n, const char *why) {

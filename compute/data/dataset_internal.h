@@ -29,7 +29,7 @@ struct td_dataset {
 /* Beyond the per-axis limits, a cap on rows x dim: 2^32 floats is 16 GiB. */
 #define TD__DATASET_MAX_VALUES ((uint64_t)1 << 32)
 /* Bytes converted per read; a multiple of 4 so floats never straddle reads. */
-#define TD__IDX_SLAB_BYTES ((size_t)1 << 20)
+#define TD__IDX_SLAB_BYTES ((size_t)1 << 18)
 
 /* A dataset of rows x dim with its arrays allocated (not filled); NULL when
  * out of memory or when rows x dim overflows. Caller owns it. */

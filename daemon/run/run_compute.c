@@ -36,6 +36,7 @@
 #include "compute/scaffold.h"
 #include "compute/trainer.h"
 #include "daemon/base/clock.h"
+#include "daemon/base/memtrim.h"
 #include "daemon/run/run_compute.h"
 #include "daemon/run/run_internal.h"
 #include "scheduler/plan.h"
@@ -665,6 +666,7 @@ void *td__run_compute_main(void *arg) {
   td__compute_t c = {.run = arg};
   td_run_t *run = c.run;
   td__run_flow_t f = set_up(&c);
+  td_memtrim_now(); /* the loaders' scratch, freed, before training allocates */
   if (f == TD__RUN_GO_ON)
     f = wait_release(&c);
   if (f == TD__RUN_GO_ON && run->first_round > 1)
