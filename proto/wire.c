@@ -149,6 +149,19 @@ static int validate(const Traind__Envelope *e, char *why, size_t n) {
         e->round_close->signature.len != TD_WIRE_SIGNATURE_BYTES)
       return td_why(why, n, TD_EPROTO, "round close signature of %zu bytes (one has %d)",
                     e->round_close->signature.len, TD_WIRE_SIGNATURE_BYTES);
+    if (e->round_close->digests.len !=
+        (e->round_close->digests.len == 0
+             ? 0
+             : (size_t)__builtin_popcountll(e->round_close->members) * TD_WIRE_DIGEST_BYTES))
+      return td_why(why, n, TD_EPROTO, "round close with %zu bytes of digests for %d members "
+                    "(%d bytes each)", e->round_close->digests.len,
+                    __builtin_popcountll(e->round_close->members), TD_WIRE_DIGEST_BYTES);
+    if ((e->round_close->digests.len == 0) !=
+        (e->round_close->digests_signature.len == 0) ||
+        (e->round_close->digests_signature.len != 0 &&
+         e->round_close->digests_signature.len != TD_WIRE_SIGNATURE_BYTES))
+      return td_why(why, n, TD_EPROTO, "round close digests without their signature, or a "
+                    "signature of %zu bytes", e->round_close->digests_signature.len);
     return 0;
   case TRAIND__ENVELOPE__BODY_UPDATE_REQUEST:
     if (e->update_request->round == 0 ||

@@ -35,6 +35,8 @@
 #define TD_WIRE_RECORD_BYTES 174
 #define TD_WIRE_KEY_BYTES 32
 #define TD_WIRE_SIGNATURE_BYTES 64
+/* An update digest in a RoundClose (BLAKE2b-256). */
+#define TD_WIRE_DIGEST_BYTES 32
 /* StateHash.hash: BLAKE2b-256 (scheduler/agree.h) */
 #define TD_WIRE_STATE_HASH_BYTES 32
 /* Largest message one node relays for another (its Relay wrapper must still

@@ -294,6 +294,15 @@ bool td_round_restart_peer(td_round_t *r, uint64_t peer) {
   return true;
 }
 
+bool td_round_refuse_peer(td_round_t *r, uint64_t peer) {
+  slot_entry_t *e = find(&r->slots[0], peer);
+  if (e == NULL || !e->complete || e->data == NULL || e->assembled)
+    return false;
+  td_params_free(&e->data);
+  e->samples = 0; /* never aggregated, as a message that did not decode */
+  return true;
+}
+
 bool td_round_complete(const td_round_t *r) {
   for (int i = 0; i < TD_ROUND_MAX_PEERS; i++) {
     const slot_entry_t *e = &r->slots[0].e[i];

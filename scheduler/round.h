@@ -114,6 +114,11 @@ td_round_peer_state_t td_round_peer_state(const td_round_t *r, uint64_t peer);
  * need not match). False, and nothing changes, when it is in the average
  * (HAVE) or being decoded. */
 bool td_round_restart_peer(td_round_t *r, uint64_t peer);
+/* The current round's decoded update of `peer` is dropped and counts as
+ * refused (REFUSED: complete, never aggregated), so that a copy of another
+ * origin's choosing may take its place (td_round_restart_peer). False, and
+ * nothing changes, unless it is held (HAVE). */
+bool td_round_refuse_peer(td_round_t *r, uint64_t peer);
 /* True when every expected peer's update for the current round is complete. */
 bool td_round_complete(const td_round_t *r);
 /* Expected peers whose update is not complete (for "late" records). */

@@ -25,7 +25,13 @@
  * an update that has not come here yet either, of the open round or the
  * next, when it does), and a forwarded copy is taken only from the member it
  * was asked of, for the open round. inbox.c hands this file the chunks and
- * messages; this file never calls inbox.c or rounds.c. */
+ * messages; this file never calls inbox.c or rounds.c.
+ *
+ * A member can also sign two updates for one round and send each to some
+ * members. Where every member gets the same bytes of an update (codec none
+ * or fp16), the coordinator's set names the digest of each update it
+ * averaged (roundclose.c); a node holding another copy drops it and asks
+ * the coordinator for its own at once, as for a copy that was refused. */
 #include "daemon/session/shared.h"
 
 #include <inttypes.h>
@@ -60,9 +66,17 @@ typedef struct {
   uint8_t sig[SIG_BYTES];
 } signed_t;
 
+/* The digest of a member's update this node holds (round 0: none). */
+typedef struct {
+  uint64_t round;
+  uint8_t digest[TD__BACKFILL_DIGEST];
+} held_t;
+
 struct td__backfill {
   kept_t kept[TD_MAX_RUN_MEMBERS][2]; /* by member index and round % 2 */
   signed_t sigs[TD_MAX_RUN_MEMBERS][2];
+  held_t held[TD_MAX_RUN_MEMBERS][2];
+  uint64_t mismatched; /* updates held that were not the ones the coordinator averaged */
   uint64_t asked_round;                   /* the round the asks below are of (0: none) */
   uint64_t asked_of[TD_MAX_RUN_MEMBERS];  /* who was asked for member i's update (0: none) */
   double until;                           /* mono time the asks are waited for */
@@ -163,10 +177,66 @@ bool td__backfill_proof(td__session_t *s, size_t mi, uint64_t round,
 
 bool td__backfill_verify(uint64_t run, uint64_t origin, uint64_t round, uint64_t samples,
                          const uint8_t *msg, size_t len, const uint8_t sig[TD__BACKFILL_SIG],
-                         const uint8_t key[TD__BACKFILL_KEY]) {
+                         const uint8_t key[TD__BACKFILL_KEY],
+                         uint8_t digest_out[TD__BACKFILL_DIGEST]) {
   uint8_t digest[TD__BACKFILL_DIGEST];
   td__backfill_digest(run, origin, round, samples, msg, len, digest);
+  if (digest_out != NULL)
+    memcpy(digest_out, digest, sizeof digest);
   return crypto_sign_verify_detached(sig, digest, sizeof digest, key) == 0;
+}
+
+void td__backfill_note_digest(td__session_t *s, size_t mi, uint64_t round,
+                              const uint8_t digest[TD__BACKFILL_DIGEST]) {
+  if (!td__backfill_on(s) || mi >= TD_MAX_RUN_MEMBERS || round == 0)
+    return;
+  held_t *h = &s->backfill->held[mi][round % 2];
+  h->round = round;
+  memcpy(h->digest, digest, TD__BACKFILL_DIGEST);
+}
+
+bool td__backfill_digest_of(const td__session_t *s, size_t mi, uint64_t round,
+                            uint8_t out[TD__BACKFILL_DIGEST]) {
+  if (s->backfill == NULL || mi >= TD_MAX_RUN_MEMBERS || round == 0)
+    return false;
+  const held_t *h = &s->backfill->held[mi][round % 2];
+  if (h->round != round)
+    return false;
+  memcpy(out, h->digest, TD__BACKFILL_DIGEST);
+  return true;
+}
+
+bool td__backfill_digests_of(const td__session_t *s, uint64_t round, uint64_t members,
+                             uint8_t out[64][TD__BACKFILL_DIGEST]) {
+  for (size_t i = 0; i < 64; i++)
+    if ((members >> i & 1) && !td__backfill_digest_of(s, i, round, out[i]))
+      return false;
+  return true;
+}
+
+void td__backfill_match_set(td__session_t *s) {
+  uint64_t set, coordinator;
+  if (!td__backfill_on(s) || td__roundclose_coordinates(s) || s->round_set == 0 ||
+      !td__roundclose_agreed_by(s, s->round, &set, &coordinator))
+    return;
+  for (size_t mi = 0; mi < s->n_members && mi < 64; mi++) {
+    const uint8_t *want = td__roundclose_digest_of(s, s->round, mi);
+    uint8_t have[TD__BACKFILL_DIGEST];
+    if (want == NULL || s->members[mi] == s->node->node_id ||
+        td_round_peer_state(s->collector, s->members[mi]) != TD_PEER_HAVE ||
+        !td__backfill_digest_of(s, mi, s->round, have) ||
+        memcmp(have, want, TD__BACKFILL_DIGEST) == 0 ||
+        !td_round_refuse_peer(s->collector, s->members[mi]))
+      continue;
+    s->backfill->mismatched++;
+    td_log_warn("round %" PRIu64 ": the update of %016" PRIx64 " held here is not the one "
+                "coordinator %016" PRIx64 " averaged (that member signed two for this round): "
+                "dropped for the coordinator's copy (%" PRIu64 " so far)", s->round,
+                s->members[mi], coordinator, s->backfill->mismatched);
+    td__ledger_event(s->node->ledger, "update_mismatch", "round %" PRIu64 " peer %016" PRIx64
+                     ": its update held here differs from the one %016" PRIx64 " averaged",
+                     s->round, s->members[mi], coordinator);
+  }
 }
 
 void td__backfill_note_forged(td__session_t *s, size_t mi, uint64_t round) {

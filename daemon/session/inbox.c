@@ -94,6 +94,7 @@ typedef struct {
   bool check, proof, forwarded;
   uint64_t run_id;
   uint8_t sig[TD__BACKFILL_SIG], key[TD__BACKFILL_KEY];
+  uint8_t digest[TD__BACKFILL_DIGEST]; /* what sig signs, when check */
   int rc;
   char why[256];
 } decode_job_t;
@@ -103,7 +104,7 @@ static void decode_work(uv_work_t *req) {
   decode_job_t *job = req->data;
   if (job->check && (!job->proof || !td__backfill_verify(job->run_id, job->peer, job->round,
                                                           job->samples, job->msg, job->len,
-                                                          job->sig, job->key))) {
+                                                          job->sig, job->key, job->digest))) {
     job->rc = td_why(job->why, sizeof job->why, TD_EPROTO, "%s",
                      job->proof ? "its origin's signature does not hold"
                                 : "it carries no signature (runs with a coordinator need one)");
@@ -162,6 +163,8 @@ static void decode_done(uv_work_t *req, int status) {
     } else if (res == TD_CHUNK_REJECTED) {
       update_rejected(s, job->peer, job->round, job->why);
     } else if (res == TD_CHUNK_COMPLETED) {
+      if (job->check) /* the update held, to match against the coordinator's set */
+        td__backfill_note_digest(s, job->member, job->round, job->digest);
       if (job->forwarded)
         td__backfill_note_taken(s, job->member, job->round);
       s->updates_received++;

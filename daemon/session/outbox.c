@@ -46,6 +46,8 @@ typedef struct {
   int rc;
   char codec_text[32]; /* the spec used, for status and the ledger */
   uint64_t first_seq;  /* link sequence number of chunk 0 (chunk c: first_seq + c) */
+  bool signed_copy;    /* digest below is what this copy's signature covers */
+  uint8_t digest[TD__BACKFILL_DIGEST];
 } encode_target_t;
 
 typedef struct {
@@ -123,6 +125,11 @@ const char *td__outbox_codec(const td__outbox_t *o) {
   return o != NULL && o->codec_text[0] ? o->codec_text : "none";
 }
 
+bool td__outbox_same_bytes(const td__outbox_t *o) {
+  return o != NULL && !o->s->spec.codec_auto &&
+         (o->codec.id == TD_CODEC_NONE || o->codec.id == TD_CODEC_FP16);
+}
+
 bool td__outbox_sent(const td__outbox_t *o, uint64_t round) { return o->sent >= round; }
 void td__outbox_skip_to(td__outbox_t *o, uint64_t round) { o->sent = round; }
 
@@ -135,9 +142,10 @@ static void encode_target(encode_job_t *job, encode_target_t *t) {
   t->msg_bytes = total;
   uint8_t sig[TD__SIGNATURE_BYTES];
   if (job->signer != NULL) { /* so that a member may forward it (backfill.c) */
-    uint8_t digest[TD__BACKFILL_DIGEST];
-    td__backfill_digest(job->run_id, job->node_id, job->round, job->samples, msg, total, digest);
-    td__admission_sign_message(job->signer, digest, sizeof digest, sig);
+    td__backfill_digest(job->run_id, job->node_id, job->round, job->samples, msg, total,
+                        t->digest);
+    td__admission_sign_message(job->signer, t->digest, sizeof t->digest, sig);
+    t->signed_copy = true;
   }
   t->chunks = td_chunk_count(total);
   t->bufs = calloc(t->chunks, sizeof *t->bufs);
@@ -201,9 +209,14 @@ static void encode_done(uv_work_t *req, int status) {
   encode_job_t *job = req->data;
   td__session_t *s = job->s;
   td__node_t *n = s->node;
-  bool live = status == 0 && n->session == s;
+  bool live = status == 0 && n->session == s, noted = false;
   for (size_t i = 0; i < job->n_targets; i++) {
     encode_target_t *t = &job->targets[i];
+    if (live && !noted && t->rc == 0 && t->signed_copy && td__outbox_same_bytes(s->outbox)) {
+      /* what the coordinator names in its set when it averages our update */
+      td__backfill_note_digest(s, td__session_member(s, n->node_id), job->round, t->digest);
+      noted = true;
+    }
     td__link_t *l = td__link_find(n->net, t->peer);
     if (t->rc == TD_ENUMERIC) {
       td__drop(&n->drops, TD__DROP_NONFINITE_LOCAL, "own update holds NaN or Inf; not sent");

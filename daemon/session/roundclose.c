@@ -22,6 +22,11 @@
  * TD__RING - 1. In secure runs it carries the coordinator's signature and is
  * taken only with one that holds, so any member that took it can forward a
  * copy to one that lacks it (td__roundclose_ask, td__roundclose_serve).
+ * Where every member gets the same bytes of an update (codec none or fp16)
+ * it also names, signed, the digest of each update the coordinator averaged:
+ * a member that signed two updates for one round and sent each to some
+ * members holds no one to its choice, for a node whose copy differs drops
+ * it and takes the coordinator's (backfill.c, td__backfill_match_set).
  * rounds.c hands this file the message and then closes the round; this file
  * never calls rounds.c. */
 #include "daemon/session/shared.h"
@@ -49,6 +54,23 @@ static void close_digest(uint64_t run, uint64_t coordinator, uint64_t round, uin
   crypto_generichash_init(&st, NULL, 0, crypto_generichash_BYTES);
   crypto_generichash_update(&st, (const uint8_t *)label, sizeof label - 1);
   crypto_generichash_update(&st, ids, sizeof ids);
+  crypto_generichash_final(&st, out, crypto_generichash_BYTES);
+}
+
+/* What the coordinator signs of the digests of the updates it averaged:
+ * BLAKE2b-256 of the label, the close and the digests in member order. */
+static void digests_digest(uint64_t run, uint64_t coordinator, uint64_t round, uint64_t members,
+                           const uint8_t (*digests)[32], uint8_t out[crypto_generichash_BYTES]) {
+  static const char label[] = "traind-close-digests1";
+  uint8_t head[crypto_generichash_BYTES];
+  close_digest(run, coordinator, round, members, head);
+  crypto_generichash_state st;
+  crypto_generichash_init(&st, NULL, 0, crypto_generichash_BYTES);
+  crypto_generichash_update(&st, (const uint8_t *)label, sizeof label - 1);
+  crypto_generichash_update(&st, head, sizeof head);
+  for (size_t i = 0; i < 64; i++)
+    if (members >> i & 1)
+      crypto_generichash_update(&st, digests[i], 32);
   crypto_generichash_final(&st, out, crypto_generichash_BYTES);
 }
 
@@ -117,6 +139,16 @@ static void send_close(td__node_t *n, td__session_t *s, uint64_t run_id,
   rc.coordinator = c->from;
   if (c->has_sig)
     rc.signature = (ProtobufCBinaryData){.len = sizeof c->sig, .data = (uint8_t *)c->sig};
+  uint8_t digests[sizeof c->digests];
+  size_t held = 0;
+  for (size_t i = 0; c->has_digests && i < 64; i++)
+    if (c->members >> i & 1)
+      memcpy(digests + 32 * held++, c->digests[i], 32);
+  if (c->has_digests) {
+    rc.digests = (ProtobufCBinaryData){.len = 32 * held, .data = digests};
+    rc.digests_signature = (ProtobufCBinaryData){.len = sizeof c->digests_sig,
+                                                 .data = (uint8_t *)c->digests_sig};
+  }
   Traind__Envelope env = TRAIND__ENVELOPE__INIT;
   env.body_case = TRAIND__ENVELOPE__BODY_ROUND_CLOSE;
   env.round_close = &rc;
@@ -132,7 +164,8 @@ void td__roundclose_forward(td__node_t *n, uint64_t run_id, const td__round_clos
   send_close(n, NULL, run_id, c, l);
 }
 
-void td__roundclose_send(td__session_t *s, uint64_t round, uint64_t members) {
+void td__roundclose_send(td__session_t *s, uint64_t round, uint64_t members,
+                         const uint8_t (*digests)[32]) {
   td__round_close_t *c = &s->closes[round % TD__RING];
   *c = (td__round_close_t){.round = round, .members = members, .from = s->node->node_id};
   if (td__access_secure(s->node->access)) {
@@ -141,6 +174,16 @@ void td__roundclose_send(td__session_t *s, uint64_t round, uint64_t members) {
     td__admission_sign_message(td__access_admission(s->node->access), digest, sizeof digest,
                                c->sig);
     c->has_sig = true;
+    /* the updates averaged, named by digest: a member that signed two
+     * updates for this round, each sent to some members, is then averaged
+     * alike everywhere */
+    if (digests != NULL) {
+      memcpy(c->digests, digests, sizeof c->digests);
+      digests_digest(s->run_id, c->from, round, members, digests, digest);
+      td__admission_sign_message(td__access_admission(s->node->access), digest, sizeof digest,
+                                 c->digests_sig);
+      c->has_digests = true;
+    }
   }
   send_close(s->node, s, s->run_id, c, NULL);
   s->close_waiters_round = s->close_waiters = 0; /* it went to every member */
@@ -266,6 +309,13 @@ void td__roundclose_applied(td__session_t *s, uint64_t round, uint64_t members, 
     }
 }
 
+const uint8_t *td__roundclose_digest_of(const td__session_t *s, uint64_t round, size_t mi) {
+  const td__round_close_t *c = &s->closes[round % TD__RING];
+  if (round == 0 || c->round != round || !c->has_digests || mi >= 64 || !(c->members >> mi & 1))
+    return NULL;
+  return c->digests[mi];
+}
+
 bool td__roundclose_applied_of(const td__session_t *s, uint64_t round, uint64_t *members,
                                uint64_t *by, const uint8_t **sig) {
   const td__set_note_t *a = &s->applied[round % TD__RING];
@@ -343,11 +393,36 @@ bool td__roundclose_take(td__node_t *n, td__session_t *s, const Traind__Envelope
       return false;
     }
   }
+  uint8_t digests[64][32];
+  if (secure && rc->digests.len > 0) { /* signed, or the close is not taken (wire.c: sizes) */
+    const uint8_t *key = td__access_sign_key_of(n->access, coordinator);
+    uint8_t digest[crypto_generichash_BYTES];
+    size_t k = 0;
+    for (size_t i = 0; i < 64; i++)
+      if (rc->members >> i & 1)
+        memcpy(digests[i], rc->digests.data + 32 * k++, 32);
+    digests_digest(s->run_id, coordinator, rc->round, rc->members,
+                   (const uint8_t(*)[32])digests, digest);
+    if (key == NULL || rc->digests_signature.len != crypto_sign_BYTES ||
+        crypto_sign_verify_detached(rc->digests_signature.data, digest, sizeof digest, key) !=
+            0) {
+      td__drop(&n->drops, TD__DROP_FORBIDDEN, NULL);
+      td_log_warn("run %016" PRIx64 ": refused round %" PRIu64 "'s close of %016" PRIx64
+                  " from %016" PRIx64 ": its update digests do not carry the coordinator's "
+                  "signature", s->run_id, rc->round, coordinator, env->sender);
+      return false;
+    }
+  }
   uint64_t asked = c->asked;
   *c = (td__round_close_t){.round = rc->round, .members = rc->members, .from = coordinator,
-                           .has_sig = rc->signature.len == crypto_sign_BYTES, .asked = asked};
+                           .has_sig = rc->signature.len == crypto_sign_BYTES, .asked = asked,
+                           .has_digests = secure && rc->digests.len > 0};
   if (c->has_sig)
     memcpy(c->sig, rc->signature.data, crypto_sign_BYTES);
+  if (c->has_digests) {
+    memcpy(c->digests, digests, sizeof digests);
+    memcpy(c->digests_sig, rc->digests_signature.data, crypto_sign_BYTES);
+  }
   if (coordinator != env->sender)
     td__ledger_event(n->ledger, "backfill", "round %" PRIu64 ": the round close of %016" PRIx64
                      " came from %016" PRIx64, rc->round, coordinator, env->sender);

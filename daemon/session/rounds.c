@@ -468,7 +468,12 @@ static void close_round(td__session_t *s) {
   if (td__roundclose_coordinates(s)) { /* the others average exactly these */
     applied = contributors(s, job);
     by = s->node->node_id;
-    td__roundclose_send(s, r, applied);
+    /* where each member got the same bytes of an update, the close names
+     * each one averaged: a member that signed two cannot part the others */
+    uint8_t digests[64][TD__BACKFILL_DIGEST];
+    bool named = td__outbox_same_bytes(s->outbox) &&
+                 td__backfill_digests_of(s, r, applied, digests);
+    td__roundclose_send(s, r, applied, named ? (const uint8_t(*)[32])digests : NULL);
   } else if (s->round_set != 0) {
     td__roundclose_agreed_by(s, r, &applied, &by);
   }
@@ -623,6 +628,7 @@ void td__rounds_try_close(td__session_t *s) {
     if (td__roundclose_coordinated(s) && !td__roundclose_coordinates(s)) {
       if (!follow_agreed_set(s))
         return;
+      td__backfill_match_set(s); /* an update held that is not the one the set names */
       td__backfill_ask(s, false); /* what of the set did not come, or was refused */
     } else {
       cut_at_adaptive_deadline(s); /* an update after the deadline is the first one in */

@@ -85,6 +85,12 @@ typedef struct {
   bool has_sig;
   uint64_t asked;          /* the round this node last asked the others for it */
   uint64_t served;         /* members it was forwarded to (bit: member index) */
+  /* runs whose updates are the same bytes for all: the digest of each update
+   * averaged (td__backfill_digest), by member index, and the coordinator's
+   * signature of them */
+  bool has_digests;
+  uint8_t digests[64][32];
+  uint8_t digests_sig[64];
 } td__round_close_t;
 /* A set a round averaged (here, or at a member that echoed it), its
  * coordinator and the coordinator's signature of it (roundclose.c) */
@@ -517,8 +523,11 @@ bool td__roundclose_agreed(const td__session_t *s, uint64_t round, uint64_t *mem
 bool td__roundclose_agreed_by(const td__session_t *s, uint64_t round, uint64_t *members,
                               uint64_t *from);
 /* Send RoundClose{round, members} to every member taking part (signed in
- * secure runs), and keep it to forward. */
-void td__roundclose_send(td__session_t *s, uint64_t round, uint64_t members);
+ * secure runs), and keep it to forward. digests (by member index; NULL:
+ * none): the digest of each update averaged, named in the close, signed,
+ * in secure runs. */
+void td__roundclose_send(td__session_t *s, uint64_t round, uint64_t members,
+                         const uint8_t (*digests)[32]);
 /* A member that follows the coordinator and has no set for the open round
  * while the others moved on (or its deadline passed) asks every other member
  * for a copy of it, once a round. */
@@ -546,6 +555,9 @@ bool td__roundclose_applied_of(const td__session_t *s, uint64_t round, uint64_t 
  * closed yet is kept and checked when it does. */
 void td__roundclose_check_echo(td__session_t *s, size_t mi, uint64_t round, uint64_t members,
                                uint64_t by, const uint8_t *sig, size_t sig_len);
+/* The digest of member mi's update that `round`'s close names (borrowed from
+ * s); NULL when the close holds none (no close, or one without digests). */
+const uint8_t *td__roundclose_digest_of(const td__session_t *s, uint64_t round, size_t mi);
 /* Send the close c of run run_id, as this node holds it, on link l. */
 void td__roundclose_forward(td__node_t *n, uint64_t run_id, const td__round_close_t *c,
                             td__link_t *l);
@@ -572,12 +584,32 @@ void td__backfill_note_signature(td__session_t *s, size_t mi, uint64_t round,
  * chunk 0 carried and the member's signing key; false when either is missing. */
 bool td__backfill_proof(td__session_t *s, size_t mi, uint64_t round,
                         uint8_t sig[TD__BACKFILL_SIG], uint8_t key[TD__BACKFILL_KEY]);
-/* Whether sig is origin's signature of that update (any thread). */
+/* Whether sig is origin's signature of that update (any thread); the digest
+ * it signs (td__backfill_digest) into digest_out unless NULL. */
 bool td__backfill_verify(uint64_t run, uint64_t origin, uint64_t round, uint64_t samples,
                          const uint8_t *msg, size_t len, const uint8_t sig[TD__BACKFILL_SIG],
-                         const uint8_t key[TD__BACKFILL_KEY]);
+                         const uint8_t key[TD__BACKFILL_KEY],
+                         uint8_t digest_out[TD__BACKFILL_DIGEST]);
 /* A forwarded copy of member mi's update failed its signature: logged, counted. */
 void td__backfill_note_forged(td__session_t *s, size_t mi, uint64_t round);
+/* The digest of member mi's update of `round` that this node holds (this
+ * node's own included), noted when it decoded (signed runs only). */
+void td__backfill_note_digest(td__session_t *s, size_t mi, uint64_t round,
+                              const uint8_t digest[TD__BACKFILL_DIGEST]);
+/* Copies what td__backfill_note_digest noted into out; false when nothing. */
+bool td__backfill_digest_of(const td__session_t *s, size_t mi, uint64_t round,
+                            uint8_t out[TD__BACKFILL_DIGEST]);
+/* The digests of the updates of `round` of every member of `members` (bit:
+ * member index) into out, by member index; false when one is not held. */
+bool td__backfill_digests_of(const td__session_t *s, uint64_t round, uint64_t members,
+                             uint8_t out[64][TD__BACKFILL_DIGEST]);
+/* A member that follows the coordinator's set for the open round drops each
+ * update it holds whose digest is not the one the set names (a member that
+ * signed two updates for one round, each sent to some members): the copy
+ * the coordinator averaged is then asked for at once (td__backfill_ask),
+ * so every member averages the same updates. Logged, an update_mismatch
+ * event, counted. */
+void td__backfill_match_set(td__session_t *s);
 /* Keep member mi's decoded update of `round` to forward: takes *msg
  * (set to NULL) when kept; otherwise it stays the caller's. */
 void td__backfill_keep(td__session_t *s, size_t mi, uint64_t round, uint64_t samples,
@@ -638,6 +670,9 @@ void td__outbox_send(td__outbox_t *o, uint64_t round);
 bool td__outbox_sent(const td__outbox_t *o, uint64_t round);
 void td__outbox_skip_to(td__outbox_t *o, uint64_t round);
 const char *td__outbox_codec(const td__outbox_t *o);
+/* Whether every member gets the same bytes of this node's update (codec none
+ * or fp16, not auto): a digest of one copy then names them all. */
+bool td__outbox_same_bytes(const td__outbox_t *o);
 void td__on_ack(td__node_t *n, const Traind__Envelope *env, td__link_t *l, size_t bytes);
 
 /* ---- blob transfer and knowledge transfer (transfer.c) ------------------------------ */

@@ -24,6 +24,10 @@
 #      honest node averages the same updates and all end on one model (before,
 #      it closed every round without p's update while the others had it, and
 #      they parted).
+#  10. p signs two updates each round, one of them (scaled by 1.5) for one
+#      member only: the coordinator's set names the copy it averaged, the
+#      honest node holding the other drops it for that one, and all three
+#      end on one model (update_mismatch events; before, they parted).
 # Every run's figures are printed (ok: lines).
 . "${top_srcdir:-.}/tests/integration/cluster_lib.sh"
 POISON="${top_builddir:-$(pwd)}/tests/integration/traind_poison"
@@ -181,6 +185,27 @@ for n in "${HONEST[@]}"; do
   k=$(sql $n "SELECT count(*) FROM events WHERE kind = 'close_mismatch'")
   [ "$k" -eq 0 ] && pass "withhold: $n put no coordinator out on p's echoes" \
     || fail "withhold: $n put a coordinator out $k times on p's unsigned word"
+done
+
+# two-faced: p signs two updates each round, its own scaled by 1.5 for one
+# member and as computed for the others (codec none: each member gets the
+# same bytes otherwise). The coordinator's set names the digest of the copy
+# it averaged; an honest node holding the other copy drops it and takes the
+# coordinator's, so all three average the same (before, the one told
+# otherwise averaged its own copy and the honest models parted)
+mismatches() { sql "$1" "SELECT count(*) FROM events WHERE kind = 'update_mismatch' AND detail LIKE '% peer $p_id:%'"; }
+mm0=0
+for n in "${HONEST[@]}"; do mm0=$((mm0 + $(mismatches $n))); done
+# (K = 1: p's first link, to the coordinator, the member of lowest id, so
+# two honest nodes drop theirs; K = 2: another's, which drops its own)
+for k in 1 2; do
+  run_case two_faced_$k two-faced:$k trimmed:1 --set rounds=30 --set eval_every=30 \
+    --set verify_every=0
+  mm=0
+  for n in "${HONEST[@]}"; do mm=$((mm + $(mismatches $n))); done
+  mm=$((mm - mm0)) mm0=$((mm0 + mm))
+  [ "$mm" -ge 20 ] && pass "two-faced:$k: the honest nodes dropped p's other update $mm times (30 rounds)" \
+    || fail "two-faced:$k: the honest nodes dropped p's other update $mm times in 30 rounds"
 done
 
 # without the norm bound the coordinate-wise trimming alone holds off the flip,

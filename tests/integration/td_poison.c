@@ -28,6 +28,10 @@
  *   close-withhold:HEX  the same as withhold:HEX, and as the run's
  *                      coordinator it sends HEX no RoundClose either
  *                      (td__link_send);
+ *   two-faced:K        the update to one member (the K-th link it encodes
+ *                      for, counted from 1 since the mode last changed) is
+ *                      scaled by 1.5, to the others it goes out as computed:
+ *                      two updates for each round, each signed;
  *   equivocate:HEX     updates go out as computed; as the run's coordinator
  *                      it closes each round twice (td__roundclose_send), on
  *                      its set to every member but HEX and on that set less
@@ -67,8 +71,10 @@ void __real_td__backfill_digest(uint64_t run, uint64_t origin, uint64_t round, u
 void __wrap_td__backfill_digest(uint64_t run, uint64_t origin, uint64_t round, uint64_t samples,
                                 const uint8_t *msg, size_t len,
                                 uint8_t out[TD__BACKFILL_DIGEST]);
-void __real_td__roundclose_send(td__session_t *s, uint64_t round, uint64_t members);
-void __wrap_td__roundclose_send(td__session_t *s, uint64_t round, uint64_t members);
+void __real_td__roundclose_send(td__session_t *s, uint64_t round, uint64_t members,
+                                const uint8_t (*digests)[32]);
+void __wrap_td__roundclose_send(td__session_t *s, uint64_t round, uint64_t members,
+                                const uint8_t (*digests)[32]);
 int __real_td__link_send(td__transport_t *t, td__link_t *l, Traind__Envelope *env);
 int __wrap_td__link_send(td__transport_t *t, td__link_t *l, Traind__Envelope *env);
 
@@ -92,8 +98,23 @@ static float *poisoned_copy(const td_link_codec_t *lc, const float *delta, size_
   char mode[32];
   poison_mode(mode, sizeof mode);
   bool huge = strcmp(mode, "huge") == 0, flip = strcmp(mode, "flip") == 0;
+  bool two_faced = strncmp(mode, "two-faced:", 10) == 0, odd = false;
+  static const td_link_codec_t *links[16]; /* two-faced: the links in the order first seen */
+  static char links_mode[32];                /* ...since this mode was read */
   *rc = 0;
-  if (!huge && !flip)
+  if (strcmp(mode, links_mode) != 0) {
+    memset(links, 0, sizeof links);
+    snprintf(links_mode, sizeof links_mode, "%s", mode);
+  }
+  if (two_faced) {
+    size_t k = strtoul(mode + 10, NULL, 10), i = 0;
+    while (i < 16 && links[i] != NULL && links[i] != lc)
+      i++;
+    if (i < 16 && links[i] == NULL)
+      links[i] = lc;
+    odd = i + 1 == k;
+  }
+  if (!huge && !flip && !odd)
     return NULL;
   size_t numel = td_link_codec_numel(lc);
   float *poisoned = calloc(numel, sizeof *poisoned);
@@ -102,7 +123,7 @@ static float *poisoned_copy(const td_link_codec_t *lc, const float *delta, size_
     return NULL;
   }
   for (size_t i = offset; i < offset + count && i < numel; i++)
-    poisoned[i] = huge ? copysignf(1e30f, delta[i]) : -10.0f * delta[i];
+    poisoned[i] = huge ? copysignf(1e30f, delta[i]) : (flip ? -10.0f : 1.5f) * delta[i];
   return poisoned;
 }
 
@@ -207,11 +228,12 @@ void __wrap_td__link_queue(td__link_t *l, td_prio_t prio, uint8_t *frame, size_t
  * Loop thread only. */
 static int equivocating;
 
-void __wrap_td__roundclose_send(td__session_t *s, uint64_t round, uint64_t members) {
+void __wrap_td__roundclose_send(td__session_t *s, uint64_t round, uint64_t members,
+                                const uint8_t (*digests)[32]) {
   char mode[32];
   poison_mode(mode, sizeof mode);
   if (strncmp(mode, "equivocate:", 11) != 0) {
-    __real_td__roundclose_send(s, round, members);
+    __real_td__roundclose_send(s, round, members, digests);
     return;
   }
   uint64_t other = members;
@@ -221,9 +243,9 @@ void __wrap_td__roundclose_send(td__session_t *s, uint64_t round, uint64_t membe
       break;
     }
   equivocating = 1;
-  __real_td__roundclose_send(s, round, members);
+  __real_td__roundclose_send(s, round, members, digests);
   equivocating = 2;
-  __real_td__roundclose_send(s, round, other);
+  __real_td__roundclose_send(s, round, other, digests);
   equivocating = 0;
 }
 

@@ -49,26 +49,31 @@ END_TEST
 START_TEST(a_signed_update_verifies_and_nothing_else_does) {
   uint8_t sig[TD__BACKFILL_SIG];
   sign(1, 2, 3, 64, sec, sig);
-  ck_assert(td__backfill_verify(1, 2, 3, 64, msg, LEN, sig, pub));
+  ck_assert(td__backfill_verify(1, 2, 3, 64, msg, LEN, sig, pub, NULL));
+  /* the digest it checked, for the coordinator's set to name */
+  uint8_t checked[TD__BACKFILL_DIGEST], want[TD__BACKFILL_DIGEST];
+  ck_assert(td__backfill_verify(1, 2, 3, 64, msg, LEN, sig, pub, checked));
+  td__backfill_digest(1, 2, 3, 64, msg, LEN, want);
+  ck_assert(memcmp(checked, want, sizeof want) == 0);
   /* another run, origin, round or sample count */
-  ck_assert(!td__backfill_verify(9, 2, 3, 64, msg, LEN, sig, pub));
-  ck_assert(!td__backfill_verify(1, 9, 3, 64, msg, LEN, sig, pub));
-  ck_assert(!td__backfill_verify(1, 2, 9, 64, msg, LEN, sig, pub));
-  ck_assert(!td__backfill_verify(1, 2, 3, 65, msg, LEN, sig, pub));
+  ck_assert(!td__backfill_verify(9, 2, 3, 64, msg, LEN, sig, pub, NULL));
+  ck_assert(!td__backfill_verify(1, 9, 3, 64, msg, LEN, sig, pub, NULL));
+  ck_assert(!td__backfill_verify(1, 2, 9, 64, msg, LEN, sig, pub, NULL));
+  ck_assert(!td__backfill_verify(1, 2, 3, 65, msg, LEN, sig, pub, NULL));
   /* another member's key */
-  ck_assert(!td__backfill_verify(1, 2, 3, 64, msg, LEN, sig, other_pub));
+  ck_assert(!td__backfill_verify(1, 2, 3, 64, msg, LEN, sig, other_pub, NULL));
   /* any changed byte of the message, or a shorter one */
   for (int i = 0; i < LEN; i += 97) {
     msg[i] ^= 0x10;
-    ck_assert(!td__backfill_verify(1, 2, 3, 64, msg, LEN, sig, pub));
+    ck_assert(!td__backfill_verify(1, 2, 3, 64, msg, LEN, sig, pub, NULL));
     msg[i] ^= 0x10;
   }
-  ck_assert(!td__backfill_verify(1, 2, 3, 64, msg, LEN - 1, sig, pub));
+  ck_assert(!td__backfill_verify(1, 2, 3, 64, msg, LEN - 1, sig, pub, NULL));
   /* a signature by another key over the same update */
   uint8_t forged[TD__BACKFILL_SIG];
   sign(1, 2, 3, 64, other_sec, forged);
-  ck_assert(!td__backfill_verify(1, 2, 3, 64, msg, LEN, forged, pub));
-  ck_assert(td__backfill_verify(1, 2, 3, 64, msg, LEN, sig, pub)); /* unchanged after all that */
+  ck_assert(!td__backfill_verify(1, 2, 3, 64, msg, LEN, forged, pub, NULL));
+  ck_assert(td__backfill_verify(1, 2, 3, 64, msg, LEN, sig, pub, NULL)); /* unchanged after all that */
 }
 END_TEST
 

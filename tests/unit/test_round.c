@@ -207,7 +207,7 @@ END_TEST
 /* A message that is to come again by another way (backfill: a copy from
  * another member) starts over: its chunks so far, or a message that did
  * not decode, are dropped and it is waited for again; one in the average
- * stays. */
+ * stays, unless refused first (td_round_refuse_peer). */
 START_TEST(a_restarted_update_starts_over) {
   static float d[NUMEL], other[NUMEL];
   for (int i = 0; i < NUMEL; i++) {
@@ -259,6 +259,23 @@ START_TEST(a_restarted_update_starts_over) {
   ck_assert_int_eq(res, TD_CHUNK_COMPLETED);
   ck_assert(td_round_complete(r));
   ck_assert_uint_eq(td_round_collect(r, in, TD_AGG_MAX_INPUTS), 2);
+  /* 5's update in the average is not the one the coordinator averaged
+   * (another signed copy): refused, out of the average, waited for again
+   * once restarted, and the copy that comes then is the one averaged */
+  ck_assert(td_round_refuse_peer(r, 5));
+  ck_assert_int_eq(td_round_peer_state(r, 5), TD_PEER_REFUSED);
+  ck_assert(!td_round_refuse_peer(r, 5)); /* nothing held any more */
+  ck_assert_uint_eq(td_round_collect(r, in, TD_AGG_MAX_INPUTS), 1);
+  ck_assert(td_round_restart_peer(r, 5));
+  ck_assert(!td_round_complete(r));
+  send_msg(r, 5, 3, 8, msg, total, &res);
+  ck_assert_int_eq(res, TD_CHUNK_COMPLETED);
+  ck_assert_uint_eq(td_round_collect(r, in, TD_AGG_MAX_INPUTS), 2);
+  bool found = false;
+  for (int k = 0; k < 2; k++)
+    found |= in[k].weight == 8.0 && memcmp(in[k].delta, d, sizeof d) == 0;
+  ck_assert(found);
+  ck_assert(!td_round_refuse_peer(r, 99)); /* not a member */
   td_round_close(&r);
   free(bad);
   free(msg);

@@ -285,6 +285,35 @@ START_TEST(update_request_and_signature_are_checked) {
     }
     free(buf);
   }
+  /* its digests: 32 bytes per member of the set (0x3: two), with their
+   * signature of 64 bytes, or neither */
+  for (size_t i = 0; i < 6; i++) {
+    uint8_t dig[96] = {0}, dsig[65] = {0};
+    const size_t dlens[] = {64, 0, 32, 96, 64, 0};
+    const size_t slens[] = {64, 0, 64, 64, 0, 64};
+    Traind__RoundClose rc = TRAIND__ROUND_CLOSE__INIT;
+    rc.round = 3;
+    rc.members = 0x3;
+    rc.digests = (ProtobufCBinaryData){.len = dlens[i], .data = dig};
+    rc.digests_signature = (ProtobufCBinaryData){.len = slens[i], .data = dsig};
+    Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+    env.body_case = TRAIND__ENVELOPE__BODY_ROUND_CLOSE;
+    env.round_close = &rc;
+    uint8_t *buf;
+    size_t len;
+    char why[128] = "";
+    Traind__Envelope *got = NULL;
+    ck_assert_int_eq(td_wire_pack(&env, &buf, &len), 0);
+    int r = td_wire_unpack(&got, buf, len, why, sizeof why);
+    ck_assert_int_eq(r, i < 2 ? 0 : TD_EPROTO);
+    if (got != NULL) {
+      ck_assert_uint_eq(got->round_close->digests.len, dlens[i]);
+      td_wire_free(&got);
+    } else {
+      ck_assert_ptr_nonnull(strstr(why, "digests"));
+    }
+    free(buf);
+  }
   /* an update's own signature and the coordinator's echoed with it */
   uint8_t sig[65] = {0}, payload[4] = {0};
   const size_t lens[] = {64, 0, 63, 65};
