@@ -209,6 +209,21 @@ END_TEST
 /* An update request names a round and a member, or asks for the round's
  * close; an update's or a round close's signature, when it carries one, is
  * 64 bytes. */
+/* rc packed in an envelope and read back: td_wire_unpack's result, *got
+ * (NULL when refused) and its why. */
+static int close_round_trip(Traind__RoundClose *rc, Traind__Envelope **got, char *why,
+                            size_t why_len) {
+  Traind__Envelope env = TRAIND__ENVELOPE__INIT;
+  env.body_case = TRAIND__ENVELOPE__BODY_ROUND_CLOSE;
+  env.round_close = rc;
+  uint8_t *buf;
+  size_t len;
+  ck_assert_int_eq(td_wire_pack(&env, &buf, &len), 0);
+  int r = td_wire_unpack(got, buf, len, why, why_len);
+  free(buf);
+  return r;
+}
+
 START_TEST(update_request_and_signature_are_checked) {
   const uint64_t rounds[] = {7, 0, 7}, members[] = {9, 9, 0};
   for (size_t i = 0; i < 3; i++) {
@@ -269,21 +284,13 @@ START_TEST(update_request_and_signature_are_checked) {
     rc.members = 0x3;
     rc.coordinator = 5;
     rc.signature = (ProtobufCBinaryData){.len = rlens[i], .data = rsig};
-    Traind__Envelope env = TRAIND__ENVELOPE__INIT;
-    env.body_case = TRAIND__ENVELOPE__BODY_ROUND_CLOSE;
-    env.round_close = &rc;
-    uint8_t *buf;
-    size_t len;
     char why[128] = "";
     Traind__Envelope *got = NULL;
-    ck_assert_int_eq(td_wire_pack(&env, &buf, &len), 0);
-    int r = td_wire_unpack(&got, buf, len, why, sizeof why);
-    ck_assert_int_eq(r, i < 2 ? 0 : TD_EPROTO);
+    ck_assert_int_eq(close_round_trip(&rc, &got, why, sizeof why), i < 2 ? 0 : TD_EPROTO);
     if (got != NULL) {
       ck_assert_uint_eq(got->round_close->coordinator, 5);
       td_wire_free(&got);
     }
-    free(buf);
   }
   /* its digests: 32 bytes per member of the set (0x3: two), with their
    * signature of 64 bytes, or neither */
@@ -296,23 +303,15 @@ START_TEST(update_request_and_signature_are_checked) {
     rc.members = 0x3;
     rc.digests = (ProtobufCBinaryData){.len = dlens[i], .data = dig};
     rc.digests_signature = (ProtobufCBinaryData){.len = slens[i], .data = dsig};
-    Traind__Envelope env = TRAIND__ENVELOPE__INIT;
-    env.body_case = TRAIND__ENVELOPE__BODY_ROUND_CLOSE;
-    env.round_close = &rc;
-    uint8_t *buf;
-    size_t len;
     char why[128] = "";
     Traind__Envelope *got = NULL;
-    ck_assert_int_eq(td_wire_pack(&env, &buf, &len), 0);
-    int r = td_wire_unpack(&got, buf, len, why, sizeof why);
-    ck_assert_int_eq(r, i < 2 ? 0 : TD_EPROTO);
+    ck_assert_int_eq(close_round_trip(&rc, &got, why, sizeof why), i < 2 ? 0 : TD_EPROTO);
     if (got != NULL) {
       ck_assert_uint_eq(got->round_close->digests.len, dlens[i]);
       td_wire_free(&got);
     } else {
       ck_assert_ptr_nonnull(strstr(why, "digests"));
     }
-    free(buf);
   }
   /* an update's own signature and the coordinator's echoed with it */
   uint8_t sig[65] = {0}, payload[4] = {0};
