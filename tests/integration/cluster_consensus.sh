@@ -8,7 +8,9 @@
 # cluster:
 #  1. clean: the reference; a, b and c end on one model and name nobody;
 #  2. p lies about its capacity: a, b and c still end on one model (same
-#     final test accuracy to all digits) within 1 point of the clean run; no
+#     final test accuracy to all digits) within 1 point of the clean run (a
+#     gap of exactly 1 point at the 4 digits status prints counts as within:
+#     0.8174 against 0.8274 was 0.0100000000000000089 in awk); no
 #     honest member's samples were cut to a plan (the batch plans agreed);
 #     every honest node names p (status --json outliers: mismatched, a
 #     capacity_mismatch event in its ledger; status's text and the log);
@@ -82,7 +84,7 @@ done
 
 run_case capacity capacity
 one_model "p lies about its capacity"
-awk -v a="$acc_a" -v r="$clean_acc" 'BEGIN { d = a - r; if (d < 0) d = -d; exit !(a != "" && d <= 0.01) }' \
+awk -v a="$acc_a" -v r="$clean_acc" 'BEGIN { d = a - r; if (d < 0) d = -d; exit !(a != "" && d <= 0.01 + 1e-9) }' \
   && pass "p lies about its capacity: $acc_a, clean $clean_acc (within 1 point)" \
   || fail "p lies about its capacity: $acc_a, clean $clean_acc"
 for n in "${HONEST[@]}"; do
@@ -103,13 +105,13 @@ grep -q "member $p_id: the members heard different capacities from it" "$T/a.log
 
 run_case echo both
 one_model "p lies about its capacity and the others'"
-awk -v a="$acc_a" -v r="$clean_acc" 'BEGIN { d = a - r; if (d < 0) d = -d; exit !(a != "" && d <= 0.01) }' \
+awk -v a="$acc_a" -v r="$clean_acc" 'BEGIN { d = a - r; if (d < 0) d = -d; exit !(a != "" && d <= 0.01 + 1e-9) }' \
   && pass "p lies about everyone's capacity: $acc_a, clean $clean_acc (within 1 point)" \
   || fail "p lies about everyone's capacity: $acc_a, clean $clean_acc"
 
 run_case samples samples
 one_model "p claims other samples to each node"
-awk -v a="$acc_a" -v r="$clean_acc" 'BEGIN { d = a - r; if (d < 0) d = -d; exit !(a != "" && d <= 0.01) }' \
+awk -v a="$acc_a" -v r="$clean_acc" 'BEGIN { d = a - r; if (d < 0) d = -d; exit !(a != "" && d <= 0.01 + 1e-9) }' \
   && pass "p claims other samples to each node: $acc_a, clean $clean_acc (within 1 point)" \
   || fail "p claims other samples to each node: $acc_a, clean $clean_acc"
 finish
