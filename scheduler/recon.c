@@ -5,8 +5,10 @@
  * double sum of the decoded messages. Our own messages live in a small ring
  * of their own so a member that lost chunks can ask again after we reconciled.
  * A hub's mean (fp32) is held whole in its slot, checked when it completes and
- * decoded again when the round is taken. Every size in a chunk is checked
- * before memory is touched. */
+ * decoded again when the round is taken. Under a robust rule
+ * (td_recon_set_rule) each completed message is kept as it came and the
+ * round's messages are combined by that rule when it is taken. Every size in
+ * a chunk is checked before memory is touched. */
 #include "scheduler/recon.h"
 
 #include <math.h>
@@ -15,6 +17,7 @@
 
 #include "compress/codec.h"
 #include "common/error.h"
+#include "scheduler/aggregate.h"
 
 /* td_recon_plan: a member may be the hub when its uplink is at least this
  * fraction of the best (near-equal members do not flip the choice between
@@ -34,6 +37,7 @@ typedef struct {
 typedef struct {
   bool used, own_in;
   uint64_t round;
+  size_t self;       /* our member index (td_recon_own) */
   uint64_t expected; /* members waited for (bit = member index) */
   uint64_t done;     /* members whose message completed (counted or rejected) */
   uint64_t counted;  /* members in the sum */
@@ -65,6 +69,8 @@ struct td_recon {
   td_link_codec_t *enc;   /* fp16: no residual, deterministic */
   td_link_codec_t *enc32; /* none (fp32): a hub's mean, exact */
   float *scratch;       /* numel: one decoded message */
+  bool robust;          /* combine by rule, not by the mean; no hub's mean */
+  td_agg_spec_t rule;
   slot_t slots[TD_RECON_SLOTS];
   own_t own[OWN_HELD];
   uint64_t max_taken;
@@ -117,6 +123,14 @@ void td_recon_close(td_recon_t **self_p) {
 
 size_t td_recon_message_bytes(const td_recon_t *c) { return c->msg_bytes; }
 size_t td_recon_mean_bytes(const td_recon_t *c) { return c->mean_bytes; }
+
+void td_recon_set_rule(td_recon_t *c, const td_agg_spec_t *rule) {
+  c->robust = rule != NULL && (rule->kind != TD_AGG_MEAN || rule->norm_bound > 0);
+  if (c->robust)
+    c->rule = *rule;
+}
+
+bool td_recon_robust(const td_recon_t *c) { return c->robust; }
 
 size_t td_recon_plan(const double *uplink, uint64_t expected, td_recon_via_t via,
                      size_t msg_bytes, double *hub_s) {
@@ -224,6 +238,7 @@ int td_recon_own(td_recon_t *c, uint64_t round, const float *d, size_t self, uin
   if (!add_message(c, s, copy, n, why, why_len))
     return TD_EPROTO; /* cannot happen for a finite d */
   s->own_in = true;
+  s->self = self;
   s->own_at = now;
   s->expected = expected;
   s->done |= (uint64_t)1 << self;
@@ -295,8 +310,10 @@ int td_recon_chunk(td_recon_t *c, uint64_t round, size_t member, uint64_t offset
   }
   s->done |= (uint64_t)1 << member;
   bool ok = add_message(c, s, m->buf, (size_t)total, why, why_len);
-  free(m->buf);
-  m->buf = NULL;
+  if (!ok || !c->robust) { /* under a rule it is combined when the round is taken */
+    free(m->buf);
+    m->buf = NULL;
+  }
   if (ok)
     s->counted |= (uint64_t)1 << member;
   *result = ok ? TD_RECON_COMPLETED : TD_RECON_REJECTED;
@@ -312,6 +329,11 @@ int td_recon_mean_chunk(td_recon_t *c, uint64_t round, size_t hub, uint64_t offs
     return td_why(why, why_len, TD_EPROTO,
                   "reconciled mean chunk of %zu bytes at %llu of %llu (a mean is %zu bytes)", len,
                   (unsigned long long)offset, (unsigned long long)total, c->mean_bytes);
+  if (c->robust) { /* one member's float would set every model: never on trust */
+    *result = TD_RECON_REJECTED;
+    td_why(why, why_len, TD_EPROTO, "a hub's mean is not taken under a robust aggregate");
+    return 0;
+  }
   slot_t *s = slot_for_chunk(c, round, now, result);
   if (s == NULL)
     return 0;
@@ -392,6 +414,44 @@ static unsigned popcount64(uint64_t x) {
   return n;
 }
 
+/* The counted messages of s combined by the rule into out; *refused gets
+ * the members the rule rejected. Every node that counted the same members
+ * computes the same floats (td_agg_apply sorts by member index). Out of
+ * memory: out is our own anchor as sent, nobody is combined (no move). */
+static void combine(td_recon_t *c, slot_t *s, float *out, unsigned *used, uint64_t *refused) {
+  unsigned k = popcount64(s->counted);
+  float *dec = k > 0 ? malloc((size_t)k * c->numel * sizeof *dec) : NULL;
+  td_agg_input_t *in = k > 0 ? calloc(k, sizeof *in) : NULL;
+  const uint8_t *own = NULL;
+  size_t own_len = 0;
+  *refused = 0;
+  if (dec == NULL || in == NULL || !td_recon_own_message(c, s->round, &own, &own_len)) {
+    *used = 1;
+    if (own == NULL || td_codec_decode_message(c->layout, own, own_len, out, NULL, NULL, 0) != 0)
+      memset(out, 0, c->numel * sizeof *out); /* cannot happen: own_in holds it */
+    free(dec);
+    free(in);
+    return;
+  }
+  size_t n = 0;
+  for (size_t j = 0; j < TD_RECON_MAX_MEMBERS && n < k; j++) {
+    if (!(s->counted >> j & 1))
+      continue;
+    const uint8_t *msg = j == s->self ? own : s->m[j].buf;
+    size_t len = j == s->self ? own_len : c->msg_bytes;
+    float *x = dec + n * c->numel;
+    if (msg == NULL || td_codec_decode_message(c->layout, msg, len, x, NULL, NULL, 0) != 0)
+      continue; /* checked when it completed: cannot happen */
+    in[n++] = (td_agg_input_t){.id = j, .delta = x, .weight = 1};
+  }
+  *used = (unsigned)td_agg_apply(&c->rule, in, n, c->numel, out, NULL);
+  for (size_t i = 0; i < n; i++)
+    if (in[i].verdict == TD_AGG_REJECTED)
+      *refused |= (uint64_t)1 << in[i].id;
+  free(dec);
+  free(in);
+}
+
 bool td_recon_take(td_recon_t *c, double now, double timeout, float *mean, td_recon_taken_t *t) {
   slot_t *best = NULL;
   for (size_t i = 0; i < TD_RECON_SLOTS; i++) {
@@ -417,6 +477,9 @@ bool td_recon_take(td_recon_t *c, double now, double timeout, float *mean, td_re
     t->used = best->mean_used;
     t->expected = best->mean_expected;
     t->hub = best->mean_hub;
+  } else if (c->robust) {
+    combine(c, best, mean, &t->used, &t->refused);
+    t->expected = popcount64(best->expected);
   } else {
     unsigned k = popcount64(best->counted);
     for (size_t i = 0; i < c->numel; i++)

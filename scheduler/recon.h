@@ -21,7 +21,12 @@
  * so a 2 Mbit/s node sends one message instead of k - 1. The hub's mean is the
  * float the members would have computed themselves from the same messages, so
  * a member that falls back to collecting (the hub is slow or gone) ends on the
- * same model. Pure bookkeeping, no sockets: unit-tested in
+ * same model.
+ *
+ * Under a robust aggregate (td_recon_set_rule) the mean would hand any one
+ * member the final model: the round's anchors are combined by the run's rule
+ * instead (each member weighted 1), and a hub's mean is refused, for it
+ * would be taken on trust. Pure bookkeeping, no sockets: unit-tested in
  * tests/unit/test_recon.c. */
 #ifndef TD_RECON_H
 #define TD_RECON_H
@@ -32,6 +37,7 @@
 
 #include "compute/params.h"
 #include "proto/limits.h"
+#include "scheduler/aggregate.h"
 
 #define TD_RECON_SLOTS 2
 #define TD_RECON_MAX_MEMBERS TD_MAX_RUN_MEMBERS
@@ -53,6 +59,14 @@ typedef enum {
  * owns *out. */
 int td_recon_open(td_recon_t **out, const td_layout_t *layout);
 void td_recon_close(td_recon_t **self_p);
+
+/* The run's aggregate rule (copied). A robust one (a kind other than the
+ * mean, or a norm bound) makes td_recon_take combine the anchors by it, keeps
+ * each member's message until then (one fp16 model per member), and refuses
+ * every hub's mean chunk (REJECTED); NULL or the plain mean: the mean. Set
+ * before the first message. */
+void td_recon_set_rule(td_recon_t *c, const td_agg_spec_t *rule);
+bool td_recon_robust(const td_recon_t *c);
 
 /* Bytes of every member's message (exact: fp16 for the layout). */
 size_t td_recon_message_bytes(const td_recon_t *c);
@@ -130,13 +144,16 @@ typedef struct {
   uint64_t round;
   unsigned used, expected; /* members counted in the mean / waited for */
   size_t hub;              /* the member whose mean this is, TD_RECON_MESH: collected here */
-  uint64_t want_mean;      /* collected here: members that sent to us as their hub */
+  uint64_t want_mean;      /* collected here: members that sent to us as their hub
+                              (never under a robust rule) */
+  uint64_t refused;        /* robust rule: members whose anchor it rejected (bit = index) */
 } td_recon_taken_t;
 
 /* The oldest round whose messages are all in, whose hub's mean came, or that
  * has waited `timeout` seconds since our own contribution (then with the
- * messages that came): writes the mean into mean (numel floats), fills *t and
- * frees the slot. False when none is ready. */
+ * messages that came): writes the mean (under a robust rule: the anchors
+ * combined by it) into mean (numel floats), fills *t and frees the slot.
+ * False when none is ready. */
 bool td_recon_take(td_recon_t *c, double now, double timeout, float *mean, td_recon_taken_t *t);
 
 #endif

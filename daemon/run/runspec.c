@@ -23,6 +23,7 @@
 #include "compute/data/text.h"
 #include "compress/codec.h"
 #include "scheduler/overlap.h"
+#include "scheduler/recon.h"
 
 #define N_KEYS td__run_keys_n
 
@@ -375,6 +376,14 @@ int td_runspec_validate(const td_runspec_t *rs, char *why, size_t why_len) {
     return td_why(why, why_len, TD_ECONFIG,
                   "%s = %s: needs rounds (mode sync or overlap); async adds each update as "
                   "it arrives", agg.kind != TD_AGG_MEAN ? "aggregate" : "norm_bound",
+                  agg.kind != TD_AGG_MEAN ? rs->aggregate : rs->norm_bound);
+  if ((agg.kind != TD_AGG_MEAN || agg.norm_bound > 0) && td_runspec_reconciles(rs) &&
+      rs->reconcile_via_kind == TD_RECON_VIA_HUB)
+    return td_why(why, why_len, TD_ECONFIG,
+                  "reconcile_via = hub: every member would take the hub's mean on trust, "
+                  "which %s = %s is there to prevent; use mesh or auto (which reconcile "
+                  "through the mesh under a robust rule)",
+                  agg.kind != TD_AGG_MEAN ? "aggregate" : "norm_bound",
                   agg.kind != TD_AGG_MEAN ? rs->aggregate : rs->norm_bound);
   int rc = check_scaffold(rs, &agg, why, why_len);
   if (rc != 0)

@@ -255,6 +255,10 @@ int td__policy_check(const td__policy_t *p, td_runspec_t *spec, size_t n_members
    * evaluates beside training (run_eval.c); whether this node will open one
    * (its rank, its backend) is not known yet, so it is always counted */
   uint64_t copies = RUN_COPIES + n_members + (spec->checkpoint_every > 0 ? CHECKPOINT_COPIES : 0);
+  td_agg_spec_t agg;
+  td_runspec_agg(spec, &agg);
+  if (td_runspec_reconciles(spec) && (agg.kind != TD_AGG_MEAN || agg.norm_bound > 0))
+    copies += (3 * n_members + 1) / 2; /* a robust reconciliation: each anchor in fp16, then fp32 */
   bytes = 2 * (bytes + params * sizeof(float) * states) + params * sizeof(float) * copies;
   if (bytes > p->max_bytes)
     return td_why(why, why_len, TD_ERANGE,

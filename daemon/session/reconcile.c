@@ -10,7 +10,10 @@
  * stops growing for TD__RECON_STALL_S is asked for again from its offset (a
  * member waiting on a hub asks every member once the hub's expected time has
  * passed); after round_timeout the mean goes out with the messages that
- * came. The compute thread moves its anchor by mean - own. */
+ * came. The compute thread moves its anchor by mean - own. Under a robust
+ * aggregate the anchors are combined by the run's rule, always over the mesh
+ * (td_recon_set_rule): a member whose anchor it refuses is logged and
+ * recorded (anchor_outlier). */
 #include "daemon/session/shared.h"
 
 #include <inttypes.h>
@@ -45,6 +48,11 @@ int td__reconcile_open(td__reconcile_t **out, td__session_t *s) {
   int rc = td_recon_open(&r->recon, td_run_layout(s->run));
   if (rc == 0 && (r->mean = malloc(td_run_numel(s->run) * sizeof(float))) == NULL)
     rc = TD_ENOMEM;
+  if (rc == 0) { /* a robust run's rule holds for the anchors too */
+    td_agg_spec_t agg;
+    td_runspec_agg(&s->spec, &agg);
+    td_recon_set_rule(r->recon, &agg);
+  }
   return rc;
 }
 
@@ -111,6 +119,14 @@ static void deliver(td__reconcile_t *r) {
       snprintf(via, sizeof via, ", hub: mean sent to %u", send_mean(r, &t));
       r->as_hub++;
     }
+    for (size_t i = 0; i < s->n_members && t.refused != 0; i++)
+      if (t.refused >> i & 1) {
+        td_log_warn("round %" PRIu64 ": the anchor of %016" PRIx64 " is refused by the "
+                    "run's aggregate rule (reconciliation)", t.round, s->members[i]);
+        td__ledger_event(s->node->ledger, "anchor_outlier",
+                         "%016" PRIx64 " round %" PRIu64 ": anchor refused", s->members[i],
+                         t.round);
+      }
     td_run_reconciled(s->run, t.round, r->mean);
     r->reconciled++;
     if (t.used < t.expected) {
@@ -155,8 +171,9 @@ void td__reconcile_own(td__session_t *s, td_run_event_t *ev) {
   if (rc != 0)
     return;
   double hub_s;
-  size_t hub = td_recon_plan(uplink, expected, (td_recon_via_t)s->spec.reconcile_via_kind, len,
-                             &hub_s);
+  td_recon_via_t via = td_recon_robust(r->recon) ? TD_RECON_VIA_MESH /* no hub on trust */
+                                                 : (td_recon_via_t)s->spec.reconcile_via_kind;
+  size_t hub = td_recon_plan(uplink, expected, via, len, &hub_s);
   td__link_t *hl = hub != TD_RECON_MESH && hub != s->rank
                        ? td__link_find(s->node->net, s->members[hub])
                        : NULL;

@@ -8,7 +8,8 @@
  * Through a hub: the plan picks one only where the uplinks make it faster;
  * members take the hub's fp32 mean and end bit for bit where the hub and a
  * member collecting for itself end; a malformed, NaN or silent hub leaves the
- * round to its own collection. */
+ * round to its own collection. Under a robust rule a poisoned anchor is
+ * refused alike on two collectors and no hub's mean is taken. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -145,6 +146,101 @@ START_TEST(mean_is_identical_in_any_order_and_matches_the_reference) {
   free(ref);
   free(ma);
   free(mb);
+  td_recon_close(&a);
+  td_recon_close(&b);
+}
+END_TEST
+
+/* Under trimmed:1 (norm bound 5) a member whose anchor is its own x -10 is
+ * refused by the norm bound on both collectors, whatever the order; both end
+ * on the mean of the three others bit for bit, far from the plain mean; a
+ * hub's mean is refused and a member asking us to be its hub is not served. */
+START_TEST(a_robust_rule_combines_the_anchors_and_takes_no_hub) {
+  const uint64_t all = (1u << K) - 1;
+  td_agg_spec_t rule;
+  ck_assert_int_eq(td_agg_parse(&rule, "trimmed:1", NULL, 0), 0);
+  rule.norm_bound = -1;
+  td_agg_resolve(&rule);
+  /* member 3's poisoned message */
+  float *bad = malloc(numel * sizeof(float));
+  for (size_t j = 0; j < numel; j++)
+    bad[j] = -10.0f * d[3][j];
+  td_recon_t *tmp;
+  const uint8_t *m;
+  size_t len;
+  ck_assert_int_eq(td_recon_open(&tmp, layout), 0);
+  ck_assert_int_eq(td_recon_own(tmp, 25, bad, 3, 1u << 3, 0, &m, &len, NULL, 0), 0);
+  uint8_t *bad_msg = malloc(len);
+  memcpy(bad_msg, m, len);
+  td_recon_close(&tmp);
+  td_recon_t *a, *b;
+  ck_assert_int_eq(td_recon_open(&a, layout), 0);
+  ck_assert_int_eq(td_recon_open(&b, layout), 0);
+  td_recon_set_rule(a, &rule);
+  td_recon_set_rule(b, &rule);
+  ck_assert(td_recon_robust(a));
+  td_recon_result_t res;
+  /* a is member 0: own, then 1, 2 and the bad 3, which asks a to be its hub */
+  ck_assert_int_eq(td_recon_own(a, 25, d[0], 0, all, 0, &m, &len, NULL, 0), 0);
+  feed_all(a, 25, 1);
+  feed_all(a, 25, 2);
+  for (uint64_t off = 0; off < msg_len; off += CHUNK)
+    ck_assert_int_eq(td_recon_chunk(a, 25, 3, off, msg_len, bad_msg + off,
+                                    msg_len - off < CHUNK ? msg_len - off : CHUNK, true, 1.0,
+                                    &res, NULL, 0), 0);
+  /* b is member 2: the bad one first, then 1 and 0, its own last */
+  for (uint64_t off = 0; off < msg_len; off += CHUNK)
+    ck_assert_int_eq(td_recon_chunk(b, 25, 3, off, msg_len, bad_msg + off,
+                                    msg_len - off < CHUNK ? msg_len - off : CHUNK, false, 1.0,
+                                    &res, NULL, 0), 0);
+  feed_all(b, 25, 1);
+  feed_all(b, 25, 0);
+  /* a hub's mean is never taken under the rule */
+  float *fake = calloc(numel, sizeof(float));
+  td_recon_t *enc;
+  ck_assert_int_eq(td_recon_open(&enc, layout), 0);
+  ck_assert_int_eq(td_recon_encode_mean(enc, fake, &m, &len), 0);
+  ck_assert_int_eq(td_recon_mean_chunk(b, 25, 3, 0, len, m, len < CHUNK ? len : CHUNK, 4, 4, 1.0,
+                                       &res, NULL, 0), 0);
+  ck_assert_int_eq(res, TD_RECON_REJECTED);
+  td_recon_close(&enc);
+  ck_assert_int_eq(td_recon_own(b, 25, d[2], 2, all, 2.0, &m, &len, NULL, 0), 0);
+  float *ma = malloc(numel * sizeof(float)), *mb = malloc(numel * sizeof(float));
+  td_recon_taken_t ta, tb;
+  ck_assert(td_recon_take(a, 2.0, 100, ma, &ta));
+  ck_assert(td_recon_take(b, 2.0, 100, mb, &tb));
+  ck_assert(memcmp(ma, mb, numel * sizeof(float)) == 0);
+  ck_assert_uint_eq(ta.refused, 1u << 3);
+  ck_assert_uint_eq(tb.refused, 1u << 3);
+  ck_assert_uint_eq(ta.used, 3);
+  ck_assert_uint_eq(ta.expected, K);
+  ck_assert_uint_eq(ta.want_mean, 0); /* 3 asked a to be its hub: not served */
+  ck_assert_uint_eq(ta.hub, TD_RECON_MESH);
+  /* reference: the mean of members 0-2 as decoded (fp16 sums are exact in double) */
+  float *x = malloc(numel * sizeof(float));
+  double *ref = calloc(numel, sizeof *ref), *with_bad = calloc(numel, sizeof *with_bad);
+  for (size_t i = 0; i < K; i++) {
+    ck_assert_int_eq(td_codec_decode_message(layout, i == 3 ? bad_msg : msg[i], msg_len, x, NULL,
+                                             NULL, 0), 0);
+    for (size_t j = 0; j < numel; j++) {
+      ref[j] += i < 3 ? x[j] : 0;
+      with_bad[j] += x[j];
+    }
+  }
+  double far = 0;
+  for (size_t j = 0; j < numel; j++) {
+    ck_assert(ma[j] == (float)(ref[j] / 3));
+    far = fmax(far, fabs(ma[j] - with_bad[j] / K));
+  }
+  ck_assert_msg(far > 0.1, "the plain mean would be %g away", far);
+  free(x);
+  free(ref);
+  free(with_bad);
+  free(fake);
+  free(ma);
+  free(mb);
+  free(bad);
+  free(bad_msg);
   td_recon_close(&a);
   td_recon_close(&b);
 }
@@ -441,6 +537,7 @@ int main(void) {
   TCase *tc = tcase_create("core");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, mean_is_identical_in_any_order_and_matches_the_reference);
+  tcase_add_test(tc, a_robust_rule_combines_the_anchors_and_takes_no_hub);
   tcase_add_test(tc, gaps_are_refused_and_asked_again);
   tcase_add_test(tc, hostile_and_missing_members_do_not_block_a_round);
   tcase_add_test(tc, two_rounds_at_most_in_flight);

@@ -1,7 +1,8 @@
 /* test_runspec.c: run keys. Defaults are valid, every bad value is refused
  * with a reason that names the key, INI files and --set flags go through the
  * same table, the canonical text form round-trips through an INI file, and
- * the aggregation keys resolve `auto` and refuse a robust rule without rounds. */
+ * the aggregation keys resolve `auto` and refuse a robust rule without rounds
+ * or with a hub for the anchors. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -511,6 +512,18 @@ START_TEST(aggregate_keys_resolve_and_need_rounds) {
   ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), TD_ECONFIG);
   ck_assert_ptr_nonnull(strstr(why, "norm_bound = 8"));
   ck_assert_int_eq(td_runspec_set(&rs, "norm_bound", "auto", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), 0);
+  /* a hub's mean of the anchors would be taken on trust: refused under a
+   * robust rule where anchors are reconciled (a lossy codec), not elsewhere */
+  ck_assert_int_eq(td_runspec_set(&rs, "mode", "sync", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_set(&rs, "reconcile_via", "hub", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), 0); /* mean */
+  ck_assert_int_eq(td_runspec_set(&rs, "aggregate", "trimmed:1", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), 0); /* codec none: no anchors */
+  ck_assert_int_eq(td_runspec_set(&rs, "codec", "fp16", why, sizeof why), 0);
+  ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), TD_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(why, "reconcile_via = hub"));
+  ck_assert_int_eq(td_runspec_set(&rs, "reconcile_via", "auto", why, sizeof why), 0);
   ck_assert_int_eq(td_runspec_validate(&rs, why, sizeof why), 0);
 }
 END_TEST
