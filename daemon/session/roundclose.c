@@ -27,6 +27,12 @@
  * a member that signed two updates for one round and sent each to some
  * members holds no one to its choice, for a node whose copy differs drops
  * it and takes the coordinator's (backfill.c, td__backfill_match_set).
+ * A close naming fewer members than the run's rule needs to outvote one bad
+ * member (trimmed:B 2B + 1, median, clip and a norm bound 3; at most a
+ * majority of the members taking part) would have every node average what
+ * its coordinator chose, its own update alone say: that coordinator is put
+ * out of the run, and the signed close goes to every member, each of which
+ * puts it out on the same proof (close_refused).
  * rounds.c hands this file the message and then closes the round; this file
  * never calls rounds.c. */
 #include "daemon/session/shared.h"
@@ -258,6 +264,19 @@ static bool close_signed(td__session_t *s, uint64_t by, uint64_t round, uint64_t
   return crypto_sign_verify_detached(sig, digest, sizeof digest, key) == 0;
 }
 
+/* Coordinator ci proved itself hostile with a close it signed: out of the run
+ * for its remainder (its updates are averaged no more, and the member of
+ * next lowest id coordinates). */
+static void put_out(td__session_t *s, size_t ci, const char *why) {
+  s->out[ci] = true;
+  s->away[ci] = false;
+  s->since[ci] = UINT64_MAX;
+  td_round_forget_peer(s->collector, s->members[ci]);
+  size_t used = strlen(s->refused);
+  snprintf(s->refused + used, sizeof s->refused - used, "%snode %016" PRIx64 " put out: %s",
+           used ? "; " : "", s->members[ci], why);
+}
+
 /* The check of td__roundclose_check_echo, for a round this node closed. */
 static void check_echo(td__session_t *s, size_t mi, uint64_t round, uint64_t members,
                        uint64_t by, const uint8_t *sig, size_t sig_len) {
@@ -276,10 +295,6 @@ static void check_echo(td__session_t *s, size_t mi, uint64_t round, uint64_t mem
                   "coordinator's signature of it: ignored", s->run_id, s->members[mi], round, by);
     return;
   }
-  s->out[ci] = true;
-  s->away[ci] = false;
-  s->since[ci] = UINT64_MAX;
-  td_round_forget_peer(s->collector, by);
   td_log_warn("run %016" PRIx64 " round %" PRIu64 ": coordinator %016" PRIx64 " closed it on "
               "%016" PRIx64 " here and on %016" PRIx64 " at %016" PRIx64 ": two signed sets for "
               "one round; out of the run for its remainder", s->run_id, round, by, mine, members,
@@ -287,9 +302,9 @@ static void check_echo(td__session_t *s, size_t mi, uint64_t round, uint64_t mem
   td__ledger_event(s->node->ledger, "close_mismatch", "%016" PRIx64 " round %" PRIu64 ": set "
                    "%016" PRIx64 " here, %016" PRIx64 " at %016" PRIx64 "; out of the run", by,
                    round, mine, members, s->members[mi]);
-  size_t used = strlen(s->refused);
-  snprintf(s->refused + used, sizeof s->refused - used, "%snode %016" PRIx64 " put out: two "
-           "round closes for round %" PRIu64, used ? "; " : "", by, round);
+  char why[64];
+  snprintf(why, sizeof why, "two round closes for round %" PRIu64, round);
+  put_out(s, ci, why);
 }
 
 void td__roundclose_applied(td__session_t *s, uint64_t round, uint64_t members, uint64_t by) {
@@ -345,6 +360,66 @@ void td__roundclose_check_echo(td__session_t *s, size_t mi, uint64_t round, uint
   check_echo(s, mi, round, members, by, sig, sig_len);
 }
 
+static unsigned popcount64(uint64_t x) {
+  unsigned k = 0;
+  for (; x; x &= x - 1)
+    k++;
+  return k;
+}
+
+/* The fewest members a close of `round` may name: under a robust rule
+ * enough for it to outvote one bad member at least (trimmed:B 2B + 1;
+ * median, clip and a norm bound 3), and never more than a majority of the
+ * members in the round's sample that take part in this node's view (this
+ * node counted), which an honest coordinator, waiting for them all up to the
+ * deadline, names unless most of them failed in the round. Plain mean: 1 (a
+ * member that can poison the average needs no such trick). */
+static unsigned set_floor(td__session_t *s, uint64_t round) {
+  td_agg_spec_t agg;
+  td_runspec_agg(&s->spec, &agg);
+  unsigned rule = agg.kind == TD_AGG_TRIMMED ? 2 * agg.trim + 1
+                  : agg.kind != TD_AGG_MEAN || agg.norm_bound > 0 ? 3
+                                                                  : 1;
+  unsigned live = 0;
+  for (size_t i = 0; i < s->n_members && i < 64; i++)
+    if ((i == s->rank || td__session_takes_part(s, i, round)) &&
+        td_run_in_sample(s->run, round, (unsigned)i))
+      live++;
+  unsigned majority = live / 2 + 1;
+  return rule < majority ? rule : majority;
+}
+
+/* A signed close that names fewer members than the rule needs: its
+ * coordinator would have every node average what it chose (its own update
+ * alone, say). It is put out, and the close goes to every member as the
+ * proof, so that each puts it out from the same signed words. */
+static bool refuse_small_set(td__node_t *n, td__session_t *s, const Traind__RoundClose *rc,
+                             uint64_t coordinator) {
+  unsigned named = popcount64(rc->members), need = set_floor(s, rc->round);
+  size_t ci = td__session_member(s, coordinator);
+  if (named >= need || ci == TD_MEMBERS_MAX)
+    return false;
+  td__drop(&n->drops, TD__DROP_FORBIDDEN, NULL);
+  td_log_warn("run %016" PRIx64 " round %" PRIu64 ": coordinator %016" PRIx64 " closed it on "
+              "%u member(s) (set %016" PRIx64 "), under the %u that aggregate = %s needs; out of "
+              "the run for its remainder", s->run_id, rc->round, coordinator, named, rc->members,
+              need, s->spec.aggregate);
+  td__ledger_event(n->ledger, "close_refused", "%016" PRIx64 " round %" PRIu64 ": set %016" PRIx64
+                   " names %u member(s), under %u; out of the run", coordinator, rc->round,
+                   rc->members, named, need);
+  char why[96];
+  snprintf(why, sizeof why, "round %" PRIu64 " closed on %u member(s), under %u", rc->round,
+           named, need);
+  put_out(s, ci, why);
+  td__round_close_t proof = {.round = rc->round, .members = rc->members, .from = coordinator,
+                             .has_sig = rc->signature.len == crypto_sign_BYTES};
+  if (proof.has_sig) {
+    memcpy(proof.sig, rc->signature.data, sizeof proof.sig);
+    send_close(n, s, s->run_id, &proof, NULL);
+  }
+  return true;
+}
+
 bool td__roundclose_take(td__node_t *n, td__session_t *s, const Traind__Envelope *env) {
   const Traind__RoundClose *rc = env->round_close;
   if (s == NULL || td__session_member(s, env->sender) == TD_MEMBERS_MAX ||
@@ -375,7 +450,7 @@ bool td__roundclose_take(td__node_t *n, td__session_t *s, const Traind__Envelope
     return false;
   }
   td__round_close_t *c = &s->closes[rc->round % TD__RING];
-  if (c->round == rc->round) { /* the first close of a round counts */
+  if (c->round == rc->round && c->members == rc->members) { /* the first close counts */
     td__drop(&n->drops, TD__DROP_DUPLICATE, NULL);
     return false;
   }
@@ -392,6 +467,12 @@ bool td__roundclose_take(td__node_t *n, td__session_t *s, const Traind__Envelope
                   s->run_id, rc->round, coordinator, env->sender);
       return false;
     }
+  }
+  if (refuse_small_set(n, s, rc, coordinator))
+    return false;
+  if (c->round == rc->round) { /* the first close of a round counts */
+    td__drop(&n->drops, TD__DROP_DUPLICATE, NULL);
+    return false;
   }
   uint8_t digests[64][32];
   if (secure && rc->digests.len > 0) { /* signed, or the close is not taken (wire.c: sizes) */

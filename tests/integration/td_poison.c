@@ -32,6 +32,9 @@
  *                      for, counted from 1 since the mode last changed) is
  *                      scaled by 1.5, to the others it goes out as computed:
  *                      two updates for each round, each signed;
+ *   close-self         updates go out as in flip; as the run's coordinator
+ *                      it closes each round on its own update alone
+ *                      (td__roundclose_send), leaving every other member out;
  *   equivocate:HEX     updates go out as computed; as the run's coordinator
  *                      it closes each round twice (td__roundclose_send), on
  *                      its set to every member but HEX and on that set less
@@ -97,7 +100,8 @@ static float *poisoned_copy(const td_link_codec_t *lc, const float *delta, size_
                             size_t count, int *rc) {
   char mode[32];
   poison_mode(mode, sizeof mode);
-  bool huge = strcmp(mode, "huge") == 0, flip = strcmp(mode, "flip") == 0;
+  bool huge = strcmp(mode, "huge") == 0;
+  bool flip = strcmp(mode, "flip") == 0 || strcmp(mode, "close-self") == 0;
   bool two_faced = strncmp(mode, "two-faced:", 10) == 0, odd = false;
   static const td_link_codec_t *links[16]; /* two-faced: the links in the order first seen */
   static char links_mode[32];                /* ...since this mode was read */
@@ -232,6 +236,13 @@ void __wrap_td__roundclose_send(td__session_t *s, uint64_t round, uint64_t membe
                                 const uint8_t (*digests)[32]) {
   char mode[32];
   poison_mode(mode, sizeof mode);
+  if (strcmp(mode, "close-self") == 0) { /* its own update alone, when it is in */
+    size_t self = td__session_member(s, s->node->node_id);
+    if (self < 64 && (members >> self & 1))
+      members = UINT64_C(1) << self;
+    __real_td__roundclose_send(s, round, members, digests);
+    return;
+  }
   if (strncmp(mode, "equivocate:", 11) != 0) {
     __real_td__roundclose_send(s, round, members, digests);
     return;
