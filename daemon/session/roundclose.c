@@ -32,7 +32,8 @@
  * majority of the members taking part) would have every node average what
  * its coordinator chose, its own update alone say: that coordinator is put
  * out of the run, and the signed close goes to every member, each of which
- * puts it out on the same proof (close_refused).
+ * puts it out on the same proof (close_refused). A coordinator cuts no
+ * straggler below that number (rounds.c, td__roundclose_floor).
  * rounds.c hands this file the message and then closes the round; this file
  * never calls rounds.c. */
 #include "daemon/session/shared.h"
@@ -367,14 +368,7 @@ static unsigned popcount64(uint64_t x) {
   return k;
 }
 
-/* The fewest members a close of `round` may name: under a robust rule
- * enough for it to outvote one bad member at least (trimmed:B 2B + 1;
- * median, clip and a norm bound 3), and never more than a majority of the
- * members in the round's sample that take part in this node's view (this
- * node counted), which an honest coordinator, waiting for them all up to the
- * deadline, names unless most of them failed in the round. Plain mean: 1 (a
- * member that can poison the average needs no such trick). */
-static unsigned set_floor(td__session_t *s, uint64_t round) {
+unsigned td__roundclose_floor(td__session_t *s, uint64_t round) {
   td_agg_spec_t agg;
   td_runspec_agg(&s->spec, &agg);
   unsigned rule = agg.kind == TD_AGG_TRIMMED ? 2 * agg.trim + 1
@@ -385,8 +379,10 @@ static unsigned set_floor(td__session_t *s, uint64_t round) {
     if ((i == s->rank || td__session_takes_part(s, i, round)) &&
         td_run_in_sample(s->run, round, (unsigned)i))
       live++;
-  unsigned majority = live / 2 + 1;
-  return rule < majority ? rule : majority;
+  unsigned majority = live / 2 + 1, least = rule < majority ? rule : majority;
+  if (s->spec.min_updates > 0 && s->spec.min_updates < least)
+    least = s->spec.min_updates; /* what the operator allowed a round to close on */
+  return least;
 }
 
 /* A signed close that names fewer members than the rule needs: its
@@ -395,7 +391,7 @@ static unsigned set_floor(td__session_t *s, uint64_t round) {
  * proof, so that each puts it out from the same signed words. */
 static bool refuse_small_set(td__node_t *n, td__session_t *s, const Traind__RoundClose *rc,
                              uint64_t coordinator) {
-  unsigned named = popcount64(rc->members), need = set_floor(s, rc->round);
+  unsigned named = popcount64(rc->members), need = td__roundclose_floor(s, rc->round);
   size_t ci = td__session_member(s, coordinator);
   if (named >= need || ci == TD_MEMBERS_MAX)
     return false;

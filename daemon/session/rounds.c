@@ -521,7 +521,16 @@ static bool missing_have_started(const td__session_t *s) {
 /* Stop waiting for the open round's missing updates: each is recorded (`kind`
  * late: a deadline; cut: min_updates), and the round may close without our
  * own update too (a straggler's). */
+/* Whether we coordinate the open round and hold fewer updates than its set
+ * must name (td__roundclose_floor): no straggler is cut then, for the
+ * members would refuse the close. */
+static bool below_floor(td__session_t *s) {
+  return td__roundclose_coordinates(s) && contributions(s) < td__roundclose_floor(s, s->round);
+}
+
 static void cut_missing(td__session_t *s, const char *kind, const char *why) {
+  if (below_floor(s))
+    return;
   uint64_t missing[TD_MEMBERS_MAX];
   size_t k = td_round_missing(s->collector, missing, TD_MEMBERS_MAX);
   for (size_t i = 0; i < k; i++) {
@@ -749,7 +758,7 @@ void td__rounds_tick(td__session_t *s) {
       return;
     }
     uint64_t missing[TD_MEMBERS_MAX];
-    size_t k = td_round_missing(s->collector, missing, TD_MEMBERS_MAX);
+    size_t k = below_floor(s) ? 0 : td_round_missing(s->collector, missing, TD_MEMBERS_MAX);
     if (k > 0) {
       td__backfill_ask(s, true);
       if (td__backfill_waiting(s))
