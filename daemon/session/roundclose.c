@@ -361,13 +361,6 @@ void td__roundclose_check_echo(td__session_t *s, size_t mi, uint64_t round, uint
   check_echo(s, mi, round, members, by, sig, sig_len);
 }
 
-static unsigned popcount64(uint64_t x) {
-  unsigned k = 0;
-  for (; x; x &= x - 1)
-    k++;
-  return k;
-}
-
 unsigned td__roundclose_floor(td__session_t *s, uint64_t round) {
   td_agg_spec_t agg;
   td_runspec_agg(&s->spec, &agg);
@@ -391,7 +384,7 @@ unsigned td__roundclose_floor(td__session_t *s, uint64_t round) {
  * proof, so that each puts it out from the same signed words. */
 static bool refuse_small_set(td__node_t *n, td__session_t *s, const Traind__RoundClose *rc,
                              uint64_t coordinator) {
-  unsigned named = popcount64(rc->members), need = td__roundclose_floor(s, rc->round);
+  unsigned named = (unsigned)__builtin_popcountll(rc->members), need = td__roundclose_floor(s, rc->round);
   size_t ci = td__session_member(s, coordinator);
   if (named >= need || ci == TD_MEMBERS_MAX)
     return false;

@@ -518,9 +518,6 @@ static bool missing_have_started(const td__session_t *s) {
   return true;
 }
 
-/* Stop waiting for the open round's missing updates: each is recorded (`kind`
- * late: a deadline; cut: min_updates), and the round may close without our
- * own update too (a straggler's). */
 /* Whether we coordinate the open round and hold fewer updates than its set
  * must name (td__roundclose_floor): no straggler is cut then, for the
  * members would refuse the close. */
@@ -528,6 +525,9 @@ static bool below_floor(td__session_t *s) {
   return td__roundclose_coordinates(s) && contributions(s) < td__roundclose_floor(s, s->round);
 }
 
+/* Stop waiting for the open round's missing updates: each is recorded (`kind`
+ * late: a deadline; cut: min_updates), and the round may close without our
+ * own update too (a straggler's); not while below_floor. */
 static void cut_missing(td__session_t *s, const char *kind, const char *why) {
   if (below_floor(s))
     return;

@@ -498,8 +498,6 @@ void td__rounds_try_close(td__session_t *s);
 
 /* ---- roundclose.c: the round's contributors, agreed through a coordinator ---- */
 
-/* Whether the run's rounds close on the coordinator's set (sync runs of
- * more than one member that tolerate stragglers). */
 /* The fewest members a close of `round` may name: under a robust rule
  * enough to outvote one bad member (trimmed:B 2B + 1; median, clip and a
  * norm bound 3), never more than a majority of the round's sampled members
@@ -507,6 +505,8 @@ void td__rounds_try_close(td__session_t *s);
  * min_updates; plain mean: 1. A coordinator cuts no straggler below it; a
  * member puts out the coordinator of a signed close under it. */
 unsigned td__roundclose_floor(td__session_t *s, uint64_t round);
+/* Whether the run's rounds close on the coordinator's set (sync runs of
+ * more than one member that tolerate stragglers). */
 bool td__roundclose_coordinated(const td__session_t *s);
 /* The least a member waits for what it asked of the others (a round's close,
  * an update of its set) before it closes without it: closing without it parts
